@@ -1,0 +1,30 @@
+"""Build the Cython kernel; all metadata lives in pyproject.toml.
+
+Set ``TABSCHED_DEBUG=1`` to build with bounds checks, wrap-around indexing and
+initialisation checks turned back on (for a debug test run).
+"""
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("TABSCHED_DEBUG", "") not in ("", "0")
+
+directives = {
+    "language_level": 3,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "initializedcheck": DEBUG,
+    "cdivision": True,
+    "nonecheck": DEBUG,
+}
+
+extensions = [
+    Extension(
+        "tabsched._kernel",
+        ["tabsched/_kernel.pyx"],
+        extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],
+    )
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -1,0 +1,156 @@
+"""Plain-Python twins of the kernel's entry points: the test oracle.
+
+Each function takes the same arrays as its twin in ``tabsched._kernel`` and
+follows the same steps in the same order, so results agree to the bit. Nothing
+in the library calls this module at run time.
+"""
+
+import heapq
+
+from tabsched._kernel import BAD_INDEX, BAD_SHAPE, DEADLOCK, NO_NODE_ID, NO_RESOURCE_ID, OK
+
+
+def _indegree(indptr, successors, n):
+    indegree = [0] * n
+    for v in range(n):
+        for e in range(indptr[v], indptr[v + 1]):
+            indegree[successors[e]] += 1
+    return indegree
+
+
+def evaluate(indptr, successors, durations, resources, n_resources, start, end,
+             binding, indegree, order, heap_time, heap_node, free_at, holder):
+    """Twin of ``tabsched._kernel.evaluate`` (same arguments, same status codes).
+
+    The heap scratch arrays are accepted for signature parity; ``heapq`` with
+    (time, node) keys gives the same order as the kernel's heap.
+    """
+    n = len(indptr) - 1
+    samples = durations.shape[0]
+    width = resources.shape[1]
+    record = len(binding) > 0
+    write_end = end.shape[0] > 0
+    if durations.shape[1] != n or start.shape != (samples, n):
+        return BAD_SHAPE
+    if write_end and end.shape != (samples, n):
+        return BAD_SHAPE
+    if width > 0 and resources.shape[0] != n:
+        return BAD_SHAPE
+    indptr = [int(x) for x in indptr]
+    successors = [int(x) for x in successors]
+    if indptr[0] != 0 or indptr[n] != len(successors):
+        return BAD_SHAPE
+    if any(indptr[v + 1] < indptr[v] for v in range(n)):
+        return BAD_SHAPE
+    if any(u < 0 or u >= n for u in successors):
+        return BAD_INDEX
+    node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID] for v in range(n)] \
+        if width > 0 else None
+    if node_resources is not None and any(r < 0 or r >= n_resources
+                                          for rs in node_resources for r in rs):
+        return BAD_INDEX
+
+    if width == 0:
+        remaining = _indegree(indptr, successors, n)
+        queue = [v for v in range(n) if remaining[v] == 0]
+        head = 0
+        while head < len(queue):
+            v = queue[head]
+            head += 1
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    queue.append(u)
+        indegree[:] = remaining
+        if len(queue) < n:
+            return DEADLOCK
+        order[:] = queue
+        if record:
+            binding[:] = NO_NODE_ID
+        for s in range(samples):
+            begin = [0.0] * n
+            finish_of = [0.0] * n
+            for v in queue:
+                finish = begin[v] + float(durations[s, v])
+                finish_of[v] = finish
+                for e in range(indptr[v], indptr[v + 1]):
+                    u = successors[e]
+                    if finish > begin[u]:
+                        begin[u] = finish
+                        if record and s == 0:
+                            binding[u] = v
+            start[s, :] = begin
+            if write_end:
+                end[s, :] = finish_of
+        return OK
+
+    for s in range(samples):
+        remaining = _indegree(indptr, successors, n)
+        free = [0.0] * n_resources
+        last_holder = [NO_NODE_ID] * n_resources
+        begin = [0.0] * n
+        finish_of = [0.0] * n
+        if record and s == 0:
+            binding[:] = NO_NODE_ID
+        heap = [(0.0, v) for v in range(n) if remaining[v] == 0]
+        heapq.heapify(heap)
+        done = 0
+        while heap:
+            ready, v = heapq.heappop(heap)
+            done += 1
+            bound = NO_NODE_ID
+            for r in node_resources[v]:
+                if free[r] > ready:
+                    ready = free[r]
+                    bound = last_holder[r]
+            finish = ready + float(durations[s, v])
+            for r in node_resources[v]:
+                free[r] = finish
+                last_holder[r] = v
+            if record and s == 0 and bound != NO_NODE_ID:
+                binding[v] = bound
+            begin[v] = ready
+            finish_of[v] = finish
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > begin[u]:
+                    begin[u] = finish
+                    if record and s == 0:
+                        binding[u] = v
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    heapq.heappush(heap, (begin[u], u))
+        start[s, :] = begin
+        if write_end:
+            end[s, :] = finish_of
+        if done < n:
+            indegree[:] = remaining
+            return DEADLOCK
+    return OK
+
+
+def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
+    """Twin of ``tabsched._kernel.find_cycle``."""
+    n = len(pred_indptr) - 1
+    if len(remaining) != n or pred_indptr[n] != len(predecessors):
+        return -1
+    if any(p < 0 or p >= n for p in predecessors):
+        return -1
+    unfinished = [v for v in range(n) if remaining[v] > 0]
+    if not unfinished:
+        return 0
+    seen = {}
+    path = []
+    v = unfinished[0]
+    while v not in seen:
+        seen[v] = len(path)
+        path.append(v)
+        nxt = next((int(p) for p in predecessors[pred_indptr[v]:pred_indptr[v + 1]]
+                    if remaining[p] > 0), None)
+        if nxt is None:
+            return -1
+        v = nxt
+    loop = path[seen[v]:][::-1]
+    cycle[:len(loop)] = loop
+    return len(loop)

@@ -1,0 +1,18 @@
+# Shared C types, sentinels and status codes of the evaluation kernel.
+# The Python side reads the same values from tabsched._kernel (STATUS_*, NO_NODE,
+# NO_RESOURCE), never from literals of its own.
+
+from libc.stdint cimport int32_t
+
+ctypedef int32_t index_t      # node, edge and resource ids
+ctypedef double time_t        # start, end and durations, in the cost model's unit
+
+cdef enum:
+    NO_NODE = -1              # "no node": a binding slot with nothing behind it
+    NO_RESOURCE = -1          # padding in a node's resource list
+
+cdef enum Status:
+    STATUS_OK = 0
+    STATUS_DEADLOCK = 1       # some nodes never became ready: a cycle
+    STATUS_BAD_SHAPE = 2      # arrays disagree about the number of nodes/samples
+    STATUS_BAD_INDEX = 3      # a successor or resource id out of range
