@@ -1,0 +1,254 @@
+"""Cost models: what each operation and transfer costs, and how memory is counted.
+
+A cost model answers, vectorised over a table's operations:
+
+* ``op_durations(table)`` -- the duration of every operation;
+* ``transfer_costs(table, transfers)`` -- duration and bytes of every transfer;
+* ``activation_sizes(table)`` -- the activation each operation's
+  (stage, microbatch) holds from the start of its ``F`` to the end of its
+  backward (``I`` releases ``input_grad_release`` of it, ``W`` the rest);
+* ``persistent_memory(table)`` -- memory each device holds all the time.
+
+and carries the execution options that belong to the system it models:
+``contention``, ``devices_per_node``, ``blocking_sends``, and ``overlap``, the
+factor applied to the summed parts of an overlapped cell (1.0: no overlap gain).
+
+``UnitCosts`` is the idealized-table level; ``StageCosts`` takes profiled
+per-stage numbers. A model-based cost model (transformer x system) implements
+the same methods.
+"""
+
+import numbers
+
+import numpy as np
+
+from tabsched.exceptions import InvalidParameterError
+from tabsched.lower import CONTENTION_MODES
+
+__all__ = ["CostModel", "UnitCosts", "StageCosts"]
+
+
+def _non_negative(name, value):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a number, not {value!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise InvalidParameterError(f"{name} must be finite and >= 0, not {value}")
+    return value
+
+
+def _fraction(name, value):
+    value = _non_negative(name, value)
+    if value > 1:
+        raise InvalidParameterError(f"{name} must be between 0 and 1, not {value}")
+    return value
+
+
+def _per_stage(name, value):
+    """A scalar or a 1-D array of non-negative numbers (checked against stages later)."""
+    if isinstance(value, numbers.Number):
+        return _non_negative(name, value)
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim != 1 or len(array) == 0:
+        raise InvalidParameterError(f"{name} must be a number or a list with one per stage")
+    bad = np.flatnonzero(~np.isfinite(array) | (array < 0))
+    if len(bad):
+        raise InvalidParameterError(f"{name}[{bad[0]}] must be finite and >= 0, "
+                                    f"not {array[bad[0]]}")
+    array.flags.writeable = False
+    return array
+
+
+def _stage_values(name, value, table):
+    if isinstance(value, float):
+        return np.full(table.num_stages, value)
+    if len(value) != table.num_stages:
+        raise InvalidParameterError(f"{name} has {len(value)} entries but the table has "
+                                    f"{table.num_stages} stages")
+    return value
+
+
+class CostModel:
+    """Base class of the cost models; see the module docstring."""
+
+    #: "table" for the idealized level, "simulation" when times are modelled.
+    level = "simulation"
+    #: "activations" (one stage's activation for one full microbatch) or "bytes".
+    memory_unit = "activations"
+    #: unit of every time a result reports.
+    time_unit = "slots"
+    contention = "none"
+    devices_per_node = None
+    blocking_sends = False
+    input_grad_release = 0.0
+    overlap = 1.0
+
+    def op_durations(self, table):
+        raise NotImplementedError
+
+    def transfer_costs(self, table, transfers):
+        """``(durations, nbytes)`` arrays, one entry per transfer."""
+        empty = np.zeros(len(transfers))
+        return empty, empty.copy()
+
+    def activation_sizes(self, table):
+        """Activation memory of each operation's (stage, microbatch)."""
+        return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
+
+    def persistent_memory(self, table):
+        return np.zeros(table.num_devices)
+
+    def node_durations(self, lowered, op_durations=None):
+        """Durations of every node of a lowered table (compute cells, then transfers)."""
+        table = lowered.table
+        if op_durations is None:
+            op_durations = self.op_durations(table)
+        cells = np.bincount(lowered.cell_of_op, weights=op_durations,
+                            minlength=lowered.num_cells)
+        if self.overlap != 1.0:
+            parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
+            cells[parts > 1] *= self.overlap
+        transfer_durations, _ = self.transfer_costs(table, lowered.transfers)
+        return np.concatenate([cells, np.asarray(transfer_durations, dtype=np.float64)])
+
+    def describe(self):
+        """Parameters for reports and JSON."""
+        return {"model": type(self).__name__}
+
+
+class UnitCosts(CostModel):
+    """The idealized-table level: a fixed length per kind, no communication.
+
+    Parameters
+    ----------
+    f, b, i, w : float
+        Slot length of a forward, full backward, input-grad and weight-grad of a
+        full microbatch (DESIGN.md default: all 1). A microbatch of relative size
+        ``x`` takes ``x`` times as long.
+    input_grad_release : float
+        Part of an activation freed when ``I`` ends; ``W`` frees the rest.
+        Default 0: the whole activation lives until ``W``, as the zero-bubble
+        papers count memory.
+    overlap : float
+        Factor on the summed length of an overlapped cell's parts.
+
+    >>> UnitCosts(b=2).describe()
+    {'model': 'UnitCosts', 'F': 1.0, 'B': 2.0, 'I': 1.0, 'W': 1.0}
+    """
+
+    level = "table"
+
+    def __init__(self, f=1.0, b=1.0, i=1.0, w=1.0, *, input_grad_release=0.0, overlap=1.0):
+        self.lengths = np.array([_non_negative("f", f), _non_negative("b", b),
+                                 _non_negative("i", i), _non_negative("w", w)])
+        self.input_grad_release = _fraction("input_grad_release", input_grad_release)
+        self.overlap = _non_negative("overlap", overlap)
+
+    def op_durations(self, table):
+        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        return self.lengths[table.kind] * sizes[table.microbatch]
+
+    def describe(self):
+        info = {"model": "UnitCosts", **dict(zip("FBIW", self.lengths.tolist()))}
+        if self.overlap != 1.0:
+            info["overlap"] = self.overlap
+        if self.input_grad_release:
+            info["input_grad_release"] = self.input_grad_release
+        return info
+
+
+class StageCosts(CostModel):
+    """Profiled per-stage durations and a communication cost.
+
+    Parameters
+    ----------
+    forward : float or sequence
+        Forward time of a full microbatch, one number for all stages or one per stage.
+    backward : float or sequence, optional
+        Full backward time; default twice the forward.
+    input_grad, weight_grad : float or sequence, optional
+        Split backward times; default half the backward each (input_grad), and the
+        backward minus input_grad (weight_grad).
+    comm : float or array (devices x devices)
+        Time of one transfer, for every link or per directed link ``comm[src, dst]``.
+    activation : float or sequence
+        Activation memory per stage for a full microbatch (default 1).
+    input_grad_release, overlap : float
+        As in ``UnitCosts``.
+    contention : {"none", "link", "nic"}
+    devices_per_node : int, optional
+        For ``nic`` contention.
+    time_unit : str
+        Label of the unit the numbers are in (default "s").
+
+    Durations scale linearly with a microbatch's relative size.
+
+    >>> costs = StageCosts([1.0, 2.0], comm=0.5)
+    >>> costs.describe()["B"]
+    [2.0, 4.0]
+    """
+
+    def __init__(self, forward, backward=None, input_grad=None, weight_grad=None, *,
+                 comm=0.0, activation=1.0, input_grad_release=0.0, overlap=1.0,
+                 contention="none", devices_per_node=None, blocking_sends=False,
+                 time_unit="s"):
+        self.forward = _per_stage("forward", forward)
+        self.backward = (_per_stage("backward", backward) if backward is not None
+                         else self.forward * 2)
+        self.input_grad = (_per_stage("input_grad", input_grad) if input_grad is not None
+                           else self.backward / 2)
+        self.weight_grad = (_per_stage("weight_grad", weight_grad) if weight_grad is not None
+                            else np.maximum(np.subtract(self.backward, self.input_grad), 0.0))
+        if isinstance(comm, numbers.Number):
+            self.comm = _non_negative("comm", comm)
+        else:
+            matrix = np.asarray(comm, dtype=np.float64)
+            if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+                raise InvalidParameterError("comm must be a number or a square matrix "
+                                            "(devices x devices)")
+            bad = np.argwhere(~np.isfinite(matrix) | (matrix < 0))
+            if len(bad):
+                src, dst = bad[0]
+                raise InvalidParameterError(f"comm[{src}][{dst}] must be finite and >= 0, "
+                                            f"not {matrix[src, dst]}")
+            self.comm = matrix
+        self.activation = _per_stage("activation", activation)
+        self.input_grad_release = _fraction("input_grad_release", input_grad_release)
+        self.overlap = _non_negative("overlap", overlap)
+        if contention not in CONTENTION_MODES:
+            raise InvalidParameterError(f"contention {contention!r} is not one of "
+                                        f"{', '.join(CONTENTION_MODES)}")
+        self.contention = contention
+        self.devices_per_node = devices_per_node
+        self.blocking_sends = bool(blocking_sends)
+        self.time_unit = time_unit
+
+    def op_durations(self, table):
+        per_kind = np.stack([_stage_values(name, getattr(self, name), table)
+                             for name in ("forward", "backward", "input_grad", "weight_grad")])
+        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        return per_kind[table.kind, table.stage] * sizes[table.microbatch]
+
+    def transfer_costs(self, table, transfers):
+        if isinstance(self.comm, float):
+            durations = np.full(len(transfers), self.comm)
+        else:
+            if self.comm.shape[0] != table.num_devices:
+                raise InvalidParameterError(
+                    f"comm is a {self.comm.shape[0]}x{self.comm.shape[0]} matrix but the "
+                    f"table has {table.num_devices} devices")
+            durations = self.comm[transfers.src, transfers.dst]
+        return durations, np.zeros(len(transfers))
+
+    def activation_sizes(self, table):
+        per_stage = _stage_values("activation", self.activation, table)
+        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        return per_stage[table.stage] * sizes[table.microbatch]
+
+    def describe(self):
+        def plain(value):
+            return value.tolist() if isinstance(value, np.ndarray) else value
+        return {"model": "StageCosts", "F": plain(self.forward), "B": plain(self.backward),
+                "I": plain(self.input_grad), "W": plain(self.weight_grad),
+                "comm": plain(self.comm), "contention": self.contention}

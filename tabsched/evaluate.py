@@ -1,0 +1,321 @@
+"""evaluate(): lower a table, run the kernel, build the Result.
+
+The Result says which level produced it (``"table"`` under ``UnitCosts``,
+``"simulation"`` under cost models with real times and communication) and,
+where the family has one, carries the formula level's numbers beside it.
+"""
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from tabsched.costs import CostModel, UnitCosts
+from tabsched.exceptions import InvalidParameterError
+from tabsched.lower import INDEX, lower
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
+
+__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats"]
+
+
+@dataclass
+class DeviceStats:
+    """Time and memory of one device.
+
+    ``idle = warmup + inside + cooldown``: idle before its first operation,
+    between its operations, after its last one until the makespan.
+    ``peak_memory`` is activations only; ``persistent_memory`` is what the
+    device holds all the time (weights, gradients, optimizer state), so the
+    device's total peak is their sum.
+    """
+
+    device: int
+    busy: float
+    idle: float
+    warmup: float
+    inside: float
+    cooldown: float
+    peak_memory: float
+    persistent_memory: float = 0.0
+
+    @property
+    def peak_total_memory(self):
+        return self.peak_memory + self.persistent_memory
+
+
+@dataclass
+class PathStep:
+    """One node of the critical path: an operation (``link`` None) or a transfer."""
+
+    label: str
+    start: float
+    end: float
+    device: int = None
+    link: tuple = None
+
+    @property
+    def is_transfer(self):
+        return self.link is not None
+
+
+@dataclass
+class LinkStats:
+    """Traffic on one directed link ``src -> dst``."""
+
+    src: int
+    dst: int
+    transfers: int
+    nbytes: float
+    busy: float
+
+
+@dataclass
+class Result:
+    """What an evaluation found; times in ``time_unit``, memory in ``memory_unit``.
+
+    Attributes
+    ----------
+    level : str
+        ``"table"`` (idealized, unit costs) or ``"simulation"``.
+    makespan : float
+    bubble_ratio : float
+        ``1 - total compute / (devices x makespan)``.
+    devices : list of DeviceStats
+    op_start, op_end : float arrays
+        Start and end of every operation, aligned with the table's arrays
+        (computed on first access).
+    formula : dict or None
+        The formula level's numbers for the table's family, marked as such.
+    """
+
+    table: ScheduleTable
+    level: str
+    makespan: float
+    bubble_ratio: float
+    devices: list
+    time_unit: str
+    memory_unit: str
+    costs: dict
+    contention: str
+    formula: dict = None
+    _lowered: object = field(default=None, repr=False)
+    _node_start: np.ndarray = field(default=None, repr=False)
+    _node_durations: np.ndarray = field(default=None, repr=False)
+    _binding: np.ndarray = field(default=None, repr=False)
+    _cost_model: object = field(default=None, repr=False)
+
+    # ------------------------------------------------------------ derived views
+    @cached_property
+    def op_start(self):
+        return self._node_start[self._lowered.cell_of_op]
+
+    @cached_property
+    def op_end(self):
+        cells = self._lowered.cell_of_op
+        return self._node_start[cells] + self._node_durations[cells]
+
+    @property
+    def _node_end(self):
+        return self._node_start + self._node_durations
+
+    @property
+    def total_compute(self):
+        return float(sum(device.busy for device in self.devices))
+
+    @property
+    def peak_memory(self):
+        """Largest activation peak over the devices."""
+        return max((device.peak_memory for device in self.devices), default=0.0)
+
+    @property
+    def critical_path(self):
+        """Operations and transfers, in time order, that decided the makespan.
+
+        Walks back from the node that ends last: each node's start was set by the
+        predecessor that ended last (or by the previous user of a link it waited for).
+        """
+        lowered, binding = self._lowered, self._binding
+        if lowered.num_nodes == 0:
+            return []
+        node = int(np.argmax(self._node_end))
+        nodes = []
+        while node >= 0:
+            nodes.append(node)
+            node = int(binding[node])
+        steps = []
+        for node in reversed(nodes):
+            start, end = float(self._node_start[node]), float(self._node_end[node])
+            if node < lowered.num_cells:
+                text, device, _ = lowered.describe_cell(node)
+                steps.append(PathStep(text, start, end, device=device))
+            else:
+                k = node - lowered.num_cells
+                link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
+                steps.append(PathStep(lowered.describe_node(node), start, end, link=link))
+        return steps
+
+    @property
+    def links(self):
+        """Per directed link with traffic: transfers, bytes and busy time."""
+        transfers = self._lowered.transfers
+        if len(transfers) == 0:
+            return []
+        D = self.table.num_devices
+        link = transfers.src.astype(np.int64) * D + transfers.dst
+        durations = (self._node_end - self._node_start)[self._lowered.num_cells:]
+        counts = np.bincount(link, minlength=D * D)
+        _, transfer_bytes = self._cost_model.transfer_costs(self.table, transfers)
+        nbytes = np.bincount(link, weights=transfer_bytes, minlength=D * D)
+        busy = np.bincount(link, weights=durations, minlength=D * D)
+        return [LinkStats(int(k // D), int(k % D), int(counts[k]), float(nbytes[k]),
+                          float(busy[k])) for k in np.flatnonzero(counts)]
+
+    def memory_timeline(self, device=None):
+        """Activation memory over time.
+
+        Returns ``(times, values)`` for one device: the memory held right after
+        each change; or, with ``device=None``, a list of such pairs per device.
+        An activation is held from the start of its ``F`` to the end of its ``B``
+        (with a split backward, ``I`` frees the released part and ``W`` the rest).
+        At equal times frees come before allocations.
+        """
+        activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
+        if device is None:
+            return [self._device_timeline(d, activation) for d in range(self.table.num_devices)]
+        return self._device_timeline(device, activation)
+
+    def _device_timeline(self, device, activation):
+        table = self.table
+        lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
+        kind = table.kind[lo:hi]
+        act = activation[lo:hi]
+        release = self._cost_model.input_grad_release
+        cells = self._lowered.cell_of_op[lo:hi]
+        start = self._node_start[cells]
+        is_f = kind == FORWARD
+        deltas = np.select([is_f, kind == BACKWARD, kind == INPUT_GRAD, kind == WEIGHT_GRAD],
+                           [act, -act, -act * release, -act * (1.0 - release)])
+        times = np.where(is_f, start, start + self._node_durations[cells])
+        keep = deltas != 0
+        times, deltas = times[keep], deltas[keep]
+        order = np.lexsort((deltas, times))
+        return times[order], np.cumsum(deltas[order])
+
+    def to_dict(self, *, ops=False):
+        """Plain data for JSON (times in ``time_unit``, memory in ``memory_unit``)."""
+        data = {
+            "level": self.level,
+            "family": self.table.family,
+            "params": self.table.params,
+            "num_devices": self.table.num_devices,
+            "num_stages": self.table.num_stages,
+            "num_microbatches": self.table.num_microbatches,
+            "slots": self.table.num_slots,
+            "makespan": self.makespan,
+            "bubble_ratio": self.bubble_ratio,
+            "time_unit": self.time_unit,
+            "memory_unit": self.memory_unit,
+            "costs": self.costs,
+            "contention": self.contention,
+            "peak_memory": self.peak_memory,
+            "devices": [
+                {"device": d.device, "busy": d.busy, "idle": d.idle, "warmup": d.warmup,
+                 "inside": d.inside, "cooldown": d.cooldown, "peak_memory": d.peak_memory,
+                 "persistent_memory": d.persistent_memory}
+                for d in self.devices],
+            "critical_path": [
+                {"label": s.label, "start": s.start, "end": s.end, "device": s.device,
+                 "link": list(s.link) if s.link else None} for s in self.critical_path],
+            "links": [vars(link) for link in self.links],
+            "formula": self.formula,
+        }
+        if ops:
+            table = self.table
+            data["ops"] = [{"op": str(table.op(k)), "device": int(table.device[k]),
+                            "start": float(self.op_start[k]), "end": float(self.op_end[k])}
+                           for k in range(len(table))]
+        return data
+
+
+def evaluate(table, costs=None, *, contention=None, formula=True):
+    """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
+
+    Parameters
+    ----------
+    table : ScheduleTable
+    costs : CostModel, optional
+    contention : {"none", "link", "nic"}, optional
+        Overrides the cost model's own mode.
+    formula : bool
+        Attach the formula level's numbers for the table's family.
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    DeadlockError
+        If the row orders contradict the dependencies.
+
+    Examples
+    --------
+    >>> from tabsched.schedules import generate
+    >>> result = evaluate(generate("1f1b", devices=4, microbatches=8))
+    >>> result.level, result.makespan, round(result.bubble_ratio, 4)
+    ('table', 22.0, 0.2727)
+    >>> [d.peak_memory for d in result.devices]
+    [4.0, 3.0, 2.0, 1.0]
+    """
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    costs = UnitCosts() if costs is None else costs
+    if not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    contention = costs.contention if contention is None else contention
+    lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
+                    blocking_sends=costs.blocking_sends)
+    durations = costs.node_durations(lowered)
+    start, _, binding = lowered.run(durations, end=False)
+    result = build_result(table, costs, lowered, start[0], binding, durations, contention)
+    if formula:
+        from tabsched.formulas import formula_for
+        result.formula = formula_for(table, costs)
+    return result
+
+
+def build_result(table, costs, lowered, node_start, binding, durations, contention):
+    """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
+    D = table.num_devices
+    # Cells are numbered device by device in row order, and a device runs its row in
+    # order: its first cell starts first and its last cell ends last.
+    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    busy = np.array([durations[bounds[d]:bounds[d + 1]].sum() for d in range(D)])
+    has_ops = bounds[1:] > bounds[:-1]
+    first = np.array([node_start[bounds[d]] if has_ops[d] else np.inf for d in range(D)])
+    last = np.array([node_start[bounds[d + 1] - 1] + durations[bounds[d + 1] - 1]
+                     if has_ops[d] else 0.0 for d in range(D)])
+    # Every transfer feeds a cell that starts after it ends: the last end is a cell's.
+    makespan = float(last.max()) if D else 0.0
+    first = np.where(has_ops, first, makespan)
+    last = np.where(has_ops, last, makespan)
+    total = float(busy.sum())
+    bubble = 1.0 - total / (D * makespan) if makespan > 0 and D else 0.0
+    persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+    result = Result(
+        table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
+        time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
+        contention=contention, _lowered=lowered, _node_start=node_start,
+        _node_durations=durations, _binding=binding, _cost_model=costs)
+    peaks = [max(0.0, float(values.max())) if len(values) else 0.0
+             for _, values in result.memory_timeline()]
+    for d in range(D):
+        idle = makespan - float(busy[d])
+        warmup = float(first[d]) if has_ops[d] else makespan
+        cooldown = makespan - float(last[d]) if has_ops[d] else 0.0
+        result.devices.append(DeviceStats(
+            device=d, busy=float(busy[d]), idle=idle, warmup=warmup,
+            inside=max(0.0, idle - warmup - cooldown), cooldown=cooldown,
+            peak_memory=float(peaks[d]),
+            persistent_memory=float(persistent[d]) if len(persistent) > d else 0.0))
+    return result

@@ -1,0 +1,400 @@
+"""Lowering: a ScheduleTable becomes a DAG of numpy arrays the kernel can run.
+
+Nodes
+    One *compute node* per non-empty cell (an overlapped cell is one node), numbered
+    device by device in row order; then one *transfer node* per dependency whose
+    producer and consumer run on different devices.
+Edges (CSR, ``indptr`` / ``successors``)
+    * row order: each cell -> the next cell of its device;
+    * ``F(s, m)`` -> ``F(s+1, m)`` (activation);
+    * ``F(s, m)`` -> ``B/I(s, m)``; ``B/I(s+1, m)`` -> ``B/I(s, m)`` (gradient);
+      ``I(s, m)`` -> ``W(s, m)``;
+    * a dependency across devices goes producer -> transfer -> consumer;
+    * with ``blocking_sends``, a transfer also precedes the next cell of the
+      sending device.
+Resources (``resources``, one row per node)
+    ``none``: no column, transfers never wait for each other. ``link``: each
+    directed device pair is one FIFO resource. ``nic``: additionally, transfers
+    between nodes of ``devices_per_node`` devices hold the sending node's egress
+    and the receiving node's ingress port.
+
+Everything here is vectorised over operations; lowering a 500k-operation
+table takes no Python loop per operation.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tabsched import _kernel
+from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+
+__all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES", "unit_layout"]
+
+CONTENTION_MODES = ("none", "link", "nic")
+INDEX = np.int32
+
+
+@dataclass(eq=False)
+class Transfers:
+    """The transfer nodes of a lowered table, one entry each.
+
+    ``producer`` and ``consumer`` are operation indices in the table's arrays;
+    ``gradient`` is False for an activation sent forward, True for a gradient
+    sent backward. ``src``, ``dst``, ``stage`` and ``microbatch`` (the
+    producer's) are derived on access rather than stored.
+    """
+
+    table: object
+    producer: np.ndarray
+    consumer: np.ndarray
+    gradient: np.ndarray
+
+    def __len__(self):
+        return len(self.producer)
+
+    @property
+    def src(self):
+        return self.table.device[self.producer]
+
+    @property
+    def dst(self):
+        return self.table.device[self.consumer]
+
+    @property
+    def stage(self):
+        return self.table.stage[self.producer]
+
+    @property
+    def microbatch(self):
+        return self.table.microbatch[self.producer]
+
+
+@dataclass(eq=False)
+class LoweredSchedule:
+    """A table lowered to a DAG; evaluate it with :meth:`run`.
+
+    Attributes
+    ----------
+    table : ScheduleTable
+    num_cells : int
+        Compute nodes are ``0 .. num_cells-1``; transfers follow.
+    cell_of_op : int32 array
+        The compute node of each operation of the table.
+    cell_device : int32 array
+        The device of each compute node.
+    indptr, successors : int32 arrays
+        The DAG in CSR form.
+    resources : int32 array, shape (nodes, R)
+    num_resources : int
+    transfers : Transfers
+    contention : str
+    """
+
+    table: object
+    num_cells: int
+    cell_of_op: np.ndarray
+    cell_device: np.ndarray
+    indptr: np.ndarray
+    successors: np.ndarray
+    resources: np.ndarray
+    num_resources: int
+    transfers: Transfers
+    contention: str
+
+    @property
+    def num_nodes(self):
+        return len(self.indptr) - 1
+
+    @property
+    def num_edges(self):
+        return len(self.successors)
+
+    @property
+    def nbytes(self):
+        """Bytes held by the DAG's arrays (not the table)."""
+        arrays = [self.cell_of_op, self.cell_device, self.indptr, self.successors,
+                  self.resources, self.transfers.producer, self.transfers.consumer,
+                  self.transfers.gradient]
+        return sum(array.nbytes for array in arrays)
+
+    def run(self, durations, *, binding=True, end=True):
+        """Start and end of every node for each row (sample) of ``durations``.
+
+        Parameters
+        ----------
+        durations : array, shape (nodes,) or (samples, nodes)
+        binding : bool
+            Also return, for sample 0, the node that decided each node's start
+            (for the critical path).
+        end : bool
+            Also return the ends (``start + durations``, exactly); else ``None``.
+
+        Returns
+        -------
+        start, end : float64 arrays, shape (samples, nodes)
+        binding : int32 array (nodes,) or None
+
+        Raises
+        ------
+        DeadlockError
+            If the row orders contradict the dependencies; the message names the
+            operations on one cycle with their devices and slots.
+        """
+        durations = np.asarray(durations, dtype=np.float64)
+        if durations.ndim == 1:
+            durations = durations[None, :]
+        durations = np.ascontiguousarray(durations)
+        n = self.num_nodes
+        if durations.shape[1] != n:
+            raise InvalidParameterError(
+                f"durations have {durations.shape[1]} columns for {n} nodes")
+        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
+            raise InvalidParameterError("durations must be finite and not negative")
+        samples = durations.shape[0]
+        start = np.empty((samples, n), dtype=np.float64)
+        no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
+        bound = np.empty(n if binding else 0, dtype=INDEX)
+        indegree = np.empty(n, dtype=INDEX)
+        order = np.empty(n, dtype=INDEX)
+        fifo = self.resources.shape[1] > 0  # only the event order needs a heap
+        heap_time = np.empty(n if fifo else 0, dtype=np.float64)
+        heap_node = np.empty(n if fifo else 0, dtype=INDEX)
+        free_at = np.empty(self.num_resources, dtype=np.float64)
+        holder = np.empty(self.num_resources, dtype=INDEX)
+        status = _kernel.evaluate(self.indptr, self.successors, durations, self.resources,
+                                  self.num_resources, start, no_end, bound, indegree, order,
+                                  heap_time, heap_node, free_at, holder)
+        if status == _kernel.DEADLOCK:
+            raise self._deadlock(indegree)
+        if status != _kernel.OK:
+            raise TabschedError(f"internal error: the kernel returned status {status} "
+                                f"for a lowered table (please report this)")
+        del indegree, order, heap_time, heap_node
+        return start, (start + durations if end else None), (bound if binding else None)
+
+    # --------------------------------------------------------------- deadlock
+    def predecessors(self):
+        """Reverse CSR (``pred_indptr``, ``predecessors``).
+
+        Within each node's list, the row-order predecessor (the previous cell of
+        the same device) comes last, so a walk that takes the first candidate
+        follows data dependencies across devices where it can.
+        """
+        n = self.num_nodes
+        sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
+        targets = self.successors
+        row_edge = ((targets == sources + 1) & (targets < self.num_cells)
+                    & (self.cell_device[np.minimum(sources, self.num_cells - 1)]
+                       == self.cell_device[np.minimum(targets, self.num_cells - 1)]))
+        order = np.lexsort((row_edge, targets))
+        pred_indptr = np.zeros(n + 1, dtype=INDEX)
+        np.cumsum(np.bincount(targets, minlength=n), out=pred_indptr[1:])
+        return pred_indptr, np.ascontiguousarray(sources[order], dtype=INDEX)
+
+    def _deadlock(self, remaining):
+        pred_indptr, predecessors = self.predecessors()
+        n = self.num_nodes
+        cycle = np.empty(n, dtype=INDEX)
+        position = np.empty(n, dtype=INDEX)
+        length = _kernel.find_cycle(pred_indptr, predecessors, remaining, cycle, position)
+        cells = [int(node) for node in cycle[:max(length, 0)] if node < self.num_cells]
+        described = [self.describe_cell(cell) for cell in cells]
+        message = ("deadlock: the row orders contradict the dependencies; each of these "
+                   "must end before the next can start: " + _cycle_text(described))
+        return DeadlockError(message, described)
+
+    def describe_cell(self, cell):
+        """``(text, device, slot)`` of compute node ``cell``."""
+        op = int(np.searchsorted(self.cell_of_op, INDEX(cell)))
+        table = self.table
+        return table.cell_text(op), int(table.device[op]), int(table.slot[op])
+
+    def describe_node(self, node):
+        """A short label: the cell's text, or ``"3F1 d0->d1"`` for a transfer."""
+        if node < self.num_cells:
+            return self.describe_cell(node)[0]
+        k = node - self.num_cells
+        t = self.transfers
+        return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
+
+
+def _cycle_text(described):
+    """One line for a cycle; a run of four or more steps on one device is folded."""
+    if not described:
+        return "(no operation on the cycle)"
+    parts = []
+    k = 0
+    while k < len(described):
+        run = k
+        while (run + 1 < len(described) and described[run + 1][1] == described[k][1]
+               and described[run + 1][2] > described[run][2]):
+            run += 1
+        text, device, slot = described[k]
+        parts.append(f"{text} (device {device}, slot {slot})")
+        if run - k >= 3:
+            parts.append(f"[{run - k - 1} more on device {device}]")
+        elif run - k == 2:
+            text, device, slot = described[k + 1]
+            parts.append(f"{text} (device {device}, slot {slot})")
+        if run > k:
+            text, device, slot = described[run]
+            parts.append(f"{text} (device {device}, slot {slot})")
+        k = run + 1
+    limit = 16
+    if len(parts) > limit:
+        parts = parts[:limit] + [f"... {len(parts) - limit} more steps"]
+    return " -> ".join(parts + [described[0][0]])
+
+
+def lower(table, *, contention="none", devices_per_node=None, blocking_sends=False):
+    """Lower ``table`` to a :class:`LoweredSchedule`.
+
+    Parameters
+    ----------
+    table : ScheduleTable
+        A valid table (tables validate when built).
+    contention : {"none", "link", "nic"}
+    devices_per_node : int, optional
+        Needed for ``"nic"``: devices ``k*n .. k*n+n-1`` form node ``k``.
+    blocking_sends : bool
+        A transfer keeps its sender's compute stream busy until it ends.
+    """
+    if contention not in CONTENTION_MODES:
+        raise InvalidParameterError(
+            f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
+    if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
+        raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
+
+    D = table.num_devices
+    S, M = table.num_stages, table.num_microbatches
+    device, kind = table.device, table.kind
+    num_ops = len(device)
+    op_index = np.arange(num_ops, dtype=INDEX)
+
+    fresh = table.cell_starts()
+    cell_of_op = (np.cumsum(fresh, dtype=INDEX) - 1).astype(INDEX)
+    num_cells = int(fresh.sum())
+    cell_device = device[fresh].astype(INDEX)
+
+    key_type = np.int32 if S * M < np.iinfo(np.int32).max else np.int64
+    pair = table.stage.astype(key_type) * M + table.microbatch
+    is_f = kind == FORWARD
+    is_bwd = (kind == BACKWARD) | (kind == INPUT_GRAD)
+    is_i = kind == INPUT_GRAD
+    is_w = kind == WEIGHT_GRAD
+    forward_of = np.full(S * M, -1, dtype=INDEX)
+    forward_of[pair[is_f]] = op_index[is_f]
+    backward_of = np.full(S * M, -1, dtype=INDEX)
+    backward_of[pair[is_bwd]] = op_index[is_bwd]
+    input_grad_of = np.full(S * M, -1, dtype=INDEX)
+    input_grad_of[pair[is_i]] = op_index[is_i]
+
+    # Dependencies between operations, one group per type: (producer, consumer).
+    # Within a group every producer has at most one consumer, and an overlapped
+    # cell holds one forward and one backward, so every *cell* is the source of
+    # at most one edge per group; the CSR can then be filled without sorting.
+    f_next = is_f & (table.stage > 0)
+    b_next = is_bwd & (table.stage < S - 1)
+    groups = [
+        (forward_of[pair[f_next] - M], op_index[f_next], False),      # activation
+        (forward_of[pair[is_bwd]], op_index[is_bwd], True),           # own forward
+        (backward_of[pair[b_next] + M], op_index[b_next], True),      # input gradient
+        (input_grad_of[pair[is_w]], op_index[is_w], True),            # weight grad after I
+    ]
+    del forward_of, backward_of, input_grad_of, pair, f_next, b_next, is_f, is_bwd, is_i, is_w
+    if any(np.any(producers < 0) for producers, _, _ in groups):
+        raise TabschedError("internal error: lowering met a dependency the table lacks "
+                            "(tables validate when built; please report this)")
+
+    crossing = [device[producers] != device[consumers] for producers, consumers, _ in groups]
+    num_transfers = int(sum(int(mask.sum()) for mask in crossing))
+    tr_producer = np.concatenate([producers[mask] for (producers, _, _), mask
+                                  in zip(groups, crossing)]).astype(INDEX)
+    tr_consumer = np.concatenate([consumers[mask] for (_, consumers, _), mask
+                                  in zip(groups, crossing)]).astype(INDEX)
+    tr_gradient = np.concatenate([np.full(int(mask.sum()), gradient) for (_, _, gradient), mask
+                                  in zip(groups, crossing)]).astype(bool)
+    transfers = Transfers(table=table, producer=tr_producer, consumer=tr_consumer,
+                          gradient=tr_gradient)
+    num_nodes = num_cells + num_transfers
+
+    # Edge groups (sources, targets), each with distinct sources.
+    edge_groups = []
+    same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(INDEX)
+    edge_groups.append((same_row, same_row + 1))
+    first_transfer = num_cells
+    for (producers, consumers, _), mask in zip(groups, crossing):
+        local = ~mask
+        edge_groups.append((cell_of_op[producers[local]], cell_of_op[consumers[local]]))
+        count = int(mask.sum())
+        nodes = np.arange(first_transfer, first_transfer + count, dtype=INDEX)
+        edge_groups.append((cell_of_op[producers[mask]], nodes))
+        first_transfer += count
+    del groups, crossing
+    transfer_node = np.arange(num_cells, num_nodes, dtype=INDEX)
+    edge_groups.append((transfer_node, cell_of_op[tr_consumer]))
+    if blocking_sends and num_transfers:
+        sender_cell = cell_of_op[tr_producer]
+        has_next = np.zeros(num_transfers, dtype=bool)
+        inside = sender_cell + 1 < num_cells
+        has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
+        edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
+
+    degree = np.zeros(num_nodes, dtype=INDEX)
+    for sources, _ in edge_groups:
+        degree[sources] += 1
+    indptr = np.zeros(num_nodes + 1, dtype=INDEX)
+    np.cumsum(degree, out=indptr[1:])
+    del degree
+    successors = np.empty(int(indptr[-1]), dtype=INDEX)
+    fill = indptr[:-1].copy()
+    for sources, targets in edge_groups:
+        successors[fill[sources]] = targets
+        fill[sources] += 1
+    del fill, edge_groups
+
+    resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
+                                          devices_per_node)
+    return LoweredSchedule(table=table, num_cells=num_cells, cell_of_op=cell_of_op,
+                           cell_device=cell_device, indptr=indptr, successors=successors,
+                           resources=resources, num_resources=num_resources,
+                           transfers=transfers, contention=contention)
+
+
+def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices_per_node):
+    if contention == "none":
+        return np.empty((num_nodes, 0), dtype=INDEX), 0
+    link = transfers.src.astype(np.int64) * num_devices + transfers.dst
+    num_links = num_devices * num_devices
+    if contention == "link":
+        resources = np.full((num_nodes, 1), _kernel.NO_RESOURCE_ID, dtype=INDEX)
+        resources[num_cells:, 0] = link
+        return resources, num_links
+    num_machines = -(-num_devices // devices_per_node)
+    src_node = transfers.src // devices_per_node
+    dst_node = transfers.dst // devices_per_node
+    between = src_node != dst_node
+    resources = np.full((num_nodes, 3), _kernel.NO_RESOURCE_ID, dtype=INDEX)
+    resources[num_cells:, 0] = link
+    resources[num_cells:, 1] = np.where(between, num_links + src_node, _kernel.NO_RESOURCE_ID)
+    resources[num_cells:, 2] = np.where(between, num_links + num_machines + dst_node,
+                                        _kernel.NO_RESOURCE_ID)
+    return resources, num_links + 2 * num_machines
+
+
+def unit_layout(table):
+    """Slots of every operation and row lengths under unit-length execution.
+
+    Every cell lasts one slot, communication is free: each cell's slot is the
+    earliest at which its device is free and its dependencies are done. Every row
+    is as long as the whole table (the last end), so cool-down idle shows.
+    """
+    lowered = lower(table)
+    durations = np.zeros(lowered.num_nodes)
+    durations[:lowered.num_cells] = 1.0
+    start, end, _ = lowered.run(durations, binding=False)
+    makespan = int(end[0].max()) if lowered.num_nodes else 0
+    slots = start[0, :lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
+    return slots, np.full(table.num_devices, makespan, dtype=INDEX)

@@ -1,0 +1,540 @@
+"""ScheduleTable: one row per device, one column per time slot, a cell per operation.
+
+An operation is ``(kind, stage, microbatch)`` with kind ``F`` (forward), ``B``
+(full backward), ``I`` (backward for inputs only) or ``W`` (backward for weights
+only); its text form is PyTorch's ``<stage><kind><microbatch>``, e.g. ``3F12``.
+A cell may also hold an *overlapped* pair, PyTorch's ``(0F7;7B3)OVERLAP_F_B``,
+which its device runs as one step (DualPipe's fused forward+backward).
+
+The order of the non-empty cells in a row is the order in which that device
+runs them; empty cells are idle slots of the idealized layout.
+
+Internally a table is columnar: one entry per operation, sorted by device and
+slot, in numpy arrays (``device``, ``slot``, ``kind``, ``stage``,
+``microbatch``). Two operations share a (device, slot) only as the parts of an
+overlapped cell. ``rows`` gives the familiar list-of-lists view.
+
+Examples
+--------
+>>> table = ScheduleTable([["0F0", "0F1", None, "0B0", "0B1"],
+...                        [None, "1F0", "1B0", "1F1", "1B1"]])
+>>> table.num_devices, table.num_stages, table.num_microbatches
+(2, 2, 2)
+>>> str(table.rows[1][2])
+'1B0'
+>>> ScheduleTable([["0F0", "0B0", "0B1"]])
+Traceback (most recent call last):
+...
+tabsched.exceptions.InvalidScheduleError: device 0, slot 2: 0B1 has no forward (0F1)
+"""
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from tabsched.exceptions import InvalidScheduleError
+
+__all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell"]
+
+#: Operation kinds, in the order of their integer codes in the table arrays.
+KINDS = ("F", "B", "I", "W")
+FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD = range(4)
+KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
+KIND_NAMES = {"F": "forward", "B": "full backward", "I": "input-grad backward",
+              "W": "weight-grad backward"}
+
+_OP_PATTERN = re.compile(r"(\d+)([FBIW])(\d+)")
+_OVERLAP_SUFFIX = "OVERLAP_F_B"
+_EXPECTED = "expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B"
+
+
+class Op(NamedTuple):
+    """One operation: ``kind`` of ``microbatch`` on model chunk ``stage``.
+
+    >>> str(Op("F", 3, 12))
+    '3F12'
+    """
+
+    kind: str
+    stage: int
+    microbatch: int
+
+    def __str__(self):
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+
+class Overlap(NamedTuple):
+    """Operations a device runs as one step (PyTorch's ``OVERLAP_F_B``).
+
+    >>> str(Overlap((Op("F", 0, 7), Op("B", 7, 3))))
+    '(0F7;7B3)OVERLAP_F_B'
+    """
+
+    parts: tuple
+
+    def __str__(self):
+        return "(" + ";".join(str(part) for part in self.parts) + ")" + _OVERLAP_SUFFIX
+
+
+def parse_cell(text):
+    """The cell a text stands for: ``None`` (idle), an ``Op`` or an ``Overlap``.
+
+    Raises ``InvalidScheduleError`` without a location; callers add theirs.
+
+    >>> parse_cell("3F12")
+    Op(kind='F', stage=3, microbatch=12)
+    >>> parse_cell("")
+    >>> parse_cell("3X12")
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidScheduleError: "3X12" is not an operation (expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B)
+    """
+    token = text.strip()
+    if not token:
+        return None
+    if token.startswith("("):
+        closing = token.find(")")
+        if closing < 0:
+            raise InvalidScheduleError(f'"{token}" has no closing parenthesis ({_EXPECTED})')
+        suffix = token[closing + 1:]
+        if suffix != _OVERLAP_SUFFIX:
+            raise InvalidScheduleError(
+                f'"{token}" is not an operation: a compound cell must end in '
+                f'{_OVERLAP_SUFFIX}, not "{suffix}"')
+        inner = [part.strip() for part in token[1:closing].split(";")]
+        parts = []
+        for part in inner:
+            op = parse_cell(part) if not part.startswith("(") else None
+            if not isinstance(op, Op):
+                raise InvalidScheduleError(f'"{token}": "{part}" is not an operation ({_EXPECTED})')
+            parts.append(op)
+        return _checked_overlap(tuple(parts), token)
+    match = _OP_PATTERN.fullmatch(token)
+    if match is None:
+        raise InvalidScheduleError(f'"{token}" is not an operation ({_EXPECTED})')
+    stage, kind, microbatch = match.groups()
+    return Op(kind, int(stage), int(microbatch))
+
+
+def _checked_overlap(parts, token):
+    kinds = sorted(part.kind for part in parts)
+    if len(parts) != 2 or kinds[0] == kinds[1] or "F" not in kinds or "W" in kinds:
+        raise InvalidScheduleError(
+            f'"{token}": an overlapped cell holds one forward and one backward (F with B or I)')
+    return Overlap(parts)
+
+
+def _coerce_cell(cell):
+    if cell is None or isinstance(cell, Op):
+        return cell
+    if isinstance(cell, Overlap):
+        return _checked_overlap(tuple(cell.parts), str(cell))
+    if isinstance(cell, str):
+        return parse_cell(cell)
+    if isinstance(cell, tuple) and len(cell) == 3:
+        kind, stage, microbatch = cell
+        if kind not in KIND_CODES:
+            raise InvalidScheduleError(f'{cell!r}: kind must be one of F, B, I, W')
+        return Op(kind, int(stage), int(microbatch))
+    raise InvalidScheduleError(f"{cell!r} is not a cell (expected None, an Op, an Overlap or a string)")
+
+
+class ScheduleTable:
+    """A pipeline schedule as a table of operations.
+
+    Parameters
+    ----------
+    rows : sequence of sequences
+        One row per device; each cell is ``None`` or ``""`` (idle), an ``Op``, an
+        ``Overlap``, a ``(kind, stage, microbatch)`` tuple or a cell's text.
+    num_stages : int, optional
+        Number of model chunks S; default: the largest stage + 1.
+    num_microbatches : int, optional
+        Number of microbatches M; default: ``len(microbatch_sizes)`` or the
+        largest microbatch + 1.
+    microbatch_sizes : sequence of float, optional
+        Size of each microbatch relative to a full one (1.0); a microbatch split
+        in two gives two of 0.5. Default all 1.0.
+    stage_layers : sequence of int, optional
+        Transformer layers in each stage; default ``None``, an even split.
+    family, params :
+        The schedule family that generated the table and its parameters.
+
+    Raises
+    ------
+    InvalidScheduleError
+        For the first problem in row order, with its device and slot.
+    """
+
+    __slots__ = ("device", "slot", "kind", "stage", "microbatch", "row_lengths",
+                 "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
+                 "_rows")
+
+    def __init__(self, rows, *, num_stages=None, num_microbatches=None,
+                 microbatch_sizes=None, stage_layers=None, family=None, params=None):
+        devices, slots, kinds, stages, microbatches, lengths = [], [], [], [], [], []
+        for device, row in enumerate(rows):
+            row = list(row)
+            lengths.append(len(row))
+            for slot, cell in enumerate(row):
+                try:
+                    cell = _coerce_cell(cell)
+                except InvalidScheduleError as error:
+                    raise InvalidScheduleError(f"device {device}, slot {slot}: {error}") from None
+                if cell is None:
+                    continue
+                for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
+                    devices.append(device)
+                    slots.append(slot)
+                    kinds.append(KIND_CODES[op.kind])
+                    stages.append(op.stage)
+                    microbatches.append(op.microbatch)
+        self._init(devices, slots, kinds, stages, microbatches, lengths, num_stages,
+                   num_microbatches, microbatch_sizes, stage_layers, family, params)
+        self.validate()
+
+    @classmethod
+    def from_arrays(cls, device, slot, kind, stage, microbatch, row_lengths, *,
+                    num_stages=None, num_microbatches=None, microbatch_sizes=None,
+                    stage_layers=None, family=None, params=None, validate=True):
+        """Build a table from per-operation arrays (any order; sorted here).
+
+        ``kind`` holds codes (0=F, 1=B, 2=I, 3=W); operations sharing a device
+        and slot form one overlapped cell.
+        """
+        table = cls.__new__(cls)
+        table._init(device, slot, kind, stage, microbatch, row_lengths, num_stages,
+                    num_microbatches, microbatch_sizes, stage_layers, family, params)
+        if validate:
+            table.validate()
+        return table
+
+    @classmethod
+    def from_order(cls, orders, **metadata):
+        """Lay out per-device operation orders as unit-length execution would.
+
+        ``orders[d]`` lists device d's cells in the order it runs them (no idle
+        cells). Every cell gets one slot and starts as soon as its device is free
+        and its dependencies are done; the table is as long as the last end.
+
+        Raises ``DeadlockError`` if the orders contradict the dependencies.
+        """
+        devices, positions, kinds, stages, microbatches = [], [], [], [], []
+        for device, order in enumerate(orders):
+            for position, cell in enumerate(order):
+                try:
+                    cell = _coerce_cell(cell)
+                except InvalidScheduleError as error:
+                    raise InvalidScheduleError(f"device {device}, position {position}: {error}") from None
+                if cell is None:
+                    raise InvalidScheduleError(
+                        f"device {device}, position {position}: an order lists operations, not idle cells")
+                for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
+                    devices.append(device)
+                    positions.append(position)
+                    kinds.append(KIND_CODES[op.kind])
+                    stages.append(op.stage)
+                    microbatches.append(op.microbatch)
+        return cls.from_order_arrays(devices, positions, kinds, stages, microbatches,
+                                     num_devices=len(orders), **metadata)
+
+    @classmethod
+    def from_order_arrays(cls, device, position, kind, stage, microbatch, *,
+                          num_devices=None, **metadata):
+        """``from_order`` for generators that build their orders as arrays.
+
+        ``position`` orders the operations of one device; operations sharing a
+        device and position form one overlapped cell.
+        """
+        from tabsched.lower import unit_layout  # lower imports this module
+
+        device = np.asarray(device, dtype=np.int32)
+        if num_devices is None:
+            num_devices = int(device.max()) + 1 if len(device) else 0
+        position = np.asarray(position, dtype=np.int32)
+        lengths = np.zeros(num_devices, dtype=np.int32)
+        if len(device):
+            np.maximum.at(lengths, device, position + 1)
+        order = cls.from_arrays(device, position, kind, stage, microbatch, lengths,
+                                validate=False, **metadata)
+        order.validate(place="position")
+        slots, lengths = unit_layout(order)
+        return cls.from_arrays(order.device, slots, order.kind, order.stage, order.microbatch,
+                               lengths, validate=False, **order.metadata)
+
+    def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
+              num_microbatches, microbatch_sizes, stage_layers, family, params):
+        device = np.asarray(device, dtype=np.int32).ravel()
+        slot = np.asarray(slot, dtype=np.int32).ravel()
+        kind = np.asarray(kind, dtype=np.int8).ravel()
+        stage = np.asarray(stage, dtype=np.int32).ravel()
+        microbatch = np.asarray(microbatch, dtype=np.int32).ravel()
+        if not (len(device) == len(slot) == len(kind) == len(stage) == len(microbatch)):
+            raise InvalidScheduleError("table arrays have different lengths")
+        if len(device) and (np.any(np.diff(device) < 0) or np.any(
+                (np.diff(slot) < 0) & (np.diff(device) == 0))):
+            order = np.lexsort((kind, slot, device))
+            device, slot, kind, stage, microbatch = (
+                device[order], slot[order], kind[order], stage[order], microbatch[order])
+        row_lengths = np.asarray(row_lengths, dtype=np.int32).ravel()
+        if len(device) and (int(device.min()) < 0 or int(device.max()) >= len(row_lengths)):
+            raise InvalidScheduleError("an operation is on a device the table has no row for")
+        if np.any(row_lengths < 0):
+            raise InvalidScheduleError("row lengths must not be negative")
+        if len(device) and np.any(slot < 0):
+            raise InvalidScheduleError("slots must not be negative")
+        if len(device):
+            last = np.zeros(len(row_lengths), dtype=np.int32)
+            np.maximum.at(last, device, slot + 1)
+            row_lengths = np.maximum(row_lengths, last)
+        if np.any((kind < 0) | (kind >= len(KINDS))):
+            raise InvalidScheduleError("kind codes must be 0..3 (F, B, I, W)")
+        for array in (device, slot, kind, stage, microbatch, row_lengths):
+            array.flags.writeable = False
+        self.device, self.slot, self.kind = device, slot, kind
+        self.stage, self.microbatch, self.row_lengths = stage, microbatch, row_lengths
+
+        if num_stages is None:
+            num_stages = int(stage.max()) + 1 if len(stage) else 0
+        if microbatch_sizes is not None:
+            microbatch_sizes = tuple(float(size) for size in microbatch_sizes)
+            if num_microbatches is not None and num_microbatches != len(microbatch_sizes):
+                raise InvalidScheduleError(
+                    f"microbatch_sizes has {len(microbatch_sizes)} entries for "
+                    f"{num_microbatches} microbatches")
+            if any(not np.isfinite(size) or size <= 0 for size in microbatch_sizes):
+                raise InvalidScheduleError("microbatch_sizes must be positive")
+        else:
+            if num_microbatches is None:
+                num_microbatches = int(microbatch.max()) + 1 if len(microbatch) else 0
+            microbatch_sizes = (1.0,) * int(num_microbatches)
+        if stage_layers is not None:
+            stage_layers = tuple(int(layers) for layers in stage_layers)
+            if len(stage_layers) != num_stages:
+                raise InvalidScheduleError(
+                    f"stage_layers has {len(stage_layers)} entries for {num_stages} stages")
+            if any(layers < 0 for layers in stage_layers):
+                raise InvalidScheduleError("stage_layers must not be negative")
+        self.num_stages = int(num_stages)
+        self.microbatch_sizes = microbatch_sizes
+        self.stage_layers = stage_layers
+        self.family = family
+        self.params = dict(params or {})
+        self._rows = None
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_devices(self):
+        return len(self.row_lengths)
+
+    @property
+    def num_microbatches(self):
+        return len(self.microbatch_sizes)
+
+    @property
+    def num_slots(self):
+        """Length of the longest row, in slots."""
+        return int(self.row_lengths.max()) if len(self.row_lengths) else 0
+
+    @property
+    def num_ops(self):
+        return len(self.device)
+
+    def __len__(self):
+        return len(self.device)
+
+    @property
+    def metadata(self):
+        """Everything but the cells, as keyword arguments of the constructors."""
+        return {"num_stages": self.num_stages, "microbatch_sizes": self.microbatch_sizes,
+                "stage_layers": self.stage_layers, "family": self.family,
+                "params": dict(self.params)}
+
+    def replace(self, **metadata):
+        """The same cells with some metadata changed."""
+        merged = {**self.metadata, **metadata}
+        if "num_microbatches" in metadata and "microbatch_sizes" not in metadata:
+            merged.pop("microbatch_sizes")
+        return ScheduleTable.from_arrays(self.device, self.slot, self.kind, self.stage,
+                                         self.microbatch, self.row_lengths, **merged)
+
+    def kind_letter(self, index):
+        """``"F"``, ``"B"``, ``"I"`` or ``"W"`` for operation ``index``."""
+        return KINDS[self.kind[index]]
+
+    def op(self, index):
+        """The ``Op`` at position ``index`` of the arrays."""
+        return Op(KINDS[self.kind[index]], int(self.stage[index]), int(self.microbatch[index]))
+
+    def cell_text(self, index):
+        """Text of the cell that holds operation ``index`` (an overlap shows all parts)."""
+        same = np.flatnonzero((self.device == self.device[index]) & (self.slot == self.slot[index]))
+        if len(same) == 1:
+            return str(self.op(index))
+        return str(Overlap(tuple(self.op(i) for i in same)))
+
+    @property
+    def rows(self):
+        """List of rows; each a list of ``None``, ``Op`` or ``Overlap`` cells."""
+        if self._rows is None:
+            rows = [[None] * int(length) for length in self.row_lengths]
+            for index in range(len(self.device)):
+                device, slot = int(self.device[index]), int(self.slot[index])
+                op = self.op(index)
+                cell = rows[device][slot]
+                if cell is None:
+                    rows[device][slot] = op
+                elif isinstance(cell, Overlap):
+                    rows[device][slot] = Overlap(cell.parts + (op,))
+                else:
+                    rows[device][slot] = Overlap((cell, op))
+            self._rows = rows
+        return self._rows
+
+    def orders(self):
+        """Per device, its non-idle cells in the order it runs them."""
+        return [[cell for cell in row if cell is not None] for row in self.rows]
+
+    def placement(self):
+        """Map each stage to the sorted tuple of devices that run it."""
+        pairs = np.unique(np.stack([self.stage, self.device]), axis=1)
+        placement = {stage: [] for stage in range(self.num_stages)}
+        for stage, device in pairs.T:
+            placement.setdefault(int(stage), []).append(int(device))
+        return {stage: tuple(devices) for stage, devices in placement.items()}
+
+    def cell_starts(self):
+        """Boolean mask: True where an operation opens a new cell (overlaps share one)."""
+        fresh = np.ones(len(self.device), dtype=bool)
+        if len(self.device) > 1:
+            fresh[1:] = (self.device[1:] != self.device[:-1]) | (self.slot[1:] != self.slot[:-1])
+        return fresh
+
+    def __eq__(self, other):
+        if not isinstance(other, ScheduleTable):
+            return NotImplemented
+        return (all(np.array_equal(getattr(self, name), getattr(other, name))
+                    for name in ("device", "slot", "kind", "stage", "microbatch", "row_lengths"))
+                and self.metadata == other.metadata)
+
+    __hash__ = None
+
+    def __repr__(self):
+        family = f"{self.family!r}, " if self.family else ""
+        return (f"<ScheduleTable {family}{self.num_devices} devices x {self.num_slots} slots, "
+                f"{self.num_stages} stages, {self.num_microbatches} microbatches, "
+                f"{len(self)} ops>")
+
+    # ------------------------------------------------------------- validation
+    def validate(self, *, place="slot"):
+        """Raise ``InvalidScheduleError`` for the first problem in row order.
+
+        Problems, each reported at the cell where reading the table row by row
+        first meets it: a stage or microbatch out of range; an operation listed
+        twice; the operations of one (stage, microbatch) on two devices; a
+        backward without its forward; a forward without a backward; ``I``
+        without ``W`` or ``W`` without ``I``; ``B`` together with ``I``/``W``.
+        A (stage, microbatch) with no operation at all is reported last.
+        """
+        problems = _find_problems(self, place)
+        if problems:
+            raise InvalidScheduleError(min(problems)[1])
+        if len(self.device) == 0 and (self.num_stages or self.num_microbatches):
+            raise InvalidScheduleError("the table has no operations")
+        return self
+
+
+def _find_problems(table, place):
+    """(rank, message) pairs, rank = operation index (row order) of the problem."""
+    problems = []
+    count = len(table.device)
+    S, M = table.num_stages, table.num_microbatches
+    stage, microbatch, kind = table.stage, table.microbatch, table.kind
+    unlocated = count  # ranks after every located problem
+
+    def where(index):
+        return f"device {int(table.device[index])}, {place} {int(table.slot[index])}"
+
+    def text(index):
+        return str(table.op(index))
+
+    bad_stage = np.flatnonzero((stage < 0) | (stage >= S))
+    if len(bad_stage):
+        i = int(bad_stage[0])
+        problems.append((i, f"{where(i)}: {text(i)}: stage {int(stage[i])} is out of range "
+                            f"(the table has stages 0..{S - 1})"))
+    bad_mb = np.flatnonzero((microbatch < 0) | (microbatch >= M))
+    if len(bad_mb):
+        i = int(bad_mb[0])
+        problems.append((i, f"{where(i)}: {text(i)}: microbatch {int(microbatch[i])} is out of "
+                            f"range (the table has microbatches 0..{M - 1})"))
+    if problems:
+        return problems
+
+    pair = stage.astype(np.int64) * M + microbatch
+    full = pair * len(KINDS) + kind
+    unique_full, first_full, counts_full = np.unique(full, return_index=True, return_counts=True)
+    if np.any(counts_full > 1):
+        seen = np.zeros(len(full), dtype=bool)
+        seen[first_full] = True
+        second = int(np.flatnonzero(~seen)[0])
+        first = int(first_full[np.searchsorted(unique_full, full[second])])
+        problems.append((second, f"{where(second)}: {text(second)} appears twice "
+                                 f"(also at {where(first)})"))
+
+    unique_pair, first_pair, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    home = table.device[first_pair][inverse]
+    away = np.flatnonzero(table.device != home)
+    if len(away):
+        i = int(away[0])
+        j = int(first_pair[inverse[i]])
+        problems.append((i, f"{where(i)}: {text(i)} is on device {int(table.device[i])} but "
+                            f"{text(j)} is on device {int(table.device[j])} (all operations of "
+                            f"one stage and microbatch run on one device)"))
+
+    # First index of each (pair, kind), or `count` when absent.
+    first_of = np.full((len(unique_pair), len(KINDS)), count, dtype=np.int64)
+    slot_of_unique = np.searchsorted(unique_pair, unique_full // len(KINDS))
+    first_of[slot_of_unique, unique_full % len(KINDS)] = first_full
+    has = first_of < count
+    f_, b_, i_, w_ = (first_of[:, code] for code in range(len(KINDS)))
+    has_f, has_b, has_i, has_w = (has[:, code] for code in range(len(KINDS)))
+
+    def report(mask, rank, describe):
+        rows = np.flatnonzero(mask)
+        if len(rows):
+            row = int(rows[np.argmin(rank[rows])])
+            problems.append((int(rank[row]), describe(row)))
+
+    def pair_text(row, kind_letter):
+        value = int(unique_pair[row])
+        return f"{value // M}{kind_letter}{value % M}" if M else "?"
+
+    report(~has_f, np.minimum(np.minimum(b_, i_), w_),
+           lambda row: f"{where(int(min(b_[row], i_[row], w_[row])))}: "
+                       f"{text(int(min(b_[row], i_[row], w_[row])))} has no forward "
+                       f"({pair_text(row, 'F')})")
+    report(has_f & ~has_b & ~has_i & ~has_w, f_,
+           lambda row: f"{where(int(f_[row]))}: {text(int(f_[row]))} has no backward "
+                       f"({pair_text(row, 'B')}, or {pair_text(row, 'I')} and "
+                       f"{pair_text(row, 'W')})")
+    mixed_rank = np.maximum(b_, np.minimum(i_, w_))
+    report(has_b & (has_i | has_w), mixed_rank,
+           lambda row: f"{where(int(mixed_rank[row]))}: {text(int(mixed_rank[row]))} "
+                       f"splits a backward that {pair_text(row, 'B')} already runs whole")
+    report(has_i & ~has_w & ~has_b, i_,
+           lambda row: f"{where(int(i_[row]))}: {text(int(i_[row]))} has no weight-grad "
+                       f"({pair_text(row, 'W')})")
+    report(has_w & ~has_i & ~has_b, w_,
+           lambda row: f"{where(int(w_[row]))}: {text(int(w_[row]))} has no input-grad "
+                       f"({pair_text(row, 'I')})")
+
+    if len(unique_pair) < S * M and not problems:
+        present = np.zeros(S * M, dtype=bool)
+        present[unique_pair] = True
+        missing = int(np.flatnonzero(~present)[0])
+        problems.append((unlocated, f"stage {missing // M}, microbatch {missing % M}: no "
+                                    f"operation at all (expected {missing // M}F{missing % M} "
+                                    f"and its backward)"))
+    return problems
