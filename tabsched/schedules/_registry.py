@@ -1,0 +1,155 @@
+"""The registry of schedule families: ``generate(name, **params)``.
+
+A family is one module in ``tabsched/schedules/`` that calls :func:`register`
+with a :class:`Family`; the package imports every such module, so adding a
+family means adding one file.
+"""
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+
+from tabsched.exceptions import InvalidParameterError, UnknownNameError
+
+__all__ = ["Family", "Parameter", "register", "generate", "families", "get_family"]
+
+_FAMILIES = {}
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter of a generator: name, default (``None``: required), help."""
+
+    name: str
+    default: object = None
+    help: str = ""
+
+    @property
+    def required(self):
+        return self.default is None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A schedule family.
+
+    ``build(**params)`` returns a valid ScheduleTable whose metadata names the
+    family and its parameters; it raises ``InvalidParameterError`` saying what
+    would be valid. ``constraints`` states, in one line, which sizes are valid;
+    ``notes`` what a user should know (memory, regimes, sources).
+    """
+
+    name: str
+    summary: str
+    build: object
+    parameters: tuple
+    constraints: str = ""
+    notes: str = ""
+    aliases: tuple = field(default=())
+
+    def parameter_names(self):
+        return [parameter.name for parameter in self.parameters]
+
+
+def register(family):
+    """Add ``family`` to the registry (names are case-insensitive)."""
+    for name in (family.name,) + tuple(family.aliases):
+        key = name.lower()
+        if key in _FAMILIES and _FAMILIES[key] is not family:
+            raise ValueError(f"schedule family {name!r} is registered twice")
+        _FAMILIES[key] = family
+    return family
+
+
+def families():
+    """Registered families, sorted by name (aliases left out)."""
+    unique = {id(family): family for family in _FAMILIES.values()}
+    return sorted(unique.values(), key=lambda family: family.name)
+
+
+def get_family(name):
+    """The family called ``name``; the error lists valid names and a close match."""
+    family = _FAMILIES.get(str(name).lower())
+    if family is None:
+        names = [family.name for family in families()]
+        close = difflib.get_close_matches(str(name).lower(), list(_FAMILIES), n=1)
+        hint = f" (did you mean {_FAMILIES[close[0]].name!r}?)" if close else ""
+        raise UnknownNameError(f"unknown schedule family {name!r}{hint}; valid families: "
+                               f"{', '.join(names)}")
+    return family
+
+
+def _integer(family, name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            as_int = int(value)
+        except (TypeError, ValueError):
+            raise InvalidParameterError(f"{family}: {name} must be an integer, "
+                                        f"not {value!r}") from None
+        if as_int != value:
+            raise InvalidParameterError(f"{family}: {name} must be an integer, not {value!r}")
+        value = as_int
+    if value < minimum:
+        raise InvalidParameterError(f"{family}: {name} must be >= {minimum}, not {value}")
+    return value
+
+
+INTEGER_PARAMETERS = {"devices": 1, "microbatches": 1, "chunks": 1, "waves": 1,
+                      "group_size": 1, "pipelines": 1}
+
+
+def generate(name, **params):
+    """Generate the table of family ``name``.
+
+    Parameters not given take the family's defaults; ``None`` values count as
+    not given. ``stage_layers`` (one layer count per stage) is accepted by every
+    family and stored in the table's metadata.
+
+    >>> table = generate("1f1b", devices=4, microbatches=8)
+    >>> table.family, table.params
+    ('1f1b', {'devices': 4, 'microbatches': 8})
+    >>> generate("lf1b", devices=4, microbatches=8)
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.UnknownNameError: unknown schedule family 'lf1b' (did you mean '1f1b'?); valid families: ...
+    """
+    family = get_family(name)
+    params = {key: value for key, value in params.items() if value is not None}
+    stage_layers = params.pop("stage_layers", None)
+    known = family.parameter_names()
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise InvalidParameterError(
+            f"{family.name} does not take {', '.join(unknown)}; its parameters are "
+            f"{', '.join(known)}")
+    values = {}
+    for parameter in family.parameters:
+        if parameter.name in params:
+            value = params[parameter.name]
+        elif parameter.required:
+            raise InvalidParameterError(f"{family.name} needs {parameter.name} "
+                                        f"({parameter.help})")
+        else:
+            value = parameter.default
+        if parameter.name in INTEGER_PARAMETERS:
+            value = _integer(family.name, parameter.name, value,
+                             INTEGER_PARAMETERS[parameter.name])
+        values[parameter.name] = value
+    table = family.build(**values)
+    if stage_layers is not None:
+        table = table.replace(stage_layers=tuple(stage_layers))
+    return table
+
+
+def describe_parameters(family):
+    """``name=default`` text of a family's parameters, for listings."""
+    parts = []
+    for parameter in family.parameters:
+        parts.append(parameter.name if parameter.required
+                     else f"{parameter.name}={parameter.default}")
+    return ", ".join(parts)
+
+
+def accepts(build):
+    """Names the build function takes (for registry self-checks in tests)."""
+    return list(inspect.signature(build).parameters)
