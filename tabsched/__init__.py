@@ -1,0 +1,54 @@
+"""tabsched: pipeline-parallel schedules as tables, evaluated at three levels.
+
+A schedule is a table: one row per device, one column per time slot, each cell
+an operation ``(kind, stage, microbatch)`` -- forward ``F``, full backward
+``B``, input-grad ``I`` or weight-grad ``W`` of one microbatch on one model
+chunk -- or idle. tabsched generates the tables of the known families, reads
+and writes them (PyTorch's CSV, JSON), and evaluates them:
+
+* the **formula** level: the closed forms the papers state (``formulas``);
+* the **table** level: unit slot lengths, no communication (``UnitCosts``);
+* the **simulation** level: real compute times and per-link transfers
+  (``StageCosts`` and model-based costs).
+
+The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Result`.
+
+>>> import tabsched
+>>> table = tabsched.generate("1f1b", devices=4, microbatches=8)
+>>> result = tabsched.evaluate(table, tabsched.UnitCosts(f=1, b=2))
+>>> result.makespan, round(result.bubble_ratio, 3)
+(33.0, 0.273)
+"""
+
+try:
+    from tabsched import _kernel  # noqa: F401  (compiled by the package build)
+except ImportError as _error:  # pragma: no cover - exercised by hand on a raw checkout
+    raise ImportError(
+        "tabsched's Cython kernel (tabsched._kernel) is not built. From the source "
+        "checkout run:  pip install -e .   (or: python setup.py build_ext --inplace). "
+        f"Import error: {_error}") from None
+
+from tabsched.costs import CostModel, StageCosts, UnitCosts
+from tabsched.evaluate import DeviceStats, LinkStats, PathStep, Result, evaluate
+from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
+                                 MemoryBudgetError, TabschedError, UnknownNameError)
+from tabsched.formulas import formula_for
+from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
+                         write_table)
+from tabsched.lower import LoweredSchedule, lower
+from tabsched.schedules import families, generate
+from tabsched.table import Op, Overlap, ScheduleTable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ScheduleTable", "Op", "Overlap",
+    "generate", "families",
+    "read_table", "write_table", "from_csv", "to_csv", "from_json", "to_json", "render_grid",
+    "CostModel", "UnitCosts", "StageCosts",
+    "lower", "LoweredSchedule",
+    "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats",
+    "formula_for",
+    "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
+    "UnknownNameError", "InvalidParameterError",
+]
