@@ -1,0 +1,91 @@
+"""Random valid tables and durations for property tests (not part of the API).
+
+A random table is built the way a real one is: every (stage, microbatch) gets
+its operations on one device (a stage may live on several devices, one per
+microbatch, as Chimera's replicas do), and the row orders come from one random
+topological order of all operations, so the table never deadlocks. Some
+backwards are split into I + W, some cells overlap a forward with a backward,
+some microbatches have other sizes.
+"""
+
+import numpy as np
+
+from tabsched.table import Op, Overlap, ScheduleTable
+
+
+def random_table(seed, *, max_devices=4, max_stages=6, max_microbatches=5, split=0.3,
+                 overlap=0.15, replicate=0.2, uneven=0.2):
+    """A valid, deadlock-free random ScheduleTable determined by ``seed``."""
+    rng = np.random.default_rng(seed)
+    num_devices = int(rng.integers(1, max_devices + 1))
+    num_stages = int(rng.integers(1, max_stages + 1))
+    num_microbatches = int(rng.integers(1, max_microbatches + 1))
+    home = rng.integers(0, num_devices, size=num_stages)
+    replica = rng.integers(0, num_devices, size=num_stages)
+    device_of = {}
+    for s in range(num_stages):
+        for m in range(num_microbatches):
+            use_replica = rng.random() < replicate
+            device_of[s, m] = int(replica[s] if use_replica else home[s])
+    split_of = {(s, m): bool(rng.random() < split)
+                for s in range(num_stages) for m in range(num_microbatches)}
+
+    done = set()
+    pending = set()
+    for s in range(num_stages):
+        for m in range(num_microbatches):
+            pending.add(Op("F", s, m))
+            if split_of[s, m]:
+                pending.update({Op("I", s, m), Op("W", s, m)})
+            else:
+                pending.add(Op("B", s, m))
+
+    def ready(op):
+        s, m = op.stage, op.microbatch
+        if op.kind == "F":
+            return s == 0 or Op("F", s - 1, m) in done
+        if op.kind == "W":
+            return Op("I", s, m) in done
+        if Op("F", s, m) not in done:
+            return False
+        if s == num_stages - 1:
+            return True
+        upstream = Op("I", s + 1, m) if split_of[s + 1, m] else Op("B", s + 1, m)
+        return upstream in done
+
+    orders = [[] for _ in range(num_devices)]
+    while pending:
+        candidates = sorted(op for op in pending if ready(op))
+        op = candidates[int(rng.integers(len(candidates)))]
+        device = device_of[op.stage, op.microbatch]
+        cell = op
+        if rng.random() < overlap and op.kind in "FBI":
+            partners = [other for other in candidates if other != op
+                        and device_of[other.stage, other.microbatch] == device
+                        and ((op.kind == "F") != (other.kind == "F"))
+                        and other.kind != "W"]
+            if partners:
+                other = partners[int(rng.integers(len(partners)))]
+                cell = Overlap((op, other) if op.kind == "F" else (other, op))
+        parts = cell.parts if isinstance(cell, Overlap) else (cell,)
+        for part in parts:
+            pending.discard(part)
+            done.add(part)
+        orders[device].append(cell)
+    sizes = None
+    if rng.random() < uneven:
+        sizes = [float(rng.choice([0.5, 1.0, 2.0])) for _ in range(num_microbatches)]
+    return ScheduleTable.from_order(orders, num_stages=num_stages,
+                                    num_microbatches=None if sizes else num_microbatches,
+                                    microbatch_sizes=sizes)
+
+
+def random_durations(lowered, seed, *, samples=1, integer=False, transfers=True):
+    """Random non-negative node durations, shape (samples, nodes)."""
+    rng = np.random.default_rng(seed)
+    shape = (samples, lowered.num_nodes)
+    durations = (rng.integers(0, 4, size=shape).astype(float) if integer
+                 else rng.exponential(1.0, size=shape))
+    if not transfers:
+        durations[:, lowered.num_cells:] = 0.0
+    return durations

@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+
+from tabsched import InvalidParameterError, ScheduleTable, generate
+from tabsched._testing import random_table
+from tabsched.lower import lower
+
+
+def edges(lowered):
+    sources = np.repeat(np.arange(lowered.num_nodes), np.diff(lowered.indptr))
+    return set(zip(sources.tolist(), lowered.successors.tolist()))
+
+
+def test_one_f_one_b_structure():
+    p, m = 4, 8
+    lowered = lower(generate("1f1b", devices=p, microbatches=m))
+    ops = 2 * p * m
+    assert lowered.num_cells == ops
+    # an activation and a gradient crosses every device boundary for every microbatch
+    assert len(lowered.transfers) == 2 * (p - 1) * m
+    assert lowered.num_nodes == ops + 2 * (p - 1) * m
+    row_edges = ops - p
+    same_device_f_to_b = p * m
+    assert lowered.num_edges == row_edges + same_device_f_to_b + 2 * len(lowered.transfers)
+    t = lowered.transfers
+    forward = ~t.gradient
+    assert np.all(t.dst[forward] == t.src[forward] + 1)
+    assert np.all(t.dst[~forward] == t.src[~forward] - 1)
+    assert lowered.resources.shape == (lowered.num_nodes, 0)
+
+
+def test_dependencies_follow_the_design():
+    table = ScheduleTable([["0F0", None, None, "0I0", "0W0"], [None, "1F0", "1B0", None, None]])
+    lowered = lower(table)
+    cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
+    graph = edges(lowered)
+    transfer_of = {(int(p), int(c)): lowered.num_cells + k for k, (p, c)
+                   in enumerate(zip(lowered.transfers.producer, lowered.transfers.consumer))}
+    op_index = {str(table.op(k)): k for k in range(len(table))}
+    f_transfer = transfer_of[op_index["0F0"], op_index["1F0"]]
+    b_transfer = transfer_of[op_index["1B0"], op_index["0I0"]]
+    assert (cell["0F0"], f_transfer) in graph and (f_transfer, cell["1F0"]) in graph
+    assert (cell["1B0"], b_transfer) in graph and (b_transfer, cell["0I0"]) in graph
+    assert (cell["0F0"], cell["0I0"]) in graph      # I needs its own forward
+    assert (cell["0I0"], cell["0W0"]) in graph      # W needs I
+    assert (cell["1F0"], cell["1B0"]) in graph      # last stage: only its forward
+    assert lowered.transfers.gradient.tolist() == [False, True]
+
+
+def test_overlap_cell_is_one_node_with_union_of_dependencies():
+    table = ScheduleTable([["0F0", "0F1", "(0F2;0B0)OVERLAP_F_B", "0B1", "0B2"]])
+    lowered = lower(table)
+    assert lowered.num_cells == 5
+    assert len(set(lowered.cell_of_op.tolist())) == 5
+
+
+def test_link_and_nic_resources():
+    table = generate("1f1b", devices=4, microbatches=2)
+    link = lower(table, contention="link")
+    t = link.transfers
+    assert link.num_resources == 16
+    assert np.all(link.resources[:link.num_cells] == -1)
+    np.testing.assert_array_equal(link.resources[link.num_cells:, 0], t.src * 4 + t.dst)
+    nic = lower(table, contention="nic", devices_per_node=2)
+    assert nic.num_resources == 16 + 2 + 2
+    crossing = (t.src // 2) != (t.dst // 2)
+    ports = nic.resources[nic.num_cells:]
+    assert np.all(ports[crossing, 1] == 16 + t.src[crossing] // 2)
+    assert np.all(ports[crossing, 2] == 18 + t.dst[crossing] // 2)
+    assert np.all(ports[~crossing, 1:] == -1)
+
+
+def test_blocking_sends_hold_the_sender():
+    table = generate("gpipe", devices=2, microbatches=2)
+    lowered = lower(table, blocking_sends=True)
+    graph = edges(lowered)
+    for k, producer in enumerate(lowered.transfers.producer):
+        cell = int(lowered.cell_of_op[producer])
+        if cell + 1 < lowered.num_cells and lowered.cell_device[cell + 1] == table.device[producer]:
+            assert (lowered.num_cells + k, cell + 1) in graph
+
+
+def test_bad_options():
+    table = generate("gpipe", devices=2, microbatches=2)
+    with pytest.raises(InvalidParameterError, match="contention 'bus' is not one of none, link, nic"):
+        lower(table, contention="bus")
+    with pytest.raises(InvalidParameterError, match="needs devices_per_node"):
+        lower(table, contention="nic")
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_csr_is_well_formed(seed):
+    lowered = lower(random_table(seed))
+    assert lowered.indptr[0] == 0 and lowered.indptr[-1] == lowered.num_edges
+    assert np.all(np.diff(lowered.indptr) >= 0)
+    assert lowered.successors.dtype == np.int32
+    assert np.all((lowered.successors >= 0) & (lowered.successors < lowered.num_nodes))
+    pred_indptr, predecessors = lowered.predecessors()
+    sources = np.repeat(np.arange(lowered.num_nodes), np.diff(lowered.indptr))
+    assert sorted(zip(sources.tolist(), lowered.successors.tolist())) == sorted(
+        zip(predecessors.tolist(), np.repeat(np.arange(lowered.num_nodes),
+                                             np.diff(pred_indptr)).tolist()))

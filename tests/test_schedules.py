@@ -1,0 +1,125 @@
+"""Generators and the registry: golden tables, the worked grids of SCHEDULES.md."""
+
+import pytest
+
+from tabsched import (InvalidParameterError, UnitCosts, UnknownNameError, evaluate, generate,
+                      read_table)
+from tabsched.io import to_csv
+from tabsched.schedules import families, get_family
+
+
+@pytest.mark.parametrize("family,p,m", [("gpipe", 4, 8), ("gpipe", 3, 5), ("1f1b", 4, 8),
+                                        ("1f1b", 4, 2), ("1f1b", 8, 16)])
+def test_golden_layouts(golden, family, p, m):
+    path = golden(f"{family}_p{p}_m{m}.csv")
+    table = generate(family, devices=p, microbatches=m)
+    assert to_csv(table).encode() == path.read_bytes()
+    stored = read_table(path)
+    assert stored.orders() == table.orders()
+    assert stored.rows == table.rows
+
+
+def grid_starts(lines, durations):
+    """Start slot of each op in a SCHEDULES.md grid (a 2-slot op is printed twice)."""
+    starts = {}
+    for line in lines:
+        label, *tokens = line.split()
+        device = int(label.rstrip(":")[1:])
+        slot = 0
+        while slot < len(tokens):
+            token = tokens[slot]
+            if token == ".":
+                slot += 1
+                continue
+            starts[device, token] = slot
+            slot += durations[token[0]]
+    return starts
+
+
+def assert_matches_grid(table, grid, durations):
+    result = evaluate(table, UnitCosts(f=durations["F"], b=durations["B"]))
+    expected = grid_starts(grid.strip().splitlines(), durations)
+    seen = set()
+    for k in range(len(table)):
+        device = int(table.device[k])
+        key = (device, f"{table.kind_letter(k)}{int(table.microbatch[k])}")
+        if key in expected:
+            assert result.op_start[k] == expected[key], key
+            seen.add(key)
+    assert seen == set(expected)
+    return result
+
+
+GPIPE_4_8 = """
+d0: F0 F1 F2 F3 F4 F5 F6 F7 .  .  .  .  .  .  .  .  .  B0 B0 B1 B1 B2 B2 B3 B3 B4 B4 B5 B5 B6 B6 B7 B7
+d3: .  .  .  F0 F1 F2 F3 F4 F5 F6 F7 B0 B0 B1 B1 B2 B2 B3 B3 B4 B4 B5 B5 B6 B6 B7 B7 .  .  .  .  .  .
+"""
+
+ONE_F_ONE_B_4_8 = """
+d0: F0 F1 F2 F3 .  .  .  .  .  .  B0 B0 F4 B1 B1 F5 B2 B2 F6 B3 B3 F7 B4 B4 .  B5 B5 .  B6 B6 .  B7 B7
+d1: .  F0 F1 F2 .  .  .  .  B0 B0 F3 B1 B1 F4 B2 B2 F5 B3 B3 F6 B4 B4 F7 B5 B5 .  B6 B6 .  B7 B7 .  .
+d2: .  .  F0 F1 .  .  B0 B0 F2 B1 B1 F3 B2 B2 F4 B3 B3 F5 B4 B4 F6 B5 B5 F7 B6 B6 .  B7 B7 .  .  .  .
+d3: .  .  .  F0 B0 B0 F1 B1 B1 F2 B2 B2 F3 B3 B3 F4 B4 B4 F5 B5 B5 F6 B6 B6 F7 B7 B7 .  .  .  .  .  .
+"""
+
+
+def test_gpipe_matches_schedules_md_grid():
+    result = assert_matches_grid(generate("gpipe", devices=4, microbatches=8), GPIPE_4_8,
+                                 {"F": 1, "B": 2})
+    assert result.makespan == 33 and round(result.bubble_ratio, 3) == 0.273
+
+
+def test_one_f_one_b_matches_schedules_md_grid():
+    result = assert_matches_grid(generate("1f1b", devices=4, microbatches=8), ONE_F_ONE_B_4_8,
+                                 {"F": 1, "B": 2})
+    assert result.makespan == 33
+
+
+def test_gpipe_backward_order_parameter():
+    table = generate("gpipe", devices=2, microbatches=3, backward_order="descending")
+    assert [str(op) for op in table.orders()[0]] == ["0F0", "0F1", "0F2", "0B2", "0B1", "0B0"]
+    with pytest.raises(InvalidParameterError, match="backward_order must be one of ascending, "
+                                                    "descending, not 'up'"):
+        generate("gpipe", devices=2, microbatches=3, backward_order="up")
+
+
+def test_one_f_one_b_caps_warmup_at_m():
+    table = generate("1f1b", devices=4, microbatches=2)
+    assert [str(op) for op in table.orders()[0]] == ["0F0", "0F1", "0B0", "0B1"]
+
+
+def test_registry_names_and_aliases():
+    assert {"gpipe", "1f1b"} <= {family.name for family in families()}
+    assert get_family("DAPPLE") is get_family("1f1b")
+    table = generate("1F1B", devices=2, microbatches=2)
+    assert table.family == "1f1b" and table.params == {"devices": 2, "microbatches": 2}
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: generate("lf1b", devices=2, microbatches=2),
+     r"unknown schedule family 'lf1b' \(did you mean '1f1b'\?\); valid families: .*1f1b.*gpipe"),
+    (lambda: generate("zzz"), r"unknown schedule family 'zzz'; valid families: "),
+    (lambda: generate("1f1b", devices=2), r"1f1b needs microbatches"),
+    (lambda: generate("1f1b", devices=2, microbatches=2, chunks=2),
+     r"1f1b does not take chunks; its parameters are devices, microbatches"),
+    (lambda: generate("1f1b", devices=0, microbatches=2), r"1f1b: devices must be >= 1, not 0"),
+    (lambda: generate("1f1b", devices=2.5, microbatches=2),
+     r"1f1b: devices must be an integer, not 2.5"),
+    (lambda: generate("gpipe", devices="x", microbatches=2),
+     r"gpipe: devices must be an integer, not 'x'"),
+])
+def test_generate_errors(call, message):
+    with pytest.raises((UnknownNameError, InvalidParameterError), match=message):
+        call()
+
+
+def test_stage_layers_for_every_family():
+    table = generate("1f1b", devices=2, microbatches=2, stage_layers=[3, 5])
+    assert table.stage_layers == (3, 5)
+
+
+def test_every_family_declares_what_it_needs():
+    for family in families():
+        assert family.summary and family.constraints
+        names = family.parameter_names()
+        assert names[:2] == ["devices", "microbatches"]
