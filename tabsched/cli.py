@@ -199,7 +199,7 @@ def summary(result):
         bubble += f"   (formula level: {result.formula['bubble_ratio']:.2%})"
     lines.append(bubble)
     path = result.critical_path
-    ops = sum(1 for step in path if not step.is_transfer)
+    ops = sum(1 for step in path if step.kind == "op")
     lines.append(f"critical path {ops} ops, {len(path) - ops} transfers")
     header = ["device", "busy", "idle", "warm-up", "inside", "cool-down",
               f"peak memory ({result.memory_unit})"]

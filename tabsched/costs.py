@@ -12,6 +12,9 @@ A cost model answers, vectorised over a table's operations:
 and carries the execution options that belong to the system it models:
 ``contention``, ``devices_per_node``, ``blocking_sends``, and ``overlap``, the
 factor applied to the summed parts of an overlapped cell (1.0: no overlap gain).
+The iteration's tail, when lowered with one, costs ``tail_durations(table,
+lowered)``: a gradient sync per synced stage and an optimizer step per device;
+``grad_sync`` and ``optimizer_step`` say whether the model wants them by default.
 
 ``UnitCosts`` is the idealized-table level; ``StageCosts`` takes profiled
 per-stage numbers. A model-based cost model (transformer x system) implements
@@ -83,9 +86,16 @@ class CostModel:
     blocking_sends = False
     input_grad_release = 0.0
     overlap = 1.0
+    grad_sync = None
+    optimizer_step = False
 
     def op_durations(self, table):
         raise NotImplementedError
+
+    def tail_durations(self, table, lowered):
+        """``(sync, optimizer)``: durations of the sync nodes and of each device's step."""
+        return (np.zeros(lowered.num_syncs),
+                np.zeros(table.num_devices if lowered.optimizer else 0))
 
     def transfer_costs(self, table, transfers):
         """``(durations, nbytes)`` arrays, one entry per transfer."""
@@ -110,7 +120,10 @@ class CostModel:
             parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
             cells[parts > 1] *= self.overlap
         transfer_durations, _ = self.transfer_costs(table, lowered.transfers)
-        return np.concatenate([cells, np.asarray(transfer_durations, dtype=np.float64)])
+        sync, optimizer = self.tail_durations(table, lowered)
+        return np.concatenate([cells, np.asarray(transfer_durations, dtype=np.float64),
+                               np.asarray(sync, dtype=np.float64),
+                               np.asarray(optimizer, dtype=np.float64)])
 
     def describe(self):
         """Parameters for reports and JSON."""
@@ -132,6 +145,9 @@ class UnitCosts(CostModel):
         papers count memory.
     overlap : float
         Factor on the summed length of an overlapped cell's parts.
+    sync, optimizer : float
+        Length of a gradient sync and of an optimizer step, when the evaluation
+        has a tail (default 0).
 
     >>> UnitCosts(b=2).describe()
     {'model': 'UnitCosts', 'F': 1.0, 'B': 2.0, 'I': 1.0, 'W': 1.0}
@@ -139,11 +155,18 @@ class UnitCosts(CostModel):
 
     level = "table"
 
-    def __init__(self, f=1.0, b=1.0, i=1.0, w=1.0, *, input_grad_release=0.0, overlap=1.0):
+    def __init__(self, f=1.0, b=1.0, i=1.0, w=1.0, *, input_grad_release=0.0, overlap=1.0,
+                 sync=0.0, optimizer=0.0):
         self.lengths = np.array([_non_negative("f", f), _non_negative("b", b),
                                  _non_negative("i", i), _non_negative("w", w)])
         self.input_grad_release = _fraction("input_grad_release", input_grad_release)
         self.overlap = _non_negative("overlap", overlap)
+        self.sync = _non_negative("sync", sync)
+        self.optimizer = _non_negative("optimizer", optimizer)
+
+    def tail_durations(self, table, lowered):
+        return (np.full(lowered.num_syncs, self.sync),
+                np.full(table.num_devices if lowered.optimizer else 0, self.optimizer))
 
     def op_durations(self, table):
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
@@ -174,7 +197,7 @@ class StageCosts(CostModel):
         Time of one transfer, for every link or per directed link ``comm[src, dst]``.
     activation : float or sequence
         Activation memory per stage for a full microbatch (default 1).
-    input_grad_release, overlap : float
+    input_grad_release, overlap, sync, optimizer : float
         As in ``UnitCosts``.
     contention : {"none", "link", "nic"}
     devices_per_node : int, optional
@@ -192,7 +215,7 @@ class StageCosts(CostModel):
     def __init__(self, forward, backward=None, input_grad=None, weight_grad=None, *,
                  comm=0.0, activation=1.0, input_grad_release=0.0, overlap=1.0,
                  contention="none", devices_per_node=None, blocking_sends=False,
-                 time_unit="s"):
+                 sync=0.0, optimizer=0.0, time_unit="s"):
         self.forward = _per_stage("forward", forward)
         self.backward = (_per_stage("backward", backward) if backward is not None
                          else self.forward * 2)
@@ -222,7 +245,11 @@ class StageCosts(CostModel):
         self.contention = contention
         self.devices_per_node = devices_per_node
         self.blocking_sends = bool(blocking_sends)
+        self.sync = _non_negative("sync", sync)
+        self.optimizer = _non_negative("optimizer", optimizer)
         self.time_unit = time_unit
+
+    tail_durations = UnitCosts.tail_durations
 
     def op_durations(self, table):
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)

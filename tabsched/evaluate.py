@@ -45,17 +45,22 @@ class DeviceStats:
 
 @dataclass
 class PathStep:
-    """One node of the critical path: an operation (``link`` None) or a transfer."""
+    """One node of the critical path.
+
+    ``kind`` is ``"op"`` (a cell, on ``device``), ``"transfer"`` (on ``link``),
+    ``"sync"`` (a gradient all-reduce) or ``"optimizer"`` (on ``device``).
+    """
 
     label: str
     start: float
     end: float
     device: int = None
     link: tuple = None
+    kind: str = "op"
 
     @property
     def is_transfer(self):
-        return self.link is not None
+        return self.kind == "transfer"
 
 
 @dataclass
@@ -114,9 +119,6 @@ class Result:
         cells = self._lowered.cell_of_op
         return self._node_start[cells] + self._node_durations[cells]
 
-    @property
-    def _node_end(self):
-        return self._node_start + self._node_durations
 
     @property
     def total_compute(self):
@@ -137,21 +139,28 @@ class Result:
         lowered, binding = self._lowered, self._binding
         if lowered.num_nodes == 0:
             return []
-        node = int(np.argmax(self._node_end))
+        node = int(np.argmax(self._node_start + self._node_durations))
         nodes = []
         while node >= 0:
             nodes.append(node)
             node = int(binding[node])
         steps = []
         for node in reversed(nodes):
-            start, end = float(self._node_start[node]), float(self._node_end[node])
-            if node < lowered.num_cells:
-                text, device, _ = lowered.describe_cell(node)
-                steps.append(PathStep(text, start, end, device=device))
-            else:
+            start = float(self._node_start[node])
+            end = start + float(self._node_durations[node])
+            kind = lowered.node_kind(node)
+            label = lowered.describe_node(node)
+            if kind == "cell":
+                steps.append(PathStep(label, start, end, device=lowered.describe_cell(node)[1]))
+            elif kind == "transfer":
                 k = node - lowered.num_cells
                 link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
-                steps.append(PathStep(lowered.describe_node(node), start, end, link=link))
+                steps.append(PathStep(label, start, end, link=link, kind="transfer"))
+            elif kind == "sync":
+                steps.append(PathStep(label, start, end, kind="sync"))
+            else:
+                steps.append(PathStep(label, start, end, kind="optimizer",
+                                      device=node - lowered.first_optimizer))
         return steps
 
     @property
@@ -162,7 +171,7 @@ class Result:
             return []
         D = self.table.num_devices
         link = transfers.src.astype(np.int64) * D + transfers.dst
-        durations = (self._node_end - self._node_start)[self._lowered.num_cells:]
+        durations = self._node_durations[self._lowered.num_cells:self._lowered.first_sync]
         counts = np.bincount(link, minlength=D * D)
         _, transfer_bytes = self._cost_model.transfer_costs(self.table, transfers)
         nbytes = np.bincount(link, weights=transfer_bytes, minlength=D * D)
@@ -237,7 +246,8 @@ class Result:
         return data
 
 
-def evaluate(table, costs=None, *, contention=None, formula=True):
+def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
+             formula=True):
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
 
     Parameters
@@ -246,6 +256,9 @@ def evaluate(table, costs=None, *, contention=None, formula=True):
     costs : CostModel, optional
     contention : {"none", "link", "nic"}, optional
         Overrides the cost model's own mode.
+    grad_sync, optimizer : optional
+        The iteration's tail (see :func:`tabsched.lower.lower`); default the
+        cost model's ``grad_sync`` and ``optimizer_step``.
     formula : bool
         Attach the formula level's numbers for the table's family.
 
@@ -274,7 +287,9 @@ def evaluate(table, costs=None, *, contention=None, formula=True):
         raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
     contention = costs.contention if contention is None else contention
     lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
-                    blocking_sends=costs.blocking_sends)
+                    blocking_sends=costs.blocking_sends,
+                    grad_sync=costs.grad_sync if grad_sync is None else grad_sync,
+                    optimizer=costs.optimizer_step if optimizer is None else optimizer)
     durations = costs.node_durations(lowered)
     start, _, binding = lowered.run(durations, end=False)
     result = build_result(table, costs, lowered, start[0], binding, durations, contention)
@@ -295,8 +310,16 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     first = np.array([node_start[bounds[d]] if has_ops[d] else np.inf for d in range(D)])
     last = np.array([node_start[bounds[d + 1] - 1] + durations[bounds[d + 1] - 1]
                      if has_ops[d] else 0.0 for d in range(D)])
-    # Every transfer feeds a cell that starts after it ends: the last end is a cell's.
-    makespan = float(last.max()) if D else 0.0
+    if lowered.optimizer:
+        step = durations[lowered.first_optimizer:]
+        busy = busy + step
+        last = np.where(has_ops, node_start[lowered.first_optimizer:] + step, last)
+    # Every transfer feeds a cell that starts after it ends, so the last end is a
+    # cell's or the tail's.
+    tail = slice(lowered.first_sync, lowered.num_nodes)
+    tail_end = float((node_start[tail] + durations[tail]).max()) if lowered.num_nodes > \
+        lowered.first_sync else 0.0
+    makespan = max(float(last.max()) if D else 0.0, tail_end)
     first = np.where(has_ops, first, makespan)
     last = np.where(has_ops, last, makespan)
     total = float(busy.sum())

@@ -12,6 +12,12 @@ Edges (CSR, ``indptr`` / ``successors``)
     * a dependency across devices goes producer -> transfer -> consumer;
     * with ``blocking_sends``, a transfer also precedes the next cell of the
       sending device.
+Tail (optional)
+    ``grad_sync``: one node per chosen stage after the last ``B``/``W`` of that
+    stage on every device that holds it (an all-reduce among replicas; it does
+    not occupy a device's compute stream). ``optimizer``: one node per device
+    after its last cell and the syncs of its stages, on its compute stream.
+    Node ids: cells, then transfers, then syncs, then optimizer steps.
 Resources (``resources``, one row per node)
     ``none``: no column, transfers never wait for each other. ``link``: each
     directed device pair is one FIFO resource. ``nic``: additionally, transfers
@@ -90,6 +96,10 @@ class LoweredSchedule:
     num_resources : int
     transfers : Transfers
     contention : str
+    sync_stage : int32 array
+        The stage of each gradient-sync node (ids from ``first_sync``).
+    optimizer : bool
+        Whether one optimizer node per device follows (ids from ``first_optimizer``).
     """
 
     table: object
@@ -102,10 +112,39 @@ class LoweredSchedule:
     num_resources: int
     transfers: Transfers
     contention: str
+    sync_stage: np.ndarray = None
+    optimizer: bool = False
 
     @property
     def num_nodes(self):
         return len(self.indptr) - 1
+
+    @property
+    def first_sync(self):
+        return self.num_cells + len(self.transfers)
+
+    @property
+    def num_syncs(self):
+        return 0 if self.sync_stage is None else len(self.sync_stage)
+
+    @property
+    def first_optimizer(self):
+        return self.first_sync + self.num_syncs
+
+    def node_kind(self, node):
+        """``"cell"``, ``"transfer"``, ``"sync"`` or ``"optimizer"``."""
+        if node < self.num_cells:
+            return "cell"
+        if node < self.first_sync:
+            return "transfer"
+        if node < self.first_optimizer:
+            return "sync"
+        return "optimizer"
+
+    def sync_devices(self, index):
+        """Devices holding the stage of sync node ``first_sync + index``."""
+        stage = int(self.sync_stage[index])
+        return tuple(sorted(set(self.table.device[self.table.stage == stage].tolist())))
 
     @property
     def num_edges(self):
@@ -212,9 +251,15 @@ class LoweredSchedule:
         return table.cell_text(op), int(table.device[op]), int(table.slot[op])
 
     def describe_node(self, node):
-        """A short label: the cell's text, or ``"3F1 d0->d1"`` for a transfer."""
-        if node < self.num_cells:
+        """A short label: the cell's text, ``"3F1 d0->d1"`` for a transfer,
+        ``"grad sync stage 3"`` or ``"optimizer d2"`` for the tail."""
+        kind = self.node_kind(node)
+        if kind == "cell":
             return self.describe_cell(node)[0]
+        if kind == "sync":
+            return f"grad sync stage {int(self.sync_stage[node - self.first_sync])}"
+        if kind == "optimizer":
+            return f"optimizer d{node - self.first_optimizer}"
         k = node - self.num_cells
         t = self.transfers
         return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
@@ -248,7 +293,8 @@ def _cycle_text(described):
     return " -> ".join(parts + [described[0][0]])
 
 
-def lower(table, *, contention="none", devices_per_node=None, blocking_sends=False):
+def lower(table, *, contention="none", devices_per_node=None, blocking_sends=False,
+          grad_sync=None, optimizer=False):
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -260,6 +306,11 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         Needed for ``"nic"``: devices ``k*n .. k*n+n-1`` form node ``k``.
     blocking_sends : bool
         A transfer keeps its sender's compute stream busy until it ends.
+    grad_sync : None, "replicas", "all" or iterable of int
+        Stages that get a gradient-sync node: none; those held by two or more
+        devices (Chimera's replicas); every stage (data parallelism); or a list.
+    optimizer : bool
+        Add an optimizer step per device at the end of the iteration.
     """
     if contention not in CONTENTION_MODES:
         raise InvalidParameterError(
@@ -342,6 +393,31 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
         edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
 
+    first_sync = num_nodes
+    sync_stage, sync_groups = _sync_nodes(table, grad_sync, cell_of_op, first_sync)
+    edge_groups.extend(sync_groups)
+    num_nodes += len(sync_stage)
+    if optimizer:
+        first_optimizer = num_nodes
+        num_nodes += D
+        bounds = np.searchsorted(cell_device, np.arange(D + 1, dtype=INDEX))
+        busy = np.flatnonzero(bounds[1:] > bounds[:-1]).astype(INDEX)
+        edge_groups.append(((bounds[1:][busy] - 1).astype(INDEX), first_optimizer + busy))
+        # sync -> optimizer of every device holding the stage, one group per replica rank
+        holders = _stage_holders(table)
+        rank = 0
+        while True:
+            sources, targets = [], []
+            for k, stage in enumerate(sync_stage):
+                devices = holders[int(stage)]
+                if rank < len(devices):
+                    sources.append(first_sync + k)
+                    targets.append(first_optimizer + devices[rank])
+            if not sources:
+                break
+            edge_groups.append((np.array(sources, dtype=INDEX), np.array(targets, dtype=INDEX)))
+            rank += 1
+
     degree = np.zeros(num_nodes, dtype=INDEX)
     for sources, _ in edge_groups:
         degree[sources] += 1
@@ -360,7 +436,56 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
     return LoweredSchedule(table=table, num_cells=num_cells, cell_of_op=cell_of_op,
                            cell_device=cell_device, indptr=indptr, successors=successors,
                            resources=resources, num_resources=num_resources,
-                           transfers=transfers, contention=contention)
+                           transfers=transfers, contention=contention,
+                           sync_stage=sync_stage, optimizer=bool(optimizer))
+
+
+def _stage_holders(table):
+    """Sorted devices holding each stage."""
+    pairs = np.unique(table.stage.astype(np.int64) * table.num_devices + table.device)
+    holders = {stage: [] for stage in range(table.num_stages)}
+    for pair in pairs.tolist():
+        holders[pair // table.num_devices].append(pair % table.num_devices)
+    return holders
+
+
+def _sync_nodes(table, grad_sync, cell_of_op, first_id):
+    """Stages that get a sync node, and the edges into those nodes."""
+    empty = np.empty(0, dtype=INDEX)
+    if grad_sync is None or grad_sync is False:
+        return empty, []
+    holders = _stage_holders(table)
+    S = table.num_stages
+    if grad_sync == "replicas":
+        stages = [stage for stage in range(S) if len(holders[stage]) >= 2]
+    elif grad_sync == "all" or grad_sync is True:
+        stages = list(range(S))
+    else:
+        try:
+            stages = sorted({int(stage) for stage in grad_sync})
+        except (TypeError, ValueError):
+            raise InvalidParameterError(
+                f"grad_sync must be None, 'replicas', 'all' or a list of stages, "
+                f"not {grad_sync!r}") from None
+        bad = [stage for stage in stages if not 0 <= stage < S]
+        if bad:
+            raise InvalidParameterError(f"grad_sync: stage {bad[0]} is out of range "
+                                        f"(the table has stages 0..{S - 1})")
+    sync_stage = np.array(stages, dtype=INDEX)
+    if not stages:
+        return sync_stage, []
+    D = table.num_devices
+    node_of_stage = np.full(S, -1, dtype=np.int64)
+    node_of_stage[sync_stage] = first_id + np.arange(len(stages))
+    # the last B or W (in row order) of each (stage, device) pair
+    backward = np.flatnonzero((table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD))
+    key = table.stage[backward].astype(np.int64) * D + table.device[backward]
+    last = np.full(S * D, -1, dtype=np.int64)
+    np.maximum.at(last, key, backward)
+    pairs = np.flatnonzero((last >= 0) & (node_of_stage[np.arange(S * D) // D] >= 0))
+    sources = cell_of_op[last[pairs]].astype(INDEX)
+    targets = node_of_stage[pairs // D].astype(INDEX)
+    return sync_stage, [(sources, targets)]
 
 
 def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices_per_node):

@@ -242,3 +242,23 @@ def test_to_dict_is_json_ready():
     assert {"makespan", "bubble_ratio", "level", "devices"} <= set(json.loads(text))
     assert data["devices"][0].keys() >= {"busy", "idle", "peak_memory"}
     assert len(data["ops"]) == 8
+
+
+def test_tail_extends_the_iteration_and_counts_the_optimizer_as_busy():
+    table = ScheduleTable([["0F0", "0B0", None, None], [None, None, "0F1", "0B1"]])
+    result = evaluate(table, UnitCosts(sync=2, optimizer=1), grad_sync="replicas",
+                      optimizer=True)
+    assert result.makespan == 5.0
+    assert [step.kind for step in result.critical_path] == ["op", "op", "sync", "optimizer"]
+    assert [d.busy for d in result.devices] == [3.0, 3.0]
+    assert result.devices[0].cooldown == 0.0
+    plain = evaluate(table, UnitCosts(sync=2, optimizer=1))
+    assert plain.makespan == 2.0
+
+
+def test_stage_costs_tail():
+    table = generate("1f1b", devices=2, microbatches=2)
+    result = evaluate(table, StageCosts(1.0, sync=0.5, optimizer=0.25), grad_sync="all",
+                      optimizer=True)
+    base = evaluate(table, StageCosts(1.0))
+    assert result.makespan == pytest.approx(base.makespan + 0.5 + 0.25)

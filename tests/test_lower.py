@@ -100,3 +100,40 @@ def test_csr_is_well_formed(seed):
     assert sorted(zip(sources.tolist(), lowered.successors.tolist())) == sorted(
         zip(predecessors.tolist(), np.repeat(np.arange(lowered.num_nodes),
                                              np.diff(pred_indptr)).tolist()))
+
+
+def test_tail_nodes_follow_the_last_backwards():
+    # stage 0 lives on both devices: microbatch 0 on device 0, microbatch 1 on device 1
+    table = ScheduleTable([["0F0", "0B0", None, None], [None, None, "0F1", "0B1"]])
+    lowered = lower(table, grad_sync="replicas", optimizer=True)
+    assert lowered.sync_stage.tolist() == [0]
+    assert lowered.num_nodes == lowered.num_cells + len(lowered.transfers) + 1 + 2
+    sync = lowered.first_sync
+    opt = lowered.first_optimizer
+    graph = edges(lowered)
+    cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
+    assert (cell["0B0"], sync) in graph and (cell["0B1"], sync) in graph
+    assert (sync, opt) in graph and (sync, opt + 1) in graph
+    assert (cell["0B0"], opt) in graph and (cell["0B1"], opt + 1) in graph
+    assert lowered.describe_node(sync) == "grad sync stage 0"
+    assert lowered.describe_node(opt + 1) == "optimizer d1"
+    assert lowered.sync_devices(0) == (0, 1)
+
+
+def test_grad_sync_choices():
+    table = generate("1f1b", devices=3, microbatches=2)
+    assert lower(table, grad_sync="replicas").num_syncs == 0
+    assert lower(table, grad_sync="all").sync_stage.tolist() == [0, 1, 2]
+    assert lower(table, grad_sync=[2]).sync_stage.tolist() == [2]
+    with pytest.raises(InvalidParameterError, match="grad_sync: stage 5 is out of range"):
+        lower(table, grad_sync=[5])
+    with pytest.raises(InvalidParameterError, match="grad_sync must be None, 'replicas'"):
+        lower(table, grad_sync="some")
+
+
+def test_sync_waits_for_weight_grads():
+    table = ScheduleTable([["0F0", "0I0", "0W0"]])
+    lowered = lower(table, grad_sync="all")
+    cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
+    assert (cell["0W0"], lowered.first_sync) in edges(lowered)
+    assert (cell["0I0"], lowered.first_sync) not in edges(lowered)
