@@ -287,12 +287,13 @@ def _legend(table, width):
 
 
 def _wrap_entries(head, entries, width):
+    """``head`` then the entries two spaces apart, continued on indented lines."""
     lines, line = [], head
     for entry in entries:
         if len(line) + 2 + len(entry) > width and line.strip():
             lines.append(line)
-            line = " "
-        line += "  " + entry if line != " " else " " + entry
+            line = ""
+        line += "  " + entry
     lines.append(line)
     return lines
 
