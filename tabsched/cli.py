@@ -7,13 +7,16 @@ error is one line, ``Error: <what and where>``, and exit status 1.
 import functools
 import json
 import os
+import shutil
 import sys
+import textwrap
 
 import click
 
 from tabsched.costs import StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import TabschedError
+from tabsched.formulas import formula_for
 from tabsched.io import TABLE_SUFFIXES, read_table, render_grid, to_csv, to_json
 from tabsched.lower import CONTENTION_MODES
 from tabsched.schedules import describe_parameters, families, generate, get_family
@@ -28,22 +31,78 @@ def translate_errors(command):
             return command(*args, **kwargs)
         except TabschedError as error:
             raise click.ClickException(str(error)) from None
+        except BrokenPipeError:
+            raise  # the reader went away (e.g. `| head`); main() exits quietly
         except OSError as error:
             where = f"{error.filename}: " if error.filename else ""
             raise click.ClickException(f"{where}{error.strerror or error}") from None
     return wrapper
 
 
+#: Family parameters with an option of their own; any other goes through --param.
+NAMED_PARAMETERS = ("devices", "microbatches", "chunks", "waves", "variant", "pipelines",
+                    "group_size")
+#: Parameters every family accepts: how the model's layers split over the stages.
+LAYER_PARAMETERS = ("stage_layers", "stage_layers_ratio", "layers")
+
+
 def schedule_options(command):
-    """Options that pick a table: a family's parameters (a FILE ignores them)."""
+    """Options that pick a table: a family's parameters (a FILE ignores them).
+
+    The command receives them as one dict, ``schedule_params``; ``--param
+    NAME=VALUE`` passes any other parameter a family takes.
+    """
     options = [
         click.option("--devices", "-p", type=int, help="Pipeline depth (number of devices)."),
         click.option("--microbatches", "-m", type=int, help="Microbatches per iteration."),
         click.option("--chunks", "-v", type=int, help="Model chunks per device (multi-chunk families)."),
+        click.option("--waves", type=int, help="Waves W (hanayo)."),
+        click.option("--variant", help="Family variant (chimera: direct or doubling)."),
+        click.option("--pipelines", type=int, help="Number of pipelines, 2f (chimera)."),
+        click.option("--group-size", type=int,
+                     help="Microbatch group size per virtual stage (interleaved-1f1b)."),
+        click.option("--stage-layers", help="Layers of every stage, e.g. 4,4,8,8 (any family)."),
+        click.option("--stage-layers-ratio",
+                     help="Layer weights of consecutive stage groups, e.g. 1:2 (any family)."),
+        click.option("--layers", type=int,
+                     help="Total layers, split over the stages (with the ratio if given)."),
+        click.option("--param", "extra_params", multiple=True, metavar="NAME=VALUE",
+                     help="Any other family parameter, e.g. --param pairs=serial "
+                          "(see `tabsched list`)."),
     ]
+    names = NAMED_PARAMETERS + LAYER_PARAMETERS
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        params = {name: kwargs.pop(name) for name in names}
+        for text in kwargs.pop("extra_params"):
+            name, value = parse_param(text)
+            if params.get(name) is not None:
+                raise click.ClickException(f"--param {text}: {name} is given twice")
+            params[name] = value
+        return command(*args, schedule_params=params, **kwargs)
+
     for option in reversed(options):
-        command = option(command)
-    return command
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def parse_param(text):
+    """``("name", value)`` of ``--param NAME=VALUE``; integer values become ints."""
+    name, equals, value = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if not equals or not name or not value.strip():
+        raise click.ClickException(f"--param {text!r}: expected NAME=VALUE, e.g. pairs=serial")
+    value = value.strip()
+    try:
+        return name, int(value)
+    except ValueError:
+        return name, value
+
+
+def _flag(name):
+    return ("--" + name.replace("_", "-") if name in NAMED_PARAMETERS + LAYER_PARAMETERS
+            else f"--param {name}=...")
 
 
 def is_table_file(schedule):
@@ -55,11 +114,11 @@ def load_schedule(schedule, **params):
     if is_table_file(schedule):
         return read_table(schedule)
     family = get_family(schedule)
-    accepted = set(family.parameter_names())
+    accepted = set(family.parameter_names()) | set(LAYER_PARAMETERS)
     given = {key: value for key, value in params.items() if value is not None}
     ignored = sorted(set(given) - accepted)
     if ignored:
-        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
+        flags = ", ".join(_flag(name) for name in ignored)
         raise click.ClickException(f"{family.name} does not take {flags}; its parameters "
                                    f"are {describe_parameters(family)}")
     missing = [name for name in ("devices", "microbatches")
@@ -95,27 +154,47 @@ def cli():
 
 
 @cli.command("list")
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the families as JSON.")
 @translate_errors
-def list_command(as_json):
-    """List the schedule families with their parameters and constraints."""
+def list_command(name, as_json):
+    """List the schedule families with their parameters and constraints.
+
+    With NAME, only that family, with the help of every parameter.
+    """
+    chosen = [get_family(name)] if name else families()
     rows = [{"name": family.name, "summary": family.summary,
              "parameters": [{"name": p.name, "default": p.default, "help": p.help}
                             for p in family.parameters],
              "constraints": family.constraints, "notes": family.notes,
-             "aliases": list(family.aliases)} for family in families()]
+             "aliases": list(family.aliases)} for family in chosen]
     if as_json:
         echo_json(rows)
         return
-    for row, family in zip(rows, families()):
-        click.echo(f"{family.name}: {family.summary}")
-        click.echo(f"  parameters:  {describe_parameters(family)}")
-        if family.constraints:
-            click.echo(f"  valid:       {family.constraints}")
-        if family.notes:
-            click.echo(f"  notes:       {family.notes}")
-        if family.aliases:
-            click.echo(f"  also called: {', '.join(family.aliases)}")
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    for index, family in enumerate(chosen):
+        if index:
+            click.echo("")
+        click.echo(textwrap.fill(f"{family.name}: {family.summary}", width=width,
+                                 subsequent_indent="  "))
+        click.echo(textwrap.fill(describe_parameters(family), width=width,
+                                 initial_indent=f"  {'parameters:':<12} ",
+                                 subsequent_indent=" " * 15))
+        if name:
+            for parameter in family.parameters:
+                click.echo(textwrap.fill(parameter.help, width=width,
+                                         initial_indent=f"    {parameter.name}: ",
+                                         subsequent_indent=" " * 8))
+        for label, text in [("valid:", family.constraints), ("notes:", family.notes),
+                            ("also called:", ", ".join(family.aliases))]:
+            if text:
+                click.echo(textwrap.fill(text, width=width, initial_indent=f"  {label:<12} ",
+                                         subsequent_indent=" " * 15))
+    click.echo("")
+    click.echo(textwrap.fill(
+        "Every family also takes --stage-layers, --stage-layers-ratio and --layers (how the "
+        "model's layers split over its stages); --param NAME=VALUE passes any parameter "
+        "without an option of its own.", width=width))
 
 
 @cli.command("show")
@@ -125,9 +204,9 @@ def list_command(as_json):
               show_default=True, help="How to print the table.")
 @click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
 @translate_errors
-def show_command(schedule, devices, microbatches, chunks, output, width):
+def show_command(schedule, schedule_params, output, width):
     """Print the table of SCHEDULE."""
-    table = load_schedule(schedule, devices=devices, microbatches=microbatches, chunks=chunks)
+    table = load_schedule(schedule, **schedule_params)
     if output == "csv":
         click.echo(to_csv(table), nl=False)
     elif output == "json":
@@ -153,6 +232,9 @@ def cost_options(command):
     return command
 
 
+LEVELS = ("formula", "table", "simulation")
+
+
 def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
     lengths = {"f": forward, "b": backward, "i": input_grad, "w": weight_grad}
     given = {key: value for key, value in lengths.items() if value is not None}
@@ -167,13 +249,37 @@ def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
 @click.argument("schedule")
 @schedule_options
 @cost_options
+@click.option("--level", type=click.Choice(LEVELS),
+              help="formula: only the family's closed forms; table: unit slots, no "
+                   "communication; simulation: needs --comm. Default: table, or simulation "
+                   "with --comm.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @translate_errors
-def eval_command(schedule, devices, microbatches, chunks, forward, backward, input_grad,
-                 weight_grad, comm, contention, as_json):
-    """Evaluate SCHEDULE and summarise time, idle and memory per device."""
-    table = load_schedule(schedule, devices=devices, microbatches=microbatches, chunks=chunks)
+def eval_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
+                 contention, level, as_json):
+    """Evaluate SCHEDULE and summarise time, idle and memory per device.
+
+    The summary shows the formula level's numbers beside the table's or the
+    simulation's, marked as such; --level formula prints them alone.
+    """
+    table = load_schedule(schedule, **schedule_params)
+    if level == "table" and comm is not None:
+        raise click.ClickException("--level table has no communication; drop --comm or use "
+                                   "--level simulation")
+    if level == "simulation" and comm is None:
+        raise click.ClickException("--level simulation needs --comm (the time of a transfer)")
     costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    if level == "formula":
+        numbers = formula_for(table, costs)
+        if numbers is None:
+            what = (f"family {table.family!r} has no formula level" if table.family
+                    else "the table names no family, so it has no formula level")
+            raise click.ClickException(what)
+        if as_json:
+            echo_json(numbers)
+        else:
+            click.echo(formula_summary(table, numbers))
+        return
     result = evaluate(table, costs, contention=contention)
     if as_json:
         echo_json(result.to_dict())
@@ -195,9 +301,19 @@ def summary(result):
     unit = result.time_unit
     lines.append(f"makespan      {_number(result.makespan)} {unit}")
     bubble = f"bubble ratio  {result.bubble_ratio:.2%}"
-    if result.formula and result.formula.get("bubble_ratio") is not None:
-        bubble += f"   (formula level: {result.formula['bubble_ratio']:.2%})"
+    formula = result.formula
+    if formula and formula.get("bubble_ratio") is not None:
+        bubble += f"   (formula level: {formula['bubble_ratio']:.2%})"
+    elif formula:
+        bubble += "   (formula level: no closed form)"
     lines.append(bubble)
+    if formula:
+        lines.append(f"formula       {_exactness(formula)}")
+        lines.append(f"              {formula.get('source')}")
+        bounds = formula.get("peak_activation_bounds")
+        if bounds is not None:
+            lines.append(f"formula peak  {bounds[0]} .. {bounds[1]} per device "
+                         f"({formula.get('activation_unit')})")
     path = result.critical_path
     ops = sum(1 for step in path if step.kind == "op")
     lines.append(f"critical path {ops} ops, {len(path) - ops} transfers")
@@ -206,10 +322,51 @@ def summary(result):
     body = [[f"d{d.device}", _number(d.busy), _number(d.idle), _number(d.warmup),
              _number(d.inside), _number(d.cooldown), _number(d.peak_memory)]
             for d in result.devices]
+    formula_peaks = (formula or {}).get("peak_activation")
+    if formula_peaks is not None and len(formula_peaks) == len(body):
+        header.append("formula peak")
+        for row, peak in zip(body, formula_peaks):
+            row.append(_number(peak))
     widths = [max(len(row[k]) for row in [header] + body) for k in range(len(header))]
     for row in [header] + body:
         lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
                                for k, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def _exactness(formula):
+    """When the formula level is exact, and whether these costs meet it."""
+    if formula.get("bubble_ratio") is None and formula.get("peak_activation") is None:
+        return "no closed form published"
+    exact_when = formula.get("exact_when")
+    if exact_when is None:
+        return "never exact (see the note)"
+    verdict = {True: ": met by these costs", False: ": not met by these costs"}
+    return f"exact when {exact_when}{verdict.get(formula.get('exact'), '')}"
+
+
+def formula_summary(table, numbers):
+    """The formula level alone, for ``eval --level formula``."""
+    params = " ".join(f"{key}={value}" for key, value in table.params.items())
+    lines = [f"{table.family} {params}".rstrip() + ": formula level",
+             f"source        {numbers.get('source')}"]
+    bubble = numbers.get("bubble_ratio")
+    lines.append("bubble ratio  " + (f"{bubble:.2%}" if bubble is not None
+                                     else "none (no closed form)"))
+    if numbers.get("bubble_time") is not None:
+        lines.append(f"bubble time   {_number(numbers['bubble_time'])} per device")
+    lines.append(f"exactness     {_exactness(numbers)}")
+    unit = numbers.get("activation_unit")
+    if numbers.get("peak_activation") is not None:
+        peaks = " ".join(_number(peak) for peak in numbers["peak_activation"])
+        lines.append(f"peak memory   {peaks} ({unit}; per device)")
+    elif numbers.get("peak_activation_bounds") is not None:
+        low, high = numbers["peak_activation_bounds"]
+        lines.append(f"peak memory   {low} .. {high} per device ({unit})")
+    else:
+        lines.append("peak memory   none (no closed form)")
+    if numbers.get("note"):
+        lines.append(f"note          {numbers['note']}")
     return "\n".join(lines)
 
 

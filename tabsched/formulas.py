@@ -68,3 +68,201 @@ def _one_f_one_b(params, costs):
             "activation_unit": "stage activations of one microbatch",
             "source": "Narayanan et al., PipeDream-Flush (2021); Fan et al., DAPPLE (2021)",
             "exact_when": "equal stage times and no communication; any F:B ratio"}
+
+
+# ---------------------------------------------------------------- bidirectional
+# Chimera, BitPipe, DualPipe, DualPipeV and Hanayo (issue 4). Besides the keys
+# above, these entries may carry ``exact`` (whether the given costs meet
+# ``exact_when``), ``peak_activation_bounds`` (low, high) where the source
+# states a range instead of per-device values, ``bubble_time`` where it states
+# an idle time, and ``note``.
+
+def _scalar_times(costs):
+    """F, B, I, W, comm and overlap of ``costs`` as scalars (per-stage values averaged)."""
+    import numpy as np
+
+    if hasattr(costs, "lengths"):
+        forward, backward, input_grad, weight_grad = (float(x) for x in costs.lengths)
+        comm = 0.0
+    elif hasattr(costs, "forward"):
+        forward, backward, input_grad, weight_grad = (
+            float(np.mean(getattr(costs, name)))
+            for name in ("forward", "backward", "input_grad", "weight_grad"))
+        comm = getattr(costs, "comm", 0.0)
+        if not isinstance(comm, float):
+            matrix = np.asarray(comm, dtype=float)
+            off = ~np.eye(len(matrix), dtype=bool)
+            comm = float(matrix[off].mean()) if off.any() else 0.0
+    else:
+        forward, backward, input_grad, weight_grad, comm = 1.0, 1.0, 1.0, 1.0, 0.0
+    return {"F": forward, "B": backward, "I": input_grad, "W": weight_grad, "comm": comm,
+            "overlap": float(getattr(costs, "overlap", 1.0))}
+
+
+def _close(a, b):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+@register_formula("chimera")
+def _chimera(params, costs):
+    """Chimera (Li & Hoefler, SC'21): bubble (D-2)/(2N+D-2); [D/2+1, D] activations.
+
+    The paper counts D-2 bubbles (D/2-1 in the forward and D/2-1 in the backward
+    half) against 2(D-1) for GPipe and 1F1B, with equal forward and backward
+    slots; the activation memory of a worker lies in [(D/2+1) Ma, D Ma], Ma the
+    activations of one microbatch on one stage replica. Forward doubling doubles
+    activation memory (which is why the paper pairs it with recomputation).
+
+    Exact when F = B (basic unit, direct concatenation and forward doubling);
+    forward doubling also when B = 2F, since two forwards then fill one
+    backward's slot. With B = 2F the table of direct concatenation is worse
+    (27.3% instead of 15.8% at D=8, N=16). SCHEDULES.md §8. For 2f > 2
+    pipelines no formula is given here: the paper's generalisation was not
+    checked against its text.
+    """
+    D, N = params["devices"], params["microbatches"]
+    variant, pipelines = params.get("variant", "direct"), params.get("pipelines", 2)
+    times = _scalar_times(costs)
+    unit = "stage activations of one microbatch (Ma per stage replica)"
+    source = "Li & Hoefler, Chimera, SC'21; code Shigangli/Chimera (SCHEDULES.md §8)"
+    if pipelines != 2:
+        f = pipelines // 2
+        return {"bubble_ratio": None, "peak_activation": None,
+                "activation_unit": unit, "source": source, "exact_when": None,
+                "exact": None,
+                "note": f"no closed form checked for {pipelines} pipelines (the paper's "
+                        f"generalisation was not verified against its text); at F = B the "
+                        f"table gives (D/f-2)/(2N+D/f-2) with f = {f}, and activations "
+                        f"within [D/2+1, D]"}
+    doubling = variant == "doubling"
+    equal = _close(times["F"], times["B"])
+    exact = times["comm"] == 0 and (equal or (doubling and _close(2 * times["F"], times["B"])))
+    low, high = D // 2 + 1, D
+    return {"bubble_ratio": (D - 2) / (2 * N + D - 2),
+            "peak_activation": None,
+            "peak_activation_bounds": (2 * low, 2 * high) if doubling else (low, high),
+            "activation_unit": unit, "source": source,
+            "exact_when": ("F = B or B = 2F, no communication" if doubling
+                           else "F = B, no communication"),
+            "exact": exact,
+            "note": ("forward doubling: the paper says it doubles activation memory; "
+                     "the bounds are twice the basic [D/2+1, D]") if doubling else
+                    "per worker, over its two stage replicas"}
+
+
+@register_formula("bitpipe")
+def _bitpipe(params, costs):
+    """BitPipe (Wu et al., arXiv 2410.19367): no closed form published that we could check.
+
+    SCHEDULES.md §9 records what the authors' order gives in the table --
+    (D-2)/(4N+D-2) at F = B -- but that is a table-level observation, not the
+    paper's formula, so the formula level reports none.
+    """
+    return {"bubble_ratio": None, "peak_activation": None,
+            "activation_unit": "stage activations of one microbatch",
+            "source": "Wu et al., BitPipe, arXiv 2410.19367; code wuhouming/BitPipe "
+                      "(SCHEDULES.md §9)",
+            "exact_when": None, "exact": None,
+            "note": "no closed-form bubble or activation peak published that we could "
+                    "verify; use the table level"}
+
+
+def _dualpipe_numbers(half_depth, work_units, devices, peak, params, costs, source):
+    times = _scalar_times(costs)
+    fused_pair = times["overlap"] * (times["F"] + times["B"])
+    bubble_time = (half_depth - 1) * (fused_pair + times["B"] - 3 * times["W"])
+    work = work_units * (times["F"] + times["B"])
+    fused = params.get("pairs", "fused") == "fused"
+    exact = (fused and times["comm"] == 0 and times["overlap"] == 1.0
+             and _close(times["F"], times["I"]) and _close(times["I"], times["W"])
+             and _close(times["B"], times["I"] + times["W"]))
+    total = bubble_time + work
+    return {"bubble_ratio": bubble_time / total if total > 0 else 0.0,
+            "bubble_time": bubble_time,
+            "peak_activation": [peak] * devices,
+            "activation_unit": "chunk (stage) activations of one microbatch",
+            "source": source,
+            "exact_when": "pairs fused into one cell with overlap = 1 (F&B = F+B), "
+                          "F = I = W with B = I + W, no communication",
+            "exact": exact,
+            "note": "bubble_time is the README's idle time per device, F&B = overlap x "
+                    "(F+B); the ratio takes it against the device's work "
+                    f"({work_units} x (F+B)). The README counts a pair as one block: "
+                    "serial pairs idle less"}
+
+
+@register_formula("dualpipe")
+def _dualpipe(params, costs):
+    """DualPipe (DeepSeek-V3 report; README of deepseek-ai/DualPipe).
+
+    Bubble (PP/2-1)(F&B+B-3W), activations PP+1 per device, 2x parameters. F is
+    a forward chunk, B a full backward chunk, W a weight-grad chunk, F&B an
+    overlapped pair. The README's bubble is an idle time per device; the ratio
+    takes it against the device's work N(F+B). Exact (every device idles that
+    long) when pairs are fused cells with F&B = F+B and F = I = W; with a
+    smaller F&B it is the middle ranks' idle time as long as F&B >= B.
+    """
+    PP, N = params["devices"], params["microbatches"]
+    return _dualpipe_numbers(PP // 2, N, PP, PP + 1, params, costs,
+                             "DeepSeek-AI, DualPipe README (deepseek-ai/DualPipe); "
+                             "SCHEDULES.md §10")
+
+
+@register_formula("dualpipev")
+def _dualpipev(params, costs):
+    """DualPipeV (README of deepseek-ai/DualPipe; PyTorch ``ScheduleDualPipeV``).
+
+    The README's row for DualPipeV on PP/2 devices: bubble (PP/2-1)(F&B+B-3W),
+    PP+1 activations, 2x parameters (two stages per device, not a copy). With p
+    devices PP = 2p: bubble (p-1)(F&B+B-3W), 2p+1 chunk activations, against a
+    device's work 2N(F+B). Exact under the same conditions as DualPipe.
+    """
+    p, N = params["devices"], params["microbatches"]
+    return _dualpipe_numbers(p, 2 * N, p, 2 * p + 1, params, costs,
+                             "DeepSeek-AI, DualPipe README, DualPipeV row "
+                             "(deepseek-ai/DualPipe); SCHEDULES.md §10")
+
+
+@register_formula("hanayo")
+def _hanayo(params, costs):
+    """Hanayo (Liu et al., SC'23), Eq. 1 and the memory table of Fig. 2, for M = P.
+
+    With per-device times T_F = 2W F, T_B = 2W B of one microbatch and T_C of one
+    transfer::
+
+        ((1/W) T_B + (1 + 2W + 2/P + (P-2)/3) T_C)
+        / ((P/(P-1)) T_F + (1/(2W) + P/(P-1)) T_B + ((P-2)/2 + 4W) T_C)
+
+    which at T_B = 2T_F, T_C = 0 is (2P-2)/(3PW+P-1). Activations per device lie
+    in [((2W-1)(P+1)/(2W)) Ma, P Ma], Ma one device's share (2W chunks) of a
+    microbatch's activations. Never exact for the paper's own order: without
+    communication its table idles (P-1) max(T_F, T_B)/W per device, a ratio of
+    ((P-1)T_B/W) / ((P-1)T_B/W + P(T_F+T_B)) when T_B >= T_F (33.3% vs 40.0% at
+    P=4, W=1), and for W >= 2 reaches a lower minimum memory. The paper states nothing for M != P:
+    there the entry reports no numbers, only what changes.
+    """
+    P, M, W = params["devices"], params["microbatches"], params.get("waves", 1)
+    times = _scalar_times(costs)
+    unit = "chunk (stage) activations of one microbatch"
+    source = "Liu et al., Hanayo, SC'23 (arXiv 2308.15762), Eq. 1 and Fig. 2 (SCHEDULES.md §11)"
+    if M != P or P < 2:
+        why = ("Eq. 1 needs P >= 2" if P < 2 else
+               f"the paper covers M = P = {P} only (Eq. 1 has no M); with M = {M} the last "
+               f"device runs every forward before its first backward and holds all "
+               f"2W x M = {2 * W * M} chunk activations, so memory grows with M")
+        return {"bubble_ratio": None, "peak_activation": None, "activation_unit": unit,
+                "source": source, "exact_when": None, "exact": None, "note": why}
+    t_f, t_b, t_c = 2 * W * times["F"], 2 * W * times["B"], times["comm"]
+    numerator = t_b / W + (1 + 2 * W + 2 / P + (P - 2) / 3) * t_c
+    denominator = ((P / (P - 1)) * t_f + (1 / (2 * W) + P / (P - 1)) * t_b
+                   + ((P - 2) / 2 + 4 * W) * t_c)
+    idle = (P - 1) * max(t_f, t_b) / W
+    table_level = idle / (idle + P * (t_f + t_b)) if t_f + t_b > 0 else 0.0
+    return {"bubble_ratio": numerator / denominator if denominator > 0 else 0.0,
+            "peak_activation": None,
+            "peak_activation_bounds": ((2 * W - 1) * (P + 1), 2 * W * P),
+            "activation_unit": unit, "source": source,
+            "exact_when": None, "exact": False,
+            "note": f"Eq. 1 and the paper's own order disagree even without communication: "
+                    f"its table gives {table_level:.2%} here; the bounds are "
+                    f"[(2W-1)(P+1)/(2W), P] Ma in chunk activations"}

@@ -10,6 +10,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
+from tabsched.schedules._layers import resolve_stage_layers
 
 __all__ = ["Family", "Parameter", "register", "generate", "families", "get_family"]
 
@@ -102,8 +103,11 @@ def generate(name, **params):
     """Generate the table of family ``name``.
 
     Parameters not given take the family's defaults; ``None`` values count as
-    not given. ``stage_layers`` (one layer count per stage) is accepted by every
-    family and stored in the table's metadata.
+    not given. Every family also accepts the layer split of its stages, stored
+    in the table's metadata (see ``tabsched.schedules._layers``):
+    ``stage_layers`` (one layer count per stage), ``stage_layers_ratio``
+    (weights per group of consecutive stages, e.g. ``"1:2"``) and ``layers``
+    (the model's total layer count).
 
     >>> table = generate("1f1b", devices=4, microbatches=8)
     >>> table.family, table.params
@@ -116,6 +120,8 @@ def generate(name, **params):
     family = get_family(name)
     params = {key: value for key, value in params.items() if value is not None}
     stage_layers = params.pop("stage_layers", None)
+    stage_layers_ratio = params.pop("stage_layers_ratio", None)
+    layers = params.pop("layers", None)
     known = family.parameter_names()
     unknown = sorted(set(params) - set(known))
     if unknown:
@@ -136,8 +142,12 @@ def generate(name, **params):
                              INTEGER_PARAMETERS[parameter.name])
         values[parameter.name] = value
     table = family.build(**values)
-    if stage_layers is not None:
-        table = table.replace(stage_layers=tuple(stage_layers))
+    scalable = next(((name, values[name]) for name in ("waves", "chunks") if name in values),
+                    None)
+    split = resolve_stage_layers(family.name, table.num_stages, stage_layers=stage_layers,
+                                 ratio=stage_layers_ratio, layers=layers, scalable=scalable)
+    if split is not None:
+        table = table.replace(stage_layers=split)
     return table
 
 

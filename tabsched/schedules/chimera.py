@@ -1,0 +1,200 @@
+"""Chimera: two (or 2f) pipelines in opposite directions on one set of workers.
+
+Li & Hoefler, "Chimera: Efficiently Training Large-Scale Neural Networks with
+Bidirectional Pipelines", SC'21; code ``Shigangli/Chimera``. SCHEDULES.md §8.
+
+Placement (the code's config maps): the *down* pipeline runs stage s on worker
+s, the *up* pipeline runs stage s on worker D-1-s, so worker r holds two
+replicas, down-stage r and up-stage D-1-r. Stage numbers are model stages: a
+stage lives on two workers, one per direction, and a (stage, microbatch) on
+one. ``evaluate(..., grad_sync="replicas")`` adds the all-reduce between the
+two replicas of every stage.
+
+Microbatches: a unit of D microbatches (2D with forward doubling) sends its
+first half down and its second half up; each pipeline runs its microbatches in
+FIFO order.
+
+Per-worker order for two pipelines (``ChimeraBk`` ``main_with_runtime.py``):
+with H = D/2, a = H-r for r < H else r-H+1, b = H-a, "home" the direction
+entering at the worker's end of the pipeline (down for r < H):
+
+    P1  a x F(home)
+    P2  b x [F(other), F(home)]
+    P3  a x [F(other), B(other)]
+    P4  b x [B(home), B(other)]
+    P5  a x B(home)
+
+``variant="direct"`` (``main_with_runtime_direct.py``) chains units of D
+microbatches: every unit after the first opens P1 with a x [B(home) of the
+previous unit, F(home)], absorbing the previous P5; only the last unit ends
+with P5. ``variant="doubling"`` (``main_with_runtime_forward_doubling.py``)
+takes units of 2D microbatches, doubles every forward of P1-P3 (two
+consecutive forwards of one direction), repeats P4 b+H times, and opens later
+units with a x [B(home), F(home), F(home)].
+
+More than two pipelines (``pipelines`` = 2f, ``chimera_pipeline_rank.py``):
+f down and f up pipelines, each with D/(2f) microbatches per unit; pipeline k
+is rotated by k*D/f workers (down: stage s on worker (s + k*D/f) mod D; up:
+stage s on worker (k*D/f + D-1-s) mod D). The code builds the order on a slot
+grid where every microbatch enters its pipeline every second slot and takes
+one slot per stage forward and backward (F = B); the next unit enters when the
+first microbatch of the previous one has left, 2D slots later. Each worker runs
+its operations in grid order. For two pipelines this grid gives exactly the
+order of the phases above (tests check it).
+"""
+
+from tabsched.exceptions import InvalidParameterError
+from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._registry import Family, Parameter, register
+
+VARIANTS = ("direct", "doubling")
+DOWN, UP = 0, 1
+
+
+def _check(devices, microbatches, variant, pipelines):
+    D, N = devices, microbatches
+    if variant not in VARIANTS:
+        raise InvalidParameterError(f"chimera: variant must be one of {', '.join(VARIANTS)}, "
+                                    f"not {variant!r}")
+    if D % 2:
+        raise InvalidParameterError(
+            f"chimera: devices must be even (the down and up pipelines split every "
+            f"worker's microbatches), not {D}; try {D - 1 if D > 1 else 2} or {D + 1}")
+    half = D // 2
+    if pipelines % 2 or half % (pipelines // 2):
+        valid = [2 * f for f in range(1, half + 1) if half % f == 0]
+        raise InvalidParameterError(
+            f"chimera: pipelines must be 2f with f dividing devices/2 = {half} "
+            f"(f down and f up pipelines), i.e. one of {', '.join(map(str, valid))}; "
+            f"not {pipelines}")
+    if variant == "doubling" and pipelines != 2:
+        raise InvalidParameterError(
+            f"chimera: forward doubling is defined for two pipelines only; use "
+            f"variant='direct' with pipelines={pipelines}, or pipelines=2")
+    unit = D if variant == "direct" else 2 * D
+    if N % unit:
+        lower = max(unit, N - N % unit)
+        what = "devices" if variant == "direct" else "2 x devices"
+        raise InvalidParameterError(
+            f"chimera: variant {variant!r} runs units of {what} = {unit} microbatches, so "
+            f"microbatches must be a multiple of {unit} (e.g. {lower} or {lower + unit}), "
+            f"not {N}")
+
+
+def _microbatch(direction, k, unit):
+    """Global id of the k-th microbatch of ``direction`` (units split half down, half up)."""
+    half = unit // 2
+    return (k // half) * unit + direction * half + k % half
+
+
+def phase_orders(devices, microbatches, variant="direct"):
+    """Per worker, ``(kind, direction, microbatch)`` in the order of the phase rule."""
+    D, N = devices, microbatches
+    H = D // 2
+    unit = D if variant == "direct" else 2 * D
+    units = N // unit
+    repeat = 1 if variant == "direct" else 2
+    extra_p4 = 0 if variant == "direct" else H
+    orders = []
+    for r in range(D):
+        a = H - r if r < H else r - H + 1
+        b = H - a
+        home = DOWN if r < H else UP
+        other = 1 - home
+        taken = {("F", DOWN): 0, ("F", UP): 0, ("B", DOWN): 0, ("B", UP): 0}
+        order = []
+
+        def op(kind, direction, count=1):
+            for _ in range(count):
+                k = taken[kind, direction]
+                taken[kind, direction] = k + 1
+                order.append((kind, direction, _microbatch(direction, k, unit)))
+
+        for u in range(units):
+            for _ in range(a):                       # P1 (absorbing the previous P5)
+                if u:
+                    op("B", home)
+                op("F", home, repeat)
+            for _ in range(b):                       # P2
+                op("F", other, repeat)
+                op("F", home, repeat)
+            for _ in range(a):                       # P3
+                op("F", other, repeat)
+                op("B", other)
+            for _ in range(b + extra_p4):            # P4
+                op("B", home)
+                op("B", other)
+        for _ in range(a):                           # P5 of the last unit
+            op("B", home)
+        orders.append(order)
+    return orders
+
+
+def grid_orders(devices, microbatches, pipelines):
+    """Per worker, ``(kind, direction, microbatch, stage)`` in the code's slot-grid order.
+
+    Every microbatch of pipeline k (direction d) in unit u enters at slot
+    2D*u + 2j (j-th of the pipeline's D/(2f) microbatches), runs F of stage s
+    at slot t0+s and B of stage s at slot t0+2D-1-s.
+    """
+    D, N, f = devices, microbatches, pipelines // 2
+    per_pipeline = D // (2 * f)
+    shift = D // f
+    cells = [[] for _ in range(D)]
+    for u in range(N // D):
+        for direction in (DOWN, UP):
+            for k in range(f):
+                for j in range(per_pipeline):
+                    microbatch = u * D + direction * (D // 2) + k * per_pipeline + j
+                    start = 2 * D * u + 2 * j
+                    for s in range(D):
+                        worker = ((s + k * shift) % D if direction == DOWN
+                                  else (k * shift + D - 1 - s) % D)
+                        cells[worker].append((start + s, "F", direction, microbatch, s))
+                        cells[worker].append((start + 2 * D - 1 - s, "B", direction,
+                                              microbatch, s))
+    orders = []
+    for worker_cells in cells:
+        worker_cells.sort()
+        slots = [cell[0] for cell in worker_cells]
+        if len(set(slots)) != len(slots):  # pragma: no cover - excluded by the rotation
+            raise AssertionError("chimera grid: two operations share a slot")
+        orders.append([cell[1:] for cell in worker_cells])
+    return orders
+
+
+def build(devices, microbatches, variant="direct", pipelines=2):
+    D, N = devices, microbatches
+    _check(D, N, variant, pipelines)
+    builder = OrderBuilder(D)
+    if pipelines == 2:
+        for r, order in enumerate(phase_orders(D, N, variant)):
+            for kind, direction, microbatch in order:
+                builder.add(r, kind, r if direction == DOWN else D - 1 - r, microbatch)
+    else:
+        for r, order in enumerate(grid_orders(D, N, pipelines)):
+            for kind, _, microbatch, stage in order:
+                builder.add(r, kind, stage, microbatch)
+    params = {"devices": D, "microbatches": N, "variant": variant}
+    if pipelines != 2:
+        params["pipelines"] = pipelines
+    return builder.table(num_stages=D, num_microbatches=N, family="chimera", params=params)
+
+
+FAMILY = register(Family(
+    name="chimera",
+    summary="bidirectional pipelines, two replicas per worker (Li & Hoefler, SC'21)",
+    build=build,
+    parameters=(Parameter("devices", help=DEVICES + "; even"),
+                Parameter("microbatches", help=MICROBATCHES),
+                Parameter("variant", "direct",
+                          "how units of microbatches chain when M > D: direct "
+                          "(concatenation) or doubling (forward doubling)"),
+                Parameter("pipelines", 2,
+                          "total pipelines 2f (f down, f up); f divides devices/2")),
+    constraints="devices even; microbatches a multiple of devices (direct) or of 2 x devices "
+                "(doubling); pipelines = 2f with f dividing devices/2 (doubling: 2 only)",
+    notes="stage s runs on workers s (down) and D-1-s (up): sync replica gradients with "
+          "grad_sync='replicas'; activations per worker within [D/2+1, D] stage "
+          "activations (doubling about twice that)",
+))
