@@ -18,15 +18,21 @@ _FAMILIES = {}
 
 @dataclass(frozen=True)
 class Parameter:
-    """One parameter of a generator: name, default (``None``: required), help."""
+    """One parameter of a generator: name, default (``None``: required), help.
+
+    ``optional=True`` with ``default=None`` marks a parameter whose default the
+    generator derives from the others (e.g. a group size that defaults to the
+    number of devices); it is passed as ``None`` when not given.
+    """
 
     name: str
     default: object = None
     help: str = ""
+    optional: bool = False
 
     @property
     def required(self):
-        return self.default is None
+        return self.default is None and not self.optional
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ def generate(name, **params):
                                         f"({parameter.help})")
         else:
             value = parameter.default
-        if parameter.name in INTEGER_PARAMETERS:
+        if parameter.name in INTEGER_PARAMETERS and value is not None:
             value = _integer(family.name, parameter.name, value,
                              INTEGER_PARAMETERS[parameter.name])
         values[parameter.name] = value
