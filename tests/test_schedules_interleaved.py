@@ -13,6 +13,7 @@ from tabsched import InvalidParameterError, Op, UnitCosts, evaluate, generate, r
 from tabsched._testing import parse_grid
 from tabsched.formulas import formula_for
 from tabsched.io import to_csv
+from tabsched.schedules import get_family
 from tabsched.schedules.interleaved import schedule_table
 from tabsched.table import FORWARD
 
@@ -200,3 +201,10 @@ def test_interleaved_golden_file_agrees_with_schedules_md(golden):
         assert stored.orders()[device] == [op for op, _ in row]
     result = evaluate(stored, UnitCosts(f=1, b=2))
     assert result.makespan == 57
+
+
+def test_listing_shows_the_derived_group_size(cli):
+    code, out, _ = cli("list")
+    assert code == 0
+    assert "parameters:  devices, microbatches, chunks=2, [group_size]" in out
+    assert "default: devices" in get_family("interleaved-1f1b").parameters[3].help

@@ -148,11 +148,18 @@ def generate(name, **params):
 
 
 def describe_parameters(family):
-    """``name=default`` text of a family's parameters, for listings."""
+    """``name=default`` text of a family's parameters, for listings.
+
+    An optional parameter whose default the generator derives shows as ``[name]``.
+    """
     parts = []
     for parameter in family.parameters:
-        parts.append(parameter.name if parameter.required
-                     else f"{parameter.name}={parameter.default}")
+        if parameter.required:
+            parts.append(parameter.name)
+        elif parameter.default is None:
+            parts.append(f"[{parameter.name}]")
+        else:
+            parts.append(f"{parameter.name}={parameter.default}")
     return ", ".join(parts)
 
 
