@@ -166,14 +166,16 @@ def _zb_h1(params, costs):
 
     Bubble time ``(p-1)(T_F + T_B - T_W)`` per device (``T_B`` is our ``I``),
     asserted in the authors' ``efficiency.py`` with no communication; the ratio
-    is ``bubble / (bubble + N(T_F+T_B+T_W))``. Peak ``p`` activations, as 1F1B's
-    device 0; every device reaches it (``min(N, p)`` when ``N < p``).
+    is ``bubble / (bubble + N(T_F+T_B+T_W))``. Peak: counted from the authors'
+    order (we did not check the paper's memory table): every device runs ``p``
+    forwards before its first ``W``, so it holds ``min(N, p)``, 1F1B's maximum.
     """
     numbers = _zero_bubble_handcrafted(params, costs, 1)
     return {**numbers,
             "activation_unit": "stage activations of one microbatch",
-            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; "
-                      "sail-sg/zero-bubble-pipeline-parallelism efficiency.py",
+            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; bubble "
+                      "asserted in sail-sg/zero-bubble-pipeline-parallelism efficiency.py; "
+                      "peak counted from that order",
             "exact_when": "M >= 2p, equal stage times, no communication and W <= F, W <= I "
                           "(all devices starting together); otherwise a lower bound"}
 
@@ -186,14 +188,16 @@ def _zb_h2(params, costs):
     ``efficiency.py``, measured on each device from its own first forward: it
     assumes the next iteration starts before this one ends (optimizer
     post-validation). A table whose devices all start at 0 adds the start/end
-    skew, so there the formula is a lower bound. Peak ``2p-1`` activations on
-    every device (``min(N, 2p-1)``).
+    skew, so there the formula is a lower bound. Peak: counted from the
+    authors' order (the paper's memory table not checked): ``min(N, 2p-1)`` on
+    every device.
     """
     numbers = _zero_bubble_handcrafted(params, costs, 2)
     return {**numbers,
             "activation_unit": "stage activations of one microbatch",
-            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; "
-                      "sail-sg/zero-bubble-pipeline-parallelism efficiency.py",
+            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; bubble "
+                      "asserted in sail-sg/zero-bubble-pipeline-parallelism efficiency.py; "
+                      "peak counted from that order",
             "exact_when": "per device from its own first op, M >= 2p, equal stage times and "
                           "W <= F, W <= I; the table (all devices start at 0) adds the p-1 "
                           "start/end skew"}
