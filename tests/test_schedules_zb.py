@@ -150,6 +150,7 @@ def test_zbv_properties(size):
     result = assert_table_basics(table, p, 2 * p, n, v_placement(p))
     formula = formula_for(table)
     peaks = [d.peak_memory for d in result.devices]
+    # Observed (not published): below M = 2p-1 device d holds M+1+d at most.
     assert peaks == [min(2 * p, 2 * n, n + 1 + d) for d in range(p)]
     assert all(peak <= bound for peak, bound in zip(peaks, formula["peak_activation"]))
     assert formula["bubble_ratio"] == 0.0 and result.bubble_ratio >= 0
