@@ -17,8 +17,10 @@ the same table with the chunk mirrored (``v-1-c``). The device runs
 
 Megatron accepts ``p <= g <= N`` and a last group that is empty or holds at
 least ``p`` microbatches (``N % g == 0`` or ``N % g >= p``); so do we.
-PyTorch's ``ScheduleInterleaved1F1B`` uses a different grouping (rounds of
-``max(1, N // p)``) and is not what this module builds.
+PyTorch's ``ScheduleInterleaved1F1B`` groups differently (rounds of
+``max(1, N // p)``, requiring ``N`` to be a multiple of the round count);
+where it accepts a size, its order is this module's with
+``group_size = N // max(1, N // p)``.
 """
 
 import numpy as np
