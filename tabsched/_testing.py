@@ -89,3 +89,31 @@ def random_durations(lowered, seed, *, samples=1, integer=False, transfers=True)
     if not transfers:
         durations[:, lowered.num_cells:] = 0.0
     return durations
+
+
+def parse_grid(text, op_of, durations):
+    """Ops and start slots of a worked grid as SCHEDULES.md prints them.
+
+    Each line is ``[label] dN: cell cell ...``; a cell is ``.`` (idle) or a
+    letter and a microbatch (``F3``, ``b0``), and an op lasting ``k`` slots is
+    printed ``k`` times. ``op_of(device, letter, microbatch)`` names the op;
+    ``durations[op.kind]`` is its length in slots. Returns ``{device: [(op,
+    start), ...]}`` in row order.
+    """
+    rows = {}
+    for line in text.strip().splitlines():
+        head, _, cells = line.partition(":")
+        device = int(head.split()[-1].lstrip("dP"))
+        tokens = cells.split()
+        row = []
+        slot = 0
+        while slot < len(tokens):
+            token = tokens[slot]
+            if token == ".":
+                slot += 1
+                continue
+            op = op_of(device, token[0], int(token[1:]))
+            row.append((op, slot))
+            slot += durations[op.kind]
+        rows[device] = row
+    return rows

@@ -19,15 +19,21 @@ _FAMILIES = {}
 
 @dataclass(frozen=True)
 class Parameter:
-    """One parameter of a generator: name, default (``None``: required), help."""
+    """One parameter of a generator: name, default (``None``: required), help.
+
+    ``optional=True`` with ``default=None`` marks a parameter whose default the
+    generator derives from the others (e.g. a group size that defaults to the
+    number of devices); it is passed as ``None`` when not given.
+    """
 
     name: str
     default: object = None
     help: str = ""
+    optional: bool = False
 
     @property
     def required(self):
-        return self.default is None
+        return self.default is None and not self.optional
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def generate(name, **params):
                                         f"({parameter.help})")
         else:
             value = parameter.default
-        if parameter.name in INTEGER_PARAMETERS:
+        if parameter.name in INTEGER_PARAMETERS and value is not None:
             value = _integer(family.name, parameter.name, value,
                              INTEGER_PARAMETERS[parameter.name])
         values[parameter.name] = value
@@ -152,11 +158,18 @@ def generate(name, **params):
 
 
 def describe_parameters(family):
-    """``name=default`` text of a family's parameters, for listings."""
+    """``name=default`` text of a family's parameters, for listings.
+
+    An optional parameter whose default the generator derives shows as ``[name]``.
+    """
     parts = []
     for parameter in family.parameters:
-        parts.append(parameter.name if parameter.required
-                     else f"{parameter.name}={parameter.default}")
+        if parameter.required:
+            parts.append(parameter.name)
+        elif parameter.default is None:
+            parts.append(f"[{parameter.name}]")
+        else:
+            parts.append(f"{parameter.name}={parameter.default}")
     return ", ".join(parts)
 
 

@@ -1,0 +1,287 @@
+"""V-Half and V-Min: V schedules with controllable memory (SCHEDULES.md §7).
+
+Qi et al., "Pipeline Parallelism with Controllable Memory" (NeurIPS 2024,
+arXiv 2405.15362) build a schedule from a *building block*: the slots of one
+microbatch's four passes on every device. The reference implementation is
+``zbv_greedy.py`` (sail-sg/zero-bubble-pipeline-parallelism,
+``megatron/core/pipeline_parallel/zerobubble/scheduler/``); this module follows
+its steps and tie-breaks, so that with unit times it reproduces the authors'
+tables.
+
+Placement and ops are ZB-V's: device ``r`` holds stage ``r`` (chunk 0) and
+stage ``2p-1-r`` (chunk 1); the backward is split into ``I`` and ``W``.
+
+1. **Building block.** Device ``i``'s slots of F(chunk 0), F(chunk 1),
+   I(chunk 1), I(chunk 0) for one microbatch:
+
+   * V-Min, ``k = 2 if p % 3 == 0 else 0``: ``i``, ``2p-1-i``, ``2p+k+i``,
+     ``4p+k-1-i``;
+   * V-Half, ``k = 3 if p % 2 == 0 else 0``: ``2i``, ``3p-2-i``,
+     ``3p+k+2i-1``, ``6p+k-2-i``.
+2. **Repeat** it every 6 slots (microbatch ``m`` adds ``6m``).
+3. **Fill**: every idle slot takes a pending ``W`` (one per finished ``I``);
+   the ``W`` s left over follow the device's last op.
+4. **Reorder**: walk all ops in slot order (ties: device, kind, microbatch) and
+   move each to the earliest free slot after its dependencies where the
+   device's activation peak does not exceed the schedule's peak. The first
+   pass (``W`` s as ops) moves the warm-up (everything before device 0's first
+   ``I`` of chunk 0) and the cool-down (everything after the first forward of
+   chunk 0 for the last microbatch); the second pass (``W`` s refilled into
+   idle slots) moves the cool-down only. After each pass, **squeeze**: run
+   every device's order with unit times as early as dependencies allow.
+5. Fill again, this time with ``W`` s per chunk (chunk 1's first), and take
+   each device's order from the slots.
+
+Memory is counted as the reference counts it: +1 at a forward, -1 at a ``W``
+(an ``I`` frees nothing), in chunk activations. The papers state the peak in
+whole-device activations, two chunks: ``(p+2)//2`` for V-Half and ``(p+4)//3``
+for V-Min.
+"""
+
+import numpy as np
+
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.schedules.zbv import check_two_chunks
+
+#: The kinds of the building block, in the reference's order, then the W kinds.
+F0, F1, I1, I0, W_ANY = range(5)
+W1, W0 = 4, 5
+IDLE = 6
+#: Per kind (F0, F1, I1, I0, W, W, idle): is it a forward, an input-grad, a weight-grad.
+_IS_FORWARD = np.array([1, 1, 0, 0, 0, 0, 0])
+_IS_INPUT_GRAD = np.array([0, 0, 1, 1, 0, 0, 0])
+_IS_WEIGHT = np.array([0, 0, 0, 0, 1, 1, 0])
+
+VARIANTS = ("v-half", "v-min")
+
+
+def block_offsets(variant, devices):
+    """Slots of (F chunk 0, F chunk 1, I chunk 1, I chunk 0) of microbatch 0, per device.
+
+    >>> block_offsets("v-min", 4)
+    [(0, 7, 8, 15), (1, 6, 9, 14), (2, 5, 10, 13), (3, 4, 11, 12)]
+    """
+    p = devices
+    if variant == "v-min":
+        k = 2 if p % 3 == 0 else 0
+        return [(i, 2 * p - 1 - i, 2 * p + k + i, 4 * p + k - 1 - i) for i in range(p)]
+    if variant == "v-half":
+        k = 3 if p % 2 == 0 else 0
+        return [(2 * i, 3 * p - 2 - i, 3 * p + k + 2 * i - 1, 6 * p + k - 2 - i)
+                for i in range(p)]
+    raise InvalidParameterError(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+
+
+def fill_weights(device_slots, split):
+    """Append W slot lists to one device's four lists: each idle slot takes a pending W.
+
+    ``split=False`` appends one list (a W per finished ``I``, either chunk);
+    ``split=True`` two, chunk 1's W's (preferred when both are pending) and
+    chunk 0's. W's still pending after the last op follow it, one per slot.
+    """
+    lists = [list(times) for times in device_slots[:4]]
+    last = max(times[-1] for times in lists)
+    kind_at = np.full(last + 1, -1)
+    for kind, times in enumerate(lists):
+        kind_at[times] = kind
+    if np.count_nonzero(kind_at >= 0) != sum(len(times) for times in lists):
+        raise TabschedError("internal error: two ops of a V schedule share a slot")
+    weights = [[], []]
+    pending = [0, 0]
+    for slot in range(last + 1):
+        kind = kind_at[slot]
+        if kind == I1 or kind == I0:
+            pending[kind - I1 if split else 0] += 1
+        elif kind < 0:
+            for chunk_list in (0, 1):
+                if pending[chunk_list]:
+                    weights[chunk_list].append(slot)
+                    pending[chunk_list] -= 1
+                    break
+    slot = last
+    for chunk_list in (0, 1):
+        for _ in range(pending[chunk_list]):
+            slot += 1
+            weights[chunk_list].append(slot)
+    return lists + (weights if split else [weights[0]])
+
+
+def peak_memory(device_slots):
+    """Peak chunk activations of one device, counted as the reference counts them.
+
+    +1 at each forward, -1 at each W. With only the four block lists, W's are
+    implicit: each idle slot releases one if an ``I`` is waiting for its W.
+    """
+    last = max(times[-1] for times in device_slots if times)
+    kind_at = np.full(last + 1, IDLE)
+    for kind, times in enumerate(device_slots):
+        kind_at[times] = kind
+    forwards = np.cumsum(_IS_FORWARD[kind_at])
+    if len(device_slots) > 4:
+        held = forwards - np.cumsum(_IS_WEIGHT[kind_at])
+    else:
+        input_grads = _IS_INPUT_GRAD[kind_at]
+        # W's waiting after the I's so far: a queue fed by each I and drained by
+        # each idle slot, P_t = max(0, P_{t-1} + a_t), solved by Lindley's formula.
+        walk = np.cumsum(input_grads - (kind_at == IDLE))
+        waiting = walk - np.minimum(np.minimum.accumulate(walk), 0)
+        held = forwards - np.cumsum(input_grads) + waiting
+    return max(0, int(held.max()))
+
+
+def _dependencies(slots, device, kind, microbatch, num_devices):
+    """Latest slot among the ops (device, kind, microbatch) must follow (-1 if none)."""
+    latest = -1
+    if kind in (F0, I1) and device > 0:
+        latest = max(latest, slots[device - 1][kind][microbatch])
+    if kind in (F1, I0) and device + 1 < num_devices:
+        latest = max(latest, slots[device + 1][kind][microbatch])
+    if F0 < kind < W_ANY:
+        latest = max(latest, slots[device][kind - 1][microbatch])
+    if kind == W_ANY:
+        latest = max(latest, sorted(slots[device][I1] + slots[device][I0])[microbatch])
+    if microbatch > 0:
+        latest = max(latest, slots[device][kind][microbatch - 1])
+    return latest
+
+
+def _in_slot_order(slots):
+    return sorted((time, device, kind, microbatch)
+                  for device, lists in enumerate(slots)
+                  for kind, times in enumerate(lists)
+                  for microbatch, time in enumerate(times))
+
+
+def squeeze(slots):
+    """Run every device's ops in slot order, unit times, as early as dependencies allow."""
+    num_devices = len(slots)
+    end = {}
+    device_free = [0] * num_devices
+    squeezed = [[[0] * len(times) for times in lists] for lists in slots]
+    for _, device, kind, microbatch in _in_slot_order(slots):
+        ready = device_free[device]
+        needs = []
+        if kind in (F0, I1) and device > 0:
+            needs.append((device - 1, kind, microbatch))
+        if kind in (F1, I0) and device + 1 < num_devices:
+            needs.append((device + 1, kind, microbatch))
+        if F0 < kind < W_ANY:
+            needs.append((device, kind - 1, microbatch))
+        if microbatch > 0:
+            needs.append((device, kind, microbatch - 1))
+        for need in needs:
+            if need not in end:
+                raise TabschedError(f"internal error: V schedule op {need} runs after an op "
+                                    f"that needs it")
+            ready = max(ready, end[need])
+        end[device, kind, microbatch] = device_free[device] = ready + 1
+        squeezed[device][kind][microbatch] = ready
+    return squeezed
+
+
+def reorder(slots, with_weights):
+    """One greedy pass of the reference's reorder step, then a squeeze.
+
+    ``with_weights``: W's are ops that can move (first pass) and the warm-up
+    moves too; otherwise W's fill idle slots and only the cool-down moves.
+    Returns five slot lists per device (W's not split by chunk).
+    """
+    slots = [fill_weights(lists, split=False) if with_weights else [list(t) for t in lists]
+             for lists in slots]
+    num_devices = len(slots)
+    microbatches = len(slots[0][F0])
+    budget = max(peak_memory(lists) for lists in slots)
+    occupied = [set() for _ in slots]
+    phase = "warm-up"
+    for time, device, kind, microbatch in _in_slot_order(slots):
+        if phase == "warm-up" and kind == I0 and device == 0:
+            phase = "steady"
+        if phase == "steady" or (phase == "warm-up" and not with_weights):
+            if phase == "steady" and kind == F0 and microbatch == microbatches - 1:
+                phase = "cool-down"
+            occupied[device].add(time)
+            continue
+        earliest = _dependencies(slots, device, kind, microbatch, num_devices) + 1
+        if earliest > time:
+            raise TabschedError(f"internal error: V schedule op {(device, kind, microbatch)} "
+                                f"at slot {time} depends on a later op")
+        lists = slots[device]
+        for slot in range(earliest, time):
+            if slot not in occupied[device]:
+                lists[kind][microbatch] = slot
+                if peak_memory(lists) <= budget:
+                    break
+        else:
+            lists[kind][microbatch] = time
+        occupied[device].add(lists[kind][microbatch])
+    if not with_weights:
+        slots = [fill_weights(lists, split=False) for lists in slots]
+    return squeeze(slots)
+
+
+def v_schedule_slots(variant, devices, microbatches):
+    """Slot lists per device: F0, F1, I1, I0, W chunk 1, W chunk 0 (one entry per microbatch)."""
+    blocks = block_offsets(variant, devices)
+    slots = [[list(range(offset, offset + 6 * microbatches, 6)) for offset in offsets]
+             for offsets in blocks]
+    first = [lists[:4] for lists in reorder(slots, with_weights=True)]
+    second = [lists[:4] for lists in reorder(first, with_weights=False)]
+    return [fill_weights(lists, split=True) for lists in second]
+
+
+_OP_OF_KIND = (("F", 0), ("F", 1), ("I", 1), ("I", 0), ("W", 1), ("W", 0))
+
+
+def _builder(variant):
+    def build(devices, microbatches, chunks=2):
+        check_two_chunks(variant, chunks)
+        p, n = devices, microbatches
+        builder = OrderBuilder(p)
+        for device, lists in enumerate(v_schedule_slots(variant, p, n)):
+            stages = (device, 2 * p - 1 - device)
+            ops = sorted((time, kind, microbatch) for kind, times in enumerate(lists)
+                         for microbatch, time in enumerate(times))
+            for _, kind, microbatch in ops:
+                op_kind, chunk = _OP_OF_KIND[kind]
+                builder.add(device, op_kind, stages[chunk], microbatch)
+        return builder.table(num_stages=2 * p, num_microbatches=n, family=variant,
+                             params={"devices": p, "microbatches": n, "chunks": 2})
+
+    build.__name__ = f"build_{variant.replace('-', '_')}"
+    build.__doc__ = f"Generate {variant} for ``devices`` x ``microbatches`` (chunks must be 2)."
+    return build
+
+
+_PARAMETERS = (Parameter("devices", help=DEVICES),
+               Parameter("microbatches", help=MICROBATCHES),
+               Parameter("chunks", 2, "model chunks per device: V schedules need exactly 2"))
+
+V_HALF = register(Family(
+    name="v-half",
+    summary="V-Half: V-shape building block with half of 1F1B's activation memory "
+            "(Qi et al., NeurIPS 2024)",
+    build=_builder("v-half"),
+    parameters=_PARAMETERS,
+    constraints="chunks = 2 (stages r and 2p-1-r on device r); any devices >= 1, "
+                "microbatches >= 1",
+    notes="peak (p+2)//2 device activations = 2*((p+2)//2) chunk activations, about half of "
+          "1f1b; bubble about half of 1f1b's when F = I = W; greedy reorder ported from the "
+          "authors' zbv_greedy.py",
+    aliases=("vhalf",),
+))
+
+V_MIN = register(Family(
+    name="v-min",
+    summary="V-Min: V-shape building block with a third of 1F1B's activation memory "
+            "(Qi et al., NeurIPS 2024)",
+    build=_builder("v-min"),
+    parameters=_PARAMETERS,
+    constraints="chunks = 2 (stages r and 2p-1-r on device r); any devices >= 1, "
+                "microbatches >= 1",
+    notes="peak (p+4)//3 device activations = 2*((p+4)//3) chunk activations, about a third "
+          "of 1f1b; bubble about 2/3 of 1f1b's when F = I = W, worse when they differ; greedy "
+          "reorder ported from the authors' zbv_greedy.py",
+    aliases=("vmin",),
+))
