@@ -40,11 +40,7 @@ def save_figure(figure, path):
 def _critical_nodes(result):
     lowered = result._lowered
     mask = np.zeros(lowered.num_nodes, dtype=bool)
-    if lowered.num_nodes:
-        node = int(np.argmax(result._node_start + result._node_durations))
-        while node >= 0:
-            mask[node] = True
-            node = int(result._binding[node])
+    mask[result.critical_nodes()] = True
     return mask
 
 

@@ -44,10 +44,7 @@ def chrome_trace(result):
     start = result._node_start
     durations = result._node_durations
     critical = np.zeros(lowered.num_nodes, dtype=bool)
-    node = int(np.argmax(start + durations)) if lowered.num_nodes else -1
-    while node >= 0:
-        critical[node] = True
-        node = int(result._binding[node])
+    critical[result.critical_nodes()] = True
 
     events = [_meta(DEVICES_PID, None, "process_name", "devices"),
               _meta(DEVICES_PID, None, "process_sort_index", DEVICES_PID)]
