@@ -129,6 +129,20 @@ class Result:
         """Largest activation peak over the devices."""
         return max((device.peak_memory for device in self.devices), default=0.0)
 
+    def critical_nodes(self):
+        """Node ids of the critical path in time order (see ``critical_path``)."""
+        lowered = self._lowered
+        if lowered.num_nodes == 0:
+            return []
+        if self._binding is None:  # batched runs record sample 0 only; rerun this one
+            self._binding = lowered.run(self._node_durations, end=False)[2]
+        node = int(np.argmax(self._node_start + self._node_durations))
+        nodes = []
+        while node >= 0:
+            nodes.append(node)
+            node = int(self._binding[node])
+        return nodes[::-1]
+
     @property
     def critical_path(self):
         """Operations and transfers, in time order, that decided the makespan.
@@ -136,16 +150,9 @@ class Result:
         Walks back from the node that ends last: each node's start was set by the
         predecessor that ended last (or by the previous user of a link it waited for).
         """
-        lowered, binding = self._lowered, self._binding
-        if lowered.num_nodes == 0:
-            return []
-        node = int(np.argmax(self._node_start + self._node_durations))
-        nodes = []
-        while node >= 0:
-            nodes.append(node)
-            node = int(binding[node])
+        lowered = self._lowered
         steps = []
-        for node in reversed(nodes):
+        for node in self.critical_nodes():
             start = float(self._node_start[node])
             end = start + float(self._node_durations[node])
             kind = lowered.node_kind(node)
@@ -342,3 +349,59 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
             peak_memory=float(peaks[d]),
             persistent_memory=float(persistent[d]) if len(persistent) > d else 0.0))
     return result
+
+
+def _lowering_key(costs, contention, grad_sync, optimizer):
+    """What a cost model changes about the DAG (not only its durations)."""
+    sync = costs.grad_sync if grad_sync is None else grad_sync
+    if sync is not None and not isinstance(sync, str):
+        sync = tuple(sorted(int(stage) for stage in sync))
+    return (costs.contention if contention is None else contention, costs.devices_per_node,
+            bool(costs.blocking_sends), sync,
+            bool(costs.optimizer_step if optimizer is None else optimizer))
+
+
+def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimizer=None,
+                  formula=True):
+    """Evaluate one table under several cost models, sharing lowerings and kernel calls.
+
+    Cost models that lower the table the same way (same contention, nodes per
+    machine, blocking sends and tail) share one lowering and run as the samples of
+    one kernel call; the results are the same as ``evaluate`` would give one by one.
+
+    Returns
+    -------
+    list of Result, in the order of ``cost_models``.
+
+    >>> from tabsched import StageCosts, generate
+    >>> table = generate("1f1b", devices=4, microbatches=8)
+    >>> [r.makespan for r in evaluate_many(table, [StageCosts(1.0), StageCosts(2.0, comm=1)])]
+    [33.0, 82.0]
+    """
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    cost_models = list(cost_models)
+    for costs in cost_models:
+        if not isinstance(costs, CostModel):
+            raise InvalidParameterError(f"cost_models must hold cost models, not "
+                                        f"{type(costs).__name__}")
+    groups = {}
+    for index, costs in enumerate(cost_models):
+        key = _lowering_key(costs, contention, grad_sync, optimizer)
+        groups.setdefault(key, []).append(index)
+    results = [None] * len(cost_models)
+    for (mode, per_node, blocking, sync, step), members in groups.items():
+        lowered = lower(table, contention=mode, devices_per_node=per_node,
+                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        start, _, binding = lowered.run(durations, end=False)
+        # the binding array describes sample 0; the others compute theirs when asked
+        for row, index in enumerate(members):
+            costs = cost_models[index]
+            result = build_result(table, costs, lowered, start[row],
+                                  binding if row == 0 else None, durations[row], mode)
+            if formula:
+                from tabsched.formulas import formula_for
+                result.formula = formula_for(table, costs)
+            results[index] = result
+    return results

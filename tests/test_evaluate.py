@@ -262,3 +262,20 @@ def test_stage_costs_tail():
                       optimizer=True)
     base = evaluate(table, StageCosts(1.0))
     assert result.makespan == pytest.approx(base.makespan + 0.5 + 0.25)
+
+
+def test_evaluate_many_equals_one_by_one():
+    from tabsched.evaluate import evaluate_many
+    table = generate("1f1b", devices=4, microbatches=8)
+    models = [StageCosts(1.0), StageCosts(2.0, comm=1.0), UnitCosts(b=2),
+              StageCosts(1.0, comm=0.5, contention="link"), StageCosts([1, 2, 3, 4], comm=0.1)]
+    batched = evaluate_many(table, models)
+    for costs, result in zip(models, batched):
+        single = evaluate(table, costs)
+        assert result.makespan == single.makespan
+        assert [d.peak_memory for d in result.devices] == [d.peak_memory for d in single.devices]
+        assert [d.idle for d in result.devices] == [d.idle for d in single.devices]
+        assert [s.label for s in result.critical_path] == [s.label for s in single.critical_path]
+        assert result.contention == single.contention
+    with pytest.raises(InvalidParameterError, match="cost_models must hold cost models, not int"):
+        evaluate_many(table, [3])

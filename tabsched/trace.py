@@ -1,0 +1,124 @@
+"""Chrome trace / Perfetto export of an evaluated table.
+
+One simulated iteration becomes a JSON trace that ``ui.perfetto.dev`` and
+``chrome://tracing`` open like a real profile: a process "devices" with one
+track per device (every operation a complete event, the optimizer step too),
+a process "links" with one track per directed link that carries traffic (every
+transfer an event), and, when the iteration has a tail, a "collectives" track
+for the gradient syncs. Times are in microseconds, as the format wants; a
+result in slots maps one slot to one microsecond (``args.time_unit`` says so).
+
+>>> from tabsched import evaluate, generate
+>>> trace = chrome_trace(evaluate(generate("1f1b", devices=2, microbatches=2)))
+>>> sorted({event["ph"] for event in trace["traceEvents"]})
+['M', 'X']
+"""
+
+import json
+
+import numpy as np
+
+__all__ = ["chrome_trace", "write_trace"]
+
+DEVICES_PID = 0
+LINKS_PID = 1
+COLLECTIVES_PID = 2
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad", "W": "weight-grad"}
+
+
+def _microseconds(result):
+    """Factor from the result's time unit to microseconds."""
+    return 1e6 if result.time_unit == "s" else 1.0
+
+
+def chrome_trace(result):
+    """The trace of ``result`` as a dict in the Trace Event Format.
+
+    Every operation and every transfer is one ``"X"`` (complete) event; the
+    parts of an overlapped cell are two events on one track at the same time.
+    Events on the critical path carry ``args.critical = true``.
+    """
+    scale = _microseconds(result)
+    table = result.table
+    lowered = result._lowered
+    start = result._node_start
+    durations = result._node_durations
+    critical = np.zeros(lowered.num_nodes, dtype=bool)
+    critical[result.critical_nodes()] = True
+
+    events = [_meta(DEVICES_PID, None, "process_name", "devices"),
+              _meta(DEVICES_PID, None, "process_sort_index", DEVICES_PID)]
+    for device in range(table.num_devices):
+        events.append(_meta(DEVICES_PID, device, "thread_name", f"device {device}"))
+        events.append(_meta(DEVICES_PID, device, "thread_sort_index", device))
+
+    for k in range(len(table)):
+        cell = int(lowered.cell_of_op[k])
+        kind = table.kind_letter(k)
+        events.append({
+            "name": str(table.op(k)), "cat": KIND_NAMES[kind], "ph": "X",
+            "pid": DEVICES_PID, "tid": int(table.device[k]),
+            "ts": float(start[cell]) * scale, "dur": float(durations[cell]) * scale,
+            "args": {"stage": int(table.stage[k]), "microbatch": int(table.microbatch[k]),
+                     "kind": kind, "critical": bool(critical[cell]),
+                     "time_unit": result.time_unit}})
+
+    transfers = lowered.transfers
+    if len(transfers):
+        src, dst = transfers.src, transfers.dst
+        links = sorted(set(zip(src.tolist(), dst.tolist())))
+        track = {link: index for index, link in enumerate(links)}
+        events.append(_meta(LINKS_PID, None, "process_name", "links"))
+        events.append(_meta(LINKS_PID, None, "process_sort_index", LINKS_PID))
+        for link, index in track.items():
+            events.append(_meta(LINKS_PID, index, "thread_name", f"link {link[0]}->{link[1]}"))
+            events.append(_meta(LINKS_PID, index, "thread_sort_index", index))
+        _, nbytes = result._cost_model.transfer_costs(table, transfers)
+        for k in range(len(transfers)):
+            node = lowered.num_cells + k
+            events.append({
+                "name": lowered.describe_node(node),
+                "cat": "gradient" if transfers.gradient[k] else "activation", "ph": "X",
+                "pid": LINKS_PID, "tid": track[int(src[k]), int(dst[k])],
+                "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
+                "args": {"bytes": float(nbytes[k]), "critical": bool(critical[node]),
+                         "time_unit": result.time_unit}})
+
+    if lowered.num_syncs:
+        events.append(_meta(COLLECTIVES_PID, None, "process_name", "collectives"))
+        events.append(_meta(COLLECTIVES_PID, 0, "thread_name", "gradient sync"))
+        for k in range(lowered.num_syncs):
+            node = lowered.first_sync + k
+            events.append({
+                "name": lowered.describe_node(node), "cat": "grad-sync", "ph": "X",
+                "pid": COLLECTIVES_PID, "tid": 0,
+                "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
+                "args": {"devices": list(lowered.sync_devices(k)),
+                         "critical": bool(critical[node])}})
+    if lowered.optimizer:
+        for device in range(table.num_devices):
+            node = lowered.first_optimizer + device
+            events.append({
+                "name": "optimizer step", "cat": "optimizer", "ph": "X",
+                "pid": DEVICES_PID, "tid": device,
+                "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
+                "args": {"critical": bool(critical[node])}})
+
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "tabsched", "family": table.family,
+                          "params": table.params, "level": result.level,
+                          "makespan": result.makespan, "time_unit": result.time_unit}}
+
+
+def _meta(pid, tid, name, value):
+    event = {"name": name, "ph": "M", "pid": pid,
+             "args": {"sort_index" if name.endswith("sort_index") else "name": value}}
+    if tid is not None:
+        event["tid"] = tid
+    return event
+
+
+def write_trace(result, path):
+    """Write ``chrome_trace(result)`` to ``path`` as JSON."""
+    with open(path, "w") as handle:
+        json.dump(chrome_trace(result), handle)
