@@ -36,8 +36,11 @@ from tabsched.formulas import formula_for
 from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
 from tabsched.lower import LoweredSchedule, lower
+from tabsched.models import TransformerModel, load_model, model_presets
 from tabsched.schedules import families, generate
+from tabsched.systems import System, load_system, system_presets
 from tabsched.table import Op, Overlap, ScheduleTable
+from tabsched.units import format_quantity, parse_quantity
 
 __version__ = "0.1.0"
 
@@ -46,6 +49,8 @@ __all__ = [
     "generate", "families",
     "read_table", "write_table", "from_csv", "to_csv", "from_json", "to_json", "render_grid",
     "CostModel", "UnitCosts", "StageCosts",
+    "TransformerModel", "load_model", "model_presets", "System", "load_system",
+    "system_presets", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats",
     "formula_for",
