@@ -30,7 +30,8 @@ except ImportError as _error:  # pragma: no cover - exercised by hand on a raw c
         f"Import error: {_error}") from None
 
 from tabsched.costs import CostModel, ModelCosts, StageCosts, UnitCosts
-from tabsched.evaluate import DeviceStats, LinkStats, PathStep, Result, evaluate
+from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
+                               evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
                                  MemoryBudgetError, TabschedError, UnknownNameError)
 from tabsched.formulas import formula_for
@@ -53,7 +54,7 @@ __all__ = [
     "TransformerModel", "load_model", "model_presets", "System", "load_system",
     "system_presets", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
-    "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats",
+    "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError",
