@@ -320,7 +320,9 @@ class ModelCosts(CostModel):
         Default the system's.
     grad_sync : None, "replicas", "all" or list of stages
         The tail's gradient sync (a ring all-reduce of the stage's gradients,
-        in the model's dtype, among the devices holding it); default none.
+        in the model's dtype, among the devices of the table holding it);
+        default none. A stage on one device syncs in 0 s: data-parallel
+        replicas outside the table are not modelled.
     optimizer : bool
         Add an optimizer step per device to the tail: reading and writing every
         persistent byte once, ``2 * bytes_per_param`` per parameter, at the
@@ -444,11 +446,13 @@ class ModelCosts(CostModel):
         return flops[index], nbytes[index]
 
     def op_durations(self, table):
+        """Roofline seconds of every operation (see ``System.compute_time``)."""
         flops, nbytes, tokens, inverse = self._stage_work(table)
         durations = self.system.compute_time(flops, nbytes, tokens[None, None, :])
         return durations[table.kind, table.stage, inverse[table.microbatch]]
 
     def transfer_costs(self, table, transfers):
+        """``(seconds, bytes)`` per transfer: ``latency + d*b*s*h / bandwidth`` on its link."""
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
         _, _, _, unique, inverse = self._shape(table)
@@ -459,6 +463,7 @@ class ModelCosts(CostModel):
         return latency[src, dst] + nbytes / bandwidth[src, dst], nbytes
 
     def activation_sizes(self, table):
+        """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
         layers, first, last, unique, inverse = self._shape(table)
         model = self.model
         per_stage = (layers[:, None] * model.layer_activation(unique)[None, :]
@@ -481,6 +486,7 @@ class ModelCosts(CostModel):
         return np.bincount(pairs % D, weights=per_stage[pairs // D], minlength=D)
 
     def tail_durations(self, table, lowered):
+        """Ring all-reduce of each synced stage's gradients; each device's optimizer step."""
         params = self.stage_parameters(table)
         gradient_bytes = params * float(self.model.dtype_bytes)
         sync = np.array([self.system.all_reduce_time(gradient_bytes[int(stage)],
@@ -496,6 +502,7 @@ class ModelCosts(CostModel):
         return sync, np.where(device_params > 0, step, 0.0)
 
     def describe(self):
+        """Names and settings for reports and JSON (the numbers live in the presets)."""
         info = {"model": "ModelCosts", "transformer": self.model.name,
                 "system": self.system.name, "microbatch_size": self.model.microbatch_size,
                 "recompute": self.model.recompute}

@@ -137,6 +137,8 @@ def format_quantity(value, unit, *, digits=3):
     if not math.isfinite(value):
         return f"{value} {unit}"
     magnitude = abs(value)
+    if unit == "s" and magnitude < 1e-12:  # float residue of a difference of times
+        magnitude = value = 0.0
     scales = _FORMAT_TIMES if unit == "s" else _FORMAT_PREFIXES
     if magnitude == 0.0 or (unit == "s" and magnitude >= 1.0):
         return f"{_significant(value, digits)} s" if unit == "s" else f"0 {unit}"

@@ -68,14 +68,13 @@ def test_vectorised_work_matches_a_loop_over_operations():
     for k in range(len(table)):
         kind, stage = int(table.kind[k]), int(table.stage[k])
         samples = table.microbatch_sizes[int(table.microbatch[k])] * 2
-        parts = [costs.model.layer_work(samples)]
-        scale = [layers]
+        parts = [(layers, costs.model.layer_work(samples))]
         if stage == 0:
-            parts.append(costs.model.embedding_work(samples)), scale.append(1)
+            parts.append((1, costs.model.embedding_work(samples)))
         if stage == table.num_stages - 1:
-            parts.append(costs.model.output_work(samples)), scale.append(1)
-        expected_flops = sum(n * part[0][kind, 0] for n, part in zip(scale, parts))
-        expected_bytes = sum(n * part[1][kind, 0] for n, part in zip(scale, parts))
+            parts.append((1, costs.model.output_work(samples)))
+        expected_flops = sum(n * work[0][kind, 0] for n, work in parts)
+        expected_bytes = sum(n * work[1][kind, 0] for n, work in parts)
         assert flops[k] == pytest.approx(expected_flops)
         assert nbytes[k] == pytest.approx(expected_bytes)
         efficiency = samples * 16 / (samples * 16 + 64)

@@ -62,6 +62,7 @@ def test_parse_errors_name_the_value(text, unit, message):
     (2e-6, "s", "2 us"),
     (5e-7, "s", "500 ns"),
     (0.0, "s", "0 s"),
+    (2e-16, "s", "0 s"),
 ])
 def test_format(value, unit, text):
     assert format_quantity(value, unit) == text
