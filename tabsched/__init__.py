@@ -9,7 +9,8 @@ and writes them (PyTorch's CSV, JSON), and evaluates them:
 * the **formula** level: the closed forms the papers state (``formulas``);
 * the **table** level: unit slot lengths, no communication (``UnitCosts``);
 * the **simulation** level: real compute times and per-link transfers
-  (``StageCosts`` and model-based costs).
+  (``StageCosts``, or ``ModelCosts``: a transformer on a system, in seconds
+  and bytes, from the presets in ``tabsched presets`` or your own TOML).
 
 The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Result`.
 
@@ -28,16 +29,20 @@ except ImportError as _error:  # pragma: no cover - exercised by hand on a raw c
         "checkout run:  pip install -e .   (or: python setup.py build_ext --inplace). "
         f"Import error: {_error}") from None
 
-from tabsched.costs import CostModel, StageCosts, UnitCosts
-from tabsched.evaluate import DeviceStats, LinkStats, PathStep, Result, evaluate
+from tabsched.costs import CostModel, ModelCosts, StageCosts, UnitCosts
+from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
+                               evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
                                  MemoryBudgetError, TabschedError, UnknownNameError)
 from tabsched.formulas import formula_for
 from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
 from tabsched.lower import LoweredSchedule, lower
+from tabsched.models import TransformerModel, load_model, model_presets
 from tabsched.schedules import families, generate
+from tabsched.systems import System, load_system, system_presets
 from tabsched.table import Op, Overlap, ScheduleTable
+from tabsched.units import format_quantity, parse_quantity
 
 __version__ = "0.1.0"
 
@@ -45,9 +50,11 @@ __all__ = [
     "ScheduleTable", "Op", "Overlap",
     "generate", "families",
     "read_table", "write_table", "from_csv", "to_csv", "from_json", "to_json", "render_grid",
-    "CostModel", "UnitCosts", "StageCosts",
+    "CostModel", "UnitCosts", "StageCosts", "ModelCosts",
+    "TransformerModel", "load_model", "model_presets", "System", "load_system",
+    "system_presets", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
-    "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats",
+    "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError",

@@ -13,13 +13,14 @@ import textwrap
 
 import click
 
-from tabsched.costs import StageCosts, UnitCosts
+from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
-from tabsched.exceptions import TabschedError
+from tabsched.exceptions import TabschedError, UnknownNameError
 from tabsched.formulas import formula_for
 from tabsched.io import TABLE_SUFFIXES, read_table, render_grid, to_csv, to_json
 from tabsched.lower import CONTENTION_MODES
 from tabsched.schedules import describe_parameters, families, generate, get_family
+from tabsched.units import format_quantity
 
 
 # ------------------------------------------------------------------ plumbing
@@ -223,9 +224,10 @@ def cost_options(command):
         click.option("--w", "weight_grad", type=float, help="Weight-grad length (default 1)."),
         click.option("--comm", type=float,
                      help="Time of every transfer; turns the table into a simulation."),
-        click.option("--contention", type=click.Choice(CONTENTION_MODES[:2]), default="none",
-                     show_default=True,
-                     help="none: transfers never wait; link: one FIFO per directed device pair."),
+        click.option("--contention", type=click.Choice(CONTENTION_MODES),
+                     help="none: transfers never wait; link: one FIFO per directed device "
+                          "pair; nic: transfers between nodes also share each node's ports "
+                          "(needs --system). Default: the system's, else none."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -241,34 +243,107 @@ def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
     if comm is None:
         return UnitCosts(**given)
     unit = UnitCosts(**given).lengths
-    return StageCosts(unit[0], unit[1], unit[2], unit[3], comm=comm, contention=contention,
-                      time_unit="slots")
+    return StageCosts(unit[0], unit[1], unit[2], unit[3], comm=comm,
+                      contention=contention or "none", time_unit="slots")
+
+
+def model_options(command):
+    """Options for model-based costs (seconds and bytes), the memory budget and the tail."""
+    options = [
+        click.option("--model", metavar="NAME|FILE", help="Transformer preset (see `tabsched presets`) or TOML "
+                                     "file; needs --system."),
+        click.option("--system", metavar="NAME|FILE", help="System preset or TOML file; needs --model."),
+        click.option("--microbatch-size", type=int,
+                     help="Samples per full microbatch (default: the model's)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                     help="Activation recomputation (default: the model's)."),
+        click.option("--memory-budget", metavar="SIZE",
+                     help="Memory per device, e.g. 80GB (or 'capacity': the system's); "
+                          "devices over it are reported."),
+        click.option("--strict", is_flag=True,
+                     help="Exit 1 if a device goes over --memory-budget."),
+        click.option("--grad-sync", metavar="WHICH",
+                     help="Gradient sync at the end: 'replicas', 'all' or stages (0,3,5)."),
+        click.option("--optimizer", is_flag=True, help="An optimizer step per device at the end."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def build_model_costs(model, system, microbatch_size, recompute, contention, unit_options):
+    """ModelCosts from the CLI's options; one-line errors for options that do not fit."""
+    if model is None or system is None:
+        given, missing = ("--model", "--system") if system is None else ("--system", "--model")
+        raise click.ClickException(f"{given} needs {missing} (see `tabsched presets`)")
+    clashing = [flag for flag, value in unit_options.items() if value is not None]
+    if clashing:
+        raise click.ClickException(f"--model and --system replace {', '.join(clashing)}; "
+                                   f"give one or the other")
+    return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
+                      contention=contention)
+
+
+def parse_grad_sync(text):
+    if text is None or text in ("replicas", "all"):
+        return text
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise click.ClickException(f"--grad-sync {text!r} is not 'replicas', 'all' or a "
+                                   f"comma-separated list of stages") from None
+
+
+def memory_budget_value(text, costs):
+    if text != "capacity":
+        return text
+    capacity = getattr(getattr(costs, "system", None), "memory_capacity", None)
+    if capacity is None:
+        raise click.ClickException("--memory-budget capacity needs a --system that states "
+                                   "its memory_capacity")
+    return capacity
 
 
 @cli.command("eval")
 @click.argument("schedule")
 @schedule_options
 @cost_options
+@model_options
 @click.option("--level", type=click.Choice(LEVELS),
               help="formula: only the family's closed forms; table: unit slots, no "
-                   "communication; simulation: needs --comm. Default: table, or simulation "
-                   "with --comm.")
+                   "communication; simulation: needs --comm or --model/--system. Default: "
+                   "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @translate_errors
 def eval_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
-                 contention, level, as_json):
+                 contention, model, system, microbatch_size, recompute, memory_budget, strict,
+                 grad_sync, optimizer, level, as_json):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
-    The summary shows the formula level's numbers beside the table's or the
-    simulation's, marked as such; --level formula prints them alone.
+    With --model and --system, times are seconds and memory is bytes. The summary
+    shows the formula level's numbers beside the table's or the simulation's,
+    marked as such; --level formula prints them alone.
     """
     table = load_schedule(schedule, **schedule_params)
-    if level == "table" and comm is not None:
-        raise click.ClickException("--level table has no communication; drop --comm or use "
-                                   "--level simulation")
-    if level == "simulation" and comm is None:
-        raise click.ClickException("--level simulation needs --comm (the time of a transfer)")
-    costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    modelled = model is not None or system is not None
+    if level == "table" and (comm is not None or modelled):
+        raise click.ClickException("--level table has no communication; drop --comm/--model/"
+                                   "--system or use --level simulation")
+    if level == "simulation" and comm is None and not modelled:
+        raise click.ClickException("--level simulation needs --comm (the time of a transfer) "
+                                   "or --model and --system")
+    if modelled:
+        costs = build_model_costs(model, system, microbatch_size, recompute, contention,
+                                  {"--f": forward, "--b": backward, "--i": input_grad,
+                                   "--w": weight_grad, "--comm": comm})
+    else:
+        for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
+            if value is not None:
+                raise click.ClickException(f"{flag} needs --model and --system")
+        if contention == "nic":
+            raise click.ClickException("--contention nic needs --system (it says which "
+                                       "devices share a node)")
+        costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
     if level == "formula":
         numbers = formula_for(table, costs)
         if numbers is None:
@@ -280,11 +355,18 @@ def eval_command(schedule, schedule_params, forward, backward, input_grad, weigh
         else:
             click.echo(formula_summary(table, numbers))
         return
-    result = evaluate(table, costs, contention=contention)
+    if strict and memory_budget is None:
+        raise click.ClickException("--strict needs --memory-budget")
+    budget = None if memory_budget is None else memory_budget_value(memory_budget, costs)
+    result = evaluate(table, costs, contention=contention, memory_budget=budget,
+                      grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
+                      optimizer=True if optimizer else None)
     if as_json:
         echo_json(result.to_dict())
-        return
-    click.echo(summary(result))
+    else:
+        click.echo(summary(result))
+    if strict:
+        result.check_memory()
 
 
 def summary(result):
@@ -299,7 +381,7 @@ def summary(result):
              f"level         {result.level} ({result.costs.get('model')} {costs}; "
              f"contention {result.contention})"]
     unit = result.time_unit
-    lines.append(f"makespan      {_number(result.makespan)} {unit}")
+    lines.append(f"makespan      {_time(result.makespan, unit)}")
     bubble = f"bubble ratio  {result.bubble_ratio:.2%}"
     formula = result.formula
     if formula and formula.get("bubble_ratio") is not None:
@@ -322,8 +404,12 @@ def summary(result):
     body = [[f"d{d.device}", _number(d.busy), _number(d.idle), _number(d.warmup),
              _number(d.inside), _number(d.cooldown), _number(d.peak_memory)]
             for d in result.devices]
+    if unit == "s" or result.memory_unit == "bytes":
+        header, body = _human_device_rows(result)
+        lines.extend(_memory_lines(result))
     formula_peaks = (formula or {}).get("peak_activation")
-    if formula_peaks is not None and len(formula_peaks) == len(body):
+    if (formula_peaks is not None and len(formula_peaks) == len(body)
+            and result.memory_unit != "bytes"):
         header.append("formula peak")
         for row, peak in zip(body, formula_peaks):
             row.append(_number(peak))
@@ -368,6 +454,109 @@ def formula_summary(table, numbers):
     if numbers.get("note"):
         lines.append(f"note          {numbers['note']}")
     return "\n".join(lines)
+
+
+def _time(value, unit, *, with_unit=True):
+    """A time in human units for seconds, else the number and its unit."""
+    if unit == "s":
+        return format_quantity(value, "s")
+    return f"{_number(value)} {unit}" if with_unit else _number(value)
+
+
+def _memory(value, unit):
+    return format_quantity(value, "B") if unit == "bytes" else f"{_number(value)} {unit}"
+
+
+def _human_device_rows(result):
+    """The per-device table with times in s/ms/us and memory in B/GB when the costs say so."""
+    unit, memory_unit = result.time_unit, result.memory_unit
+    header = ["device", "busy", "idle", "warm-up", "inside", "cool-down", "peak activations",
+              "persistent", "peak total"]
+    body = [[f"d{d.device}"]
+            + [_time(value, unit, with_unit=False)
+               for value in (d.busy, d.idle, d.warmup, d.inside, d.cooldown)]
+            + [_memory(value, memory_unit)
+               for value in (d.peak_memory, d.persistent_memory, d.peak_total_memory)]
+            for d in result.devices]
+    return header, body
+
+
+def _memory_lines(result):
+    """The memory peak, and the budget with its violations, in one or two lines."""
+    memory_unit = result.memory_unit
+    devices = result.devices
+    if not devices:
+        return []
+    top = max(devices, key=lambda d: d.peak_total_memory)
+    lines = [f"peak memory   {_memory(top.peak_total_memory, memory_unit)} on d{top.device} "
+             f"({_memory(top.persistent_memory, memory_unit)} persistent + "
+             f"{_memory(top.peak_memory, memory_unit)} activations)"]
+    if result.memory_budget is not None:
+        budget = _memory(result.memory_budget, memory_unit)
+        if not result.violations:
+            lines.append(f"memory budget {budget}: every device fits")
+        else:
+            worst = max(result.violations, key=lambda v: v.over)
+            lines.append(f"memory budget {budget}: {len(result.violations)} of {len(devices)} "
+                         f"devices over (worst d{worst.device} by "
+                         f"{_memory(worst.over, memory_unit)} at "
+                         f"{_time(worst.time, result.time_unit)})")
+    return lines
+
+
+@cli.command("presets")
+@click.option("--show", "name", help="Print the TOML of one preset (copy it to make your own).")
+@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON (SI units).")
+@translate_errors
+def presets_command(name, as_json):
+    """List the model and system presets with their key numbers."""
+    from tabsched._presets import preset_index
+    from tabsched.models import model_presets
+    from tabsched.systems import system_presets
+    index = preset_index()
+    if name is not None:
+        for kind in ("model", "system"):
+            if name in index[kind]:
+                click.echo(index[kind][name], nl=False)
+                return
+        names = [preset for kind in ("model", "system") for preset in index[kind]]
+        raise UnknownNameError(f"unknown preset {name!r}; valid presets: {', '.join(names)}")
+    models, systems = model_presets(), system_presets()
+    if as_json:
+        echo_json({"models": [model.summary() for model in models.values()],
+                   "systems": [system.summary() for system in systems.values()]})
+        return
+    rows = [["model", "layers", "hidden", "heads/kv", "ffn", "sequence", "vocab", "params",
+             "recompute", "description"]]
+    for model in models.values():
+        rows.append([model.name, str(model.layers), str(model.hidden),
+                     f"{model.heads}/{model.kv_heads}", str(model.ffn), str(model.sequence),
+                     str(model.vocab), f"{model.parameters / 1e9:.3g}B", model.recompute,
+                     model.description])
+    click.echo(_columns(rows))
+    click.echo("")
+    rows = [["system", "compute", "memory bw", "capacity", "per node", "intra-node",
+             "inter-node", "contention"]]
+    for system in systems.values():
+        capacity = system.memory_capacity
+        rows.append([
+            system.name,
+            f"{format_quantity(system.peak_flops, 'FLOP/s')} x {system.compute_efficiency:g}",
+            format_quantity(system.memory_bandwidth, "B/s"),
+            "-" if capacity is None else format_quantity(capacity, "B"),
+            str(system.devices_per_node),
+            f"{format_quantity(system.intra_node_bandwidth, 'B/s')}, "
+            f"{format_quantity(system.intra_node_latency, 's')}",
+            f"{format_quantity(system.inter_node_bandwidth, 'B/s')}, "
+            f"{format_quantity(system.inter_node_latency, 's')}",
+            system.contention])
+    click.echo(_columns(rows))
+
+
+def _columns(rows):
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(widths[k]) for k, cell in enumerate(row)).rstrip()
+                     for row in rows)
 
 
 def main(argv=None):

@@ -11,11 +11,11 @@ from functools import cached_property
 import numpy as np
 
 from tabsched.costs import CostModel, UnitCosts
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
 
-__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats"]
+__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation"]
 
 
 @dataclass
@@ -75,6 +75,26 @@ class LinkStats:
 
 
 @dataclass
+class MemoryViolation:
+    """A device whose total memory (persistent + activations) goes over the budget.
+
+    ``since`` is the first time it is over, ``time`` when it reaches its peak
+    ``memory``; ``over = memory - budget``. Memory that is over from the start
+    (persistent memory alone) is over ``since`` 0.
+    """
+
+    device: int
+    since: float
+    time: float
+    memory: float
+    budget: float
+
+    @property
+    def over(self):
+        return self.memory - self.budget
+
+
+@dataclass
 class Result:
     """What an evaluation found; times in ``time_unit``, memory in ``memory_unit``.
 
@@ -91,6 +111,10 @@ class Result:
         (computed on first access).
     formula : dict or None
         The formula level's numbers for the table's family, marked as such.
+    memory_budget : float or None
+        Memory per device the evaluation checked against (``memory_unit``).
+    violations : list of MemoryViolation
+        One per device over ``memory_budget``, in device order.
     """
 
     table: ScheduleTable
@@ -103,6 +127,8 @@ class Result:
     costs: dict
     contention: str
     formula: dict = None
+    memory_budget: float = None
+    violations: list = field(default_factory=list)
     _lowered: object = field(default=None, repr=False)
     _node_start: np.ndarray = field(default=None, repr=False)
     _node_durations: np.ndarray = field(default=None, repr=False)
@@ -217,6 +243,28 @@ class Result:
         order = np.lexsort((deltas, times))
         return times[order], np.cumsum(deltas[order])
 
+    def check_memory(self):
+        """Raise ``MemoryBudgetError`` (one line) if a device went over the budget."""
+        if not self.violations:
+            return self
+        from tabsched.units import format_quantity
+
+        def amount(value):
+            if self.memory_unit == "bytes":
+                return format_quantity(value, "B")
+            return f"{value:.6g} {self.memory_unit}"
+
+        def moment(value):
+            return (format_quantity(value, "s") if self.time_unit == "s"
+                    else f"{value:.6g} {self.time_unit}")
+        shown = [f"d{v.device} by {amount(v.over)} at {moment(v.time)}"
+                 for v in self.violations[:4]]
+        more = len(self.violations) - len(shown)
+        raise MemoryBudgetError(
+            f"memory budget {amount(self.memory_budget)} exceeded on {len(self.violations)} of "
+            f"{self.table.num_devices} devices: {', '.join(shown)}"
+            + (f" and {more} more" if more else ""))
+
     def to_dict(self, *, ops=False):
         """Plain data for JSON (times in ``time_unit``, memory in ``memory_unit``)."""
         data = {
@@ -244,6 +292,9 @@ class Result:
                  "link": list(s.link) if s.link else None} for s in self.critical_path],
             "links": [vars(link) for link in self.links],
             "formula": self.formula,
+            "memory_budget": self.memory_budget,
+            "violations": [{"device": v.device, "since": v.since, "time": v.time,
+                            "memory": v.memory, "over": v.over} for v in self.violations],
         }
         if ops:
             table = self.table
@@ -254,7 +305,7 @@ class Result:
 
 
 def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
-             formula=True):
+             formula=True, memory_budget=None):
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
 
     Parameters
@@ -268,6 +319,11 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         cost model's ``grad_sync`` and ``optimizer_step``.
     formula : bool
         Attach the formula level's numbers for the table's family.
+    memory_budget : float or str, optional
+        Memory per device, in the cost model's ``memory_unit`` (``"80GB"`` for
+        bytes): every device whose persistent plus activation memory goes over
+        it is reported in ``result.violations`` (``result.check_memory()``
+        raises for them).
 
     Returns
     -------
@@ -292,6 +348,8 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     costs = UnitCosts() if costs is None else costs
     if not isinstance(costs, CostModel):
         raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    if memory_budget is not None:
+        memory_budget = _budget(memory_budget, costs.memory_unit)
     contention = costs.contention if contention is None else contention
     lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
                     blocking_sends=costs.blocking_sends,
@@ -303,7 +361,44 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     if formula:
         from tabsched.formulas import formula_for
         result.formula = formula_for(table, costs)
+    if memory_budget is not None:
+        result.memory_budget = memory_budget
+        result.violations = memory_violations(result, memory_budget)
     return result
+
+
+def _budget(value, memory_unit):
+    if memory_unit == "bytes" and isinstance(value, str):
+        from tabsched.units import parse_quantity
+        number = parse_quantity(value, "B", name="memory_budget")
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InvalidParameterError(f"memory_budget must be a number of {memory_unit}, "
+                                        f"not {value!r}") from None
+    if not np.isfinite(number) or number <= 0:
+        raise InvalidParameterError(f"memory_budget must be > 0, not {value!r}")
+    return number
+
+
+def memory_violations(result, budget):
+    """The devices of ``result`` whose persistent + activation memory exceeds ``budget``."""
+    violations = []
+    for stats, (times, values) in zip(result.devices, result.memory_timeline()):
+        base = stats.persistent_memory
+        total = base + values
+        peak = max(base, float(total.max()) if len(total) else base)
+        if peak <= budget:
+            continue
+        if base > budget or not len(total):
+            since = 0.0
+        else:
+            since = float(times[np.argmax(total > budget)])
+        when = float(times[np.argmax(total)]) if len(total) and peak > base else 0.0
+        violations.append(MemoryViolation(device=stats.device, since=since, time=when,
+                                          memory=peak, budget=budget))
+    return violations
 
 
 def build_result(table, costs, lowered, node_start, binding, durations, contention):

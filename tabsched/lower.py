@@ -493,18 +493,19 @@ def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices
         return np.empty((num_nodes, 0), dtype=INDEX), 0
     link = transfers.src.astype(np.int64) * num_devices + transfers.dst
     num_links = num_devices * num_devices
+    rows = slice(num_cells, num_cells + len(transfers))  # tail nodes hold no resource
     if contention == "link":
         resources = np.full((num_nodes, 1), _kernel.NO_RESOURCE_ID, dtype=INDEX)
-        resources[num_cells:, 0] = link
+        resources[rows, 0] = link
         return resources, num_links
     num_machines = -(-num_devices // devices_per_node)
     src_node = transfers.src // devices_per_node
     dst_node = transfers.dst // devices_per_node
     between = src_node != dst_node
     resources = np.full((num_nodes, 3), _kernel.NO_RESOURCE_ID, dtype=INDEX)
-    resources[num_cells:, 0] = link
-    resources[num_cells:, 1] = np.where(between, num_links + src_node, _kernel.NO_RESOURCE_ID)
-    resources[num_cells:, 2] = np.where(between, num_links + num_machines + dst_node,
+    resources[rows, 0] = link
+    resources[rows, 1] = np.where(between, num_links + src_node, _kernel.NO_RESOURCE_ID)
+    resources[rows, 2] = np.where(between, num_links + num_machines + dst_node,
                                         _kernel.NO_RESOURCE_ID)
     return resources, num_links + 2 * num_machines
 

@@ -163,7 +163,8 @@ def test_eval_formula_of_a_file_without_family(cli, tmp_path):
     (["show", "1f1b", "-p", "4", "-m", "4", "--stage-layers-ratio", "1:2:3"],
      "stage_layers_ratio 1:2:3 has 3 groups, which do not divide the 4 stages evenly"),
     (["eval", "chimera", "-p", "4", "-m", "4", "--level", "table", "--comm", "1"],
-     "--level table has no communication; drop --comm or use --level simulation"),
+     "--level table has no communication; drop --comm/--model/--system or use --level "
+     "simulation"),
     (["eval", "chimera", "-p", "4", "-m", "4", "--level", "simulation"],
      "--level simulation needs --comm"),
     (["eval", "chimera", "-p", "4", "-m", "4", "--level", "roofline"],

@@ -137,3 +137,13 @@ def test_sync_waits_for_weight_grads():
     cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
     assert (cell["0W0"], lowered.first_sync) in edges(lowered)
     assert (cell["0I0"], lowered.first_sync) not in edges(lowered)
+
+
+@pytest.mark.parametrize("contention", ["link", "nic"])
+def test_tail_nodes_hold_no_link_or_port(contention):
+    table = generate("1f1b", devices=4, microbatches=2)
+    lowered = lower(table, contention=contention, devices_per_node=2, grad_sync="all",
+                    optimizer=True)
+    assert lowered.resources.shape[0] == lowered.num_nodes
+    assert np.all(lowered.resources[lowered.first_sync:] < 0)
+    assert np.all(lowered.resources[lowered.num_cells:lowered.first_sync, 0] >= 0)

@@ -1,0 +1,166 @@
+"""TransformerModel: FLOPs, bytes and activations checked against hand computations."""
+
+import numpy as np
+import pytest
+
+from tabsched import (InvalidParameterError, TransformerModel, UnknownNameError, load_model,
+                      model_presets)
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+
+# A small GPT layer: h=64, a=4, s=16, V=100, bf16; b=2 samples, so T=32 tokens.
+SMALL = dict(layers=2, hidden=64, heads=4, sequence=16, vocab=100)
+
+
+def small(**changes):
+    return TransformerModel(**{**SMALL, **changes})
+
+
+def test_parameters_by_hand():
+    model = small()
+    assert model.layer_parameters == 12 * 64 * 64 == 49152
+    assert model.embedding_parameters == model.output_parameters == 6400
+    assert model.parameters == 2 * 49152 + 2 * 6400
+    assert model.stage_parameters(1, True, False) == 49152 + 6400
+    gqa = small(kv_heads=2, ffn=96, gated_ffn=True)
+    # Q and O 64x64, K and V 64x32 (2 heads of 16), three 64x96 MLP matrices
+    assert gqa.layer_parameters == 2 * 4096 + 2 * 64 * 32 + 3 * 64 * 96 == 30720
+
+
+def test_flops_by_hand():
+    model = small()
+    flops, _ = model.layer_work(2)
+    matmul = 2 * 32 * 49152                       # 2 * T * P = 24 * T * h^2 = 3,145,728
+    scores = 4 * 2 * 16 * 16 * 64                 # 4 * b * s^2 * h = 131,072
+    assert flops[FORWARD, 0] == matmul + scores == 3_276_800
+    assert flops[INPUT_GRAD, 0] == matmul + 2 * scores == 3_407_872
+    assert flops[WEIGHT_GRAD, 0] == matmul
+    assert flops[BACKWARD, 0] == flops[INPUT_GRAD, 0] + flops[WEIGHT_GRAD, 0]
+    selective, _ = small(recompute="selective").layer_work(2)
+    assert selective[INPUT_GRAD, 0] == matmul + 3 * scores
+    full, _ = small(recompute="full").layer_work(2)
+    assert full[INPUT_GRAD, 0] == matmul + 2 * scores + (matmul + scores)
+    assert full[WEIGHT_GRAD, 0] == matmul
+    head, _ = model.output_work(2)
+    assert head[[FORWARD, INPUT_GRAD, WEIGHT_GRAD], 0].tolist() == [2 * 32 * 64 * 100] * 3
+    assert head[BACKWARD, 0] == 2 * 2 * 32 * 64 * 100
+    embedding, _ = model.embedding_work(2)
+    assert not embedding.any()
+
+
+def test_activations_match_korthikanti():
+    s, b, h, a = 16, 2, 64, 4
+    model = small()
+    assert model.layer_activation(b) == s * b * h * (34 + 5 * a * s // h) == 79872
+    assert model.layer_activation(b, "selective") == 34 * s * b * h == 69632
+    assert model.layer_activation(b, "full") == 2 * s * b * h == 4096
+    assert model.output_activation(b) == 4 * s * b * h * (1 + 100 / h) == 20992
+    assert model.embedding_activation(b) == s * b * h
+    assert model.transfer_bytes(b) == 2 * b * s * h
+    # exact integers for ints, arrays for arrays
+    assert isinstance(model.layer_activation(b), int)
+    assert model.layer_activation(np.array([1.0, 2.0])).tolist() == [39936.0, 79872.0]
+
+
+def test_activations_per_tensor_for_gqa_swiglu_without_dropout():
+    model = small(kv_heads=2, ffn=96, gated_ffn=True, dropout=False)
+    d, h, hk, f, T = 2, 64, 32, 96, 32
+    attention = d * (3 * h + 2 * hk)     # QKV input, Q, K, V, output-projection input
+    mlp = d * h + 3 * d * f               # MLP input; gate, up and their product
+    norms = 2 * d * h
+    per_token = attention + mlp + norms
+    assert model.layer_activation(2, "selective") == T * per_token
+    assert model.layer_activation(2) == T * per_token + d * 4 * 16 * 16 * 2
+    assert model.embedding_activation(2) == 0
+
+
+def test_bytes_moved_by_hand():
+    model = small()
+    _, nbytes = model.layer_work(2)
+    weights = 2 * 49152
+    intermediates = 79872                 # every activation, written once
+    assert nbytes[FORWARD, 0] == weights + intermediates + 2 * 32 * 64
+    assert nbytes[INPUT_GRAD, 0] == weights + intermediates + 2 * 2 * 32 * 64
+    kept = 32 * 16 * 2 * 64               # W's matmul inputs and output gradients: 32sbh
+    assert model.weight_grad_kept(2) == kept
+    assert nbytes[WEIGHT_GRAD, 0] == weights + kept
+    assert nbytes[BACKWARD, 0] == nbytes[INPUT_GRAD, 0] + nbytes[WEIGHT_GRAD, 0]
+
+
+def test_input_grad_release():
+    # I frees everything W does not need: 1 - 32sbh / stored
+    assert small().input_grad_release == pytest.approx(1 - 32 / 39)
+    assert small(recompute="selective").input_grad_release == pytest.approx(1 - 32 / 34)
+    assert small(recompute="full").input_grad_release == 0.0
+
+
+def test_work_scales_with_samples_where_it_should():
+    model = small()
+    flops, nbytes = model.layer_work([1, 2])
+    np.testing.assert_allclose(flops[:, 1], 2 * flops[:, 0])
+    weights = 2 * 49152
+    np.testing.assert_allclose(nbytes[FORWARD, 1] - weights, 2 * (nbytes[FORWARD, 0] - weights))
+
+
+def test_presets_have_the_published_sizes():
+    models = model_presets()
+    assert set(models) >= {"paper-128l", "gpt3-175b", "llama3-8b", "llama3-70b"}
+    assert models["llama3-8b"].parameters == pytest.approx(8.03e9, rel=2e-3)
+    assert models["llama3-70b"].parameters == pytest.approx(70.6e9, rel=2e-3)
+    assert models["gpt3-175b"].parameters == pytest.approx(175e9, rel=5e-3)
+    paper = models["paper-128l"]
+    assert (paper.layers, paper.hidden, paper.heads, paper.sequence, paper.dtype_bytes) == \
+        (128, 4096, 32, 4096, 2)
+    assert paper.layer_activation(1, "none") == 4096 * 4096 * (34 + 5 * 32)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(hidden=0), r"hidden must be a positive integer, not 0"),
+    (dict(layers=2.5), r"layers must be a positive integer, not 2\.5"),
+    (dict(heads=5), r"hidden 64 is not divisible by heads 5"),
+    (dict(kv_heads=3), r"heads 4 is not divisible by kv_heads 3"),
+    (dict(recompute="partial"), r"recompute 'partial' is not one of none, selective, full"),
+    (dict(dtype="int4"), r"dtype 'int4' is not one of fp8, bf16"),
+    (dict(dtype=3), r"dtype must be one of .* not 3"),
+    (dict(bytes_per_param=-1), r"bytes_per_param must be a number >= 0, not -1"),
+    (dict(gated_ffn="yes"), r"gated_ffn must be true or false, not 'yes'"),
+    (dict(microbatch_size=0), r"microbatch_size must be a positive integer, not 0"),
+])
+def test_model_errors(changes, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        small(**changes)
+
+
+def write(tmp_path, text, name="model.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_user_toml_with_the_same_keys(tmp_path):
+    path = write(tmp_path, 'layers = 4\nhidden = 64\nheads = 4\nsequence = 16\nvocab = 100\n'
+                           'dtype = "fp32"\nrecompute = "full"\n')
+    model = load_model(path)
+    assert (model.layers, model.dtype_bytes, model.recompute, model.name) == (4, 4, "full", path)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('layers = 4\nheads = 4\nsequence = 16\nvocab = 100\n', r"model\.toml: missing key 'hidden'"),
+    ('layers = 4\nhiden = 64\nhidden = 64\nheads = 4\nsequence = 16\nvocab = 100\n',
+     r"model\.toml: unknown key 'hiden' \(did you mean 'hidden'\?\)"),
+    ('layers = 4\nhidden = 64\nheads = 4\nsequence = 16\nvocab = -100\n',
+     r"model\.toml: vocab must be a positive integer, not -100"),
+    ('layers = 4\nhidden = \n', r"model\.toml: not valid TOML: "),
+    ('kind = "system"\n', r"model\.toml: kind is 'system', but a model was expected"),
+])
+def test_user_toml_errors_name_the_file_and_key(tmp_path, text, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        load_model(write(tmp_path, text))
+
+
+def test_unknown_preset_lists_the_valid_names():
+    with pytest.raises(UnknownNameError, match=r"unknown model preset 'llama-3-8b' \(did you "
+                                               r"mean 'llama3-8b'\?\); valid models: "
+                                               r"gpt3-175b, llama3-70b, llama3-8b, paper-128l"):
+        load_model("llama-3-8b")
+    with pytest.raises(OSError):
+        load_model("no/such/model.toml")

@@ -1,0 +1,74 @@
+import pytest
+
+from tabsched import InvalidParameterError, format_quantity, parse_quantity
+
+
+@pytest.mark.parametrize("text,unit,expected", [
+    ("80GB", "B", 80e9),
+    ("80 GB", "B", 80e9),
+    ("1.5TiB", "B", 1.5 * 2**40),
+    ("512MiB", "B", 512 * 2**20),
+    ("1e9", "B", 1e9),
+    (12, "B", 12.0),
+    ("450GB/s", "B/s", 450e9),
+    ("400Gb/s", "B/s", 50e9),
+    ("400Gbps", "B/s", 50e9),
+    ("3.35TB/s", "B/s", 3.35e12),
+    ("2us", "s", 2e-6),
+    ("2\u00b5s", "s", 2e-6),
+    ("1.2ms", "s", 1.2e-3),
+    ("500ns", "s", 5e-7),
+    ("2min", "s", 120.0),
+    ("0.5", "s", 0.5),
+    ("1PFLOP/s", "FLOP/s", 1e15),
+    ("989TFLOPS", "FLOP/s", 989e12),
+    ("2TFLOP", "FLOP", 2e12),
+])
+def test_parse(text, unit, expected):
+    assert parse_quantity(text, unit) == pytest.approx(expected, rel=1e-15)
+
+
+def test_sub_unit_times_are_exact():
+    # 500 / 1e9, not 500 * 1e-9 (which is 5.000000000000001e-07)
+    assert parse_quantity("500ns", "s") == 5e-7
+    assert parse_quantity("5us", "s") == 5e-6
+
+
+@pytest.mark.parametrize("text,unit,message", [
+    ("80XB", "B", r"^memory_budget: '80XB' is not a size \(expected e\.g\. 80GB\)$"),
+    ("80GB/s", "B", r"'80GB/s' is not a size"),
+    ("80GB", "B/s", r"'80GB' is not a bandwidth \(expected e\.g\. 450GB/s\)"),
+    ("2 parsecs", "s", r"'2 parsecs' is not a time \(expected e\.g\. 1\.2ms\)"),
+    ("1PB/s", "FLOP/s", r"'1PB/s' is not a compute rate"),
+    ("fast", "B/s", r"'fast' is not a bandwidth"),
+    (True, "B", r"True is not a size"),
+])
+def test_parse_errors_name_the_value(text, unit, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        parse_quantity(text, unit, name="memory_budget" if "memory" in message else None)
+
+
+@pytest.mark.parametrize("value,unit,text", [
+    (80e9, "B", "80 GB"),
+    (54_895_050_752, "B", "54.9 GB"),
+    (999.7e9, "B", "1 TB"),
+    (512, "B", "512 B"),
+    (0, "B", "0 B"),
+    (450e9, "B/s", "450 GB/s"),
+    (1e15, "FLOP/s", "1 PFLOP/s"),
+    (3.948, "s", "3.95 s"),
+    (0.0012, "s", "1.2 ms"),
+    (0.00099996, "s", "1 ms"),
+    (2e-6, "s", "2 us"),
+    (5e-7, "s", "500 ns"),
+    (0.0, "s", "0 s"),
+    (2e-16, "s", "0 s"),
+])
+def test_format(value, unit, text):
+    assert format_quantity(value, unit) == text
+
+
+@pytest.mark.parametrize("text,unit", [("80 GB", "B"), ("450 GB/s", "B/s"), ("1.2 ms", "s"),
+                                       ("500 ns", "s"), ("1 PFLOP/s", "FLOP/s")])
+def test_format_and_parse_round_trip(text, unit):
+    assert format_quantity(parse_quantity(text, unit), unit) == text
