@@ -360,7 +360,7 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     result = build_result(table, costs, lowered, start[0], binding, durations, contention)
     if formula:
         from tabsched.formulas import formula_for
-        result.formula = formula_for(table, costs)
+        result.formula = formula_for(table, costs, lowered)
     if memory_budget is not None:
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
@@ -497,6 +497,6 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                                   binding if row == 0 else None, durations[row], mode)
             if formula:
                 from tabsched.formulas import formula_for
-                result.formula = formula_for(table, costs)
+                result.formula = formula_for(table, costs, lowered)
             results[index] = result
     return results

@@ -4,8 +4,12 @@ Each entry gives the numbers as the family's paper or README states them, the
 conditions under which they are exact, and the source. Where no closed form is
 published, the entry says so instead of inventing one.
 
-A formula is a function ``(params, costs) -> dict`` registered under the family
-name; :func:`formula_for` looks it up for a table and marks the numbers with
+A formula is a function ``(params, times) -> dict`` registered under the family
+name, where ``times`` (see :func:`nominal_times`) holds the cost model's own
+durations for a full microbatch (F, B, I, W averaged over stages, the mean
+transfer time, the overlap factor, and whether stages and transfers are uniform),
+so every cost model, profiled or model-based, is judged the same way.
+:func:`formula_for` looks the function up for a table and marks the numbers with
 ``"level": "formula"``.
 
 >>> from tabsched.schedules import generate
@@ -14,33 +18,82 @@ name; :func:`formula_for` looks it up for a table and marks the numbers with
 (0.2727, [4, 3, 2, 1])
 """
 
-from tabsched.costs import UnitCosts
+import numpy as np
 
-__all__ = ["formula_for", "register_formula", "FORMULAS"]
+from tabsched.costs import UnitCosts
+from tabsched.table import KINDS, ScheduleTable
+
+__all__ = ["formula_for", "register_formula", "nominal_times", "FORMULAS"]
 
 FORMULAS = {}
 
 
 def register_formula(family):
-    """Decorator: register ``function(params, costs) -> dict`` for ``family``."""
+    """Decorator: register ``function(params, times) -> dict`` for ``family``."""
     def decorate(function):
         FORMULAS[family] = function
         return function
     return decorate
 
 
-def formula_for(table, costs=None):
-    """Formula-level numbers for ``table``'s family, or ``None`` if it has no family.
+def formula_for(table, costs=None, lowered=None):
+    """Formula-level numbers for ``table``'s family, or ``None`` if it has no formula.
 
     The dict holds ``level`` ("formula"), ``bubble_ratio`` (or ``None`` when
-    unpublished), ``peak_activation`` (per device, in the unit the source uses,
-    named in ``activation_unit``), ``source`` and ``exact_when``.
+    unpublished), ``peak_activation`` (per device, in the unit named in
+    ``activation_unit``), ``source``, ``exact_when`` and, where it can be judged,
+    ``exact``: whether ``costs`` meet ``exact_when``. ``lowered`` (the table's
+    lowering, if at hand) saves lowering again to measure transfer times.
     """
     function = FORMULAS.get(table.family)
     if function is None:
         return None
-    numbers = function(dict(table.params), costs if costs is not None else UnitCosts())
-    return {"level": "formula", "family": table.family, **numbers}
+    times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered)
+    return {"level": "formula", "family": table.family, **function(dict(table.params), times)}
+
+
+def nominal_times(table, costs, lowered=None):
+    """What ``costs`` say one full microbatch costs on ``table``.
+
+    Returns a dict: ``F``, ``B``, ``I``, ``W`` (seconds or slots, averaged over the
+    stages), ``comm`` (mean time of the table's transfers, 0 without any),
+    ``overlap`` (the factor on fused cells), ``uniform_stages`` (every stage costs
+    the same for every kind) and ``uniform_comm`` (every transfer costs the same).
+    The durations come from the cost model itself, on a probe with one operation of
+    every kind on every stage, so profiled and model-based costs are measured alike.
+
+    >>> from tabsched import StageCosts
+    >>> from tabsched.schedules import generate
+    >>> times = nominal_times(generate("1f1b", devices=2, microbatches=2), StageCosts([1, 3]))
+    >>> times["F"], times["B"], times["uniform_stages"]
+    (2.0, 4.0, False)
+    """
+    S = table.num_stages
+    kinds = np.repeat(np.arange(len(KINDS)), S)
+    stages = np.tile(np.arange(S), len(KINDS))
+    probe = ScheduleTable.from_arrays(
+        np.zeros(len(kinds)), np.arange(len(kinds)), kinds, stages, np.zeros(len(kinds)),
+        [len(kinds)], num_stages=S, microbatch_sizes=(1.0,), stage_layers=table.stage_layers,
+        family=table.family, params=table.params, validate=False)
+    per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
+    if lowered is None:
+        from tabsched.lower import lower
+        lowered = lower(table)
+    comm_times, _ = costs.transfer_costs(table, lowered.transfers)
+    comm_times = np.asarray(comm_times, dtype=float)
+    times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
+    times.update(
+        comm=float(comm_times.mean()) if len(comm_times) else 0.0,
+        overlap=float(getattr(costs, "overlap", 1.0)),
+        uniform_stages=bool(np.all(np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(
+            initial=1.0))),
+        uniform_comm=bool(len(comm_times) == 0 or np.ptp(comm_times) <= 1e-12 * max(
+            1.0, float(comm_times.max()))))
+    return times
+
+
+def _flush_exact(times):
+    return times["uniform_stages"] and times["comm"] == 0
 
 
 def flush_bubble(devices, microbatches):
@@ -49,25 +102,27 @@ def flush_bubble(devices, microbatches):
 
 
 @register_formula("gpipe")
-def _gpipe(params, costs):
+def _gpipe(params, times):
     """GPipe (Huang et al. 2019): bubble (p-1)/(M+p-1); each device holds M activations."""
     p, m = params["devices"], params["microbatches"]
     return {"bubble_ratio": flush_bubble(p, m),
             "peak_activation": [m] * p,
             "activation_unit": "stage activations of one microbatch",
             "source": "Huang et al., GPipe, NeurIPS 2019",
-            "exact_when": "equal stage times and no communication; any F:B ratio"}
+            "exact_when": "equal stage times and no communication; any F:B ratio",
+            "exact": _flush_exact(times)}
 
 
 @register_formula("1f1b")
-def _one_f_one_b(params, costs):
+def _one_f_one_b(params, times):
     """1F1B (Narayanan et al. 2021; Fan et al. 2021): GPipe's bubble, min(p-d, M) activations."""
     p, m = params["devices"], params["microbatches"]
     return {"bubble_ratio": flush_bubble(p, m),
             "peak_activation": [min(p - d, m) for d in range(p)],
             "activation_unit": "stage activations of one microbatch",
             "source": "Narayanan et al., PipeDream-Flush (2021); Fan et al., DAPPLE (2021)",
-            "exact_when": "equal stage times and no communication; any F:B ratio"}
+            "exact_when": "equal stage times and no communication; any F:B ratio",
+            "exact": _flush_exact(times)}
 
 
 # --------------------------------------------------- interleaved, looped BFS, zero bubble
@@ -76,30 +131,15 @@ def _one_f_one_b(params, costs):
 # counts whole-device activations (two chunks in the V schedules), ``published_peak``
 # quotes it in the source's own unit.
 
-def _uniform_times(costs):
-    """``(F, I, W, comm)`` when every stage costs the same and comm is one number, else None."""
-    if isinstance(costs, UnitCosts):
-        forward, _, input_grad, weight_grad = (float(value) for value in costs.lengths)
-        return forward, input_grad, weight_grad, 0.0
-    values = []
-    for name in ("forward", "input_grad", "weight_grad", "comm"):
-        value = getattr(costs, name, None)
-        if value is None:
-            return None
-        if hasattr(value, "ravel"):
-            if name == "comm":
-                return None  # a per-link matrix: no single hop cost
-            items = [float(item) for item in value.ravel()]
-        else:
-            items = [float(value)]
-        if not items or max(items) != min(items):
-            return None
-        values.append(items[0])
-    return tuple(values)
+def _uniform_times(times):
+    """``(F, I, W, comm)`` when every stage costs the same and so does every transfer."""
+    if not (times["uniform_stages"] and times["uniform_comm"]):
+        return None
+    return times["F"], times["I"], times["W"], times["comm"]
 
 
 @register_formula("interleaved-1f1b")
-def _interleaved_one_f_one_b(params, costs):
+def _interleaved_one_f_one_b(params, times):
     """Interleaved 1F1B (Narayanan et al., SC'21, Megatron-LM virtual pipeline).
 
     Bubble: the paper's bubble time is ``(p-1)/v`` of 1F1B's, i.e. a fraction
@@ -122,7 +162,7 @@ def _interleaved_one_f_one_b(params, costs):
 
 
 @register_formula("looped-bfs")
-def _looped_bfs(params, costs):
+def _looped_bfs(params, times):
     """Breadth-first PP (Lamy-Poirier 2022; PyTorch ``ScheduleLoopedBFS``).
 
     No closed-form bubble was available to us from the paper, so none is given.
@@ -141,27 +181,35 @@ def _looped_bfs(params, costs):
                     "when M < p (stalls at each loop boundary)"}
 
 
-def _zero_bubble_handcrafted(params, costs, factor):
+def _zero_bubble_handcrafted(params, times, factor):
+    """Bubble of ZB-H1 (factor 1) or ZB-H2 (factor 2) at the stage-mean F, I, W times.
+
+    With unequal stages or transfers the closed form is evaluated at the means
+    and ``exact`` is False.
+    """
     p, m = params["devices"], params["microbatches"]
     peak = [min(m, factor * (p - 1) + 1)] * p
-    times = _uniform_times(costs)
-    if times is None:
-        return {"bubble_ratio": None, "peak_activation": peak,
-                "note": "the closed form needs one F, I, W time for every stage and one "
-                        "communication time"}
-    forward, input_grad, weight_grad, comm = times
+    forward, input_grad, weight_grad, comm = (times["F"], times["I"], times["W"],
+                                              times["comm"])
     if factor == 1:
         bubble_time = (p - 1) * (forward + input_grad - weight_grad)
     else:
         bubble_time = (p - 1) * (forward + input_grad - 2 * weight_grad + 2 * comm)
     bubble_time = max(bubble_time, 0.0)
     work = m * (forward + input_grad + weight_grad)
-    return {"bubble_ratio": bubble_time / (work + bubble_time) if work + bubble_time else 0.0,
-            "bubble_time": bubble_time, "peak_activation": peak}
+    exact = (factor == 1 and _uniform_times(times) is not None and comm == 0 and m >= 2 * p
+             and weight_grad <= min(forward, input_grad))
+    numbers = {"bubble_ratio": bubble_time / (work + bubble_time) if work + bubble_time else 0.0,
+               "bubble_time": bubble_time, "peak_activation": peak,
+               "exact": exact if factor == 1 else False}
+    if _uniform_times(times) is None:
+        numbers["note"] = ("stages or transfers differ in cost: the closed form is evaluated "
+                           "at their means")
+    return numbers
 
 
 @register_formula("zb-h1")
-def _zb_h1(params, costs):
+def _zb_h1(params, times):
     """ZB-H1 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024).
 
     Bubble time ``(p-1)(T_F + T_B - T_W)`` per device (``T_B`` is our ``I``),
@@ -170,7 +218,7 @@ def _zb_h1(params, costs):
     order (we did not check the paper's memory table): every device runs ``p``
     forwards before its first ``W``, so it holds ``min(N, p)``, 1F1B's maximum.
     """
-    numbers = _zero_bubble_handcrafted(params, costs, 1)
+    numbers = _zero_bubble_handcrafted(params, times, 1)
     return {**numbers,
             "activation_unit": "stage activations of one microbatch",
             "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; bubble "
@@ -181,7 +229,7 @@ def _zb_h1(params, costs):
 
 
 @register_formula("zb-h2")
-def _zb_h2(params, costs):
+def _zb_h2(params, times):
     """ZB-H2 (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024).
 
     Bubble time ``(p-1)(T_F + T_B - 2T_W + 2 comm)``, asserted in the authors'
@@ -192,7 +240,7 @@ def _zb_h2(params, costs):
     authors' order (the paper's memory table not checked): ``min(N, 2p-1)`` on
     every device.
     """
-    numbers = _zero_bubble_handcrafted(params, costs, 2)
+    numbers = _zero_bubble_handcrafted(params, times, 2)
     return {**numbers,
             "activation_unit": "stage activations of one microbatch",
             "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; bubble "
@@ -204,7 +252,7 @@ def _zb_h2(params, costs):
 
 
 @register_formula("zbv")
-def _zbv(params, costs):
+def _zbv(params, times):
     """ZB-V (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; the authors' README).
 
     Zero bubble when ``T_F = T_B = T_W``, apart from the ``p-1`` start/end skew
@@ -213,7 +261,7 @@ def _zbv(params, costs):
     whole-device activations (two chunks each) on every device.
     """
     p, m = params["devices"], params["microbatches"]
-    times = _uniform_times(costs)
+    times = _uniform_times(times)
     equal = times is not None and times[0] == times[1] == times[2] and times[3] == 0
     numbers = {"bubble_ratio": 0.0 if equal else None,
                "peak_activation": [min(2 * p, 2 * m)] * p,
@@ -245,14 +293,14 @@ def _controllable_memory(params, device_peak, approximate, name):
 
 
 @register_formula("v-half")
-def _v_half(params, costs):
+def _v_half(params, times):
     """V-Half (Qi et al., NeurIPS 2024): peak ``(p+2)//2`` device activations; bubble ~ p/(2M)."""
     p, m = params["devices"], params["microbatches"]
     return _controllable_memory(params, (p + 2) // 2, p / (2 * m), "about p/(2M)")
 
 
 @register_formula("v-min")
-def _v_min(params, costs):
+def _v_min(params, times):
     """V-Min (Qi et al., NeurIPS 2024): peak ``(p+4)//3`` device activations; bubble ~ 2p/(3M)."""
     p, m = params["devices"], params["microbatches"]
     return _controllable_memory(params, (p + 4) // 3, 2 * p / (3 * m), "about 2p/(3M)")
@@ -265,34 +313,12 @@ def _v_min(params, costs):
 # states a range instead of per-device values, ``bubble_time`` where it states
 # an idle time, and ``note``.
 
-def _scalar_times(costs):
-    """F, B, I, W, comm and overlap of ``costs`` as scalars (per-stage values averaged)."""
-    import numpy as np
-
-    if hasattr(costs, "lengths"):
-        forward, backward, input_grad, weight_grad = (float(x) for x in costs.lengths)
-        comm = 0.0
-    elif hasattr(costs, "forward"):
-        forward, backward, input_grad, weight_grad = (
-            float(np.mean(getattr(costs, name)))
-            for name in ("forward", "backward", "input_grad", "weight_grad"))
-        comm = getattr(costs, "comm", 0.0)
-        if not isinstance(comm, float):
-            matrix = np.asarray(comm, dtype=float)
-            off = ~np.eye(len(matrix), dtype=bool)
-            comm = float(matrix[off].mean()) if off.any() else 0.0
-    else:
-        forward, backward, input_grad, weight_grad, comm = 1.0, 1.0, 1.0, 1.0, 0.0
-    return {"F": forward, "B": backward, "I": input_grad, "W": weight_grad, "comm": comm,
-            "overlap": float(getattr(costs, "overlap", 1.0))}
-
-
 def _close(a, b):
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
 @register_formula("chimera")
-def _chimera(params, costs):
+def _chimera(params, times):
     """Chimera (Li & Hoefler, SC'21): bubble (D-2)/(2N+D-2); [D/2+1, D] activations.
 
     The paper counts D-2 bubbles (D/2-1 in the forward and D/2-1 in the backward
@@ -310,7 +336,6 @@ def _chimera(params, costs):
     """
     D, N = params["devices"], params["microbatches"]
     variant, pipelines = params.get("variant", "direct"), params.get("pipelines", 2)
-    times = _scalar_times(costs)
     unit = "stage activations of one microbatch (Ma per stage replica)"
     source = "Li & Hoefler, Chimera, SC'21; code Shigangli/Chimera (SCHEDULES.md §8)"
     if pipelines != 2:
@@ -324,7 +349,8 @@ def _chimera(params, costs):
                         f"within [D/2+1, D]"}
     doubling = variant == "doubling"
     equal = _close(times["F"], times["B"])
-    exact = times["comm"] == 0 and (equal or (doubling and _close(2 * times["F"], times["B"])))
+    exact = times["uniform_stages"] and times["comm"] == 0 and (
+        equal or (doubling and _close(2 * times["F"], times["B"])))
     low, high = D // 2 + 1, D
     return {"bubble_ratio": (D - 2) / (2 * N + D - 2),
             "peak_activation": None,
@@ -339,7 +365,7 @@ def _chimera(params, costs):
 
 
 @register_formula("bitpipe")
-def _bitpipe(params, costs):
+def _bitpipe(params, times):
     """BitPipe (Wu et al., arXiv 2410.19367): no closed form published that we could check.
 
     SCHEDULES.md §9 records what the authors' order gives in the table --
@@ -355,13 +381,12 @@ def _bitpipe(params, costs):
                     "verify; use the table level"}
 
 
-def _dualpipe_numbers(half_depth, work_units, devices, peak, params, costs, source):
-    times = _scalar_times(costs)
+def _dualpipe_numbers(half_depth, work_units, devices, peak, params, times, source):
     fused_pair = times["overlap"] * (times["F"] + times["B"])
     bubble_time = (half_depth - 1) * (fused_pair + times["B"] - 3 * times["W"])
     work = work_units * (times["F"] + times["B"])
     fused = params.get("pairs", "fused") == "fused"
-    exact = (fused and times["comm"] == 0 and times["overlap"] == 1.0
+    exact = (fused and times["uniform_stages"] and times["comm"] == 0 and times["overlap"] == 1.0
              and _close(times["F"], times["I"]) and _close(times["I"], times["W"])
              and _close(times["B"], times["I"] + times["W"]))
     total = bubble_time + work
@@ -380,7 +405,7 @@ def _dualpipe_numbers(half_depth, work_units, devices, peak, params, costs, sour
 
 
 @register_formula("dualpipe")
-def _dualpipe(params, costs):
+def _dualpipe(params, times):
     """DualPipe (DeepSeek-V3 report; README of deepseek-ai/DualPipe).
 
     Bubble (PP/2-1)(F&B+B-3W), activations PP+1 per device, 2x parameters. F is
@@ -391,13 +416,13 @@ def _dualpipe(params, costs):
     smaller F&B it is the middle ranks' idle time as long as F&B >= B.
     """
     PP, N = params["devices"], params["microbatches"]
-    return _dualpipe_numbers(PP // 2, N, PP, PP + 1, params, costs,
+    return _dualpipe_numbers(PP // 2, N, PP, PP + 1, params, times,
                              "DeepSeek-AI, DualPipe README (deepseek-ai/DualPipe); "
                              "SCHEDULES.md §10")
 
 
 @register_formula("dualpipev")
-def _dualpipev(params, costs):
+def _dualpipev(params, times):
     """DualPipeV (README of deepseek-ai/DualPipe; PyTorch ``ScheduleDualPipeV``).
 
     The README's row for DualPipeV on PP/2 devices: bubble (PP/2-1)(F&B+B-3W),
@@ -406,13 +431,13 @@ def _dualpipev(params, costs):
     device's work 2N(F+B). Exact under the same conditions as DualPipe.
     """
     p, N = params["devices"], params["microbatches"]
-    return _dualpipe_numbers(p, 2 * N, p, 2 * p + 1, params, costs,
+    return _dualpipe_numbers(p, 2 * N, p, 2 * p + 1, params, times,
                              "DeepSeek-AI, DualPipe README, DualPipeV row "
                              "(deepseek-ai/DualPipe); SCHEDULES.md §10")
 
 
 @register_formula("hanayo")
-def _hanayo(params, costs):
+def _hanayo(params, times):
     """Hanayo (Liu et al., SC'23), Eq. 1 and the memory table of Fig. 2, for M = P.
 
     With per-device times T_F = 2W F, T_B = 2W B of one microbatch and T_C of one
@@ -430,7 +455,6 @@ def _hanayo(params, costs):
     there the entry reports no numbers, only what changes.
     """
     P, M, W = params["devices"], params["microbatches"], params.get("waves", 1)
-    times = _scalar_times(costs)
     unit = "chunk (stage) activations of one microbatch"
     source = "Liu et al., Hanayo, SC'23 (arXiv 2308.15762), Eq. 1 and Fig. 2 (SCHEDULES.md §11)"
     if M != P or P < 2:

@@ -1,0 +1,44 @@
+"""The formula level: times measured from any cost model, and the `exact` verdict."""
+
+import pytest
+
+from tabsched import StageCosts, UnitCosts, evaluate, generate
+from tabsched.costs import ModelCosts
+from tabsched.formulas import formula_for, nominal_times
+
+
+def test_nominal_times_come_from_the_cost_model():
+    table = generate("1f1b", devices=2, microbatches=2)
+    times = nominal_times(table, StageCosts([1.0, 3.0], comm=0.5))
+    assert (times["F"], times["B"], times["I"], times["W"]) == (2.0, 4.0, 2.0, 2.0)
+    assert times["comm"] == 0.5 and times["uniform_comm"]
+    assert not times["uniform_stages"]
+    unit = nominal_times(table, UnitCosts(b=2))
+    assert unit["B"] == 2.0 and unit["comm"] == 0.0 and unit["uniform_stages"]
+
+
+def test_model_costs_are_measured_not_assumed():
+    table = generate("chimera", devices=8, microbatches=16)
+    costs = ModelCosts("paper-128l", "mid_nw_mid_cp")
+    times = nominal_times(table, costs)
+    assert times["B"] == pytest.approx(2 * times["F"], rel=0.2)
+    assert times["comm"] > 0
+    assert formula_for(table, costs)["exact"] is False
+    assert formula_for(table, UnitCosts())["exact"] is True
+
+
+@pytest.mark.parametrize("family,params", [
+    ("gpipe", {}), ("1f1b", {}), ("zb-h1", {}), ("chimera", {}), ("dualpipev", {}),
+])
+def test_exact_means_the_table_matches_under_unit_costs(family, params):
+    table = generate(family, devices=4, microbatches=8, **params)
+    result = evaluate(table, UnitCosts())
+    if result.formula.get("exact"):
+        assert result.bubble_ratio == pytest.approx(result.formula["bubble_ratio"])
+
+
+def test_flush_formula_not_exact_with_communication():
+    table = generate("1f1b", devices=4, microbatches=8)
+    assert evaluate(table).formula["exact"] is True
+    assert evaluate(table, StageCosts(1.0, comm=0.1)).formula["exact"] is False
+    assert evaluate(table, StageCosts([1.0, 1.0, 1.0, 2.0])).formula["exact"] is False
