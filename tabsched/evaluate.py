@@ -500,3 +500,19 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                 result.formula = formula_for(table, costs, lowered)
             results[index] = result
     return results
+
+
+def table_level(table):
+    """The idealized-table level: idle cells / all cells of the layout, and its length.
+
+    Every cell counts as one slot, an overlapped cell included; this is the
+    table as drawn, without durations or communication.
+
+    >>> from tabsched.schedules import generate
+    >>> table_level(generate("1f1b", devices=4, microbatches=8))
+    {'bubble_ratio': 0.2727272727272727, 'slots': 22, 'cells': 64}
+    """
+    cells = int(table.cell_starts().sum())
+    area = table.num_devices * table.num_slots
+    return {"bubble_ratio": 1.0 - cells / area if area else 0.0, "slots": table.num_slots,
+            "cells": cells}
