@@ -91,6 +91,9 @@ class Result:
         (computed on first access).
     formula : dict or None
         The formula level's numbers for the table's family, marked as such.
+    notes : list of str
+        What the reader of the schedule left out or changed (e.g. the
+        ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
     """
 
     table: ScheduleTable
@@ -108,6 +111,7 @@ class Result:
     _node_durations: np.ndarray = field(default=None, repr=False)
     _binding: np.ndarray = field(default=None, repr=False)
     _cost_model: object = field(default=None, repr=False)
+    notes: list = field(default_factory=list)
 
     # ------------------------------------------------------------ derived views
     @cached_property
@@ -237,6 +241,7 @@ class Result:
                  "link": list(s.link) if s.link else None} for s in self.critical_path],
             "links": [vars(link) for link in self.links],
             "formula": self.formula,
+            "notes": list(self.notes),
         }
         if ops:
             table = self.table
@@ -247,7 +252,7 @@ class Result:
 
 
 def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
-             formula=True):
+             formula=True, transfer_after=None):
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
 
     Parameters
@@ -258,9 +263,12 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         Overrides the cost model's own mode.
     grad_sync, optimizer : optional
         The iteration's tail (see :func:`tabsched.lower.lower`); default the
-        cost model's ``grad_sync`` and ``optimizer_step``.
+        table's ``grad_sync`` if it has one, else the cost model's ``grad_sync``,
+        and the cost model's ``optimizer_step``.
     formula : bool
         Attach the formula level's numbers for the table's family.
+    transfer_after : optional
+        Extra edges into transfer nodes (see :func:`tabsched.lower.lower`).
 
     Returns
     -------
@@ -288,8 +296,9 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     contention = costs.contention if contention is None else contention
     lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
                     blocking_sends=costs.blocking_sends,
-                    grad_sync=costs.grad_sync if grad_sync is None else grad_sync,
-                    optimizer=costs.optimizer_step if optimizer is None else optimizer)
+                    grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
+                    optimizer=costs.optimizer_step if optimizer is None else optimizer,
+                    transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
     start, _, binding = lowered.run(durations, end=False)
     result = build_result(table, costs, lowered, start[0], binding, durations, contention)
@@ -297,6 +306,11 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         from tabsched.formulas import formula_for
         result.formula = formula_for(table, costs)
     return result
+
+
+def _default_grad_sync(table, costs):
+    """The table's own gradient syncs (e.g. PyTorch's REDUCE_GRAD), else the cost model's."""
+    return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
 def build_result(table, costs, lowered, node_start, binding, durations, contention):
