@@ -262,3 +262,13 @@ def test_stage_costs_tail():
                       optimizer=True)
     base = evaluate(table, StageCosts(1.0))
     assert result.makespan == pytest.approx(base.makespan + 0.5 + 0.25)
+
+
+def test_table_grad_sync_is_the_default_tail_and_notes_reach_the_dict():
+    table = generate("1f1b", devices=2, microbatches=2)
+    assert evaluate(table, UnitCosts(sync=5)).makespan == 6
+    synced = table.replace(grad_sync=[0])
+    assert evaluate(synced, UnitCosts(sync=5)).makespan == 11   # stage 0's last B ends at 6
+    assert evaluate(synced, UnitCosts(sync=5), grad_sync=[]).makespan == 6
+    result = evaluate(synced)
+    assert result.notes == [] and result.to_dict()["notes"] == []
