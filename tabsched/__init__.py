@@ -36,6 +36,7 @@ from tabsched.formulas import formula_for
 from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
 from tabsched.lower import LoweredSchedule, lower
+from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
 from tabsched.table import Op, Overlap, ScheduleTable
 
@@ -47,6 +48,7 @@ __all__ = [
     "read_table", "write_table", "from_csv", "to_csv", "from_json", "to_json", "render_grid",
     "CostModel", "UnitCosts", "StageCosts",
     "lower", "LoweredSchedule",
+    "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats",
     "formula_for",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
