@@ -16,6 +16,8 @@ from tabsched.evaluate import evaluate
 from tabsched.exceptions import TabschedError
 from tabsched.io import TABLE_SUFFIXES, read_table, render_grid, to_csv, to_json
 from tabsched.lower import CONTENTION_MODES
+from tabsched.pytorch import (P2P_MODES, describe_stage_map, read_pytorch, to_compute_comms,
+                              to_compute_only)
 from tabsched.schedules import describe_parameters, families, generate, get_family
 
 
@@ -68,6 +70,29 @@ def load_schedule(schedule, **params):
         flags = " and ".join(f"--{name}" for name in missing)
         raise click.ClickException(f"{family.name} needs {flags}")
     return generate(family.name, **given)
+
+
+def torch_options(command):
+    """Options for reading PyTorch's CSV files."""
+    options = [
+        click.option("--torch-legacy", is_flag=True,
+                     help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "
+                          "backward)."),
+        click.option("--p2p", type=click.Choice(P2P_MODES), default="ordered", show_default=True,
+                     help="compute_comms files: ordered = the SEND/RECV between two devices run "
+                          "in the order each lists them; free = each pair on its own."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_with_torch(schedule, torch_legacy, p2p, **params):
+    """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
+    if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
+        torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
+        return torch_schedule.table, torch_schedule
+    return load_schedule(schedule, **params), None
 
 
 def echo_json(data):
@@ -124,16 +149,21 @@ def list_command(as_json):
 @click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
               show_default=True, help="How to print the table.")
 @click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
+@torch_options
 @translate_errors
-def show_command(schedule, devices, microbatches, chunks, output, width):
+def show_command(schedule, devices, microbatches, chunks, output, width, torch_legacy, p2p):
     """Print the table of SCHEDULE."""
-    table = load_schedule(schedule, devices=devices, microbatches=microbatches, chunks=chunks)
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, devices=devices,
+                                            microbatches=microbatches, chunks=chunks)
     if output == "csv":
         click.echo(to_csv(table), nl=False)
     elif output == "json":
         click.echo(to_json(table, indent=1))
     else:
         click.echo(render_grid(table, width=width))
+        click.echo(f"stage map: {describe_stage_map(table)}")
+        for note in torch_schedule.notes if torch_schedule else ():
+            click.echo(f"note: {note}")
 
 
 def cost_options(command):
@@ -168,13 +198,18 @@ def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
 @schedule_options
 @cost_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@torch_options
 @translate_errors
 def eval_command(schedule, devices, microbatches, chunks, forward, backward, input_grad,
-                 weight_grad, comm, contention, as_json):
+                 weight_grad, comm, contention, as_json, torch_legacy, p2p):
     """Evaluate SCHEDULE and summarise time, idle and memory per device."""
-    table = load_schedule(schedule, devices=devices, microbatches=microbatches, chunks=chunks)
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, devices=devices,
+                                            microbatches=microbatches, chunks=chunks)
     costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
-    result = evaluate(table, costs, contention=contention)
+    if torch_schedule is not None:
+        result = torch_schedule.evaluate(costs, contention=contention)
+    else:
+        result = evaluate(table, costs, contention=contention)
     if as_json:
         echo_json(result.to_dict())
         return
@@ -210,7 +245,49 @@ def summary(result):
     for row in [header] + body:
         lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
                                for k, cell in enumerate(row)).rstrip())
+    lines.extend(f"note: {note}" for note in result.notes)
     return "\n".join(lines)
+
+
+CONVERT_TARGETS = ("csv", "json", "torch-comms")
+
+
+@cli.command("convert")
+@click.argument("schedule")
+@click.argument("output")
+@schedule_options
+@click.option("--to", "target", type=click.Choice(CONVERT_TARGETS),
+              help="csv: PyTorch compute_only; json: tabsched's table with its metadata; "
+                   "torch-comms: PyTorch compute_comms, lowered as PyTorch's runtime does. "
+                   "Default: from OUTPUT's suffix (.json, else csv).")
+@torch_options
+@translate_errors
+def convert_command(schedule, output, devices, microbatches, chunks, target, torch_legacy, p2p):
+    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout)."""
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, devices=devices,
+                                            microbatches=microbatches, chunks=chunks)
+    if target is None:
+        target = "json" if os.path.splitext(output)[1].lower() == ".json" else "csv"
+    if target == "json":
+        text = to_json(table, indent=1) + "\n"
+    elif target == "csv":
+        text = to_compute_only(table)
+    else:
+        text = to_compute_comms(table)
+    notes = list(torch_schedule.notes) if torch_schedule else []
+    if torch_schedule is not None and torch_schedule.format == "compute_comms":
+        notes.append("the file's own SEND/RECV positions are not written: "
+                     + ("PyTorch's lowering placed them anew" if target == "torch-comms"
+                        else "the output holds the compute cells"))
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        with open(output, "w", newline="") as handle:
+            handle.write(text)
+        click.echo(f"wrote {output} ({target}, {table.num_devices} devices, "
+                   f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def main(argv=None):
