@@ -27,6 +27,13 @@ torch.distributed.pipelining used ``B`` for the input-grad backward and ``BW``
 for the full backward: read such files with ``legacy=True`` (CLI
 ``--torch-legacy``), since the same letter meant something else.
 
+An ``OVERLAP_F_B`` cell is one step (one node when lowered): it starts when
+the inputs of both parts are there, its outputs appear when it ends, and it
+lasts the sum of its parts times the cost model's ``overlap``. That is the
+overlapped execution DualPipeV is built for (a registered ``OVERLAP_F_B``
+function); PyTorch's runtime without one runs the parts one after the other,
+which can start the forward earlier than tabsched does.
+
 ``UNSHARD`` and ``RESHARD`` (``<stage>UNSHARD``) fetch and free FSDP-sharded
 parameters; tabsched gives them no cost, so they are dropped with a note.
 ``REDUCE_GRAD`` becomes the table's ``grad_sync`` for its stage: one gradient

@@ -4,9 +4,12 @@ import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from tabsched import (DeadlockError, InvalidParameterError, InvalidScheduleError, Op, Overlap,
                       ScheduleTable, StageCosts, UnitCosts, evaluate, generate, lower)
+from tabsched._testing import random_table
 from tabsched.pytorch import (describe_stage_map, from_pytorch_csv, pytorch_refusal,
                               read_pytorch, stage_map, to_compute_comms, to_compute_only,
                               torch_stage_to_device, write_pytorch)
@@ -305,6 +308,20 @@ def test_every_family_round_trips_through_pytorch_csv(family, tmp_path):
     assert schedule.evaluate().makespan >= evaluate(table).makespan
 
 
+@given(seed=st.integers(0, 2**32 - 1))
+def test_random_tables_round_trip_and_pytorch_lowering_never_deadlocks(seed):
+    table = random_table(seed, replicate=0.0, uneven=0.0)
+    assume(pytorch_refusal(table) is None)
+    assert from_pytorch_csv(to_compute_only(table)).table == table.replace(family=None,
+                                                                           params={})
+    # PyTorch's lock-step placement lists each pair's SEND/RECV in one order on both sides
+    schedule = from_pytorch_csv(to_compute_comms(table))
+    assert schedule.table.orders() == table.orders()
+    costs = StageCosts(np.random.default_rng(seed).uniform(0.5, 2.0, table.num_stages),
+                       comm=0.3)
+    assert schedule.evaluate(costs).makespan >= evaluate(table, costs).makespan - 1e-9
+
+
 # ------------------------------------------------------- PyTorch's own tables
 # (file, makespan under unit costs, stage map, busy time of device 0)
 PYTORCH_FILES = [
@@ -402,7 +419,7 @@ def test_stage_maps_match_pytorch_styles():
 
 
 # ------------------------------------------------- against torch itself (skipped without it)
-@pytest.fixture
+@pytest.fixture(scope="module")
 def torch_pipelining():
     """PyTorch's schedules module and a runtime factory with stand-in stages."""
     pytest.importorskip("torch")
@@ -415,7 +432,7 @@ def torch_pipelining():
         stage = mock.create_autospec(PipelineStage, instance=True)
         stage.group_rank, stage.group_size, stage.submod = 0, num_devices, None
         stage.num_stages = num_stages
-        return schedules._PipelineScheduleRuntime([stage] * (num_stages // num_devices),
+        return schedules._PipelineScheduleRuntime([stage] * max(1, num_stages // num_devices),
                                                   num_microbatches)
     return schedules, runtime
 
@@ -489,3 +506,22 @@ def test_tabsched_never_imports_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code, str(DATA / "dualpipev_pp4_m8_comms.csv")],
                    check=True)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_pytorch_lowers_random_tables_as_tabsched_does(torch_pipelining, seed):
+    _, runtime = torch_pipelining
+    table = random_table(seed, replicate=0.0, uneven=0.0)
+    assume(pytorch_refusal(table) is None)
+    loaded = runtime(table.num_devices, table.num_stages, table.num_microbatches)
+    actions = {device: [schedules_action(cell) for cell in row]
+               for device, row in enumerate(table.rows)}
+    loaded._prepare_schedule_with_comms(actions)
+    assert torch_csv(loaded.pipeline_order_with_comms[device]
+                     for device in range(table.num_devices)) == to_compute_comms(table)
+
+
+def schedules_action(cell):
+    """PyTorch's _Action for a tabsched cell (via its text, as _load_csv does)."""
+    from torch.distributed.pipelining.schedules import _Action
+    return None if cell is None else _Action.from_str(str(cell))
