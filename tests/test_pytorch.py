@@ -108,6 +108,7 @@ def test_non_compute_cell_errors(row, message):
     (b"0F0,0B0\r\n,,,\r\n", r"device 1 \(line 2\) has no operations"),
     (b"0F0,0B0\r\n1UNSHARD,,1RESHARD\r\n", r"device 1 \(line 2\) has no compute operations"),
     (b"\xff0F0\r\n", r"byte 0 is not UTF-8 text"),
+    (b"0F0," + b"x" * 200_000 + b"\r\n", r"not valid CSV: field larger than field limit"),
 ])
 def test_malformed_files(tmp_path, content, message):
     path = tmp_path / "x.csv"
