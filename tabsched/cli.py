@@ -80,7 +80,7 @@ def torch_options(command):
                           "backward)."),
         click.option("--p2p", type=click.Choice(P2P_MODES), default="ordered", show_default=True,
                      help="compute_comms files: ordered = the SEND/RECV between two devices run "
-                          "in the order each lists them; free = each pair on its own."),
+                          "in the order each lists them; free = each SEND/RECV pair on its own."),
     ]
     for option in reversed(options):
         command = option(command)
