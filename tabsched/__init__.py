@@ -39,6 +39,7 @@ from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, t
                          write_table)
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.models import TransformerModel, load_model, model_presets
+from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
 from tabsched.systems import System, load_system, system_presets
 from tabsched.table import Op, Overlap, ScheduleTable
@@ -54,6 +55,7 @@ __all__ = [
     "TransformerModel", "load_model", "model_presets", "System", "load_system",
     "system_presets", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
+    "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",

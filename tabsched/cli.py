@@ -19,6 +19,8 @@ from tabsched.exceptions import TabschedError, UnknownNameError
 from tabsched.formulas import formula_for
 from tabsched.io import TABLE_SUFFIXES, read_table, render_grid, to_csv, to_json
 from tabsched.lower import CONTENTION_MODES
+from tabsched.pytorch import (P2P_MODES, describe_stage_map, read_pytorch, to_compute_comms,
+                              to_compute_only)
 from tabsched.schedules import describe_parameters, families, generate, get_family
 from tabsched.units import format_quantity
 
@@ -130,6 +132,29 @@ def load_schedule(schedule, **params):
     return generate(family.name, **given)
 
 
+def torch_options(command):
+    """Options for reading PyTorch's CSV files."""
+    options = [
+        click.option("--torch-legacy", is_flag=True,
+                     help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "
+                          "backward)."),
+        click.option("--p2p", type=click.Choice(P2P_MODES), default="ordered", show_default=True,
+                     help="compute_comms files: ordered = the SEND/RECV between two devices run "
+                          "in the order each lists them; free = each SEND/RECV pair on its own."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def load_with_torch(schedule, torch_legacy, p2p, **params):
+    """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
+    if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
+        torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
+        return torch_schedule.table, torch_schedule
+    return load_schedule(schedule, **params), None
+
+
 def echo_json(data):
     click.echo(json.dumps(data, indent=1, default=_json_default))
 
@@ -204,16 +229,22 @@ def list_command(name, as_json):
 @click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
               show_default=True, help="How to print the table.")
 @click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
+@torch_options
 @translate_errors
-def show_command(schedule, schedule_params, output, width):
+def show_command(schedule, schedule_params, output, width, torch_legacy, p2p):
     """Print the table of SCHEDULE."""
-    table = load_schedule(schedule, **schedule_params)
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     if output == "csv":
         click.echo(to_csv(table), nl=False)
     elif output == "json":
         click.echo(to_json(table, indent=1))
     else:
         click.echo(render_grid(table, width=width))
+        columns = width or shutil.get_terminal_size((120, 24)).columns
+        click.echo(textwrap.fill(f"stage map: {describe_stage_map(table)}", width=columns,
+                                 subsequent_indent="  "))
+        for note in torch_schedule.notes if torch_schedule else ():
+            click.echo(textwrap.fill(f"note: {note}", width=columns, subsequent_indent="  "))
 
 
 def cost_options(command):
@@ -314,17 +345,18 @@ def memory_budget_value(text, costs):
                    "communication; simulation: needs --comm or --model/--system. Default: "
                    "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@torch_options
 @translate_errors
 def eval_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                  contention, model, system, microbatch_size, recompute, memory_budget, strict,
-                 grad_sync, optimizer, level, as_json):
+                 grad_sync, optimizer, level, as_json, torch_legacy, p2p):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
     shows the formula level's numbers beside the table's or the simulation's,
     marked as such; --level formula prints them alone.
     """
-    table = load_schedule(schedule, **schedule_params)
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     modelled = model is not None or system is not None
     if level == "table" and (comm is not None or modelled):
         raise click.ClickException("--level table has no communication; drop --comm/--model/"
@@ -358,9 +390,11 @@ def eval_command(schedule, schedule_params, forward, backward, input_grad, weigh
     if strict and memory_budget is None:
         raise click.ClickException("--strict needs --memory-budget")
     budget = None if memory_budget is None else memory_budget_value(memory_budget, costs)
-    result = evaluate(table, costs, contention=contention, memory_budget=budget,
-                      grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
-                      optimizer=True if optimizer else None)
+    run = torch_schedule.evaluate if torch_schedule is not None else functools.partial(
+        evaluate, table)
+    result = run(costs, contention=contention, memory_budget=budget,
+                 grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
+                 optimizer=True if optimizer else None)
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -417,6 +451,7 @@ def summary(result):
     for row in [header] + body:
         lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
                                for k, cell in enumerate(row)).rstrip())
+    lines.extend(f"note: {note}" for note in result.notes)
     return "\n".join(lines)
 
 
@@ -557,6 +592,46 @@ def _columns(rows):
     widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(widths[k]) for k, cell in enumerate(row)).rstrip()
                      for row in rows)
+
+
+CONVERT_TARGETS = ("csv", "json", "torch-comms")
+
+
+@cli.command("convert")
+@click.argument("schedule")
+@click.argument("output")
+@schedule_options
+@click.option("--to", "target", type=click.Choice(CONVERT_TARGETS),
+              help="csv: PyTorch compute_only; json: tabsched's table with its metadata; "
+                   "torch-comms: PyTorch compute_comms, lowered as PyTorch's runtime does. "
+                   "Default: from OUTPUT's suffix (.json, else csv).")
+@torch_options
+@translate_errors
+def convert_command(schedule, output, schedule_params, target, torch_legacy, p2p):
+    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout)."""
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
+    if target is None:
+        target = "json" if os.path.splitext(output)[1].lower() == ".json" else "csv"
+    if target == "json":
+        text = to_json(table, indent=1) + "\n"
+    elif target == "csv":
+        text = to_compute_only(table)
+    else:
+        text = to_compute_comms(table)
+    notes = list(torch_schedule.notes) if torch_schedule else []
+    if torch_schedule is not None and torch_schedule.format == "compute_comms":
+        notes.append("the file's own SEND/RECV positions are not written: "
+                     + ("PyTorch's lowering placed them anew" if target == "torch-comms"
+                        else "the output holds the compute cells"))
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        with open(output, "w", newline="") as handle:
+            handle.write(text)
+        click.echo(f"wrote {output} ({target}, {table.num_devices} devices, "
+                   f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def main(argv=None):

@@ -115,6 +115,9 @@ class Result:
         Memory per device the evaluation checked against (``memory_unit``).
     violations : list of MemoryViolation
         One per device over ``memory_budget``, in device order.
+    notes : list of str
+        What the reader of the schedule left out or changed (e.g. the
+        ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
     """
 
     table: ScheduleTable
@@ -134,6 +137,7 @@ class Result:
     _node_durations: np.ndarray = field(default=None, repr=False)
     _binding: np.ndarray = field(default=None, repr=False)
     _cost_model: object = field(default=None, repr=False)
+    notes: list = field(default_factory=list)
 
     # ------------------------------------------------------------ derived views
     @cached_property
@@ -295,6 +299,7 @@ class Result:
             "memory_budget": self.memory_budget,
             "violations": [{"device": v.device, "since": v.since, "time": v.time,
                             "memory": v.memory, "over": v.over} for v in self.violations],
+            "notes": list(self.notes),
         }
         if ops:
             table = self.table
@@ -305,7 +310,7 @@ class Result:
 
 
 def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
-             formula=True, memory_budget=None):
+             formula=True, memory_budget=None, transfer_after=None):
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
 
     Parameters
@@ -316,7 +321,8 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         Overrides the cost model's own mode.
     grad_sync, optimizer : optional
         The iteration's tail (see :func:`tabsched.lower.lower`); default the
-        cost model's ``grad_sync`` and ``optimizer_step``.
+        table's ``grad_sync`` if it has one, else the cost model's ``grad_sync``,
+        and the cost model's ``optimizer_step``.
     formula : bool
         Attach the formula level's numbers for the table's family.
     memory_budget : float or str, optional
@@ -324,6 +330,8 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         bytes): every device whose persistent plus activation memory goes over
         it is reported in ``result.violations`` (``result.check_memory()``
         raises for them).
+    transfer_after : optional
+        Extra edges into transfer nodes (see :func:`tabsched.lower.lower`).
 
     Returns
     -------
@@ -353,8 +361,9 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     contention = costs.contention if contention is None else contention
     lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
                     blocking_sends=costs.blocking_sends,
-                    grad_sync=costs.grad_sync if grad_sync is None else grad_sync,
-                    optimizer=costs.optimizer_step if optimizer is None else optimizer)
+                    grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
+                    optimizer=costs.optimizer_step if optimizer is None else optimizer,
+                    transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
     start, _, binding = lowered.run(durations, end=False)
     result = build_result(table, costs, lowered, start[0], binding, durations, contention)
@@ -399,6 +408,11 @@ def memory_violations(result, budget):
         violations.append(MemoryViolation(device=stats.device, since=since, time=when,
                                           memory=peak, budget=budget))
     return violations
+
+
+def _default_grad_sync(table, costs):
+    """The table's own gradient syncs (e.g. PyTorch's REDUCE_GRAD), else the cost model's."""
+    return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
 def build_result(table, costs, lowered, node_start, binding, durations, contention):

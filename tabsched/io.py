@@ -104,7 +104,7 @@ def write_csv(table, path):
 
 # ----------------------------------------------------------------------- JSON
 _JSON_KEYS = {"format", "version", "family", "params", "num_stages", "microbatch_sizes",
-              "stage_layers", "rows"}
+              "stage_layers", "rows", "grad_sync"}
 
 
 def to_json(table, *, indent=None):
@@ -119,6 +119,8 @@ def to_json(table, *, indent=None):
         "stage_layers": list(table.stage_layers) if table.stage_layers is not None else None,
         "rows": [["" if cell is None else str(cell) for cell in row] for row in table.rows],
     }
+    if table.grad_sync is not None:  # only tables that say which stages sync carry the key
+        data["grad_sync"] = list(table.grad_sync)
     return json.dumps(data, indent=indent)
 
 
@@ -155,7 +157,8 @@ def from_json(text, *, source="<json>"):
                                            f"{error}") from None
         parsed.append(cells)
     metadata = {key: data[key] for key in ("num_stages", "microbatch_sizes", "stage_layers",
-                                           "family", "params") if data.get(key) is not None}
+                                           "family", "params", "grad_sync")
+                if data.get(key) is not None}
     return rows_to_table(parsed, source=source, **metadata)
 
 

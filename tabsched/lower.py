@@ -11,7 +11,9 @@ Edges (CSR, ``indptr`` / ``successors``)
       ``I(s, m)`` -> ``W(s, m)``;
     * a dependency across devices goes producer -> transfer -> consumer;
     * with ``blocking_sends``, a transfer also precedes the next cell of the
-      sending device.
+      sending device;
+    * ``transfer_after``: extra edges into transfer nodes, for schedules that
+      place their communication themselves (PyTorch's compute_comms CSV).
 Tail (optional)
     ``grad_sync``: one node per chosen stage after the last ``B``/``W`` of that
     stage on every device that holds it (an all-reduce among replicas; it does
@@ -242,7 +244,9 @@ class LoweredSchedule:
         described = [self.describe_cell(cell) for cell in cells]
         message = ("deadlock: the row orders contradict the dependencies; each of these "
                    "must end before the next can start: " + _cycle_text(described))
-        return DeadlockError(message, described)
+        error = DeadlockError(message, described)
+        error.nodes = tuple(int(node) for node in cycle[:max(length, 0)])  # transfers too
+        return error
 
     def describe_cell(self, cell):
         """``(text, device, slot)`` of compute node ``cell``."""
@@ -294,7 +298,7 @@ def _cycle_text(described):
 
 
 def lower(table, *, contention="none", devices_per_node=None, blocking_sends=False,
-          grad_sync=None, optimizer=False):
+          grad_sync=None, optimizer=False, transfer_after=None):
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -311,6 +315,12 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         devices (Chimera's replicas); every stage (data parallelism); or a list.
     optimizer : bool
         Add an optimizer step per device at the end of the iteration.
+    transfer_after : pair of int arrays ``(producer, after)``, optional
+        Extra edges into transfer nodes. The transfer that carries operation
+        ``producer[k]``'s output to another device starts only after
+        ``after[k]`` ends: an operation (its cell) when ``after[k] >= 0``, else
+        the transfer that carries operation ``-1 - after[k]``'s output. Without
+        it, lowering is unchanged.
     """
     if contention not in CONTENTION_MODES:
         raise InvalidParameterError(
@@ -392,6 +402,9 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         inside = sender_cell + 1 < num_cells
         has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
         edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
+    if transfer_after is not None:
+        edge_groups.extend(_transfer_after_edges(transfer_after, tr_producer, cell_of_op,
+                                                 num_cells))
 
     first_sync = num_nodes
     sync_stage, sync_groups = _sync_nodes(table, grad_sync, cell_of_op, first_sync)
@@ -438,6 +451,45 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage, optimizer=bool(optimizer))
+
+
+def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
+    """Edge groups (each with distinct sources) for ``lower``'s ``transfer_after``."""
+    try:
+        producer, after = (np.asarray(array, dtype=np.int64).ravel() for array in transfer_after)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("transfer_after must be a pair of integer arrays "
+                                    "(producer, after)") from None
+    if len(producer) != len(after):
+        raise InvalidParameterError(f"transfer_after: {len(producer)} producers but "
+                                    f"{len(after)} predecessors")
+    num_ops = len(cell_of_op)
+    transfer_of = np.full(num_ops, -1, dtype=np.int64)
+    transfer_of[tr_producer] = num_cells + np.arange(len(tr_producer))
+    carried = np.where(after < 0, -1 - after, 0)
+    bad = np.flatnonzero((producer < 0) | (producer >= num_ops) | (after >= num_ops)
+                         | (carried >= num_ops))
+    if len(bad):
+        k = int(bad[0])
+        raise InvalidParameterError(f"transfer_after[{k}]: ({producer[k]}, {after[k]}) names "
+                                    f"an operation the table does not have")
+    targets = transfer_of[producer]
+    sources = np.where(after >= 0, cell_of_op[np.maximum(after, 0)], transfer_of[carried])
+    bad = np.flatnonzero((targets < 0) | (sources < 0))
+    if len(bad):
+        k = int(bad[0])
+        op = int(producer[k]) if targets[k] < 0 else int(carried[k])
+        raise InvalidParameterError(f"transfer_after[{k}]: operation {op} sends nothing to "
+                                    f"another device")
+    # split into groups in which every source appears once (the CSR fill needs that)
+    order = np.argsort(sources, kind="stable")
+    sources, targets = sources[order], targets[order]
+    first = np.ones(len(sources), dtype=bool)
+    first[1:] = sources[1:] != sources[:-1]
+    position = np.arange(len(sources))
+    rank = position - np.maximum.accumulate(np.where(first, position, 0))
+    return [(sources[rank == r].astype(INDEX), targets[rank == r].astype(INDEX))
+            for r in range(int(rank.max()) + 1 if len(rank) else 0)]
 
 
 def _stage_holders(table):

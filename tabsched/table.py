@@ -160,6 +160,10 @@ class ScheduleTable:
         Transformer layers in each stage; default ``None``, an even split.
     family, params :
         The schedule family that generated the table and its parameters.
+    grad_sync : sequence of int, optional
+        Stages whose gradients are synchronised after their last backward
+        (PyTorch's ``REDUCE_GRAD``); :func:`tabsched.evaluate` adds these syncs
+        unless told otherwise. Default ``None``: the table says nothing.
 
     Raises
     ------
@@ -169,10 +173,11 @@ class ScheduleTable:
 
     __slots__ = ("device", "slot", "kind", "stage", "microbatch", "row_lengths",
                  "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
-                 "_rows")
+                 "grad_sync", "_rows")
 
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
-                 microbatch_sizes=None, stage_layers=None, family=None, params=None):
+                 microbatch_sizes=None, stage_layers=None, family=None, params=None,
+                 grad_sync=None):
         devices, slots, kinds, stages, microbatches, lengths = [], [], [], [], [], []
         for device, row in enumerate(rows):
             row = list(row)
@@ -191,13 +196,14 @@ class ScheduleTable:
                     stages.append(op.stage)
                     microbatches.append(op.microbatch)
         self._init(devices, slots, kinds, stages, microbatches, lengths, num_stages,
-                   num_microbatches, microbatch_sizes, stage_layers, family, params)
+                   num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync)
         self.validate()
 
     @classmethod
     def from_arrays(cls, device, slot, kind, stage, microbatch, row_lengths, *,
                     num_stages=None, num_microbatches=None, microbatch_sizes=None,
-                    stage_layers=None, family=None, params=None, validate=True):
+                    stage_layers=None, family=None, params=None, grad_sync=None,
+                    validate=True):
         """Build a table from per-operation arrays (any order; sorted here).
 
         ``kind`` holds codes (0=F, 1=B, 2=I, 3=W); operations sharing a device
@@ -205,7 +211,7 @@ class ScheduleTable:
         """
         table = cls.__new__(cls)
         table._init(device, slot, kind, stage, microbatch, row_lengths, num_stages,
-                    num_microbatches, microbatch_sizes, stage_layers, family, params)
+                    num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync)
         if validate:
             table.validate()
         return table
@@ -264,7 +270,7 @@ class ScheduleTable:
                                lengths, validate=False, **order.metadata)
 
     def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
-              num_microbatches, microbatch_sizes, stage_layers, family, params):
+              num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None):
         device = np.asarray(device, dtype=np.int32).ravel()
         slot = np.asarray(slot, dtype=np.int32).ravel()
         kind = np.asarray(kind, dtype=np.int8).ravel()
@@ -316,6 +322,16 @@ class ScheduleTable:
                     f"stage_layers has {len(stage_layers)} entries for {num_stages} stages")
             if any(layers < 0 for layers in stage_layers):
                 raise InvalidScheduleError("stage_layers must not be negative")
+        if grad_sync is not None:
+            try:
+                grad_sync = tuple(sorted({int(stage) for stage in grad_sync}))
+            except (TypeError, ValueError):
+                raise InvalidScheduleError(f"grad_sync must be a list of stages, "
+                                           f"not {grad_sync!r}") from None
+            if grad_sync and not 0 <= grad_sync[0] <= grad_sync[-1] < num_stages:
+                raise InvalidScheduleError(f"grad_sync names stages {list(grad_sync)} but the "
+                                           f"table has stages 0..{num_stages - 1}")
+        self.grad_sync = grad_sync
         self.num_stages = int(num_stages)
         self.microbatch_sizes = microbatch_sizes
         self.stage_layers = stage_layers
@@ -347,9 +363,12 @@ class ScheduleTable:
     @property
     def metadata(self):
         """Everything but the cells, as keyword arguments of the constructors."""
-        return {"num_stages": self.num_stages, "microbatch_sizes": self.microbatch_sizes,
-                "stage_layers": self.stage_layers, "family": self.family,
-                "params": dict(self.params)}
+        metadata = {"num_stages": self.num_stages, "microbatch_sizes": self.microbatch_sizes,
+                    "stage_layers": self.stage_layers, "family": self.family,
+                    "params": dict(self.params)}
+        if self.grad_sync is not None:
+            metadata["grad_sync"] = self.grad_sync
+        return metadata
 
     def replace(self, **metadata):
         """The same cells with some metadata changed."""
@@ -470,6 +489,15 @@ def _find_problems(table, place):
         problems.append((i, f"{where(i)}: {text(i)}: microbatch {int(microbatch[i])} is out of "
                             f"range (the table has microbatches 0..{M - 1})"))
     if problems:
+        # Keep looking among the operations in range: a problem in an earlier
+        # cell (say, a backward whose forward the row skipped) is the first one.
+        keep = np.flatnonzero((stage >= 0) & (stage < S) & (microbatch >= 0) & (microbatch < M))
+        inner = ScheduleTable.from_arrays(
+            table.device[keep], table.slot[keep], kind[keep], stage[keep], microbatch[keep],
+            table.row_lengths, num_stages=S, microbatch_sizes=table.microbatch_sizes,
+            validate=False)
+        for rank, message in _find_problems(inner, place):
+            problems.append((int(keep[rank]) if rank < len(keep) else unlocated, message))
         return problems
 
     pair = stage.astype(np.int64) * M + microbatch

@@ -86,3 +86,111 @@ def test_python_dash_m_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "tabsched", "eval", "gpipe", "-p", "2", "-m",
                            "1", "--json"], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout)["makespan"] == 4
+
+
+# ------------------------------------------------------------- PyTorch files
+import pathlib  # noqa: E402
+
+from tabsched.pytorch import to_compute_comms, to_compute_only  # noqa: E402
+
+PYTORCH_DATA = pathlib.Path(__file__).resolve().parent / "data" / "pytorch"
+
+
+def test_convert_writes_csv_json_and_torch_comms(cli, tmp_path):
+    table = generate("1f1b", devices=2, microbatches=3)
+    code, _, err = cli("convert", "1f1b", "-p", "2", "-m", "3", str(tmp_path / "a.csv"))
+    assert code == 0 and err == "wrote {} (csv, 2 devices, 2 stages, 3 microbatches)\n".format(
+        tmp_path / "a.csv")
+    assert (tmp_path / "a.csv").read_bytes() == to_compute_only(table).encode()
+    code, _, _ = cli("convert", str(tmp_path / "a.csv"), str(tmp_path / "a.json"))
+    assert code == 0 and json.loads((tmp_path / "a.json").read_text())["rows"][0][0] == "0F0"
+    code, out, _ = cli("convert", str(tmp_path / "a.json"), "-", "--to", "torch-comms")
+    assert code == 0 and out == to_compute_comms(table)
+
+
+def test_convert_a_pytorch_comms_file_says_what_it_dropped(cli, tmp_path):
+    source = PYTORCH_DATA / "zbv_pp4_m8_comms.csv"
+    code, _, err = cli("convert", str(source), str(tmp_path / "z.csv"))
+    assert code == 0
+    assert "note: dropped 8 UNSHARD and 8 RESHARD cells" in err
+    assert "note: the file's own SEND/RECV positions are not written" in err
+    # the compute cells, laid out in unit slots, lower to PyTorch's own compute_comms again
+    code, out, _ = cli("convert", str(tmp_path / "z.csv"), "-", "--to", "torch-comms")
+    assert out == source.read_bytes().decode()
+
+
+def test_legacy_files_convert_to_current_tokens(cli, tmp_path):
+    legacy = tmp_path / "old.csv"
+    legacy.write_text("0F0,0F1,0B0,0W0,0BW1\r\n", newline="")
+    code, out, err = cli("convert", str(legacy), "-", "--torch-legacy")
+    assert code == 0 and out == "0F0,0F1,0I0,0W0,0B1\r\n"
+    assert "note: read PyTorch's legacy tokens" in err
+    code, _, err = cli("eval", str(legacy))
+    assert code == 1 and err.count("\n") == 1 and "read the file with legacy=True" in err
+
+
+def test_show_and_eval_take_pytorch_files(cli):
+    code, out, _ = cli("show", str(PYTORCH_DATA / "dualpipev_pp4_m8_comms.csv"), "--width", "60")
+    assert code == 0 and "stage map: v (stages 0..3 down the devices" in out
+    assert "note: dropped 8 UNSHARD and 8 RESHARD cells" in out
+    code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "2")
+    assert out.endswith("stage map: loop (stage s on device s)\n")
+    code, out, _ = cli("eval", str(PYTORCH_DATA / "interleaved_1f1b_pp2_m4.csv"))
+    assert code == 0 and "makespan      18 slots" in out
+    code, out, _ = cli("eval", str(PYTORCH_DATA / "gpipe_pp4_m4.csv"), "--json")
+    assert code == 0 and json.loads(out)["makespan"] == 14
+    code, out, _ = cli("eval", str(PYTORCH_DATA / "dualpipev_pp4_m8_comms.csv"), "--comm", "1",
+                       "--b", "2", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["makespan"] == 87 and len(data["notes"]) == 2
+    code, out, _ = cli("eval", str(PYTORCH_DATA / "dualpipev_pp4_m8_comms.csv"), "--comm", "1",
+                       "--b", "2", "--p2p", "free", "--json")
+    assert json.loads(out)["makespan"] == 76
+
+
+CROSSED = ("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\r\n"
+           "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\r\n")
+
+
+@pytest.mark.parametrize("content,message", [
+    ("0F0,0X0\r\n", 'device 0, slot 1: "0X0" is not an operation'),
+    ("0F0,(0F1;0B0,0B1\r\n", 'device 0, slot 1: "(0F1;0B0" has no closing parenthesis'),
+    ("", "the file is empty"),
+    ("0F0,0B0\r\n0F\x000\r\n", "line 2 contains a NUL byte"),
+    ("0F0,0B0\r\n,,,\r\n", "device 1 (line 2) has no operations"),
+    ("0F0,0B0\r\n1UNSHARD,1RESHARD\r\n", "device 1 (line 2) has no compute operations"),
+    ("0F0,0B0,0REDUCE_GRAD3\r\n", '"0REDUCE_GRAD3": REDUCE_GRAD takes no microbatch'),
+    ("0F0,0SEND_F0,0B0\r\n1F0,1B0,1SEND_B0\r\n",
+     "device 0, slot 1: 0SEND_F0 has no matching 1RECV_F0 on device 1"),
+    (CROSSED, "device 0, slot 3: 0SEND_F1 and device 1, slot 3: 1SEND_B0 deadlock"),
+    (None, "schedule_1f1b_pp4_m4.csv: device 3, slot 1: 3B0 has no forward (3F0)"),
+])
+@pytest.mark.parametrize("command", ["eval", "show", "convert"])
+def test_bad_pytorch_files_are_one_line_and_exit_1(cli, tmp_path, command, content, message):
+    if content is None:
+        path = PYTORCH_DATA / "schedule_1f1b_pp4_m4.csv"
+    else:
+        path = tmp_path / "bad.csv"
+        path.write_bytes(content.encode())
+    argv = [command, str(path)] + ([str(tmp_path / "out.csv")] if command == "convert" else [])
+    code, out, err = cli(*argv)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("Error: ") and message in err
+
+
+def test_convert_refuses_what_pytorch_cannot_express(cli, tmp_path):
+    replicas = tmp_path / "replicas.csv"
+    replicas.write_text("0F0,0B0\r\n0F1,0B1\r\n", newline="")
+    code, _, err = cli("convert", str(replicas), str(tmp_path / "out.csv"))
+    assert code == 1 and err == ("Error: PyTorch cannot express this table: stage 0 runs on "
+                                 "devices 0 and 1 (replicas, as in Chimera); "
+                                 "torch.distributed.pipelining places each stage on exactly one "
+                                 "rank\n")
+    assert not (tmp_path / "out.csv").exists()
+    halves = tmp_path / "halves.json"
+    write_table(generate("gpipe", devices=2, microbatches=2).replace(
+        microbatch_sizes=(1.0, 0.5)), halves)
+    code, _, err = cli("convert", str(halves), "-", "--to", "torch-comms")
+    assert code == 1 and err.count("\n") == 1 and "microbatch 1 has size 0.5" in err
+    code, out, _ = cli("convert", str(halves), "-", "--to", "json")
+    assert code == 0 and json.loads(out)["microbatch_sizes"] == [1.0, 0.5]

@@ -279,3 +279,13 @@ def test_evaluate_many_equals_one_by_one():
         assert result.contention == single.contention
     with pytest.raises(InvalidParameterError, match="cost_models must hold cost models, not int"):
         evaluate_many(table, [3])
+
+
+def test_table_grad_sync_is_the_default_tail_and_notes_reach_the_dict():
+    table = generate("1f1b", devices=2, microbatches=2)
+    assert evaluate(table, UnitCosts(sync=5)).makespan == 6
+    synced = table.replace(grad_sync=[0])
+    assert evaluate(synced, UnitCosts(sync=5)).makespan == 11   # stage 0's last B ends at 6
+    assert evaluate(synced, UnitCosts(sync=5), grad_sync=[]).makespan == 6
+    result = evaluate(synced)
+    assert result.notes == [] and result.to_dict()["notes"] == []

@@ -106,3 +106,11 @@ def test_grid_is_readable_at_8_devices_and_64_slots():
 def test_grid_shows_overlaps_compactly():
     table = ScheduleTable([["0F0", "0F1", "(0F2;0B0)OVERLAP_F_B", "0B1", "0B2"]])
     assert "0F2+0B0" in render_grid(table, width=80)
+
+
+def test_json_keeps_grad_sync_and_leaves_it_out_when_unset():
+    table = generate("1f1b", devices=2, microbatches=2)
+    assert "grad_sync" not in json.loads(to_json(table))
+    synced = table.replace(grad_sync=[1])
+    assert json.loads(to_json(synced))["grad_sync"] == [1]
+    assert from_json(to_json(synced)) == synced

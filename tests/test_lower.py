@@ -147,3 +147,43 @@ def test_tail_nodes_hold_no_link_or_port(contention):
     assert lowered.resources.shape[0] == lowered.num_nodes
     assert np.all(lowered.resources[lowered.first_sync:] < 0)
     assert np.all(lowered.resources[lowered.num_cells:lowered.first_sync, 0] >= 0)
+
+
+def test_transfer_after_adds_edges_into_transfer_nodes():
+    table = generate("1f1b", devices=2, microbatches=2)
+    index = {str(table.op(k)): k for k in range(len(table))}
+    plain = lower(table)
+    node = {str(table.op(int(p))): plain.num_cells + k
+            for k, p in enumerate(plain.transfers.producer)}
+    cell = {name: int(plain.cell_of_op[k]) for name, k in index.items()}
+    extra = lower(table, transfer_after=(
+        [index["0F1"], index["1B1"], index["0F1"]],
+        [index["1B0"], index["1B0"], -1 - index["0F0"]]))
+    assert edges(extra) - edges(plain) == {(cell["1B0"], node["0F1"]), (cell["1B0"], node["1B1"]),
+                                           (node["0F0"], node["0F1"])}
+    assert edges(plain) <= edges(extra)
+
+
+def test_transfer_after_cycle_names_its_nodes():
+    from tabsched import DeadlockError
+    table = generate("1f1b", devices=2, microbatches=1)
+    index = {str(table.op(k)): k for k in range(len(table))}
+    lowered = lower(table, transfer_after=([index["0F0"]], [index["1F0"]]))
+    with pytest.raises(DeadlockError, match=r"1F0 \(device 1, slot 1\)") as error:
+        lowered.run(np.ones(lowered.num_nodes))
+    assert lowered.num_cells in error.value.nodes   # the transfer 0F0 -> 1F0 is on the cycle
+
+
+@pytest.mark.parametrize("transfer_after,message", [
+    ("x", r"transfer_after must be a pair of integer arrays \(producer, after\)"),
+    (([1], [2, 3]), r"transfer_after: 1 producers but 2 predecessors"),
+    (([99], [0]), r"transfer_after\[0\]: \(99, 0\) names an operation the table does not have"),
+    (([0], [-100]), r"transfer_after\[0\]: \(0, -100\) names an operation"),
+    (([2], [0]), r"transfer_after\[0\]: operation 2 sends nothing to another device"),
+    (([0], [-3]), r"transfer_after\[0\]: operation 2 sends nothing to another device"),
+])
+def test_transfer_after_errors(transfer_after, message):
+    table = generate("1f1b", devices=2, microbatches=1)   # ops: 0F0 0B0 | 1F0 1B0
+    assert str(table.op(2)) == "1F0"
+    with pytest.raises(InvalidParameterError, match=message):
+        lower(table, transfer_after=transfer_after)

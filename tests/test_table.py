@@ -129,3 +129,28 @@ def test_replace_keeps_cells():
     changed = table.replace(stage_layers=(3, 5), family="x")
     assert changed.stage_layers == (3, 5) and changed.family == "x"
     assert np.array_equal(changed.slot, table.slot)
+
+
+def test_grad_sync_metadata():
+    rows = [["0F0", "0B0"], ["1F0", "1B0"]]
+    table = ScheduleTable(rows, grad_sync=[1, 0, 1])
+    assert table.grad_sync == (0, 1) and table.metadata["grad_sync"] == (0, 1)
+    assert table != ScheduleTable(rows) and "grad_sync" not in ScheduleTable(rows).metadata
+    assert table.replace(family="x").grad_sync == (0, 1)
+    with pytest.raises(InvalidScheduleError, match=r"grad_sync names stages \[0, 5\] but the "
+                                                   r"table has stages 0\.\.1"):
+        ScheduleTable(rows, grad_sync=[0, 5])
+    with pytest.raises(InvalidScheduleError, match=r"grad_sync must be a list of stages, not 3"):
+        ScheduleTable(rows, grad_sync=3)
+
+
+def test_first_bad_cell_comes_before_a_later_microbatch_out_of_range():
+    # PyTorch 2.13's Schedule1F1B shape: the last row skips microbatch 0 and runs microbatch M
+    rows = [["0F0", "0F1", "0B0", "0B1"], ["1F1", "1B0", "1F2", "1B1"]]
+    with pytest.raises(InvalidScheduleError, match=r"^device 1, slot 1: 1B0 has no forward "
+                                                   r"\(1F0\)$"):
+        ScheduleTable(rows, num_microbatches=2)
+    with pytest.raises(InvalidScheduleError, match=r"^device 1, slot 2: 1F2: microbatch 2 is out "
+                                                   r"of range"):
+        ScheduleTable([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F2", "1B1", "1F1"]],
+                      num_microbatches=2)
