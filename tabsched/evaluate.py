@@ -460,9 +460,9 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     return result
 
 
-def _lowering_key(costs, contention, grad_sync, optimizer):
+def _lowering_key(table, costs, contention, grad_sync, optimizer):
     """What a cost model changes about the DAG (not only its durations)."""
-    sync = costs.grad_sync if grad_sync is None else grad_sync
+    sync = _default_grad_sync(table, costs) if grad_sync is None else grad_sync
     if sync is not None and not isinstance(sync, str):
         sync = tuple(sorted(int(stage) for stage in sync))
     return (costs.contention if contention is None else contention, costs.devices_per_node,
@@ -496,7 +496,7 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                                         f"{type(costs).__name__}")
     groups = {}
     for index, costs in enumerate(cost_models):
-        key = _lowering_key(costs, contention, grad_sync, optimizer)
+        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
         groups.setdefault(key, []).append(index)
     results = [None] * len(cost_models)
     for (mode, per_node, blocking, sync, step), members in groups.items():
