@@ -335,47 +335,89 @@ def memory_budget_value(text, costs):
     return capacity
 
 
+def evaluation_options(command):
+    """Everything that picks a table and its costs: what eval, plot and trace share.
+
+    The command receives ``schedule_params`` and one dict ``evaluation`` with the
+    cost, model, memory, tail and PyTorch-reader options.
+    """
+    names = ("forward", "backward", "input_grad", "weight_grad", "comm", "contention", "model",
+             "system", "microbatch_size", "recompute", "memory_budget", "strict", "grad_sync",
+             "optimizer", "torch_legacy", "p2p")
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        evaluation = {name: kwargs.pop(name) for name in names}
+        return command(*args, evaluation=evaluation, **kwargs)
+
+    for decorate in (torch_options, model_options, cost_options, schedule_options):
+        wrapper = decorate(wrapper)
+    return wrapper
+
+
+def prepare_evaluation(schedule, schedule_params, options, level=None):
+    """``(table, TorchSchedule or None, costs)`` from the evaluation options."""
+    table, torch_schedule = load_with_torch(schedule, options["torch_legacy"], options["p2p"],
+                                            **schedule_params)
+    modelled = options["model"] is not None or options["system"] is not None
+    if level == "table" and (options["comm"] is not None or modelled):
+        raise click.ClickException("--level table has no communication; drop --comm/--model/"
+                                   "--system or use --level simulation")
+    if level == "simulation" and options["comm"] is None and not modelled:
+        raise click.ClickException("--level simulation needs --comm (the time of a transfer) "
+                                   "or --model and --system")
+    units = {"--f": options["forward"], "--b": options["backward"],
+             "--i": options["input_grad"], "--w": options["weight_grad"],
+             "--comm": options["comm"]}
+    if modelled:
+        costs = build_model_costs(options["model"], options["system"],
+                                  options["microbatch_size"], options["recompute"],
+                                  options["contention"], units)
+    else:
+        for flag, name in (("--microbatch-size", "microbatch_size"),
+                           ("--recompute", "recompute")):
+            if options[name] is not None:
+                raise click.ClickException(f"{flag} needs --model and --system")
+        if options["contention"] == "nic":
+            raise click.ClickException("--contention nic needs --system (it says which "
+                                       "devices share a node)")
+        costs = build_costs(options["forward"], options["backward"], options["input_grad"],
+                            options["weight_grad"], options["comm"], options["contention"])
+    return table, torch_schedule, costs
+
+
+def run_evaluation(table, torch_schedule, costs, options):
+    """Evaluate with the memory budget and tail the options ask for."""
+    if options["strict"] and options["memory_budget"] is None:
+        raise click.ClickException("--strict needs --memory-budget")
+    budget = (None if options["memory_budget"] is None
+              else memory_budget_value(options["memory_budget"], costs))
+    run = torch_schedule.evaluate if torch_schedule is not None else functools.partial(
+        evaluate, table)
+    grad_sync = options["grad_sync"]
+    return run(costs, contention=options["contention"], memory_budget=budget,
+               grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
+               optimizer=True if options["optimizer"] else None)
+
+
 @cli.command("eval")
 @click.argument("schedule")
-@schedule_options
-@cost_options
-@model_options
+@evaluation_options
 @click.option("--level", type=click.Choice(LEVELS),
               help="formula: only the family's closed forms; table: unit slots, no "
                    "communication; simulation: needs --comm or --model/--system. Default: "
                    "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-@torch_options
 @translate_errors
-def eval_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
-                 contention, model, system, microbatch_size, recompute, memory_budget, strict,
-                 grad_sync, optimizer, level, as_json, torch_legacy, p2p):
+def eval_command(schedule, schedule_params, evaluation, level, as_json):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
     shows the formula level's numbers beside the table's or the simulation's,
     marked as such; --level formula prints them alone.
     """
-    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
-    modelled = model is not None or system is not None
-    if level == "table" and (comm is not None or modelled):
-        raise click.ClickException("--level table has no communication; drop --comm/--model/"
-                                   "--system or use --level simulation")
-    if level == "simulation" and comm is None and not modelled:
-        raise click.ClickException("--level simulation needs --comm (the time of a transfer) "
-                                   "or --model and --system")
-    if modelled:
-        costs = build_model_costs(model, system, microbatch_size, recompute, contention,
-                                  {"--f": forward, "--b": backward, "--i": input_grad,
-                                   "--w": weight_grad, "--comm": comm})
-    else:
-        for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
-            if value is not None:
-                raise click.ClickException(f"{flag} needs --model and --system")
-        if contention == "nic":
-            raise click.ClickException("--contention nic needs --system (it says which "
-                                       "devices share a node)")
-        costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
+                                                      level)
     if level == "formula":
         numbers = formula_for(table, costs)
         if numbers is None:
@@ -387,19 +429,12 @@ def eval_command(schedule, schedule_params, forward, backward, input_grad, weigh
         else:
             click.echo(formula_summary(table, numbers))
         return
-    if strict and memory_budget is None:
-        raise click.ClickException("--strict needs --memory-budget")
-    budget = None if memory_budget is None else memory_budget_value(memory_budget, costs)
-    run = torch_schedule.evaluate if torch_schedule is not None else functools.partial(
-        evaluate, table)
-    result = run(costs, contention=contention, memory_budget=budget,
-                 grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
-                 optimizer=True if optimizer else None)
+    result = run_evaluation(table, torch_schedule, costs, evaluation)
     if as_json:
         echo_json(result.to_dict())
     else:
         click.echo(summary(result))
-    if strict:
+    if evaluation["strict"]:
         result.check_memory()
 
 
@@ -632,6 +667,239 @@ def convert_command(schedule, output, schedule_params, target, torch_legacy, p2p
                    f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
     for note in notes:
         click.echo(f"note: {note}", err=True)
+
+
+# ------------------------------------------------ comparison, sweeps, studies
+def _int_list(flag, text):
+    try:
+        values = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise click.ClickException(f"{flag} {text!r}: expected integers separated by commas, "
+                                   f"e.g. 4,8") from None
+    if not values or min(values) < 1:
+        raise click.ClickException(f"{flag} {text!r}: expected positive integers, e.g. 4,8")
+    return values
+
+
+def _names(text):
+    return [part.strip() for part in str(text).split(",") if part.strip()]
+
+
+@cli.command("compare")
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
+@click.option("--devices", "-p", type=int, required=True, help="Pipeline depth.")
+@click.option("--microbatches", "-m", type=int, required=True, help="Microbatches per iteration.")
+@click.option("--model", default="paper-128l", show_default=True, metavar="NAME|FILE",
+              help="Transformer for the simulation level.")
+@click.option("--system", default="mid_nw_mid_cp", show_default=True, metavar="NAME|FILE",
+              help="System for the simulation level.")
+@click.option("--global-batch", type=int,
+              help="Samples per iteration; a microbatch holds global-batch / M.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
+@translate_errors
+def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
+                    contention, as_json):
+    """Compare FAMILY... at the formula, table and simulation levels.
+
+    A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
+    Each level ranks the families (1 = best); a * marks a family whose rank
+    differs between levels.
+    """
+    from tabsched.compare import compare, disagreements
+    rows = compare(families, devices, microbatches, model=model, system=system,
+                   global_batch=global_batch, recompute=recompute, contention=contention)
+    if as_json:
+        echo_json([row.to_dict() for row in rows])
+        return
+    header = ["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
+              "iteration", "idle", "peak act", "peak mem", "rank", ""]
+    body = []
+    skipped = [row for row in rows if row.error]
+    for row in rows:
+        if row.error:
+            continue
+        f, t, sim = row.formula, row.table, row.simulation
+        peak = f["peak_activation"]
+        body.append([
+            row.label,
+            "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
+            "-" if not peak else _number(max(peak)),
+            str(row.ranks["formula"] or "-"),
+            f"{t['bubble_ratio']:.1%}", str(t["slots"]), str(row.ranks["table"]),
+            _time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}",
+            _memory(max(sim["peak_activation"]), sim["memory_unit"]),
+            _memory(max(sim["peak_memory"]), sim["memory_unit"]),
+            str(row.ranks["simulation"]), "*" if row.disagrees else ""])
+    click.echo(f"{devices} devices, {microbatches} microbatches; simulation: {model} on "
+               f"{system}" + (f", global batch {global_batch}" if global_batch else ""))
+    click.echo("levels: formula (closed form) | table (idle cells, unit slots) | simulation "
+               "(peak act / peak mem: the fullest device)")
+    if body:
+        click.echo(_columns([header] + body))
+    for row in skipped:
+        click.echo(f"skipped {row.label}: {row.error}")
+    pairs = disagreements(rows)
+    if len(body) < 2:
+        click.echo("fewer than two families evaluated: nothing to rank")
+    elif pairs:
+        levels = sorted({f"{a} vs {b}" for a, b, _, _ in pairs})
+        click.echo(f"* rankings disagree ({'; '.join(levels)}): "
+                   + ", ".join(f"{x} vs {y} ({a}/{b})" for a, b, x, y in pairs[:6])
+                   + (" ..." if len(pairs) > 6 else ""))
+    else:
+        click.echo("rankings agree at every level")
+
+
+def _progress(label):
+    """Progress on stderr: one updated line on a terminal, a line per tenth in a log."""
+    interactive = sys.stderr.isatty()
+    shown = set()
+
+    def report(done, total, configurations):
+        text = f"{label}: {done}/{total} tables, {configurations} configurations"
+        if interactive:
+            click.echo(f"\r{text}", err=True, nl=done == total)
+        elif done == total or (10 * done) // total not in shown:
+            shown.add((10 * done) // total)
+            click.echo(text, err=True)
+    return report
+
+
+@cli.command("sweep")
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
+@click.option("--devices", "-p", required=True, metavar="P,...", help="Pipeline depths, e.g. 4,8.")
+@click.option("--microbatches", "-m", required=True, metavar="M,...",
+              help="Microbatch counts, e.g. 8,16,32.")
+@click.option("--models", default="paper-128l", show_default=True, metavar="NAME,...")
+@click.option("--systems", default="grid", show_default=True, metavar="NAME,...|grid",
+              help="Systems; 'grid' is the tabular paper's 3x3 grid.")
+@click.option("--global-batch", type=int,
+              help="Samples per iteration; a microbatch holds global-batch / M.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
+@click.option("--dask", metavar="ADDRESS|local",
+              help="Run on a Dask cluster (needs pip install -e '.[dask]').")
+@click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
+@translate_errors
+def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
+                  contention, jobs, dask, out):
+    """Evaluate a grid of configurations into a tidy CSV (one row per configuration).
+
+    Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
+    Invalid combinations are kept as rows with status=skipped and a reason.
+    """
+    from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
+    chosen_systems = SYSTEM_GRID if systems == "grid" else _names(systems)
+    tasks = grid_tasks(families, _int_list("--devices", devices),
+                       _int_list("--microbatches", microbatches), models=_names(models),
+                       systems=chosen_systems, global_batch=global_batch, recompute=recompute,
+                       contention=contention)
+    rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=_progress("sweep"))
+    text = rows_to_csv(rows)
+    skipped = sum(row["status"] != "ok" for row in rows)
+    if out:
+        with open(out, "w", newline="") as handle:
+            handle.write(text)
+        click.echo(f"wrote {out}: {len(rows)} configurations, {skipped} skipped", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command("study")
+@click.argument("name")
+@click.option("--out", "-o", default="study", show_default=True, metavar="DIR",
+              help="Folder for the CSV, the figures and report.md.")
+@click.option("--global-batch", type=int, help="Override the study's global batch.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
+@click.option("--dask", metavar="ADDRESS|local", help="Run on a Dask cluster.")
+@translate_errors
+def study_command(name, out, global_batch, jobs, dask):
+    """Rerun a paper's experiment set (NAME: tabular-paper) and report its findings."""
+    from tabsched.study import run_study
+    report = run_study(name, out, jobs=jobs, dask=dask, global_batch=global_batch,
+                       progress=_progress(name))
+    click.echo(f"{report.configurations} configurations in {report.seconds:.2f} s; "
+               f"wrote {', '.join(report.files)}", err=True)
+    for number, finding in enumerate(report.findings, 1):
+        click.echo(f"{number}. {finding.verdict}: {finding.claim}")
+
+
+# -------------------------------------------------------------- pictures, traces
+@cli.group("plot")
+def plot_group():
+    """Draw pictures: gantt, memory (of an evaluated table), sweep (of a sweep CSV)."""
+
+
+def _picture_output(command):
+    return click.option("--out", "-o", required=True, metavar="FILE",
+                        help="Picture to write: .png, .svg or .pdf.")(command)
+
+
+@plot_group.command("gantt")
+@click.argument("schedule")
+@evaluation_options
+@_picture_output
+@click.option("--no-transfers", is_flag=True, help="Leave out the link lanes.")
+@click.option("--labels/--no-labels", default=None, help="Label ops (default: small tables).")
+@translate_errors
+def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers, labels):
+    """A Gantt chart of SCHEDULE: a lane per device and per link, the critical path outlined."""
+    from tabsched.plot import gantt
+    table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
+    result = run_evaluation(table, torch_schedule, costs, evaluation)
+    gantt(result, out, transfers=not no_transfers, labels=labels)
+    click.echo(f"wrote {out}", err=True)
+
+
+@plot_group.command("memory")
+@click.argument("schedule")
+@evaluation_options
+@_picture_output
+@translate_errors
+def plot_memory_command(schedule, schedule_params, evaluation, out):
+    """Memory over time per device of SCHEDULE, with --memory-budget as a line."""
+    from tabsched.plot import memory_plot
+    table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
+    result = run_evaluation(table, torch_schedule, costs, evaluation)
+    memory_plot(result, out)
+    click.echo(f"wrote {out}", err=True)
+
+
+@plot_group.command("sweep")
+@click.argument("csv_file", metavar="SWEEP.csv")
+@_picture_output
+@click.option("--devices", "-p", type=int, help="The pipeline depth to plot (if several).")
+@click.option("--metric", default="simulation_makespan_s", show_default=True,
+              help="A numeric column of the sweep CSV.")
+@translate_errors
+def plot_sweep_command(csv_file, out, devices, metric):
+    """Iteration time against microbatches, a line per family and a panel per system."""
+    from tabsched.plot import sweep_plot
+    from tabsched.sweep import COLUMNS, read_sweep_csv
+    if metric not in COLUMNS:
+        raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
+                                   + ", ".join(c for c in COLUMNS if c.startswith(
+                                       ("formula_", "table_", "simulation_"))))
+    sweep_plot(read_sweep_csv(csv_file), out, devices=devices, metric=metric)
+    click.echo(f"wrote {out}", err=True)
+
+
+@cli.command("trace")
+@click.argument("schedule")
+@evaluation_options
+@click.option("--out", "-o", required=True, metavar="FILE.json",
+              help="Chrome trace / Perfetto JSON to write.")
+@translate_errors
+def trace_command(schedule, schedule_params, evaluation, out):
+    """Export one simulated iteration of SCHEDULE as a Perfetto / Chrome trace."""
+    from tabsched.trace import write_trace
+    table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
+    result = run_evaluation(table, torch_schedule, costs, evaluation)
+    write_trace(result, out)
+    click.echo(f"wrote {out}: open it in https://ui.perfetto.dev", err=True)
 
 
 def main(argv=None):

@@ -460,9 +460,9 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     return result
 
 
-def _lowering_key(costs, contention, grad_sync, optimizer):
+def _lowering_key(table, costs, contention, grad_sync, optimizer):
     """What a cost model changes about the DAG (not only its durations)."""
-    sync = costs.grad_sync if grad_sync is None else grad_sync
+    sync = _default_grad_sync(table, costs) if grad_sync is None else grad_sync
     if sync is not None and not isinstance(sync, str):
         sync = tuple(sorted(int(stage) for stage in sync))
     return (costs.contention if contention is None else contention, costs.devices_per_node,
@@ -496,7 +496,7 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                                         f"{type(costs).__name__}")
     groups = {}
     for index, costs in enumerate(cost_models):
-        key = _lowering_key(costs, contention, grad_sync, optimizer)
+        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
         groups.setdefault(key, []).append(index)
     results = [None] * len(cost_models)
     for (mode, per_node, blocking, sync, step), members in groups.items():
@@ -514,3 +514,19 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                 result.formula = formula_for(table, costs, lowered)
             results[index] = result
     return results
+
+
+def table_level(table):
+    """The idealized-table level: idle cells / all cells of the layout, and its length.
+
+    Every cell counts as one slot, an overlapped cell included; this is the
+    table as drawn, without durations or communication.
+
+    >>> from tabsched.schedules import generate
+    >>> table_level(generate("1f1b", devices=4, microbatches=8))
+    {'bubble_ratio': 0.2727272727272727, 'slots': 22, 'cells': 64}
+    """
+    cells = int(table.cell_starts().sum())
+    area = table.num_devices * table.num_slots
+    return {"bubble_ratio": 1.0 - cells / area if area else 0.0, "slots": table.num_slots,
+            "cells": cells}

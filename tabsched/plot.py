@@ -7,6 +7,8 @@ group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
 
+import re
+
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
@@ -249,3 +251,94 @@ def _colormap(count):
     if count > 20:
         return lambda d: cmap(d / max(count - 1, 1))
     return cmap
+
+
+def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s", title=None):
+    """Iteration time against microbatches: a line per family, a panel per system.
+
+    ``rows`` are sweep rows (:mod:`tabsched.sweep`); skipped configurations are
+    left out. Systems named like the tabular paper's grid are laid out as the
+    grid (network slow..fast down, compute slow..fast across); others in order.
+
+    Parameters
+    ----------
+    rows : list of dict
+    path : str or Path, optional
+    devices : int, optional
+        Plot this pipeline depth; default the only one in ``rows`` (required if several).
+    metric : str
+        A numeric sweep column (default the simulated iteration time).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    ok = [row for row in rows if row.get("status") == "ok" and row.get(metric) is not None]
+    depths = sorted({row["devices"] for row in ok})
+    if devices is None:
+        if len(depths) > 1:
+            raise InvalidParameterError(f"the sweep has devices {', '.join(map(str, depths))}: "
+                                        f"choose one to plot (--devices)")
+        devices = depths[0] if depths else None
+    ok = [row for row in ok if row["devices"] == devices]
+    if not ok:
+        raise InvalidParameterError(f"no successful configuration with devices={devices} "
+                                    f"to plot")
+    systems = list(dict.fromkeys(row["system"] for row in ok))
+    grid = _grid_layout(systems)
+    nrows = max(r for r, _ in grid.values()) + 1
+    ncols = max(c for _, c in grid.values()) + 1
+    figure = _figure(3.4 * ncols + 1.6, 2.6 * nrows + 0.6)
+    axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+    specs = list(dict.fromkeys(row["spec"] for row in ok))
+    cmap = _colormap(len(specs))
+    scale, unit = ((1.0, "s") if metric.endswith("_s") else
+                   (1e-9, "GB") if metric.endswith("_bytes") else (1.0, ""))
+    for system, (r, c) in grid.items():
+        ax = axes[r][c]
+        for index, spec in enumerate(specs):
+            points = sorted((row["microbatches"], row[metric]) for row in ok
+                            if row["system"] == system and row["spec"] == spec)
+            if points:
+                xs, ys = zip(*points)
+                line, = ax.plot(xs, [y * scale for y in ys], marker="o", markersize=3,
+                                color=cmap(index), label=spec, linewidth=1.2)
+                line.set_gid(f"sweep-{system}-{spec}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(system, fontsize=9)
+        ax.tick_params(labelsize=7)
+        if c == 0:
+            name = re.sub(r"^simulation_|_(s|bytes)$", "", metric).replace("_", " ")
+            ax.set_ylabel(f"{name} ({unit})" if unit else name, fontsize=8)
+        if r == nrows - 1:
+            ax.set_xlabel("microbatches M", fontsize=8)
+    for r in range(nrows):
+        for c in range(ncols):
+            if (r, c) not in grid.values():
+                axes[r][c].set_visible(False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for system, (r, c) in grid.items():
+        more_handles, more_labels = axes[r][c].get_legend_handles_labels()
+        for handle, label in zip(more_handles, more_labels):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    figure.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
+    model = ok[0].get("model")
+    figure.suptitle(title or f"{model}, {devices} devices: iteration time vs microbatches",
+                    fontsize=10)
+    if path is not None:
+        save_figure(figure, path)
+    return figure
+
+
+def _grid_layout(systems):
+    """Panel (row, column) of each system: the nw x cp grid when the names say so."""
+    speeds = {"slow": 0, "mid": 1, "fast": 2}
+    pattern = re.compile(r"(slow|mid|fast)_nw_(slow|mid|fast)_cp")
+    matches = [pattern.fullmatch(system) for system in systems]
+    if all(matches):
+        return {system: (speeds[m.group(1)], speeds[m.group(2)])
+                for system, m in zip(systems, matches)}
+    columns = int(np.ceil(np.sqrt(len(systems))))
+    return {system: divmod(index, columns) for index, system in enumerate(systems)}

@@ -1,0 +1,231 @@
+"""Compare schedule families at the three levels, and rank them within each.
+
+The point of tabsched is that rankings change between levels: the formula a
+paper states, the idealized table (unit cells, no communication) and the
+communication-aware simulation. :func:`compare` generates each family's table at
+one size, measures it at every level, ranks the families within each level and
+marks where the rankings disagree.
+
+A family is named by a *spec*: ``name`` or ``name:key=value,key=value`` with the
+family's parameters, e.g. ``hanayo:waves=2`` or ``chimera:stage_layers_ratio=1:2``
+(the asymmetric Chimera placement). A ratio without ``layers`` takes the model's.
+
+>>> rows = compare(["gpipe", "1f1b", "chimera"], devices=4, microbatches=8,
+...                costs=__import__("tabsched").UnitCosts())
+>>> [(row.label, row.ranks["table"]) for row in rows]
+[('gpipe', 2), ('1f1b', 2), ('chimera', 1)]
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tabsched.costs import ModelCosts
+from tabsched.evaluate import evaluate, table_level
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.schedules import generate, get_family
+
+__all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "rank", "model_costs_for"]
+
+DEFAULT_MODEL = "paper-128l"
+DEFAULT_SYSTEM = "mid_nw_mid_cp"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """A family and the parameters it is compared with; ``label`` names the row."""
+
+    family: str
+    params: tuple = ()
+    label: str = ""
+
+    def kwargs(self):
+        return dict(self.params)
+
+
+def _value(text):
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def parse_spec(text):
+    """A FamilySpec from ``name`` or ``name:key=value,key=value``.
+
+    >>> parse_spec("hanayo:waves=2")
+    FamilySpec(family='hanayo', params=(('waves', 2),), label='hanayo:waves=2')
+    >>> parse_spec("chimera:waves")
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: family spec 'chimera:waves': expected name:key=value,key=value, e.g. hanayo:waves=2
+    """
+    if isinstance(text, FamilySpec):
+        return text
+    name, _, rest = str(text).partition(":")
+    family = get_family(name.strip()).name
+    params = []
+    for part in filter(None, (piece.strip() for piece in rest.split(","))):
+        key, equals, value = part.partition("=")
+        if not equals or not key.strip() or not value.strip():
+            raise InvalidParameterError(f"family spec {text!r}: expected name:key=value,"
+                                        f"key=value, e.g. hanayo:waves=2")
+        params.append((key.strip().replace("-", "_"), _value(value)))
+    return FamilySpec(family, tuple(params), str(text).strip())
+
+
+def model_costs_for(model, system, microbatches, *, global_batch=None, recompute=None,
+                    contention=None, grad_sync="replicas"):
+    """ModelCosts for one configuration; ``global_batch`` fixes the microbatch size.
+
+    With a fixed global batch (the tabular paper holds it fixed while M varies),
+    a microbatch holds ``global_batch / microbatches`` samples, which must be whole.
+    """
+    microbatch_size = None
+    if global_batch is not None:
+        if global_batch < 1 or global_batch % microbatches:
+            raise InvalidParameterError(
+                f"global batch {global_batch} does not split into {microbatches} microbatches "
+                f"of whole samples")
+        microbatch_size = global_batch // microbatches
+    return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
+                      contention=contention, grad_sync=grad_sync)
+
+
+@dataclass
+class Comparison:
+    """One family's numbers at every level (``None`` where a level has none).
+
+    ``formula``: bubble_ratio, peak_activation (per device), exact.
+    ``table``: bubble_ratio (idle cells / all cells), slots, cells.
+    ``simulation``: makespan, bubble_ratio (the idle ratio), peak_activation and
+    peak_memory (persistent + activations) per device, time_unit, memory_unit.
+    ``ranks``: 1 = best within each level (ties share a rank).
+    ``error``: why the family was skipped at this size.
+    """
+
+    label: str
+    family: str
+    params: dict
+    formula: dict = None
+    table: dict = None
+    simulation: dict = None
+    ranks: dict = field(default_factory=dict)
+    error: str = None
+
+    @property
+    def disagrees(self):
+        """True when this family's rank differs between two levels that rank it."""
+        values = [value for value in self.ranks.values() if value is not None]
+        return len(set(values)) > 1
+
+    def to_dict(self):
+        data = {"family": self.family, "label": self.label, "params": self.params,
+                "formula": self.formula, "table": self.table, "simulation": self.simulation,
+                "ranks": self.ranks, "disagrees": self.disagrees}
+        if self.error:
+            data["error"] = self.error
+        return data
+
+
+def rank(values):
+    """Competition ranks (1 = smallest; ``None`` stays unranked; ties share a rank).
+
+    >>> rank([0.3, None, 0.1, 0.3])
+    [2, None, 1, 2]
+    """
+    present = sorted(value for value in values if value is not None)
+    return [None if value is None else 1 + sum(1 for other in present
+                                               if other < value - 1e-12 * max(1.0, abs(value)))
+            for value in values]
+
+
+def generate_spec(spec, devices, microbatches, model_layers=None):
+    """The table of ``spec`` at this size (a ratio without ``layers`` takes the model's)."""
+    params = spec.kwargs()
+    if "stage_layers_ratio" in params and "layers" not in params and model_layers:
+        params["layers"] = model_layers
+    return generate(spec.family, devices=devices, microbatches=microbatches, **params)
+
+
+def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT_SYSTEM,
+            costs=None, global_batch=None, recompute=None, contention=None,
+            grad_sync="replicas"):
+    """Every family of ``specs`` at the three levels, ranked within each level.
+
+    Parameters
+    ----------
+    specs : sequence of str or FamilySpec
+    devices, microbatches : int
+    model, system : str or objects
+        The simulation level's transformer and system (ignored with ``costs``).
+    costs : CostModel, optional
+        Use these costs for the simulation level instead of a model on a system.
+    global_batch : int, optional
+        Fix the samples per iteration: a microbatch holds ``global_batch / M``.
+    grad_sync : default "replicas"
+        Replicated stages (Chimera, BitPipe, DualPipe) pay their gradient sync.
+
+    Returns
+    -------
+    list of Comparison, in the order of ``specs``.
+    """
+    specs = [parse_spec(spec) for spec in specs]
+    if not specs:
+        raise InvalidParameterError("compare needs at least one family")
+    if costs is None:
+        costs = model_costs_for(model, system, microbatches, global_batch=global_batch,
+                                recompute=recompute, contention=contention,
+                                grad_sync=grad_sync)
+        layers = costs.model.layers
+    else:
+        layers = getattr(getattr(costs, "model", None), "layers", None)
+    rows = []
+    for spec in specs:
+        row = Comparison(spec.label, spec.family, spec.kwargs())
+        try:
+            table = generate_spec(spec, devices, microbatches, layers)
+            result = evaluate(table, costs, grad_sync=grad_sync if isinstance(
+                costs, ModelCosts) else None)
+        except TabschedError as error:
+            row.error = str(error)
+            rows.append(row)
+            continue
+        row.params = dict(table.params)
+        formula = result.formula or {}
+        row.formula = {"bubble_ratio": formula.get("bubble_ratio"),
+                       "peak_activation": formula.get("peak_activation"),
+                       "activation_unit": formula.get("activation_unit"),
+                       "exact": formula.get("exact")}
+        row.table = table_level(table)
+        row.simulation = {
+            "makespan": result.makespan, "bubble_ratio": result.bubble_ratio,
+            "peak_activation": [d.peak_memory for d in result.devices],
+            "peak_memory": [d.peak_total_memory for d in result.devices],
+            "time_unit": result.time_unit, "memory_unit": result.memory_unit,
+            "level": result.level}
+        rows.append(row)
+    levels = {"formula": [r.formula and r.formula["bubble_ratio"] for r in rows],
+              "table": [r.table and r.table["bubble_ratio"] for r in rows],
+              "simulation": [r.simulation and r.simulation["makespan"] for r in rows]}
+    for level, values in levels.items():
+        for row, position in zip(rows, rank(values)):
+            row.ranks[level] = position
+    return rows
+
+
+def disagreements(rows):
+    """Pairs of levels whose orders of the families differ, with the two orders."""
+    found = []
+    names = ("formula", "table", "simulation")
+    for a_index, a in enumerate(names):
+        for b in names[a_index + 1:]:
+            both = [row for row in rows if row.ranks.get(a) and row.ranks.get(b)]
+            for first_index, first in enumerate(both):
+                for second in both[first_index + 1:]:
+                    order_a = np.sign(first.ranks[a] - second.ranks[a])
+                    order_b = np.sign(first.ranks[b] - second.ranks[b])
+                    if order_a * order_b < 0:
+                        found.append((a, b, first.label, second.label))
+    return found

@@ -1,0 +1,126 @@
+"""CLI: compare, sweep, study, plot and trace."""
+
+import json
+
+import pytest
+
+
+def test_compare_prints_ranks_and_marks_disagreement(cli):
+    code, out, err = cli("compare", "gpipe", "1f1b", "chimera", "-p", "8", "-m", "16",
+                         "--system", "slow_nw_fast_cp", "--global-batch", "256")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == ("8 devices, 16 microbatches; simulation: paper-128l on "
+                        "slow_nw_fast_cp, global batch 256")
+    chimera = next(line for line in lines if line.startswith("chimera"))
+    assert "15.8%" in chimera and chimera.rstrip().endswith("*")
+    assert "rankings disagree" in lines[-1]
+
+
+def test_compare_json(cli):
+    code, out, _ = cli("compare", "gpipe", "chimera", "hanayo:waves=2", "-p", "4", "-m", "8",
+                       "--json")
+    data = json.loads(out)
+    assert [row["family"] for row in data] == ["gpipe", "chimera", "hanayo"]
+    for row in data:
+        assert {"formula", "table", "simulation"} <= set(row)
+        assert "bubble_ratio" in row["formula"] and "slots" in row["table"]
+        assert {"makespan", "peak_activation", "peak_memory", "bubble_ratio"} <= set(
+            row["simulation"])
+    assert data[2]["params"]["waves"] == 2
+
+
+def test_compare_reports_skipped_families(cli):
+    code, out, _ = cli("compare", "chimera", "1f1b", "-p", "3", "-m", "6", "--model",
+                       "llama3-8b")
+    assert code == 0
+    assert "skipped chimera: chimera: devices must be even" in out
+    assert "skipped 1f1b: model llama3-8b has 32 layers" in out
+    assert out.rstrip().endswith("fewer than two families evaluated: nothing to rank")
+
+
+def test_sweep_writes_csv_and_reports_progress(cli, tmp_path):
+    path = tmp_path / "s.csv"
+    code, out, err = cli("sweep", "gpipe", "chimera", "-p", "3,4", "-m", "4",
+                         "--systems", "mid_nw_mid_cp,fast_nw_fast_cp", "-o", str(path), "-j", "2")
+    assert code == 0 and out == ""
+    assert "sweep: 4/4 tables, 8 configurations" in err
+    assert f"wrote {path}: 8 configurations, 4 skipped" in err
+    lines = path.read_text().splitlines()
+    assert len(lines) == 9 and lines[0].startswith("spec,family,params,devices")
+    code, out, _ = cli("sweep", "gpipe", "-p", "2", "-m", "2", "--systems", "mid_nw_mid_cp")
+    assert out.count("\n") == 2
+
+
+def test_plot_and_trace_commands(cli, tmp_path):
+    svg = tmp_path / "g.svg"
+    code, _, err = cli("plot", "gantt", "zbv", "-p", "4", "-m", "8", "--model", "paper-128l",
+                       "--system", "mid_nw_mid_cp", "-o", str(svg))
+    assert code == 0 and f"wrote {svg}" in err
+    assert svg.read_text().count('id="device-') == 4
+    png = tmp_path / "m.png"
+    code, _, _ = cli("plot", "memory", "1f1b", "-p", "4", "-m", "8", "--model", "paper-128l",
+                     "--system", "mid_nw_mid_cp", "--memory-budget", "80GB", "-o", str(png))
+    assert code == 0 and png.stat().st_size > 10_000
+    trace = tmp_path / "t.json"
+    code, _, err = cli("trace", "1f1b", "-p", "2", "-m", "2", "-o", str(trace))
+    assert code == 0 and "perfetto" in err
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == 8 + 4
+    csv = tmp_path / "s.csv"
+    cli("sweep", "gpipe", "1f1b", "-p", "4", "-m", "4,8", "--systems", "mid_nw_mid_cp",
+        "-o", str(csv))
+    code, _, _ = cli("plot", "sweep", str(csv), "-o", str(tmp_path / "s.png"))
+    assert code == 0 and (tmp_path / "s.png").exists()
+
+
+def test_study_command(cli, tmp_path):
+    code, out, err = cli("study", "tabular-paper", "-o", str(tmp_path / "out"), "-j", "2")
+    assert code == 0
+    assert out.count("\n") == 5 and out.startswith("1. reproduced: Rankings")
+    assert (tmp_path / "out" / "report.md").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compare", "gpipe", "-m", "8"], "Missing option '--devices'"),
+    (["compare", "gpipe", "chimaera", "-p", "4", "-m", "8"], "unknown schedule family 'chimaera'"),
+    (["compare", "hanayo:waves", "-p", "4", "-m", "8"], "expected name:key=value"),
+    (["sweep", "gpipe", "-p", "4,x", "-m", "8"], "--devices '4,x': expected integers"),
+    (["sweep", "gpipe", "-p", "0", "-m", "8"], "expected positive integers"),
+    (["sweep", "gpipe", "-p", "4", "-m", "8", "--systems", "mars"], "unknown system"),
+    (["sweep", "gpipe", "-p", "4", "-m", "8", "-j", "0"], "jobs must be >= 1, not 0"),
+    (["study", "tabular"], "unknown study 'tabular'; valid studies: tabular-paper"),
+    (["plot", "gantt", "1f1b", "-p", "2", "-m", "2", "-o", "x.gif"],
+     "pictures are written as .png, .svg, .pdf"),
+    (["plot", "sweep", "missing.csv", "-o", "x.png"], "missing.csv"),
+    (["trace", "lf1b", "-p", "2", "-m", "2", "-o", "t.json"], "unknown schedule family 'lf1b'"),
+])
+def test_bad_input_is_one_line_and_exit_1(cli, argv, message):
+    code, out, err = cli(*argv)
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("Error: ")
+    assert message in err
+
+
+def test_plot_sweep_bad_metric_and_depth(cli, tmp_path):
+    csv = tmp_path / "s.csv"
+    cli("sweep", "gpipe", "-p", "2,4", "-m", "4", "--systems", "mid_nw_mid_cp", "-o", str(csv))
+    code, _, err = cli("plot", "sweep", str(csv), "-o", str(tmp_path / "a.png"))
+    assert code == 1 and "the sweep has devices 2, 4: choose one to plot (--devices)" in err
+    code, _, err = cli("plot", "sweep", str(csv), "-p", "2", "--metric", "speed", "-o",
+                       str(tmp_path / "a.png"))
+    assert code == 1 and "--metric 'speed' is not a sweep column" in err
+
+
+def test_unreachable_dask_scheduler(cli, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+
+    class Refused(distributed.Client):
+        def __init__(self, *args, **kwargs):
+            raise OSError("Timed out trying to connect")
+
+    monkeypatch.setattr(distributed, "Client", Refused)
+    code, _, err = cli("sweep", "gpipe", "-p", "2", "-m", "2", "--systems", "mid_nw_mid_cp",
+                       "--dask", "tcp://127.0.0.1:9")
+    assert code == 1
+    assert "--dask tcp://127.0.0.1:9: cannot reach the scheduler" in err

@@ -1,0 +1,81 @@
+import json
+
+import pytest
+
+from tabsched import InvalidParameterError, evaluate, generate
+from tabsched.compare import model_costs_for
+from tabsched.sweep import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
+                            run_sweep, run_task)
+
+
+@pytest.fixture(scope="module")
+def small_grid():
+    return grid_tasks(["gpipe", "1f1b", "chimera"], [3, 4], [4, 8],
+                      systems=("mid_nw_mid_cp", "slow_nw_fast_cp"), global_batch=8)
+
+
+def test_rows_hold_every_level_with_exact_numbers(small_grid):
+    rows = run_sweep(small_grid)
+    assert len(rows) == 3 * 2 * 2 * 2
+    row = next(r for r in rows if r["spec"] == "1f1b" and r["devices"] == 4
+               and r["microbatches"] == 8 and r["system"] == "slow_nw_fast_cp")
+    assert row["status"] == "ok" and row["microbatch_size"] == 1
+    assert row["formula_bubble_ratio"] == pytest.approx(3 / 11)
+    assert row["table_bubble_ratio"] == pytest.approx(3 / 11) and row["table_slots"] == 22
+    costs = model_costs_for("paper-128l", "slow_nw_fast_cp", 8, global_batch=8)
+    single = evaluate(generate("1f1b", devices=4, microbatches=8), costs)
+    assert row["simulation_makespan_s"] == single.makespan
+    assert row["simulation_peak_memory_bytes"] == max(d.peak_total_memory
+                                                     for d in single.devices)
+    assert json.loads(row["params"]) == {"devices": 4, "microbatches": 8}
+
+
+def test_invalid_combinations_are_skipped_with_a_reason(small_grid):
+    rows = run_sweep(small_grid)
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    # chimera needs even devices; 128 layers do not split over 3 stages
+    assert {r["devices"] for r in skipped} == {3}
+    chimera = next(r for r in skipped if r["spec"] == "chimera")
+    assert chimera["reason"].startswith("chimera: devices must be even")
+    gpipe = next(r for r in skipped if r["spec"] == "gpipe")
+    assert "do not split evenly over the table's 3 stages" in gpipe["reason"]
+    assert gpipe["simulation_makespan_s"] is None
+
+
+def test_serial_processes_and_dask_give_identical_csv(small_grid, tmp_path):
+    serial = rows_to_csv(run_sweep(small_grid))
+    assert rows_to_csv(run_sweep(small_grid, jobs=2)) == serial
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=False, dashboard_address=None) \
+            as cluster, distributed.Client(cluster) as client:
+        assert rows_to_csv(run_sweep(small_grid, dask=client)) == serial
+        assert rows_to_csv(run_sweep(small_grid, dask=cluster.scheduler_address)) == serial
+    path = tmp_path / "s.csv"
+    path.write_text(serial)
+    back = read_sweep_csv(path)
+    assert rows_to_csv(back) == serial
+
+
+def test_progress_is_reported(small_grid):
+    seen = []
+    run_sweep(small_grid[:3], progress=lambda *args: seen.append(args))
+    assert seen == [(1, 3, 2), (2, 3, 4), (3, 3, 6)]
+
+
+def test_grid_and_csv_shape():
+    tasks = grid_tasks(["gpipe"], [2], [2])
+    assert tasks[0].systems == SYSTEM_GRID and len(SYSTEM_GRID) == 9
+    text = rows_to_csv(run_task(tasks[0]))
+    assert text.splitlines()[0].split(",") == list(COLUMNS)
+    assert len(text.splitlines()) == 10
+    with pytest.raises(InvalidParameterError, match="sweep: devices is empty"):
+        grid_tasks(["gpipe"], [], [2])
+    with pytest.raises(InvalidParameterError, match="jobs must be >= 1"):
+        run_sweep(tasks, jobs=0)
+
+
+def test_bad_sweep_csv(tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(InvalidParameterError, match="not a sweep CSV"):
+        read_sweep_csv(path)
