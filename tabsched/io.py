@@ -15,7 +15,7 @@ import os
 import shutil
 
 from tabsched.exceptions import InvalidScheduleError
-from tabsched.table import FORWARD, Overlap, ScheduleTable, parse_cell
+from tabsched.table import Overlap, ScheduleTable, parse_cell
 
 __all__ = ["read_table", "write_table", "read_csv", "write_csv", "to_csv", "from_csv",
            "read_json", "write_json", "to_json", "from_json", "render_grid",

@@ -317,7 +317,7 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
             if (r, c) not in grid.values():
                 axes[r][c].set_visible(False)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    for system, (r, c) in grid.items():
+    for r, c in grid.values():
         more_handles, more_labels = axes[r][c].get_legend_handles_labels()
         for handle, label in zip(more_handles, more_labels):
             if label not in labels:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.exceptions import InvalidParameterError, UnknownNameError
+from tabsched.exceptions import UnknownNameError
 from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
 
 __all__ = ["STUDIES", "run_study", "StudyReport", "Finding", "tabular_paper_findings"]

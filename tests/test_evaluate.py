@@ -77,7 +77,7 @@ def test_execution_invariants(seed, contention):
         chain[k] = max(arrival, default=0.0) + durations[k]
     assert result.makespan >= chain.max() - 1e-9
     # memory is never negative and ends at zero
-    for times, values in result.memory_timeline():
+    for _, values in result.memory_timeline():
         assert np.all(values >= -1e-9)
         if len(values):
             assert abs(values[-1]) < 1e-9

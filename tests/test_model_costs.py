@@ -9,7 +9,7 @@ from tabsched import (InvalidParameterError, ModelCosts, ScheduleTable, System,
                       TransformerModel, evaluate, generate)
 from tabsched._testing import random_table
 from tabsched.lower import lower
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import FORWARD
 
 GRID = [f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
         for compute in ("slow", "mid", "fast")]
