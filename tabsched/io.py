@@ -49,18 +49,7 @@ def from_csv(text, *, source="<csv>", **metadata):
     every microbatch that enters the pipeline, so a cell numbering one past them
     is reported where it stands.
     """
-    if "\x00" in text:
-        line = text[:text.index("\x00")].count("\n") + 1
-        raise InvalidScheduleError(f"{source}: line {line} contains a NUL byte; "
-                                   f"this is not a CSV schedule")
-    if not text.strip():
-        raise InvalidScheduleError(f"{source}: the file is empty; expected one row per device")
-    try:
-        raw_rows = list(csv.reader(_io.StringIO(text, newline="")))
-    except csv.Error as error:
-        raise InvalidScheduleError(f"{source}: not valid CSV: {error}") from None
-    while raw_rows and not raw_rows[-1]:
-        raw_rows.pop()
+    raw_rows = csv_rows(text, source)
     rows = []
     for device, raw in enumerate(raw_rows):
         row = []
@@ -75,6 +64,27 @@ def from_csv(text, *, source="<csv>", **metadata):
                                        f"operations; every row of a schedule runs something")
         rows.append(row)
     return rows_to_table(rows, source=source, **metadata)
+
+
+def csv_rows(text, source):
+    """The rows of cell texts of a schedule CSV, after the checks every reader needs.
+
+    A NUL byte, an empty file or text the csv module rejects is an error naming
+    ``source``; trailing empty lines are dropped.
+    """
+    if "\x00" in text:
+        line = text[:text.index("\x00")].count("\n") + 1
+        raise InvalidScheduleError(f"{source}: line {line} contains a NUL byte; "
+                                   f"this is not a CSV schedule")
+    if not text.strip():
+        raise InvalidScheduleError(f"{source}: the file is empty; expected one row per device")
+    try:
+        rows = list(csv.reader(_io.StringIO(text, newline="")))
+    except csv.Error as error:
+        raise InvalidScheduleError(f"{source}: not valid CSV: {error}") from None
+    while rows and not rows[-1]:
+        rows.pop()
+    return rows
 
 
 def rows_to_table(rows, *, source, **metadata):

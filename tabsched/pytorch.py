@@ -94,9 +94,10 @@ import numpy as np
 
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import DeadlockError, InvalidParameterError, InvalidScheduleError
-from tabsched.io import _read_text, rows_to_table
+from tabsched.io import _read_text, csv_rows, rows_to_table
 from tabsched.lower import lower
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, Op, Overlap
+from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, Op, Overlap,
+                            compound_parts)
 
 __all__ = ["TorchSchedule", "read_pytorch", "from_pytorch_csv", "to_compute_only",
            "to_compute_comms", "write_pytorch", "pytorch_refusal", "stage_map",
@@ -142,19 +143,13 @@ def _parse_action(token, legacy):
     token = token.strip()
     if not token:
         return None
-    if token.startswith("("):
-        closing = token.find(")")
-        if closing < 0:
-            raise InvalidScheduleError(f'"{token}" has no closing parenthesis ({_EXPECTED})')
-        suffix = token[closing + 1:]
-        if suffix != _OVERLAP:
-            raise InvalidScheduleError(f'"{token}": a compound cell must end in {_OVERLAP}, '
-                                       f'not "{suffix}"')
+    inner = compound_parts(token, _EXPECTED)
+    if inner is not None:
         parts = []
-        for part in token[1:closing].split(";"):
-            op = _parse_action(part, legacy) if part.strip() else None
+        for part in inner:
+            op = _parse_action(part, legacy) if part else None
             if not isinstance(op, Op):
-                raise InvalidScheduleError(f'"{token}": "{part.strip()}" is not a compute '
+                raise InvalidScheduleError(f'"{token}": "{part}" is not a compute '
                                            f'operation (expected <stage><F|I|B|W><microbatch>)')
             parts.append(op)
         return Overlap(tuple(parts))  # the table checks that it is one F and one B or I
@@ -178,23 +173,6 @@ def _parse_action(token, legacy):
         raise InvalidScheduleError(f'"{token}" is a full backward in PyTorch\'s legacy tokens; '
                                    f'read the file with legacy=True (--torch-legacy)')
     return Op(_KIND_OF[legacy][kind], stage, int(microbatch))
-
-
-def _csv_rows(text, source):
-    """The CSV's rows of cell texts; the same checks as ``tabsched.io.from_csv``."""
-    if "\x00" in text:
-        line = text[:text.index("\x00")].count("\n") + 1
-        raise InvalidScheduleError(f"{source}: line {line} contains a NUL byte; "
-                                   f"this is not a CSV schedule")
-    if not text.strip():
-        raise InvalidScheduleError(f"{source}: the file is empty; expected one row per device")
-    try:
-        rows = list(csv.reader(_io.StringIO(text, newline="")))
-    except csv.Error as error:
-        raise InvalidScheduleError(f"{source}: not valid CSV: {error}") from None
-    while rows and not rows[-1]:
-        rows.pop()
-    return rows
 
 
 @dataclass(eq=False)
@@ -270,7 +248,7 @@ def from_pytorch_csv(text, *, source="<csv>", legacy=False, format=None, p2p="or
     if p2p not in P2P_MODES:
         raise InvalidParameterError(f"p2p {p2p!r} is not one of {', '.join(P2P_MODES)}")
     rows, comms, extras, empty = [], [], [], None
-    for device, raw in enumerate(_csv_rows(text, source)):
+    for device, raw in enumerate(csv_rows(text, source)):
         row = []
         for slot, token in enumerate(raw):
             try:

@@ -93,16 +93,8 @@ def parse_cell(text):
     token = text.strip()
     if not token:
         return None
-    if token.startswith("("):
-        closing = token.find(")")
-        if closing < 0:
-            raise InvalidScheduleError(f'"{token}" has no closing parenthesis ({_EXPECTED})')
-        suffix = token[closing + 1:]
-        if suffix != _OVERLAP_SUFFIX:
-            raise InvalidScheduleError(
-                f'"{token}" is not an operation: a compound cell must end in '
-                f'{_OVERLAP_SUFFIX}, not "{suffix}"')
-        inner = [part.strip() for part in token[1:closing].split(";")]
+    inner = compound_parts(token)
+    if inner is not None:
         parts = []
         for part in inner:
             op = parse_cell(part) if not part.startswith("(") else None
@@ -115,6 +107,24 @@ def parse_cell(text):
         raise InvalidScheduleError(f'"{token}" is not an operation ({_EXPECTED})')
     stage, kind, microbatch = match.groups()
     return Op(kind, int(stage), int(microbatch))
+
+
+def compound_parts(token, expected=_EXPECTED):
+    """The part texts of a compound cell ``(<op>;<op>)OVERLAP_F_B``, or None if not one.
+
+    >>> compound_parts("(0F7; 7B3)OVERLAP_F_B")
+    ['0F7', '7B3']
+    """
+    if not token.startswith("("):
+        return None
+    closing = token.find(")")
+    if closing < 0:
+        raise InvalidScheduleError(f'"{token}" has no closing parenthesis ({expected})')
+    suffix = token[closing + 1:]
+    if suffix != _OVERLAP_SUFFIX:
+        raise InvalidScheduleError(f'"{token}" is not an operation: a compound cell must end in '
+                                   f'{_OVERLAP_SUFFIX}, not "{suffix}"')
+    return [part.strip() for part in token[1:closing].split(";")]
 
 
 def _checked_overlap(parts, token):

@@ -97,8 +97,9 @@ def test_non_compute_cell_errors(row, message):
 @pytest.mark.parametrize("content,message", [
     (b"0F0,0X0\r\n", r'device 0, slot 1: "0X0" is not an operation \(expected '),
     (b"0F0,(0F1;0B0,0B1\r\n", r'device 0, slot 1: "\(0F1;0B0" has no closing parenthesis'),
-    (b"0F0,(0F1;0B0)OVERLAP,0B1\r\n", r'device 0, slot 1: "\(0F1;0B0\)OVERLAP": a compound '
-                                      r'cell must end in OVERLAP_F_B, not "OVERLAP"'),
+    (b"0F0,(0F1;0B0)OVERLAP,0B1\r\n", r'device 0, slot 1: "\(0F1;0B0\)OVERLAP" is not an '
+                                      r'operation: a compound cell must end in OVERLAP_F_B, '
+                                      r'not "OVERLAP"'),
     (b"0F0,(0F1;0SEND_F0)OVERLAP_F_B\r\n", r'device 0, slot 1: .*"0SEND_F0" is not a compute '
                                            r'operation'),
     (b"0F0,(0F1;0W0)OVERLAP_F_B,0B1\r\n", r"device 0, slot 1: .*an overlapped cell holds one "
