@@ -4,8 +4,10 @@ import pytest
 
 from tabsched import (InvalidParameterError, UnitCosts, UnknownNameError, evaluate, generate,
                       read_table)
+from tabsched._testing import parse_grid
 from tabsched.io import to_csv
 from tabsched.schedules import families, get_family
+from tabsched.table import Op
 
 
 @pytest.mark.parametrize("family,p,m", [("gpipe", 4, 8), ("gpipe", 3, 5), ("1f1b", 4, 8),
@@ -19,34 +21,15 @@ def test_golden_layouts(golden, family, p, m):
     assert stored.rows == table.rows
 
 
-def grid_starts(lines, durations):
-    """Start slot of each op in a SCHEDULES.md grid (a 2-slot op is printed twice)."""
-    starts = {}
-    for line in lines:
-        label, *tokens = line.split()
-        device = int(label.rstrip(":")[1:])
-        slot = 0
-        while slot < len(tokens):
-            token = tokens[slot]
-            if token == ".":
-                slot += 1
-                continue
-            starts[device, token] = slot
-            slot += durations[token[0]]
-    return starts
-
-
 def assert_matches_grid(table, grid, durations):
+    """Every op of the grid starts where SCHEDULES.md draws it (stage = device here)."""
     result = evaluate(table, UnitCosts(f=durations["F"], b=durations["B"]))
-    expected = grid_starts(grid.strip().splitlines(), durations)
-    seen = set()
-    for k in range(len(table)):
-        device = int(table.device[k])
-        key = (device, f"{table.kind_letter(k)}{int(table.microbatch[k])}")
-        if key in expected:
-            assert result.op_start[k] == expected[key], key
-            seen.add(key)
-    assert seen == set(expected)
+    expected = parse_grid(grid, lambda device, letter, microbatch: Op(letter, device, microbatch),
+                          durations)
+    start = {(int(table.device[k]), table.op(k)): result.op_start[k] for k in range(len(table))}
+    for device, row in expected.items():
+        for op, slot in row:
+            assert start[device, op] == slot, (device, op)
     return result
 
 
