@@ -8,26 +8,15 @@ DAG, measured in this run; plus memory per operation. Not collected by pytest.
 """
 
 import argparse
-import gc
-import time
 import tracemalloc
 
 import numpy as np
 
+from _timing import best_of
+
 import tabsched
 from tabsched import _kernel, _reference
 from tabsched.lower import lower
-
-
-def best_of(repeat, function):
-    times = []
-    value = None
-    for _ in range(repeat):
-        gc.collect()
-        began = time.perf_counter()
-        value = function()
-        times.append(time.perf_counter() - began)
-    return min(times), value
 
 
 def kernel_call(module, lowered, durations):

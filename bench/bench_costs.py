@@ -10,22 +10,13 @@ within 1.5x of UnitCosts on the same DAG. Not collected by pytest.
 """
 
 import argparse
-import gc
-import time
+
+from _timing import best_of
 
 import tabsched
 from tabsched.lower import lower
 
 
-def best_of(repeat, function):
-    times = []
-    value = None
-    for _ in range(repeat):
-        gc.collect()
-        began = time.perf_counter()
-        value = function()
-        times.append(time.perf_counter() - began)
-    return min(times), value
 
 
 def main():

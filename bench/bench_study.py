@@ -7,19 +7,13 @@ and checks the two give the same CSV. Not collected by pytest.
 """
 
 import argparse
-import time
+
+from _timing import best_of
 
 from tabsched.study import STUDIES
 from tabsched.sweep import grid_tasks, rows_to_csv, run_sweep
 
 
-def timed(repeat, function):
-    best, value = float("inf"), None
-    for _ in range(repeat):
-        began = time.perf_counter()
-        value = function()
-        best = min(best, time.perf_counter() - began)
-    return best, value
 
 
 def main():
@@ -32,8 +26,8 @@ def main():
                        models=(setup["model"],), systems=setup["systems"],
                        global_batch=setup["global_batch"])
     configurations = sum(task.configurations for task in tasks)
-    serial, rows = timed(args.repeat, lambda: run_sweep(tasks))
-    parallel, rows_parallel = timed(args.repeat, lambda: run_sweep(tasks, jobs=args.jobs))
+    serial, rows = best_of(args.repeat, lambda: run_sweep(tasks))
+    parallel, rows_parallel = best_of(args.repeat, lambda: run_sweep(tasks, jobs=args.jobs))
     assert rows_to_csv(rows) == rows_to_csv(rows_parallel)
     print(f"tabular-paper study: {len(tasks)} tables, {configurations} configurations")
     print(f"serial            {serial:7.2f} s  {configurations / serial:8.0f} configurations/s")
