@@ -36,6 +36,10 @@ def translate_errors(command):
             raise click.ClickException(str(error)) from None
         except BrokenPipeError:
             raise  # the reader went away (e.g. `| head`); main() exits quietly
+        except MemoryError:
+            raise click.ClickException("out of memory: the table or sweep is too large for "
+                                       "this machine; try fewer devices or microbatches") \
+                from None
         except OSError as error:
             where = f"{error.filename}: " if error.filename else ""
             raise click.ClickException(f"{where}{error.strerror or error}") from None

@@ -431,6 +431,11 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
             edge_groups.append((np.array(sources, dtype=INDEX), np.array(targets, dtype=INDEX)))
             rank += 1
 
+    num_edges = sum(len(sources) for sources, _ in edge_groups)
+    if max(num_nodes, num_edges) >= np.iinfo(INDEX).max:
+        raise InvalidParameterError(
+            f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
+            f"int32 ids hold at most {np.iinfo(INDEX).max - 1}")
     degree = np.zeros(num_nodes, dtype=INDEX)
     for sources, _ in edge_groups:
         degree[sources] += 1

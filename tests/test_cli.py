@@ -194,3 +194,20 @@ def test_convert_refuses_what_pytorch_cannot_express(cli, tmp_path):
     assert code == 1 and err.count("\n") == 1 and "microbatch 1 has size 0.5" in err
     code, out, _ = cli("convert", str(halves), "-", "--to", "json")
     assert code == 0 and json.loads(out)["microbatch_sizes"] == [1.0, 0.5]
+
+
+def test_out_of_memory_is_one_line(cli, monkeypatch):
+    import tabsched.cli
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(tabsched.cli, "evaluate", exhausted)
+    code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "2")
+    assert code == 1 and err.count("\n") == 1
+    assert "out of memory: the table or sweep is too large for this machine" in err
+
+
+def test_huge_sizes_are_refused_in_one_line(cli):
+    code, _, err = cli("eval", "1f1b", "-p", "50000", "-m", "50000")
+    assert code == 1 and err.count("\n") == 1 and "would have up to 7.5e+09 operations" in err

@@ -106,3 +106,12 @@ def test_every_family_declares_what_it_needs():
         assert family.summary and family.constraints
         names = family.parameter_names()
         assert names[:2] == ["devices", "microbatches"]
+
+
+def test_tables_too_large_to_lower_are_refused_before_building():
+    with pytest.raises(InvalidParameterError, match=r"1f1b at devices=50000, microbatches=50000 "
+                                                    r"would have up to 7.5e\+09 operations"):
+        generate("1f1b", devices=50000, microbatches=50000)
+    with pytest.raises(InvalidParameterError, match=r"hanayo at devices=1000, "
+                                                    r"microbatches=1000, waves=100"):
+        generate("hanayo", devices=1000, microbatches=1000, waves=100)

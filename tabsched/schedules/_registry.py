@@ -44,6 +44,9 @@ class Family:
     family and its parameters; it raises ``InvalidParameterError`` saying what
     would be valid. ``constraints`` states, in one line, which sizes are valid;
     ``notes`` what a user should know (memory, regimes, sources).
+    ``chunks_per_device`` is the number of model chunks a device holds when no
+    ``chunks`` or ``waves`` parameter says it (Chimera's two replicas count as
+    two); it bounds the size of a table before one is built.
     """
 
     name: str
@@ -53,6 +56,7 @@ class Family:
     constraints: str = ""
     notes: str = ""
     aliases: tuple = field(default=())
+    chunks_per_device: int = 1
 
     def parameter_names(self):
         return [parameter.name for parameter in self.parameters]
@@ -147,6 +151,7 @@ def generate(name, **params):
             value = _integer(family.name, parameter.name, value,
                              INTEGER_PARAMETERS[parameter.name])
         values[parameter.name] = value
+    _check_size(family, values)
     table = family.build(**values)
     scalable = next(((name, values[name]) for name in ("waves", "chunks") if name in values),
                     None)
@@ -155,6 +160,26 @@ def generate(name, **params):
     if split is not None:
         table = table.replace(stage_layers=split)
     return table
+
+
+#: Largest table generate() builds: int32 node and edge ids (edges are about 3.5
+#: per operation) and about 100 bytes per operation to evaluate it.
+MAX_OPS = 2 ** 28
+
+
+def _check_size(family, values):
+    """Refuse, before building it, a table too large to lower or to hold in memory."""
+    chunks = values.get("chunks") or (2 * values["waves"] if values.get("waves") else None)
+    per_device = chunks or family.chunks_per_device
+    estimate = values["devices"] * values["microbatches"] * per_device * 3
+    if estimate > MAX_OPS:
+        sizes = ", ".join(f"{name}={values[name]}" for name in ("devices", "microbatches",
+                                                                "chunks", "waves")
+                          if values.get(name) is not None)
+        raise InvalidParameterError(
+            f"{family.name} at {sizes} would have up to {estimate:.2g} operations; tabsched "
+            f"builds tables of up to {MAX_OPS:.2g} (int32 ids, about 100 bytes per operation "
+            f"to evaluate)")
 
 
 def describe_parameters(family):

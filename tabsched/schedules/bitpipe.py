@@ -103,4 +103,5 @@ FAMILY = register(Family(
     constraints="devices even; microbatches a multiple of devices; 4 chunks per device (fixed)",
     notes="2P stages per replica, each on two devices: grad_sync='replicas'; the code needs an "
           "even layer count per stage; no closed-form bubble published",
+    chunks_per_device=4,
 ))

@@ -197,4 +197,5 @@ FAMILY = register(Family(
     notes="stage s runs on workers s (down) and D-1-s (up): sync replica gradients with "
           "grad_sync='replicas'; activations per worker within [D/2+1, D] stage "
           "activations (doubling about twice that)",
+    chunks_per_device=2,
 ))

@@ -156,4 +156,5 @@ FAMILY = register(Family(
     constraints="devices even; microbatches even and >= 2 x devices",
     notes="rank r holds stage r (replica A) and PP-1-r (replica B): grad_sync='replicas'; "
           "README: bubble (PP/2-1)(F&B+B-3W), PP+1 activations, 2x parameters",
+    chunks_per_device=2,
 ))

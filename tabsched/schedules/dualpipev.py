@@ -44,4 +44,5 @@ FAMILY = register(Family(
     constraints="microbatches >= 2 x devices (odd M allowed, as in PyTorch)",
     notes="rank r holds stages r and 2p-1-r; README: bubble (PP/2-1)(F&B+B-3W) with PP = 2p, "
           "PP+1 = 2p+1 chunk activations",
+    chunks_per_device=2,
 ))
