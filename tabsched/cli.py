@@ -756,7 +756,13 @@ def adapt_summary(found, costs):
              f"{found.seed}, figures below on seed {found.validation_seed})",
              f"variation     {_describe_variation(found.variation)}"]
     steps = " -> ".join(found.transforms) if found.transforms else "none (the start is best)"
-    lines.append(f"decision      {steps}")
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    lines.append(textwrap.fill(steps, width=width, initial_indent="decision      ",
+                               subsequent_indent=" " * 14, break_on_hyphens=False))
+    if found.transforms:
+        lines.append(textwrap.fill(_net_change(start, found.table), width=width,
+                                   initial_indent="net           ",
+                                   subsequent_indent=" " * 14))
     statuses = {}
     for candidate in found.log:
         statuses[candidate.status] = statuses.get(candidate.status, 0) + 1
@@ -792,6 +798,29 @@ def adapt_summary(found, costs):
                      + " ".join(f"d{d}:{_memory(value, memory_unit)}"
                                 for d, value in enumerate(headroom)))
     return "\n".join(lines)
+
+
+def _net_change(start, adapted):
+    """What the chain of transforms changed, per device, in one line."""
+    from tabsched.adapt import deferred_weight_grads, warmup_depths
+
+    def listed(values):
+        return ",".join(str(value) for value in values)
+    parts = []
+    before, after = warmup_depths(start), warmup_depths(adapted)
+    if before != after:
+        parts.append(f"warm-up per device {listed(before)} -> {listed(after)}")
+    before, after = deferred_weight_grads(start), deferred_weight_grads(adapted)
+    if np.any(adapted.kind == 3) and before != after:
+        parts.append(f"W deferred at most {listed(after)}")
+    if start.num_microbatches != adapted.num_microbatches or \
+            start.microbatch_sizes != adapted.microbatch_sizes:
+        sizes = sorted(set(adapted.microbatch_sizes))
+        parts.append(f"{start.num_microbatches} -> {adapted.num_microbatches} microbatches "
+                     f"(sizes {', '.join(f'{size:g}' for size in sizes)})")
+    if np.any(adapted.kind == 2) and not np.any(start.kind == 2):
+        parts.append("backward split into I and W")
+    return "; ".join(parts) or "the same orders"
 
 
 def _describe_variation(described):

@@ -171,3 +171,13 @@ def test_references_run_at_the_start_s_shape():
     assert found.references["1f1b"].table.num_devices == 4
     assert found.references["1f1b"].table.num_microbatches == 8
     assert np.isfinite(found.gain(found.references["zb-h1"]))
+
+
+def test_stacked_moves_respect_the_size_limits():
+    table = generate("1f1b", devices=4, microbatches=8)
+    found = adapt(table, StageCosts(1.0, comm=0.2), Noise(0.1), 8, samples=64, max_rounds=4)
+    assert any(step.startswith("split") for step in found.transforms)
+    assert min(found.table.microbatch_sizes) >= 0.25
+    for candidate in found.log:
+        if candidate.evaluated:
+            assert min(candidate.table.microbatch_sizes) >= 0.25

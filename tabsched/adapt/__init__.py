@@ -43,7 +43,7 @@ from tabsched.adapt.online import OnlineIteration, OnlineResult, adapt_online
 from tabsched.adapt.search import AdaptResult, Candidate, TableReport, adapt, default_moves
 from tabsched.adapt.transforms import (MemoryEffect, MergeMicrobatches, SplitBackward,
                                        SplitMicrobatches, SplitPhases, Transform, Warmup,
-                                       deferred_weight_grads)
+                                       deferred_weight_grads, warmup_depths)
 from tabsched.adapt.variation import (Combined, Noise, Replay, SlowLink, Straggler, Variation,
                                       VariationContext, estimate_variation)
 
@@ -52,7 +52,7 @@ __all__ = [
     "estimate_variation",
     "monte_carlo", "MonteCarloResult", "DeviceRuntime",
     "Transform", "MemoryEffect", "SplitMicrobatches", "MergeMicrobatches", "SplitBackward",
-    "Warmup", "SplitPhases", "deferred_weight_grads",
+    "Warmup", "SplitPhases", "deferred_weight_grads", "warmup_depths",
     "adapt", "AdaptResult", "Candidate", "TableReport", "default_moves",
     "adapt_online", "OnlineResult", "OnlineIteration",
 ]

@@ -12,7 +12,8 @@ transform's own statement.
 
 Ranking
     A candidate that fits the budget beats one that does not; among those that
-    do not, the smaller overshoot wins; then the objective (``mean`` or ``p95``
+    do not, the smaller overshoot (summed over the devices) wins; then the
+    objective (``mean`` or ``p95``
     makespan). With a variation model a move is taken only if its gain exceeds
     ``significance`` standard errors of the paired per-sample difference (the
     candidates share their random draws where they share operations), so the
@@ -48,7 +49,7 @@ OBJECTIVES = ("mean", "p95")
 FINALISTS = 3
 
 
-@dataclass
+@dataclass(eq=False)
 class Candidate:
     """One table the search tried.
 
@@ -69,6 +70,7 @@ class Candidate:
     objective: float = None
     peak_memory: list = None
     over: float = None
+    excess: float = 0.0
     table: ScheduleTable = field(default=None, repr=False)
     makespans: np.ndarray = field(default=None, repr=False)
     activation_peaks: np.ndarray = field(default=None, repr=False)
@@ -88,8 +90,10 @@ class Candidate:
         return self.evaluated and self.over <= 0
 
     def score(self):
-        """Smaller is better: fits, then overshoot, then the objective."""
-        return (0 if self.over <= 0 else 1, max(self.over, 0.0), self.objective)
+        """Smaller is better: fits, then the summed overshoot of the devices, then the
+        objective (the sum, not the largest, so that bringing any device closer to the
+        budget counts as progress)."""
+        return (0 if self.over <= 0 else 1, self.excess, self.objective)
 
     def to_dict(self):
         return {"id": self.id, "parent": self.parent, "round": self.round,
@@ -139,8 +143,8 @@ class AdaptResult:
         The adapted table (the start itself if nothing beat it).
     feasible : bool
         Whether ``table`` fits the budget on every device. When nothing in
-        budget was found, ``table`` is the candidate that overshoots least,
-        marked infeasible here.
+        budget was found, ``table`` is the candidate that overshoots least
+        (summed over the devices), marked infeasible here.
     baseline, adapted : TableReport
         The start and the adapted table on the validation samples.
     references : dict
@@ -307,6 +311,11 @@ class _Evaluator:
         over = max(totals) - self.budget if self.budget is not None and totals else -np.inf
         return result, totals, peaks, float(over)
 
+    def excess(self, totals):
+        if self.budget is None:
+            return 0.0
+        return float(np.maximum(np.asarray(totals) - self.budget, 0.0).sum())
+
     def measure(self, table, *, seed, samples):
         """Monte Carlo and memory of ``table`` on other samples (for the report)."""
         result, totals, _, over = self.memory(table)
@@ -320,6 +329,7 @@ class _Evaluator:
         candidate.peak_memory = totals
         candidate.activation_peaks = peaks
         candidate.over = over
+        candidate.excess = self.excess(totals)
         candidate.context = VariationContext(result._lowered, self.costs, seed=self.seed,
                                              iteration=self.iteration)
         self.run(candidate, self.screen if screen else self.samples)
@@ -337,7 +347,7 @@ class _Evaluator:
             self.run(candidate, self.samples)
 
     def screened_score(self, candidate):
-        """The score of a fully measured candidate on the screening samples only."""
+        """A candidate's score on the screening samples (a prefix of all of them)."""
         objective = self.statistic(candidate.makespans[:self.screen])
         return candidate.score()[:2] + (objective,)
 
@@ -449,8 +459,9 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
         # the round's other promising moves, one by one on top of the best
         bar = evaluator.screened_score(parent)
         for candidate, move in screened:
-            if candidate is best or candidate in finalists and candidate.score() >= \
-                    parent.score() or candidate.score() >= bar:
+            if candidate is best or evaluator.screened_score(candidate) >= bar:
+                continue
+            if move not in moves(current.table):  # e.g. a split now below the size limit
                 continue
             stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
             log.append(stacked)
@@ -494,11 +505,11 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
 
 def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
     """Apply one move to the parent's table and evaluate the candidate."""
+    if not isinstance(move, Transform):
+        raise InvalidParameterError(f"moves must give transforms, not {type(move).__name__}")
     transforms = parent.transforms + (move.describe(),)
     candidate = Candidate(id=index, parent=parent.id, transforms=transforms,
                           status="evaluated", round=round_)
-    if not isinstance(move, Transform):
-        raise InvalidParameterError(f"moves must give transforms, not {type(move).__name__}")
     try:
         table = move.apply(parent.table, evaluator.costs)
         effect = move.memory_effect(parent.table, evaluator.costs)

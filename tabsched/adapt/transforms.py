@@ -60,7 +60,7 @@ from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleT
 
 __all__ = ["Transform", "MemoryEffect", "SplitMicrobatches", "MergeMicrobatches",
            "SplitBackward", "Warmup", "SplitPhases", "describe_microbatches",
-           "deferred_weight_grads"]
+           "deferred_weight_grads", "warmup_depths"]
 
 
 # ------------------------------------------------------------------ helpers
@@ -355,8 +355,9 @@ class MergeMicrobatches(Transform):
     ``0..count-1``, ``count..2count-1``, ... (a remainder is left alone). The
     merged microbatch has the group's summed size; its forward runs where the
     group's first forward ran and each of its backward operations where the
-    group's last one of that kind ran, so every device keeps its warm-up pattern
-    in merged microbatches. Merging needs every stage to run the group's
+    group's last one of that kind ran: it enters the pipeline as early as its
+    first member did and leaves it when its last one did. Merging needs every
+    stage to run the group's
     microbatches on one device, with the same kind of backward (whole or split),
     and outside overlapped cells. A merge may deadlock (one operation now waits
     for a whole group); the search rejects such candidates.
@@ -765,6 +766,26 @@ def _from_rows(table, transform, staged, rows):
     rank[order] = np.arange(len(order)) - np.searchsorted(device, device)
     return _build(table, transform, staged.device, rank[cell], np.zeros(len(staged)),
                   staged.kind, staged.stage, staged.microbatch, staged.microbatch_sizes)
+
+
+def warmup_depths(table):
+    """Per device, the forward cells its row runs before its first other cell.
+
+    >>> from tabsched.schedules import generate
+    >>> warmup_depths(generate("1f1b", devices=4, microbatches=8))
+    [4, 3, 2, 1]
+    """
+    depths = []
+    fresh = table.cell_starts()
+    cell = np.cumsum(fresh) - 1
+    single = np.bincount(cell)[cell] == 1
+    for d in range(table.num_devices):
+        lo, hi = np.searchsorted(table.device, [d, d + 1])
+        forward = single[lo:hi] & (table.kind[lo:hi] == FORWARD)
+        other = np.flatnonzero(~forward)
+        depths.append(int(forward.sum()) if not len(other) else
+                      int(forward[:other[0]].sum()))
+    return depths
 
 
 def deferred_weight_grads(table):
