@@ -143,8 +143,8 @@ def main():
     seconds, found = timed(lambda: adapt(start, search_costs, search_variation, "80GB",
                                          samples=256, seed=0))
     evaluated = sum(candidate.evaluated for candidate in found.log)
-    print(f"Search: 1F1B S=8 M=32, paper-128l on slow_nw_mid_cp, recompute full, 80 GB, "
-          f"link 3-4 3x slower, noise CV 0.1, 256 samples per candidate")
+    print("Search: 1F1B S=8 M=32, paper-128l on slow_nw_mid_cp, recompute full, 80 GB, "
+          "link 3-4 3x slower, noise CV 0.1, 256 samples per candidate")
     print(f"  {seconds:.1f} s: {found.rounds} rounds, {len(found.log)} candidates "
           f"({evaluated} evaluated), feasible {found.feasible}")
     print(f"  decision: {' -> '.join(found.transforms)}")

@@ -463,6 +463,11 @@ def eval_command(schedule, schedule_params, forward, backward, input_grad, weigh
             raise click.ClickException("--contention nic needs --system (it says which "
                                        "devices share a node)")
         costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    if level == "formula" and (any(variation_params[name] for name in
+                                   ("cv", "transfer_cv", "stragglers", "slow_links", "replay"))
+                               or variation_params["samples"] is not None):
+        raise click.ClickException("--level formula has no run-time variation; drop --cv, "
+                                   "--straggler, --slow-link, --replay and --samples")
     if level == "formula":
         numbers = formula_for(table, costs)
         if numbers is None:

@@ -155,8 +155,7 @@ def test_custom_moves_and_size_limits():
     only_warmup = adapt(table, costs, None, 8, moves=lambda t: [Warmup(None, 1)], max_rounds=2)
     assert set(only_warmup.transforms) <= {"warmup(all,+1)"}
     names = [move.describe() for move in default_moves(table, min_microbatch_size=1.0)]
-    assert not any(name.startswith("split(") or name.startswith("split-phases")
-                   for name in names)
+    assert not any(name.startswith(("split(", "split-phases")) for name in names)
     assert "merge(all,count=2)" in names
     assert "merge(all,count=2)" not in [move.describe() for move in
                                         default_moves(table, max_microbatch_size=1.0)]

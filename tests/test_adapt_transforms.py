@@ -200,8 +200,6 @@ def test_merge_errors(family, params, merge, message):
 
 
 def test_merge_refuses_a_mix_of_whole_and_split_backwards():
-    table = generate("1f1b", devices=2, microbatches=2)
-    mixed = SplitBackward([1], 0).apply(table)
     mixed = ScheduleTable(
         [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1I0", "1W0", "1F1", "1B1"]])
     with pytest.raises(InvalidParameterError, match=r"stage 1 runs some of their backwards "

@@ -16,6 +16,12 @@ def context_of(table, costs, **options):
     return VariationContext(lower(table, contention=costs.contention), costs, **options)
 
 
+def on_the_link(transfers, a, b):
+    """Mask of the transfers between devices a and b, either way."""
+    src, dst = transfers.src, transfers.dst
+    return ((src == a) & (dst == b)) | ((src == b) & (dst == a))
+
+
 def test_no_variation_is_the_cost_model_to_the_bit():
     table = generate("interleaved-1f1b", devices=4, microbatches=8, chunks=2)
     context = context_of(table, PAPER)
@@ -68,7 +74,8 @@ def test_transfer_noise_only_touches_transfers():
     cells = context.lowered.num_cells
     assert np.all(drawn[:, :cells] == context.nominal[:cells])
     sends = drawn[:, cells:context.lowered.first_sync] / 0.5
-    assert sends.mean() == pytest.approx(1.0, abs=0.01) and sends.std() == pytest.approx(0.2, rel=0.05)
+    assert sends.mean() == pytest.approx(1.0, abs=0.01)
+    assert sends.std() == pytest.approx(0.2, rel=0.05)
 
 
 def test_straggler_scales_its_device_and_optimizer_step():
@@ -93,7 +100,7 @@ def test_slow_link_stretches_bytes_not_latency():
     sends = mean[lowered.num_cells:lowered.first_sync]
     bandwidth, latency = PAPER.system.link_matrices(8)
     _, nbytes = PAPER.transfer_costs(table, transfers)
-    on_link = ((transfers.src == 3) & (transfers.dst == 4)) | ((transfers.src == 4) & (transfers.dst == 3))
+    on_link = on_the_link(transfers, 3, 4)
     assert on_link.sum() == 16
     expected = latency[3, 4] + 3.0 * nbytes[on_link] / bandwidth[3, 4]
     np.testing.assert_allclose(sends[on_link], expected, rtol=1e-15)
@@ -109,7 +116,7 @@ def test_latency_spikes_hit_with_their_probability():
     drawn = context.sample_durations(link, np.arange(2000))
     lowered = context.lowered
     transfers = lowered.transfers
-    on_link = ((transfers.src == 1) & (transfers.dst == 2)) | ((transfers.src == 2) & (transfers.dst == 1))
+    on_link = on_the_link(transfers, 1, 2)
     sends = drawn[:, lowered.num_cells:lowered.first_sync][:, on_link]
     assert set(np.unique(sends)) == {0.5, 2.5}
     assert (sends == 2.5).mean() == pytest.approx(0.25, abs=0.01)
@@ -233,8 +240,10 @@ def test_parameter_errors(build, message):
 
 @pytest.mark.parametrize("variation,message", [
     (Straggler(9, 1.5), r"^straggler on device 9, but the table has devices 0..7$"),
-    (SlowLink((3, 8), 3.0), r"^slow link 3-8: device 8 does not exist \(the table has devices 0..7\)$"),
-    (Noise(0.1, stages={9: 0.1}), r"^noise: stage 9 is out of range \(the table has stages 0..7\)$"),
+    (SlowLink((3, 8), 3.0),
+     r"^slow link 3-8: device 8 does not exist \(the table has devices 0..7\)$"),
+    (Noise(0.1, stages={9: 0.1}),
+     r"^noise: stage 9 is out of range \(the table has stages 0..7\)$"),
 ])
 def test_models_check_the_table(variation, message):
     table = generate("1f1b", devices=8, microbatches=8)

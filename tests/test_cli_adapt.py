@@ -141,6 +141,7 @@ def test_eval_replays_a_profile(cli, tmp_path):
     profile.write_text("op,duration\n0F0,3\n0F0,5\n")
     code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(profile),
                        "--samples", "2", "--json")
+    assert code == 0
     runs = json.loads(out)["monte_carlo"]
     assert runs["variation"][0]["model"] == "replay"
     assert runs["max_makespan"] - runs["mean_makespan"] == pytest.approx(1.0)
@@ -148,10 +149,13 @@ def test_eval_replays_a_profile(cli, tmp_path):
 
 @pytest.mark.parametrize("extra,message", [
     (["--cv", "-1"], "Error: cv must be >= 0, not -1.0"),
+    (["--level", "formula", "--cv", "0.1"],
+     "Error: --level formula has no run-time variation; drop --cv, --straggler, --slow-link, "
+     "--replay and --samples"),
     (["--straggler", "4:2"], "Error: straggler on device 4, but the table has devices 0..3"),
     (["--samples", "0"], "Error: --samples must be >= 1, not 0"),
     (["--cv", "0.1", "--seed", "-2"], "Error: --seed must be >= 0, not -2"),
 ])
 def test_eval_variation_errors(cli, extra, message):
     code, out, err = cli("eval", "1f1b", "-p", "4", "-m", "8", *extra)
-    assert code == 1 and err == message + "\n"
+    assert code == 1 and out == "" and err == message + "\n"

@@ -187,7 +187,8 @@ class MemoryEffect:
         after = np.asarray(after, dtype=np.float64)
         slack = tolerance * np.maximum(1.0, np.maximum(np.abs(before), np.abs(after)))
         change = after - before
-        return np.flatnonzero((change < self.lower - slack) | (change > self.upper + slack)).tolist()
+        outside = (change < self.lower - slack) | (change > self.upper + slack)
+        return np.flatnonzero(outside).tolist()
 
 
 # --------------------------------------------------------------- transforms
@@ -469,7 +470,6 @@ class MergeMicrobatches(Transform):
         group = self._checked(table)
         activation, _ = _activations(table, costs)
         forward = np.flatnonzero((table.kind == FORWARD) & (group[table.microbatch] >= 0))
-        key = group[table.microbatch[forward]] * table.num_stages + table.stage[forward]
         bound = np.bincount(table.device[forward], weights=activation[forward],
                             minlength=table.num_devices)
         return MemoryEffect(lower=np.zeros(table.num_devices), upper=bound,

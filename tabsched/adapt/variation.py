@@ -51,7 +51,7 @@ import os
 
 import numpy as np
 
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.table import KINDS
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
@@ -747,7 +747,7 @@ class Replay(Variation):
                 continue
             try:
                 duration = parse_quantity(value, "s", name="duration")
-            except Exception as error:
+            except TabschedError as error:
                 raise InvalidParameterError(f"{source}: line {line}: {error}") from None
             if not np.isfinite(duration) or duration < 0:
                 raise InvalidParameterError(f"{source}: line {line}: duration must be >= 0, "
