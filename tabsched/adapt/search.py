@@ -471,7 +471,12 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
             evaluator.confirm(stacked)
             if _better(stacked, current, evaluator, significance):
                 current = stacked
+        for candidate in log:  # only the current table is measured again
+            if candidate is not current:
+                candidate.context = None
 
+    for candidate in log:
+        candidate.context = None
     validation_seed = seed + 1 if validation_seed is None else validation_seed
     validation_samples = evaluator.samples if validation_samples is None else validation_samples
 
