@@ -54,3 +54,13 @@ def test_online_errors():
         adapt_online(table, COSTS, None, iterations=0)
     with pytest.raises(InvalidParameterError, match=r"straggler on device 5, but the table"):
         adapt_online(table, COSTS, Straggler(5, 2.0), iterations=2)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda t: adapt_online([["0F0", "0B0"]]), r"^table must be a ScheduleTable, not list$"),
+    (lambda t: adapt_online(t, "paper-128l"), r"^costs must be a cost model, not str$"),
+    (lambda t: adapt_online(t, COSTS, 0.1), r"^variation must be a variation model, not float$"),
+])
+def test_online_checks_its_arguments(call, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        call(generate("1f1b", devices=2, microbatches=2))

@@ -180,3 +180,12 @@ def test_stacked_moves_respect_the_size_limits():
     for candidate in found.log:
         if candidate.evaluated:
             assert min(candidate.table.microbatch_sizes) >= 0.25
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda t: adapt([["0F0", "0B0"]]), r"^table must be a ScheduleTable, not list$"),
+    (lambda t: adapt(t, "paper-128l"), r"^costs must be a cost model, not str$"),
+])
+def test_adapt_checks_its_arguments(call, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        call(generate("1f1b", devices=2, microbatches=2))

@@ -307,3 +307,61 @@ def test_transforms_describe_themselves():
     assert chained.params == {"transforms": ["split-backward(all,defer<=inf)",
                                              "warmup(all,+1)"],
                               "adapted_from": "1f1b devices=2 microbatches=2"}
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda t: SplitMicrobatches("some", 2).apply(t),
+     r"split\(all,k=2\): microbatches must be 'all' or a list of microbatches, not 'some'"),
+    (lambda t: SplitMicrobatches([None], 2),
+     r"^split: microbatches must be 'all' or a list of microbatches, not \[None\]$"),
+    (lambda t: MergeMicrobatches([0.5], 2),
+     r"^merge: microbatches must be 'all' or a list of microbatches, not \[0.5\]$"),
+    (lambda t: MergeMicrobatches("pairs", 2).apply(t),
+     r"merge\(all,count=2\): first must be 'all' or a list of microbatches"),
+    (lambda t: MergeMicrobatches("all", 2).apply(generate("1f1b", devices=4, microbatches=1)),
+     r"^merge\(all,count=2\): the table has only 1 microbatches$"),
+    (lambda t: SplitBackward(max_deferred=-1), r"^max_deferred must be an integer >= 0, not -1$"),
+])
+def test_selection_errors(build, message):
+    table = generate("1f1b", devices=4, microbatches=8)
+    with pytest.raises(InvalidParameterError, match=message):
+        build(table)
+
+
+def test_split_backward_needs_something_to_split():
+    # device 1 runs nothing at all
+    table = ScheduleTable([["0F0", "1F0", "1B0", "0B0"], []])
+    with pytest.raises(InvalidParameterError,
+                       match=r"^split-backward\(d1,defer<=inf\): the chosen devices run no B "
+                             r"or W$"):
+        SplitBackward([1]).apply(table)
+    assert SplitBackward([0]).apply(table).num_ops == 6
+
+
+SMALL_MODEL = TransformerModel(layers=8, hidden=512, heads=8, sequence=512, vocab=8000,
+                               microbatch_size=4)
+CURVED = ModelCosts(SMALL_MODEL, load_system("mid_nw_mid_cp").replace(
+    half_efficiency_tokens=1024))
+
+
+@given(family=st.sampled_from([("1f1b", {}), ("zb-h1", {}), ("interleaved-1f1b", {"chunks": 2}),
+                               ("gpipe", {})]),
+       devices=st.sampled_from([2, 4]), microbatches=st.sampled_from([4, 8]),
+       transform=st.one_of(
+           st.builds(SplitMicrobatches, st.lists(st.integers(0, 3), min_size=1, max_size=3),
+                     st.sampled_from([2, 4])),
+           st.builds(SplitPhases, st.sampled_from([2, 4]), st.integers(0, 2), st.integers(1, 2)),
+           st.builds(MergeMicrobatches, st.sampled_from(["all", [0], [2]]), st.just(2))))
+def test_work_is_conserved_up_to_the_efficiency_curve(family, devices, microbatches, transform):
+    name, params = family
+    table = generate(name, devices=devices, microbatches=microbatches, **params)
+    result = apply_or_reject(transform, table, CURVED)
+    if result is None:
+        return
+    flops = [CURVED.op_work(t)[0].sum() for t in (table, result)]
+    assert flops[1] == pytest.approx(flops[0], rel=1e-12)
+    time = [CURVED.op_durations(t).sum() for t in (table, result)]
+    if isinstance(transform, MergeMicrobatches):
+        assert time[1] < time[0]          # bigger products run closer to the peak
+    else:
+        assert time[1] > time[0]          # smaller ones further from it

@@ -273,3 +273,19 @@ def test_estimate_recovers_stragglers_links_and_noise():
     assert links[3, 4] == pytest.approx(3.0, rel=1e-9)
     assert links[0, 1] == pytest.approx(1.0, rel=1e-9)
     assert noise.cv == pytest.approx(0.1, rel=0.2) and noise.transfers < 1e-9
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: Straggler(1, "slow"), r"^straggler factor must be a number, not 'slow'$"),
+    (lambda: Straggler(True, 2.0), r"straggler device must be a device number >= 0, not True"),
+    (lambda: Noise(0.1, kinds={"F": -0.1}), r"^cv of kind F must be >= 0, not -0.1$"),
+    (lambda: Noise(0.1, stages=[0.1, -0.2]), r"^cv of stage 1 must be >= 0, not -0.2$"),
+    (lambda: Noise(0.1, stages={-1: 0.1}), r"noise stage must be a device number >= 0, not -1"),
+    (lambda: SlowLink((1, 2), 0.0), r"^slow link bandwidth factor must be > 0, not 0.0$"),
+    (lambda: SlowLink((1, 2), 2.0, latency_spike=-1e-3), r"^latency spike must be >= 0"),
+    (lambda: Replay({"0F0": []}), r"^replay 0F0: give one or more durations$"),
+    (lambda: parse_iterations(3), r"^iterations must be iteration numbers, not 3$"),
+])
+def test_more_parameter_errors(build, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        build()

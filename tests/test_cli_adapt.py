@@ -102,6 +102,7 @@ def test_a_csv_cannot_hold_split_microbatches(cli, tmp_path):
     (["--memory-budget", "80GB", "--slow-link", "3:3"],
      "Error: --slow-link '3:3': expected A-B:FACTOR, e.g. 3-4:3"),
     (["--memory-budget", "80GB", "--samples", "0"], "Error: --samples must be >= 1, not 0"),
+    (["--memory-budget", "80GB", "--max-rounds", "0"], "Error: --max-rounds must be >= 1, not 0"),
     ([], "Error: adapt needs --memory-budget (e.g. 80GB, or 'capacity' with a --system that "
          "states its memory)"),
 ])
@@ -159,3 +160,9 @@ def test_eval_replays_a_profile(cli, tmp_path):
 def test_eval_variation_errors(cli, extra, message):
     code, out, err = cli("eval", "1f1b", "-p", "4", "-m", "8", *extra)
     assert code == 1 and out == "" and err == message + "\n"
+
+
+def test_adapt_model_options_need_a_model(cli):
+    code, out, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "8",
+                         "--recompute", "full")
+    assert code == 1 and out == "" and err == "Error: --recompute needs --model and --system\n"

@@ -156,6 +156,20 @@ def _check_microbatches(table, microbatches, name):
     return values
 
 
+def _microbatch_list(name, microbatches):
+    """``"all"`` or a sorted tuple of distinct microbatch numbers."""
+    if isinstance(microbatches, str):
+        return microbatches
+    try:
+        values = [int(m) for m in microbatches]
+        if any(value != m for value, m in zip(values, microbatches)):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name}: microbatches must be 'all' or a list of "
+                                    f"microbatches, not {microbatches!r}") from None
+    return tuple(sorted(set(values)))
+
+
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise InvalidParameterError(f"{name} must be an integer >= {minimum}, not {value!r}")
@@ -247,8 +261,7 @@ class SplitMicrobatches(Transform):
     name = "split"
 
     def __init__(self, microbatches, parts=2):
-        self.microbatches = microbatches if isinstance(microbatches, str) else \
-            tuple(sorted({int(m) for m in microbatches}))
+        self.microbatches = _microbatch_list("split", microbatches)
         self.parts = _check_int("split factor", parts, 2)
 
     def _selected(self, table, costs):
@@ -377,7 +390,7 @@ class MergeMicrobatches(Transform):
     name = "merge"
 
     def __init__(self, first="all", count=2):
-        self.first = first if isinstance(first, str) else tuple(sorted({int(m) for m in first}))
+        self.first = _microbatch_list("merge", first)
         self.count = _check_int("merge count", count, 2)
 
     def groups(self, table):
