@@ -12,6 +12,10 @@ and writes them (PyTorch's CSV, JSON), and evaluates them:
   (``StageCosts``, or ``ModelCosts``: a transformer on a system, in seconds
   and bytes, from the presets in ``tabsched presets`` or your own TOML).
 
+:mod:`tabsched.adapt` measures the run-time bubbles that varying durations
+cause (Monte Carlo) and searches granularity transforms of a table for the
+fastest one within a per-device memory budget.
+
 The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Result`.
 
 >>> import tabsched
@@ -44,6 +48,7 @@ from tabsched.schedules import families, generate
 from tabsched.systems import System, load_system, system_presets
 from tabsched.table import Op, Overlap, ScheduleTable
 from tabsched.units import format_quantity, parse_quantity
+from tabsched import adapt  # noqa: E402  (run-time variation, transforms, search)
 
 __version__ = "0.1.0"
 
@@ -58,6 +63,7 @@ __all__ = [
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
+    "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError",
 ]

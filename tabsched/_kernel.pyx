@@ -22,9 +22,10 @@ decided when ``v`` started: the predecessor whose end came strictly latest
 """
 
 from cython cimport boundscheck, wraparound
+from libc.math cimport INFINITY
 
 from tabsched._types cimport (
-    index_t, time_t, NO_NODE, NO_RESOURCE,
+    index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE,
     STATUS_OK, STATUS_DEADLOCK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
 )
 
@@ -35,6 +36,7 @@ BAD_SHAPE = STATUS_BAD_SHAPE
 BAD_INDEX = STATUS_BAD_INDEX
 NO_NODE_ID = NO_NODE
 NO_RESOURCE_ID = NO_RESOURCE
+NO_DEVICE_ID = NO_DEVICE
 
 
 cdef inline bint _heap_less(time_t time_a, index_t node_a,
@@ -377,3 +379,225 @@ cdef index_t _find_cycle(const index_t[::1] pred_indptr, const index_t[::1] pred
     for i in range(length):
         cycle[i] = cycle[first + i]
     return length
+
+
+# ---------------------------------------------------------------- summaries
+# Monte Carlo needs, per sample, only the makespan and, per device, its busy
+# time, first start and last end. ``evaluate_summary`` computes those without a
+# (samples x nodes) output: one row of starts is reused as scratch.
+
+@boundscheck(False)
+@wraparound(False)
+def evaluate_summary(const index_t[::1] indptr not None,
+                     const index_t[::1] successors not None,
+                     const time_t[:, ::1] durations not None,
+                     const index_t[:, ::1] resources not None,
+                     index_t n_resources,
+                     const index_t[::1] node_device not None,
+                     time_t[::1] makespan not None,
+                     time_t[:, ::1] busy not None,
+                     time_t[:, ::1] first_start not None,
+                     time_t[:, ::1] last_end not None,
+                     time_t[::1] start not None,
+                     index_t[::1] indegree not None,
+                     index_t[::1] order not None,
+                     time_t[::1] heap_time not None,
+                     index_t[::1] heap_node not None,
+                     time_t[::1] free_at not None,
+                     index_t[::1] holder not None):
+    """Per-sample makespan and per-device busy time, first start and last end.
+
+    The same schedule as :func:`evaluate` (same processing order, so the same
+    start of every node, to the bit), summarised while it runs.
+
+    Parameters
+    ----------
+    indptr, successors, durations, resources, n_resources :
+        As in :func:`evaluate`.
+    node_device : int32 array, shape (nodes,)
+        The device whose compute stream runs each node, or NO_DEVICE_ID.
+    makespan : float64 array, shape (samples,)
+        Output: the latest end of any node (0 for an empty graph).
+    busy, first_start, last_end : float64 arrays, shape (samples, devices)
+        Outputs: per device, the summed durations of its nodes (in processing
+        order), the earliest start (+inf if it has none) and the latest end
+        (0 if it has none).
+    start : float64 scratch, shape (nodes,)
+        Holds the starts of the last sample on return.
+    indegree, order, heap_time, heap_node, free_at, holder :
+        Scratch, as in :func:`evaluate`.
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t width = resources.shape[1]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t status, v
+    if n < 0:
+        return STATUS_BAD_SHAPE
+    if (durations.shape[1] != n or (width > 0 and resources.shape[0] != n)
+            or node_device.shape[0] != n or makespan.shape[0] != samples
+            or busy.shape[0] != samples
+            or first_start.shape[0] != samples or first_start.shape[1] != devices
+            or last_end.shape[0] != samples or last_end.shape[1] != devices
+            or start.shape[0] != n or indegree.shape[0] != n or order.shape[0] != n
+            or (width > 0 and (heap_time.shape[0] != n or heap_node.shape[0] != n))
+            or free_at.shape[0] < n_resources or holder.shape[0] < n_resources):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _check_graph(indptr, successors, resources, n_resources)
+        if status == STATUS_OK:
+            for v in range(n):
+                if node_device[v] != NO_DEVICE and (node_device[v] < 0
+                                                    or node_device[v] >= devices):
+                    status = STATUS_BAD_INDEX
+                    break
+        if status == STATUS_OK:
+            if width == 0:
+                status = _summary_static(indptr, successors, durations, node_device,
+                                         makespan, busy, first_start, last_end, start,
+                                         indegree, order)
+            else:
+                status = _summary_fifo(indptr, successors, durations, resources, n_resources,
+                                       node_device, makespan, busy, first_start, last_end,
+                                       start, indegree, heap_time, heap_node, free_at, holder)
+    return status
+
+
+cdef inline void _summary_reset(time_t[::1] start, time_t[:, ::1] busy,
+                                time_t[:, ::1] first_start, time_t[:, ::1] last_end,
+                                index_t s) noexcept nogil:
+    cdef index_t v, d
+    for v in range(start.shape[0]):
+        start[v] = 0.0
+    for d in range(busy.shape[1]):
+        busy[s, d] = 0.0
+        first_start[s, d] = INFINITY
+        last_end[s, d] = 0.0
+
+
+cdef inline void _summary_add(index_t d, time_t begin, time_t length, time_t finish,
+                              time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                              time_t[:, ::1] last_end, index_t s) noexcept nogil:
+    busy[s, d] += length
+    if begin < first_start[s, d]:
+        first_start[s, d] = begin
+    if finish > last_end[s, d]:
+        last_end[s, d] = finish
+
+
+cdef index_t _summary_static(const index_t[::1] indptr, const index_t[::1] successors,
+                             const time_t[:, ::1] durations, const index_t[::1] node_device,
+                             time_t[::1] makespan, time_t[:, ::1] busy,
+                             time_t[:, ::1] first_start, time_t[:, ::1] last_end,
+                             time_t[::1] start, index_t[::1] indegree,
+                             index_t[::1] order) noexcept nogil:
+    """Longest path, as ``_evaluate_static``: one Kahn order, one pass per sample."""
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t head = 0, tail = 0
+    cdef index_t v, u, e, i, s, d
+    cdef time_t finish, longest
+    _count_indegree(indptr, successors, indegree)
+    for v in range(n):
+        if indegree[v] == 0:
+            order[tail] = v
+            tail += 1
+    while head < tail:
+        v = order[head]
+        head += 1
+        for e in range(indptr[v], indptr[v + 1]):
+            u = successors[e]
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                order[tail] = u
+                tail += 1
+    if tail < n:
+        return STATUS_DEADLOCK
+    for s in range(samples):
+        _summary_reset(start, busy, first_start, last_end, s)
+        longest = 0.0
+        for i in range(n):
+            v = order[i]
+            finish = start[v] + durations[s, v]
+            if finish > longest:
+                longest = finish
+            d = node_device[v]
+            if d != NO_DEVICE:
+                _summary_add(d, start[v], durations[s, v], finish, busy, first_start,
+                             last_end, s)
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > start[u]:
+                    start[u] = finish
+        makespan[s] = longest
+    return STATUS_OK
+
+
+cdef index_t _summary_fifo(const index_t[::1] indptr, const index_t[::1] successors,
+                           const time_t[:, ::1] durations,
+                           const index_t[:, ::1] resources, index_t n_resources,
+                           const index_t[::1] node_device, time_t[::1] makespan,
+                           time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                           time_t[:, ::1] last_end, time_t[::1] start,
+                           index_t[::1] indegree, time_t[::1] heap_time,
+                           index_t[::1] heap_node, time_t[::1] free_at,
+                           index_t[::1] holder) noexcept nogil:
+    """Event order with FIFO resources, as ``_evaluate_fifo``, one sample at a time."""
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t width = resources.shape[1]
+    cdef index_t size, done, v, u, e, k, r, s, d
+    cdef time_t begin, finish, longest
+    for s in range(samples):
+        _count_indegree(indptr, successors, indegree)
+        _summary_reset(start, busy, first_start, last_end, s)
+        for r in range(n_resources):
+            free_at[r] = 0.0
+            holder[r] = NO_NODE
+        size = 0
+        for v in range(n):
+            if indegree[v] == 0:
+                _heap_push(heap_time, heap_node, size, 0.0, v)
+                size += 1
+        done = 0
+        longest = 0.0
+        while size > 0:
+            v = heap_node[0]
+            begin = heap_time[0]
+            _heap_pop(heap_time, heap_node, size)
+            size -= 1
+            done += 1
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE and free_at[r] > begin:
+                    begin = free_at[r]
+            finish = begin + durations[s, v]
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE:
+                    free_at[r] = finish
+                    holder[r] = v
+            start[v] = begin
+            if finish > longest:
+                longest = finish
+            d = node_device[v]
+            if d != NO_DEVICE:
+                _summary_add(d, begin, durations[s, v], finish, busy, first_start,
+                             last_end, s)
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > start[u]:
+                    start[u] = finish
+                indegree[u] -= 1
+                if indegree[u] == 0:
+                    _heap_push(heap_time, heap_node, size, start[u], u)
+                    size += 1
+        if done < n:
+            return STATUS_DEADLOCK
+        makespan[s] = longest
+    return STATUS_OK

@@ -7,7 +7,8 @@ in the library calls this module at run time.
 
 import heapq
 
-from tabsched._kernel import BAD_INDEX, BAD_SHAPE, DEADLOCK, NO_NODE_ID, NO_RESOURCE_ID, OK
+from tabsched._kernel import (BAD_INDEX, BAD_SHAPE, DEADLOCK, NO_DEVICE_ID, NO_NODE_ID,
+                              NO_RESOURCE_ID, OK)
 
 
 def _indegree(indptr, successors, n):
@@ -127,6 +128,123 @@ def evaluate(indptr, successors, durations, resources, n_resources, start, end,
         if done < n:
             indegree[:] = remaining
             return DEADLOCK
+    return OK
+
+
+def evaluate_summary(indptr, successors, durations, resources, n_resources, node_device,
+                     makespan, busy, first_start, last_end, start, indegree, order,
+                     heap_time, heap_node, free_at, holder):
+    """Twin of ``tabsched._kernel.evaluate_summary`` (same arguments, same status codes).
+
+    Follows the kernel's loops: nodes are processed in the Kahn order without
+    resources and in (ready time, node) heap order with them, and each device's
+    busy time is summed in that order.
+    """
+    n = len(indptr) - 1
+    samples = durations.shape[0]
+    devices = busy.shape[1]
+    width = resources.shape[1]
+    if (durations.shape[1] != n or len(node_device) != n or len(makespan) != samples
+            or busy.shape[0] != samples or first_start.shape != (samples, devices)
+            or last_end.shape != (samples, devices) or len(start) != n):
+        return BAD_SHAPE
+    if width > 0 and resources.shape[0] != n:
+        return BAD_SHAPE
+    indptr = [int(x) for x in indptr]
+    successors = [int(x) for x in successors]
+    if indptr[0] != 0 or indptr[n] != len(successors):
+        return BAD_SHAPE
+    if any(indptr[v + 1] < indptr[v] for v in range(n)):
+        return BAD_SHAPE
+    if any(u < 0 or u >= n for u in successors):
+        return BAD_INDEX
+    node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID] for v in range(n)] \
+        if width > 0 else None
+    if node_resources is not None and any(r < 0 or r >= n_resources
+                                          for rs in node_resources for r in rs):
+        return BAD_INDEX
+    device_of = [int(d) for d in node_device]
+    if any(d != NO_DEVICE_ID and not 0 <= d < devices for d in device_of):
+        return BAD_INDEX
+
+    def reset(s):
+        busy[s, :] = 0.0
+        first_start[s, :] = float("inf")
+        last_end[s, :] = 0.0
+        return [0.0] * n
+
+    def add(s, v, begin, finish):
+        d = device_of[v]
+        if d != NO_DEVICE_ID:
+            busy[s, d] += float(durations[s, v])
+            if begin < first_start[s, d]:
+                first_start[s, d] = begin
+            if finish > last_end[s, d]:
+                last_end[s, d] = finish
+
+    if width == 0:
+        remaining = _indegree(indptr, successors, n)
+        queue = [v for v in range(n) if remaining[v] == 0]
+        head = 0
+        while head < len(queue):
+            v = queue[head]
+            head += 1
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    queue.append(u)
+        indegree[:] = remaining
+        if len(queue) < n:
+            return DEADLOCK
+        order[:] = queue
+        for s in range(samples):
+            begin = reset(s)
+            longest = 0.0
+            for v in queue:
+                finish = begin[v] + float(durations[s, v])
+                longest = max(longest, finish)
+                add(s, v, begin[v], finish)
+                for e in range(indptr[v], indptr[v + 1]):
+                    u = successors[e]
+                    if finish > begin[u]:
+                        begin[u] = finish
+            makespan[s] = longest
+            start[:] = begin
+        return OK
+
+    for s in range(samples):
+        remaining = _indegree(indptr, successors, n)
+        begin = reset(s)
+        free = [0.0] * n_resources
+        heap = [(0.0, v) for v in range(n) if remaining[v] == 0]
+        heapq.heapify(heap)
+        done = 0
+        longest = 0.0
+        while heap:
+            ready, v = heapq.heappop(heap)
+            done += 1
+            for r in node_resources[v]:
+                if free[r] > ready:
+                    ready = free[r]
+            finish = ready + float(durations[s, v])
+            for r in node_resources[v]:
+                free[r] = finish
+            begin[v] = ready
+            longest = max(longest, finish)
+            add(s, v, ready, finish)
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > begin[u]:
+                    begin[u] = finish
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    heapq.heappush(heap, (begin[u], u))
+        start[:] = begin
+        if done < n:
+            indegree[:] = remaining
+            return DEADLOCK
+        makespan[s] = longest
     return OK
 
 

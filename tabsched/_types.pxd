@@ -10,6 +10,7 @@ ctypedef double time_t        # start, end and durations, in the cost model's un
 cdef enum:
     NO_NODE = -1              # "no node": a binding slot with nothing behind it
     NO_RESOURCE = -1          # padding in a node's resource list
+    NO_DEVICE = -1            # a node on no device's compute stream (transfer, sync)
 
 cdef enum Status:
     STATUS_OK = 0

@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import click
+import numpy as np
 
 from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
@@ -404,6 +405,121 @@ def run_evaluation(table, torch_schedule, costs, options):
                optimizer=True if options["optimizer"] else None)
 
 
+def variation_options(default_samples):
+    """Options of run-time variation and Monte Carlo, passed as one dict, ``variation_params``."""
+    options = [
+        click.option("--cv", type=float,
+                     help="Coefficient of variation of every operation's duration "
+                          "(lognormal noise, mean 1)."),
+        click.option("--transfer-cv", type=float,
+                     help="Coefficient of variation of every transfer's duration."),
+        click.option("--straggler", "stragglers", multiple=True, metavar="DEVICE:FACTOR",
+                     help="A device computing FACTOR times slower, e.g. 3:1.5 (repeatable)."),
+        click.option("--slow-link", "slow_links", multiple=True, metavar="A-B:FACTOR",
+                     help="The link between devices A and B with its bandwidth divided by "
+                          "FACTOR (latency unchanged), e.g. 3-4:3 (repeatable)."),
+        click.option("--replay", metavar="FILE",
+                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms)."),
+        click.option("--samples", type=int, default=default_samples,
+                     help="Monte Carlo samples" + (f" (default {default_samples})."
+                                                   if default_samples else
+                                                   " (default 1000 with a variation option).")),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of the random draws; the same seed gives the same numbers."),
+    ]
+    names = ("cv", "transfer_cv", "stragglers", "slow_links", "replay", "samples", "seed")
+
+    def decorator(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            params = {name: kwargs.pop(name) for name in names}
+            return command(*args, variation_params=params, **kwargs)
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+    return decorator
+
+
+def _split_pair(text, flag, separator, example):
+    head, colon, factor = text.partition(":")
+    try:
+        if not colon:
+            raise ValueError
+        value = float(factor)
+        if separator is None:
+            return int(head), value
+        a, dash, b = head.partition(separator)
+        if not dash:
+            raise ValueError
+        return (int(a), int(b)), value
+    except ValueError:
+        raise click.ClickException(f"{flag} {text!r}: expected {example}") from None
+
+
+def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=(),
+                    replay=None, **_):
+    """The variation model the options describe (None if they describe none)."""
+    from tabsched.adapt import Noise, Replay, SlowLink, Straggler
+    from tabsched.adapt.variation import Combined
+    parts = []
+    if replay is not None:
+        parts.append(Replay.from_csv(replay))
+    for text in stragglers:
+        device, factor = _split_pair(text, "--straggler", None, "DEVICE:FACTOR, e.g. 3:1.5")
+        parts.append(Straggler(device, factor))
+    for text in slow_links:
+        devices, factor = _split_pair(text, "--slow-link", "-", "A-B:FACTOR, e.g. 3-4:3")
+        parts.append(SlowLink(devices, factor))
+    if cv is not None or transfer_cv is not None:
+        parts.append(Noise(cv or 0.0, transfers=transfer_cv or 0.0))
+    if not parts:
+        return None
+    variation = Combined(*parts)
+    variation.validate(table)
+    return variation
+
+
+def _check_samples(params):
+    samples = params.get("samples")
+    if samples is not None and samples < 1:
+        raise click.ClickException(f"--samples must be >= 1, not {samples}")
+    if params.get("seed") is not None and params["seed"] < 0:
+        raise click.ClickException(f"--seed must be >= 0, not {params['seed']}")
+
+
+def monte_carlo_from_options(table, costs, params, **lowering):
+    """Monte Carlo for `eval` when a variation option or --samples asks for it."""
+    from tabsched.adapt import monte_carlo
+    _check_samples(params)
+    variation = build_variation(table, **params)
+    if variation is None and params.get("samples") is None:
+        return None
+    samples = params["samples"] if params.get("samples") is not None else 1000
+    return monte_carlo(table, costs, variation, samples=samples, seed=params["seed"],
+                       **lowering)
+
+
+def monte_carlo_summary(runs):
+    """Monte Carlo figures and the run-time bubble per device, for humans."""
+    unit = runs.time_unit
+    mean = runs.mean
+    share = runs.runtime_bubble / mean if mean else 0.0
+    lines = [f"monte carlo   {runs.samples} samples (seed {runs.seed}): mean "
+             f"{_time(mean, unit)}, p50 {_time(runs.p50, unit)}, p95 {_time(runs.p95, unit)}, "
+             f"max {_time(runs.max, unit)}",
+             f"run-time bubble {_time(runs.runtime_bubble, unit)} ({share:.2%} of the mean "
+             f"makespan) over {_time(runs.nominal_makespan, unit)} at mean durations"]
+    header = ["device", "mean busy", "mean idle", "idle at mean durations", "run-time bubble"]
+    body = [[f"d{d.device}"] + [_time(value, unit, with_unit=False) for value in
+                                (d.mean_busy, d.mean_idle, d.nominal_idle, d.runtime_bubble)]
+            for d in runs.devices]
+    widths = [max(len(row[k]) for row in [header] + body) for k in range(len(header))]
+    for row in [header] + body:
+        lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
+                               for k, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
 @cli.command("eval")
 @click.argument("schedule")
 @evaluation_options
@@ -412,16 +528,24 @@ def run_evaluation(table, torch_schedule, costs, options):
                    "communication; simulation: needs --comm or --model/--system. Default: "
                    "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@variation_options(default_samples=None)
 @translate_errors
-def eval_command(schedule, schedule_params, evaluation, level, as_json):
+def eval_command(schedule, schedule_params, evaluation, level, as_json, variation_params):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
     shows the formula level's numbers beside the table's or the simulation's,
-    marked as such; --level formula prints them alone.
+    marked as such; --level formula prints them alone. With --cv, --straggler,
+    --slow-link, --replay or --samples, Monte Carlo figures follow: mean, p50,
+    p95 and max makespan and the run-time bubble, per device too.
     """
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
                                                       level)
+    if level == "formula" and (any(variation_params[name] for name in
+                                   ("cv", "transfer_cv", "stragglers", "slow_links", "replay"))
+                               or variation_params["samples"] is not None):
+        raise click.ClickException("--level formula has no run-time variation; drop --cv, "
+                                   "--straggler, --slow-link, --replay and --samples")
     if level == "formula":
         numbers = formula_for(table, costs)
         if numbers is None:
@@ -434,10 +558,21 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json):
             click.echo(formula_summary(table, numbers))
         return
     result = run_evaluation(table, torch_schedule, costs, evaluation)
+    grad_sync = evaluation["grad_sync"]
+    runs = monte_carlo_from_options(
+        table, costs, variation_params, contention=evaluation["contention"],
+        grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
+        optimizer=True if evaluation["optimizer"] else None,
+        **({"transfer_after": torch_schedule.transfer_after} if torch_schedule else {}))
     if as_json:
-        echo_json(result.to_dict())
+        data = result.to_dict()
+        if runs is not None:
+            data["monte_carlo"] = runs.to_dict()
+        echo_json(data)
     else:
         click.echo(summary(result))
+        if runs is not None:
+            click.echo(monte_carlo_summary(runs))
     if evaluation["strict"]:
         result.check_memory()
 
@@ -576,6 +711,234 @@ def _memory_lines(result):
                          f"{_memory(worst.over, memory_unit)} at "
                          f"{_time(worst.time, result.time_unit)})")
     return lines
+
+
+@cli.command("adapt")
+@click.argument("schedule")
+@schedule_options
+@cost_options
+@model_options
+@variation_options(default_samples=256)
+@click.option("--objective", type=click.Choice(["mean", "p95"]), default="mean",
+              show_default=True, help="Which makespan statistic the search lowers.")
+@click.option("--split-factor", type=int,
+              help="Parts the search splits a microbatch into; must divide its samples "
+                   "(default 2, tried where it divides).")
+@click.option("--max-rounds", type=int, default=24, show_default=True,
+              help="Greedy steps at most.")
+@click.option("--out", "out_path", metavar="TABLE",
+              help="Write the adapted table (.json keeps microbatch sizes; .csv for PyTorch).")
+@click.option("--log", "show_log", is_flag=True,
+              help="List every candidate the search tried (in JSON: search.log).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@translate_errors
+def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
+                  contention, model, system, microbatch_size, recompute, memory_budget, strict,
+                  grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
+                  out_path, show_log, as_json):
+    """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
+
+    Transforms: deeper or shallower warm-up, split backward with W in idle
+    slots, split microbatches (at the pipeline's edges or all), merge them. The
+    search minimises the mean (or p95) makespan under the variation options over
+    --samples Monte Carlo samples, keeps every device's peak memory within
+    --memory-budget, and reports the decision, the gain over SCHEDULE, 1F1B and
+    ZB-H1 at the same budget (on fresh samples), the headroom left and the table.
+    With --strict, exit 1 when nothing fits the budget.
+    """
+    from tabsched.adapt import SplitMicrobatches, adapt, default_moves
+    from tabsched.io import write_table
+    table = load_schedule(schedule, **schedule_params)
+    if memory_budget is None:
+        raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
+                                   "with a --system that states its memory)")
+    if model is not None or system is not None:
+        costs = build_model_costs(model, system, microbatch_size, recompute, contention,
+                                  {"--f": forward, "--b": backward, "--i": input_grad,
+                                   "--w": weight_grad, "--comm": comm})
+    else:
+        for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
+            if value is not None:
+                raise click.ClickException(f"{flag} needs --model and --system")
+        costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    if grad_sync or optimizer:
+        costs.grad_sync = parse_grad_sync(grad_sync) if grad_sync else costs.grad_sync
+        costs.optimizer_step = bool(optimizer) or costs.optimizer_step
+    if max_rounds < 1:
+        raise click.ClickException(f"--max-rounds must be >= 1, not {max_rounds}")
+    _check_samples(variation_params)
+    if split_factor is not None:  # a factor the user chose must fit: say so up front
+        SplitMicrobatches("all", split_factor).apply(table, costs)
+    split_factor = 2 if split_factor is None else split_factor
+    variation = build_variation(table, **variation_params)
+    budget = memory_budget_value(memory_budget, costs)
+
+    def moves(current):
+        return [_with_factor(move, split_factor) for move in default_moves(current)]
+
+    found = adapt(table, costs, variation, budget, objective=objective,
+                  samples=variation_params["samples"], seed=variation_params["seed"],
+                  moves=moves, max_rounds=max_rounds)
+    if out_path:
+        _write_adapted(found.table, out_path, write_table)
+    if as_json:
+        from tabsched.io import to_json
+        data = found.to_dict(log=show_log)
+        data["table"] = json.loads(to_json(found.table))
+        echo_json(data)
+    else:
+        click.echo(adapt_summary(found, costs))
+        if show_log:
+            click.echo(adapt_log(found))
+        click.echo(render_grid(found.table))
+        if out_path:
+            click.echo(f"wrote the adapted table to {out_path}")
+    if not found.feasible:
+        click.echo("warning: no table fits the memory budget; the one shown is the closest "
+                   "and is over it", err=True)
+        if strict:
+            raise click.ClickException(f"no table within the memory budget "
+                                       f"{_memory(found.budget, found.memory_unit)} "
+                                       f"(--strict)")
+
+
+def _with_factor(move, factor):
+    """A default move with the split factor the user chose."""
+    from tabsched.adapt import SplitMicrobatches, SplitPhases
+    if isinstance(move, SplitPhases):
+        return SplitPhases(factor, move.warmup, move.cooldown)
+    if isinstance(move, SplitMicrobatches):
+        return SplitMicrobatches(move.microbatches, factor)
+    return move
+
+
+def _write_adapted(table, path, write_table):
+    uneven = any(size != 1.0 for size in table.microbatch_sizes)
+    if uneven and os.path.splitext(path)[1].lower() == ".csv":
+        raise click.ClickException(
+            f"--out {path}: a CSV table cannot hold the adapted microbatch sizes "
+            f"({', '.join(f'{size:g}' for size in table.microbatch_sizes[:6])}"
+            f"{', ...' if table.num_microbatches > 6 else ''}); write a .json table")
+    write_table(table, path)
+
+
+def adapt_summary(found, costs):
+    """The decision, the figures of the start, the adapted table and the references."""
+    unit, memory_unit = found.time_unit, found.memory_unit
+    start = found.baseline.table
+    name = start.family or "table"
+    params = " ".join(f"{key}={value}" for key, value in start.params.items())
+    described = " ".join(f"{key}={value}" for key, value in costs.describe().items()
+                         if key != "model")
+    lines = [f"adapt {name} {params}".rstrip() + f": {start.num_devices} devices, "
+             f"{start.num_microbatches} microbatches ({costs.describe().get('model')} "
+             f"{described})",
+             f"budget        {_memory(found.budget, memory_unit)} per device; objective "
+             f"{found.objective} makespan over {found.samples} samples (search seed "
+             f"{found.seed}, figures below on seed {found.validation_seed})",
+             f"variation     {_describe_variation(found.variation)}"]
+    steps = " -> ".join(found.transforms) if found.transforms else "none (the start is best)"
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    lines.append(textwrap.fill(steps, width=width, initial_indent="decision      ",
+                               subsequent_indent=" " * 14, break_on_hyphens=False))
+    if found.transforms:
+        lines.append(textwrap.fill(_net_change(start, found.table), width=width,
+                                   initial_indent="net           ",
+                                   subsequent_indent=" " * 14))
+    statuses = {}
+    for candidate in found.log:
+        statuses[candidate.status] = statuses.get(candidate.status, 0) + 1
+    lines.append(f"search        {found.rounds} rounds, {len(found.log)} candidates ("
+                 + ", ".join(f"{count} {status}" for status, count in statuses.items())
+                 + f") in {found.seconds:.1f} s")
+    if not found.feasible:
+        worst = int(np.argmax(found.adapted.peak_memory))
+        lines.append(f"INFEASIBLE    no candidate fits the budget; the closest is over it by "
+                     f"{_memory(found.adapted.peak_memory[worst] - found.budget, memory_unit)} "
+                     f"on d{worst}")
+    rows = [["", "mean", "p95", "run-time bubble", "peak memory", "fits", "gain"]]
+    reports = [(f"baseline ({name})", found.baseline), ("adapted", found.adapted)]
+    reports += [(family, report) for family, report in found.references.items()
+                if report is not None]
+    for label, report in reports:
+        gain = "" if report is found.adapted else f"{found.gain(report):+.2%}"
+        rows.append([label, _time(report.mean, unit), _time(report.p95, unit),
+                     _time(report.runtime_bubble, unit),
+                     _memory(max(report.peak_memory), memory_unit),
+                     "yes" if report.feasible else "NO", gain])
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    for row in rows:
+        lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
+                               for k, cell in enumerate(row)).rstrip())
+    lines.append(f"              (gain: 1 - adapted / row, {found.objective} makespan)")
+    for family, error in found.reference_errors.items():
+        lines.append(f"{family:<13} not comparable: {error}")
+    if found.headroom is not None:
+        headroom = found.headroom
+        least = int(np.argmin(headroom))
+        lines.append(f"headroom      {_memory(headroom[least], memory_unit)} on d{least} (least); "
+                     + " ".join(f"d{d}:{_memory(value, memory_unit)}"
+                                for d, value in enumerate(headroom)))
+    return "\n".join(lines)
+
+
+def _net_change(start, adapted):
+    """What the chain of transforms changed, per device, in one line."""
+    from tabsched.adapt import deferred_weight_grads, warmup_depths
+
+    def listed(values):
+        return ",".join(str(value) for value in values)
+    parts = []
+    before, after = warmup_depths(start), warmup_depths(adapted)
+    if before != after:
+        parts.append(f"warm-up per device {listed(before)} -> {listed(after)}")
+    before, after = deferred_weight_grads(start), deferred_weight_grads(adapted)
+    if np.any(adapted.kind == 3) and before != after:
+        parts.append(f"W deferred at most {listed(after)}")
+    if start.num_microbatches != adapted.num_microbatches or \
+            start.microbatch_sizes != adapted.microbatch_sizes:
+        sizes = sorted(set(adapted.microbatch_sizes))
+        parts.append(f"{start.num_microbatches} -> {adapted.num_microbatches} microbatches "
+                     f"(sizes {', '.join(f'{size:g}' for size in sizes)})")
+    if np.any(adapted.kind == 2) and not np.any(start.kind == 2):
+        parts.append("backward split into I and W")
+    return "; ".join(parts) or "the same orders"
+
+
+def _describe_variation(described):
+    if not described:
+        return "none (the cost model's durations)"
+    parts = described if isinstance(described, list) else [described]
+    texts = []
+    for part in parts:
+        kind = part["model"]
+        if kind == "noise":
+            texts.append(f"noise cv {part['cv']:g}"
+                         + (f", transfers cv {part['transfers']:g}" if part.get("transfers")
+                            else ""))
+        elif kind == "straggler":
+            texts.append(f"d{part['device']} {part['factor']:g}x slower")
+        elif kind == "slow-link":
+            a, b = part["devices"]
+            texts.append(f"link {a}-{b} bandwidth / {part['bandwidth_factor']:g}")
+        else:
+            texts.append(f"replay of {part.get('source') or 'measurements'} "
+                         f"({part['labels']} labels)")
+    return "; ".join(texts)
+
+
+def adapt_log(found):
+    """One line per candidate the search tried."""
+    unit = found.time_unit
+    lines = ["candidates (id, parent, round, status, mean, p95, transforms):"]
+    for candidate in found.log:
+        figures = (f"{_time(candidate.mean, unit)} {_time(candidate.p95, unit)}"
+                   if candidate.mean is not None else "-")
+        reason = f"  [{candidate.reason}]" if candidate.reason else ""
+        lines.append(f"  {candidate.id:4d} {candidate.parent:4d} {candidate.round:3d} "
+                     f"{candidate.status:<24} {figures:<22} "
+                     f"{' -> '.join(candidate.transforms) or '(start)'}{reason}")
+    return "\n".join(lines)
 
 
 @cli.command("presets")

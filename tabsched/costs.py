@@ -105,6 +105,18 @@ class CostModel:
         empty = np.zeros(len(transfers))
         return empty, empty.copy()
 
+    def transfer_parts(self, table, transfers):
+        """``(latency, volume)`` per transfer: ``latency + volume`` is its duration.
+
+        ``volume`` is the part that scales with the bytes and the link's
+        bandwidth (``bytes / bandwidth``), ``latency`` the part that does not. A
+        cost model that states no bandwidth counts its whole transfer time as
+        volume: a link that is k times slower takes k times as long.
+        """
+        durations, _ = self.transfer_costs(table, transfers)
+        durations = np.asarray(durations, dtype=np.float64)
+        return np.zeros(len(durations)), durations
+
     def activation_sizes(self, table):
         """Activation memory of each operation's (stage, microbatch)."""
         return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
@@ -461,6 +473,15 @@ class ModelCosts(CostModel):
         bandwidth, latency = self.system.link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
         return latency[src, dst] + nbytes / bandwidth[src, dst], nbytes
+
+    def transfer_parts(self, table, transfers):
+        """``(latency, bytes / bandwidth)`` per transfer, on its link (Hockney)."""
+        if len(transfers) == 0:
+            return np.zeros(0), np.zeros(0)
+        _, nbytes = self.transfer_costs(table, transfers)
+        bandwidth, latency = self.system.link_matrices(table.num_devices)
+        src, dst = transfers.src, transfers.dst
+        return latency[src, dst], nbytes / bandwidth[src, dst]
 
     def activation_sizes(self, table):
         """Bytes each operation's (stage, microbatch) holds from its F to its backward."""

@@ -116,6 +116,9 @@ class LoweredSchedule:
     contention: str
     sync_stage: np.ndarray = None
     optimizer: bool = False
+    #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
+    #: then become ready after its producer ends.
+    extra_transfer_edges: bool = False
 
     @property
     def num_nodes(self):
@@ -214,6 +217,73 @@ class LoweredSchedule:
                                 f"for a lowered table (please report this)")
         del indegree, order, heap_time, heap_node
         return start, (start + durations if end else None), (bound if binding else None)
+
+    def node_devices(self):
+        """The device whose compute stream runs each node; ``NO_DEVICE_ID`` (-1) for
+        transfers and gradient syncs. Optimizer steps run on their device."""
+        devices = np.full(self.num_nodes, _kernel.NO_DEVICE_ID, dtype=INDEX)
+        devices[:self.num_cells] = self.cell_device
+        if self.optimizer:
+            devices[self.first_optimizer:] = np.arange(self.num_nodes - self.first_optimizer,
+                                                       dtype=INDEX)
+        return devices
+
+    def run_summary(self, durations, *, node_devices=None):
+        """Makespan per sample and, per device, busy time, first start and last end.
+
+        What Monte Carlo needs, without a (samples x nodes) output: the kernel
+        keeps one row of starts as scratch. The numbers are those :meth:`run`
+        gives for the same durations (same starts, to the bit).
+
+        Parameters
+        ----------
+        durations : array, shape (nodes,) or (samples, nodes)
+        node_devices : int32 array, optional
+            :meth:`node_devices`, if at hand.
+
+        Returns
+        -------
+        makespan : float64 array, shape (samples,)
+        busy, first_start, last_end : float64 arrays, shape (samples, devices)
+            ``first_start`` is +inf and ``last_end`` 0 on a device with no node.
+
+        Raises
+        ------
+        DeadlockError
+            As :meth:`run`.
+        """
+        durations = np.asarray(durations, dtype=np.float64)
+        if durations.ndim == 1:
+            durations = durations[None, :]
+        durations = np.ascontiguousarray(durations)
+        n = self.num_nodes
+        if durations.shape[1] != n:
+            raise InvalidParameterError(
+                f"durations have {durations.shape[1]} columns for {n} nodes")
+        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
+            raise InvalidParameterError("durations must be finite and not negative")
+        if node_devices is None:
+            node_devices = self.node_devices()
+        samples, devices = durations.shape[0], self.table.num_devices
+        makespan = np.empty(samples, dtype=np.float64)
+        busy = np.empty((samples, devices), dtype=np.float64)
+        first_start = np.empty((samples, devices), dtype=np.float64)
+        last_end = np.empty((samples, devices), dtype=np.float64)
+        fifo = self.resources.shape[1] > 0
+        indegree = np.empty(n, dtype=INDEX)
+        status = _kernel.evaluate_summary(
+            self.indptr, self.successors, durations, self.resources, self.num_resources,
+            np.ascontiguousarray(node_devices, dtype=INDEX), makespan, busy, first_start,
+            last_end, np.empty(n, dtype=np.float64), indegree, np.empty(n, dtype=INDEX),
+            np.empty(n if fifo else 0, dtype=np.float64), np.empty(n if fifo else 0, dtype=INDEX),
+            np.empty(self.num_resources, dtype=np.float64),
+            np.empty(self.num_resources, dtype=INDEX))
+        if status == _kernel.DEADLOCK:
+            raise self._deadlock(indegree)
+        if status != _kernel.OK:
+            raise TabschedError(f"internal error: the kernel returned status {status} "
+                                f"for a lowered table (please report this)")
+        return makespan, busy, first_start, last_end
 
     # --------------------------------------------------------------- deadlock
     def predecessors(self):
@@ -455,7 +525,8 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
                            cell_device=cell_device, indptr=indptr, successors=successors,
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
-                           sync_stage=sync_stage, optimizer=bool(optimizer))
+                           sync_stage=sync_stage, optimizer=bool(optimizer),
+                           extra_transfer_edges=transfer_after is not None)
 
 
 def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):

@@ -1,0 +1,566 @@
+"""Adaptive search: the granularity with the lowest expected (or p95) makespan in budget.
+
+:func:`adapt` starts from a table and descends greedily: each round applies
+every move of a neighbourhood (:func:`default_moves`: deeper or shallower
+warm-up per device, split backward with W in idle slots, fine grain at the
+edges, whole splits and merges) to the current table, evaluates each candidate
+-- peak memory from :func:`tabsched.evaluate`, makespan statistics from Monte
+Carlo over the variation model -- and moves to the best one if it is better.
+Every candidate is logged with what happened to it: evaluated, deadlocked,
+not applicable (with the reason), or dropped because its memory broke the
+transform's own statement.
+
+Ranking
+    A candidate that fits the budget beats one that does not; among those that
+    do not, the smaller overshoot (summed over the devices) wins; then the
+    objective (``mean`` or ``p95``
+    makespan). With a variation model a move is taken only if its gain exceeds
+    ``significance`` standard errors of the paired per-sample difference (the
+    candidates share their random draws where they share operations), so the
+    search does not chase sampling noise; without one, any gain is taken, and
+    the result is never slower than the start.
+Report
+    The chosen table and the references (1F1B and ZB-H1 with the same devices
+    and microbatches, where they apply) are evaluated again on fresh samples
+    (``validation_seed``, default ``seed + 1``): the gains reported are not the
+    search's own, selection-biased, numbers.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tabsched.adapt.montecarlo import run_monte_carlo
+from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMicrobatches,
+                                       SplitPhases, Transform, Warmup, deferred_weight_grads)
+from tabsched.adapt.variation import Variation, VariationContext
+from tabsched.costs import CostModel, UnitCosts
+from tabsched.evaluate import _budget, evaluate
+from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
+                                 TabschedError)
+from tabsched.table import BACKWARD, WEIGHT_GRAD, ScheduleTable
+
+__all__ = ["adapt", "AdaptResult", "Candidate", "TableReport", "default_moves", "OBJECTIVES",
+           "check_budget"]
+
+OBJECTIVES = ("mean", "p95")
+#: Screened candidates of a round measured on all the samples.
+FINALISTS = 3
+
+
+@dataclass(eq=False)
+class Candidate:
+    """One table the search tried.
+
+    ``status``: ``"start"``, ``"evaluated"``, ``"deadlock"``, ``"not applicable"``,
+    ``"memory statement broken"`` or ``"duplicate"`` (a table already seen);
+    ``reason`` says why for the rejected ones. Figures are the search's own
+    samples; ``peak_memory`` is persistent + activations per device.
+    """
+
+    id: int
+    parent: int
+    transforms: tuple
+    status: str
+    round: int = 0
+    reason: str = None
+    mean: float = None
+    p95: float = None
+    objective: float = None
+    peak_memory: list = None
+    over: float = None
+    excess: float = 0.0
+    table: ScheduleTable = field(default=None, repr=False)
+    makespans: np.ndarray = field(default=None, repr=False)
+    activation_peaks: np.ndarray = field(default=None, repr=False)
+    context: object = field(default=None, repr=False)
+
+    @property
+    def samples(self):
+        """Monte Carlo samples behind ``mean``, ``p95`` and ``objective``."""
+        return None if self.makespans is None else len(self.makespans)
+
+    @property
+    def evaluated(self):
+        return self.status in ("start", "evaluated")
+
+    @property
+    def feasible(self):
+        return self.evaluated and self.over <= 0
+
+    def score(self):
+        """Smaller is better: fits, then the summed overshoot of the devices, then the
+        objective (the sum, not the largest, so that bringing any device closer to the
+        budget counts as progress)."""
+        return (0 if self.over <= 0 else 1, self.excess, self.objective)
+
+    def to_dict(self):
+        return {"id": self.id, "parent": self.parent, "round": self.round,
+                "transforms": list(self.transforms), "status": self.status,
+                "reason": self.reason, "samples": self.samples, "mean_makespan": self.mean,
+                "p95_makespan": self.p95, "peak_memory": self.peak_memory,
+                "feasible": self.feasible if self.evaluated else None}
+
+
+@dataclass
+class TableReport:
+    """A table's figures on the validation samples, and whether it fits the budget."""
+
+    name: str
+    table: ScheduleTable
+    transforms: tuple
+    mean: float
+    p50: float
+    p95: float
+    max: float
+    nominal: float
+    peak_memory: list
+    feasible: bool
+
+    @property
+    def runtime_bubble(self):
+        return self.mean - self.nominal
+
+    def statistic(self, objective):
+        return getattr(self, objective)
+
+    def to_dict(self):
+        return {"name": self.name, "mean_makespan": self.mean, "p50_makespan": self.p50,
+                "p95_makespan": self.p95, "max_makespan": self.max,
+                "nominal_makespan": self.nominal, "runtime_bubble": self.runtime_bubble,
+                "peak_memory": list(self.peak_memory), "feasible": self.feasible,
+                "transforms": list(self.transforms)}
+
+
+@dataclass
+class AdaptResult:
+    """What :func:`adapt` found.
+
+    Attributes
+    ----------
+    table : ScheduleTable
+        The adapted table (the start itself if nothing beat it).
+    feasible : bool
+        Whether ``table`` fits the budget on every device. When nothing in
+        budget was found, ``table`` is the candidate that overshoots least
+        (summed over the devices), marked infeasible here.
+    baseline, adapted : TableReport
+        The start and the adapted table on the validation samples.
+    references : dict
+        ``{"1f1b": TableReport or None, "zb-h1": ...}`` (None where the family
+        does not apply to the start's shape; ``reference_errors`` says why).
+    log : list of Candidate
+        Every candidate, in the order tried.
+    """
+
+    table: ScheduleTable
+    feasible: bool
+    objective: str
+    budget: float
+    baseline: TableReport
+    adapted: TableReport
+    references: dict
+    reference_errors: dict
+    log: list
+    rounds: int
+    seconds: float
+    samples: int
+    seed: int
+    validation_seed: int
+    time_unit: str
+    memory_unit: str
+    variation: object = None
+
+    @property
+    def transforms(self):
+        return self.adapted.transforms
+
+    def gain(self, over):
+        """Relative gain of the objective over a report: ``1 - adapted / other``."""
+        if over is None:
+            return None
+        value = over.statistic(self.objective)
+        return 1.0 - self.adapted.statistic(self.objective) / value if value else None
+
+    @property
+    def headroom(self):
+        """Budget minus the adapted table's peak memory, per device (None without budget)."""
+        if self.budget is None:
+            return None
+        return [self.budget - peak for peak in self.adapted.peak_memory]
+
+    def to_dict(self, *, log=True):
+        """Plain data for JSON (times in ``time_unit``, memory in ``memory_unit``)."""
+        statuses = {}
+        for candidate in self.log:
+            statuses[candidate.status] = statuses.get(candidate.status, 0) + 1
+        data = {
+            "budget": self.budget, "feasible": self.feasible, "objective": self.objective,
+            "samples": self.samples, "seed": self.seed, "validation_seed": self.validation_seed,
+            "time_unit": self.time_unit, "memory_unit": self.memory_unit,
+            "variation": self.variation,
+            "baseline": self.baseline.to_dict(), "adapted": self.adapted.to_dict(),
+            "references": {name: None if report is None else report.to_dict()
+                           for name, report in self.references.items()},
+            "reference_errors": dict(self.reference_errors),
+            "gain": {"baseline": self.gain(self.baseline),
+                     **{name: self.gain(report) for name, report in self.references.items()}},
+            "headroom": self.headroom,
+            "search": {"rounds": self.rounds, "candidates": len(self.log),
+                       "statuses": statuses, "seconds": self.seconds},
+        }
+        if log:
+            data["search"]["log"] = [candidate.to_dict() for candidate in self.log]
+        return data
+
+
+def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0):
+    """The neighbourhood of ``table``: the transforms the search tries from it.
+
+    * warm-up one deeper on devices ``0..d`` and one shallower on ``d..P-1``,
+      for every ``d`` (a device keeps a deeper warm-up than the next);
+    * split backward on every device, deferring at most 0, 1, 2, any number or
+      the cool-down's worth of ``W`` ops; and, on a table with ``W`` ops, one
+      more, twice as many (plus one) or one fewer deferred ``W`` on one device;
+    * split in two the first ``P-1`` microbatches to enter, the last ``P-1`` to
+      leave, or both; split every microbatch in two; merge consecutive pairs.
+
+    Splits stop at ``min_microbatch_size`` and merges at ``max_microbatch_size``
+    (relative sizes, 1.0 = the model's microbatch), so the table stays finite.
+    """
+    P = table.num_devices
+    moves = []
+    for device in range(P):
+        moves.append(Warmup(range(device + 1), 1))
+    for device in range(P):
+        moves.append(Warmup(range(device, P), -1))
+    if np.any((table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD)):
+        moves.extend(SplitBackward(max_deferred=cap) for cap in (0, 1, 2, None, "cooldown"))
+    if np.any(table.kind == WEIGHT_GRAD):
+        for device, deferred in enumerate(deferred_weight_grads(table)):
+            if not np.any((table.device == device) & (table.kind == WEIGHT_GRAD)):
+                continue
+            moves.append(SplitBackward([device], deferred + 1))
+            if deferred > 0:
+                moves.append(SplitBackward([device], 2 * deferred + 1))
+                moves.append(SplitBackward([device], deferred - 1))
+    sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+    edge = max(1, P - 1)
+    for phases in (SplitPhases(2, edge, 0), SplitPhases(2, 0, edge), SplitPhases(2, edge, edge)):
+        if np.all(sizes[phases.microbatches(table)] / 2 >= min_microbatch_size):
+            moves.append(phases)
+    if len(sizes) and sizes.min() / 2 >= min_microbatch_size:
+        moves.append(SplitMicrobatches("all", 2))
+    pairs = sizes[:len(sizes) // 2 * 2].reshape(-1, 2).sum(axis=1)
+    if len(pairs) and pairs.max() <= max_microbatch_size:
+        moves.append(MergeMicrobatches("all", 2))
+    return moves
+
+
+def check_budget(table, costs, memory_budget):
+    """The budget as a number; ``MemoryBudgetError`` if some device cannot fit it at all."""
+    if memory_budget is None:
+        return None
+    budget = _budget(memory_budget, costs.memory_unit)
+    persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+    if len(persistent) and float(persistent.max()) > budget:
+        device = int(np.argmax(persistent))
+        raise MemoryBudgetError(
+            f"memory budget {_amount(budget, costs.memory_unit)} is below the persistent "
+            f"memory of device {device} ({_amount(float(persistent[device]), costs.memory_unit)}"
+            f" of weights, gradients and optimizer state); no schedule fits it")
+    return budget
+
+
+def _amount(value, unit):
+    if unit == "bytes":
+        from tabsched.units import format_quantity
+        return format_quantity(value, "B")
+    return f"{value:.6g} {unit}"
+
+
+def _table_key(table):
+    return (table.num_devices, table.microbatch_sizes, table.device.tobytes(),
+            table.slot.tobytes(), table.kind.tobytes(), table.stage.tobytes(),
+            table.microbatch.tobytes())
+
+
+class _Evaluator:
+    """Evaluates candidate tables: memory from evaluate(), makespans from Monte Carlo."""
+
+    def __init__(self, costs, variation, budget, *, samples, seed, iteration, objective):
+        self.costs = costs
+        self.variation = variation
+        self.budget = budget
+        self.samples = samples if variation is not None and variation.random else 1
+        self.screen = min(self.samples, max(32, self.samples // 8))
+        self.seed = seed
+        self.iteration = iteration
+        self.objective = objective
+
+    def statistic(self, makespans):
+        if self.objective == "mean":
+            return float(makespans.mean())
+        return float(np.percentile(makespans, 95))
+
+    def memory(self, table):
+        result = evaluate(table, self.costs, formula=False)
+        totals = [d.peak_total_memory for d in result.devices]
+        peaks = np.array([d.peak_memory for d in result.devices])
+        over = max(totals) - self.budget if self.budget is not None and totals else -np.inf
+        return result, totals, peaks, float(over)
+
+    def excess(self, totals):
+        if self.budget is None:
+            return 0.0
+        return float(np.maximum(np.asarray(totals) - self.budget, 0.0).sum())
+
+    def measure(self, table, *, seed, samples):
+        """Monte Carlo and memory of ``table`` on other samples (for the report)."""
+        result, totals, _, over = self.memory(table)
+        context = VariationContext(result._lowered, self.costs, seed=seed,
+                                   iteration=self.iteration)
+        return run_monte_carlo(context, self.variation, samples=samples), totals, over
+
+    def fill(self, candidate, table, *, screen=False):
+        result, totals, peaks, over = self.memory(table)
+        candidate.table = table
+        candidate.peak_memory = totals
+        candidate.activation_peaks = peaks
+        candidate.over = over
+        candidate.excess = self.excess(totals)
+        candidate.context = VariationContext(result._lowered, self.costs, seed=self.seed,
+                                             iteration=self.iteration)
+        self.run(candidate, self.screen if screen else self.samples)
+        return candidate
+
+    def run(self, candidate, samples):
+        runs = run_monte_carlo(candidate.context, self.variation, samples=samples)
+        candidate.mean, candidate.p95 = runs.mean, runs.p95
+        candidate.objective = runs.statistic(self.objective)
+        candidate.makespans = runs.makespans
+
+    def confirm(self, candidate):
+        """Measure a screened candidate on all the samples."""
+        if len(candidate.makespans) < self.samples:
+            self.run(candidate, self.samples)
+
+    def screened_score(self, candidate):
+        """A candidate's score on the screening samples (a prefix of all of them)."""
+        objective = self.statistic(candidate.makespans[:self.screen])
+        return candidate.score()[:2] + (objective,)
+
+
+def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="mean",
+          samples=256, seed=0, iteration=0, moves=None, max_rounds=24, significance=2.0,
+          min_microbatch_size=0.25, max_microbatch_size=4.0, validation_seed=None,
+          validation_samples=None, references=("1f1b", "zb-h1")):
+    """Search transforms of ``table`` for the fastest table that fits ``memory_budget``.
+
+    Parameters
+    ----------
+    table : ScheduleTable
+        The start (any family, or a table read from a file).
+    costs : CostModel, optional
+        Default ``UnitCosts()``.
+    variation : Variation, optional
+        Run-time variation; default none (the cost model's durations).
+    memory_budget : float or str, optional
+        Per device, in the cost model's memory unit (``"80GB"``); persistent plus
+        activation memory must fit it. Default: no limit.
+    objective : {"mean", "p95"}
+    samples : int
+        Monte Carlo samples per candidate (1 when the variation model draws
+        nothing at random).
+    seed, iteration : int
+        Of the search's samples.
+    moves : callable, optional
+        ``moves(table) -> list of Transform``; default :func:`default_moves`
+        with the two microbatch size limits below.
+    max_rounds : int
+        Greedy steps at most.
+    significance : float
+        A move with variation must gain this many standard errors of the paired
+        per-sample difference (0: any gain).
+    min_microbatch_size, max_microbatch_size : float
+        Relative microbatch sizes the default moves do not split below or merge
+        above.
+    validation_seed, validation_samples : int, optional
+        Fresh samples for the report; default ``seed + 1`` and ``samples``.
+    references : sequence of str
+        Families to compare with at the same budget.
+
+    Returns
+    -------
+    AdaptResult
+
+    Raises
+    ------
+    MemoryBudgetError
+        If the budget is below some device's persistent memory.
+
+    Examples
+    --------
+    >>> from tabsched import StageCosts, generate
+    >>> found = adapt(generate("1f1b", devices=4, microbatches=8), StageCosts(1.0, comm=0.3),
+    ...               memory_budget=6)
+    >>> found.feasible, found.adapted.mean < found.baseline.mean
+    (True, True)
+    """
+    started = time.perf_counter()
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    costs = UnitCosts() if costs is None else costs
+    if not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    if variation is not None and not isinstance(variation, Variation):
+        raise InvalidParameterError(f"variation must be a variation model, "
+                                    f"not {type(variation).__name__}")
+    if objective not in OBJECTIVES:
+        raise InvalidParameterError(f"objective {objective!r} is not one of "
+                                    f"{', '.join(OBJECTIVES)}")
+    for name, value in (("samples", samples), ("max_rounds", max_rounds)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidParameterError(f"{name} must be an integer >= 1, not {value!r}")
+    if variation is not None:
+        variation.validate(table)
+    budget = check_budget(table, costs, memory_budget)
+    if moves is None:
+        def moves(current):
+            return default_moves(current, min_microbatch_size=min_microbatch_size,
+                                 max_microbatch_size=max_microbatch_size)
+    evaluator = _Evaluator(costs, variation, budget, samples=samples, seed=seed,
+                           iteration=iteration, objective=objective)
+
+    log = []
+    seen = {}
+    start = evaluator.fill(Candidate(id=0, parent=-1, transforms=(), status="start"), table)
+    log.append(start)
+    seen[_table_key(table)] = start
+    current = start
+    rounds = 0
+    for rounds in range(1, max_rounds + 1):
+        parent = current
+        screened = []
+        for move in moves(parent.table):
+            candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True)
+            log.append(candidate)
+            if candidate.status == "evaluated":
+                screened.append((candidate, move))
+        screened.sort(key=lambda pair: pair[0].score())
+        finalists = [candidate for candidate, _ in screened[:FINALISTS]]
+        for candidate in finalists:
+            evaluator.confirm(candidate)
+        best = min(finalists, key=Candidate.score, default=None)
+        if best is None or not _better(best, current, evaluator, significance):
+            break
+        current = best
+        # the round's other promising moves, one by one on top of the best
+        bar = evaluator.screened_score(parent)
+        for candidate, move in screened:
+            if candidate is best or evaluator.screened_score(candidate) >= bar:
+                continue
+            if move not in moves(current.table):  # e.g. a split now below the size limit
+                continue
+            stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
+            log.append(stacked)
+            if stacked.status != "evaluated" or \
+                    stacked.score() >= evaluator.screened_score(current):
+                continue
+            evaluator.confirm(stacked)
+            if _better(stacked, current, evaluator, significance):
+                current = stacked
+        for candidate in log:  # only the current table is measured again
+            if candidate is not current:
+                candidate.context = None
+
+    for candidate in log:
+        candidate.context = None
+    validation_seed = seed + 1 if validation_seed is None else validation_seed
+    validation_samples = evaluator.samples if validation_samples is None else validation_samples
+
+    def report(name, chosen, transforms):
+        runs, totals, over = evaluator.measure(chosen, seed=validation_seed,
+                                               samples=validation_samples)
+        return TableReport(name=name, table=chosen, transforms=tuple(transforms),
+                           mean=runs.mean, p50=runs.p50, p95=runs.p95, max=runs.max,
+                           nominal=runs.nominal_makespan, peak_memory=totals,
+                           feasible=over <= 0)
+
+    baseline = report(table.family or "start", table, ())
+    adapted = baseline if current is start else report("adapted", current.table,
+                                                       current.transforms)
+    found, errors = {}, {}
+    for family in references:
+        try:
+            reference = _reference_table(family, table)
+            found[family] = report(family, reference, ())
+        except TabschedError as error:
+            found[family] = None
+            errors[family] = str(error)
+    return AdaptResult(
+        table=current.table, feasible=current.feasible, objective=objective, budget=budget,
+        baseline=baseline, adapted=adapted, references=found, reference_errors=errors,
+        log=log, rounds=rounds, seconds=time.perf_counter() - started,
+        samples=evaluator.samples, seed=seed, validation_seed=validation_seed,
+        time_unit=costs.time_unit, memory_unit=costs.memory_unit,
+        variation=None if variation is None else variation.describe())
+
+
+def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
+    """Apply one move to the parent's table and evaluate the candidate."""
+    if not isinstance(move, Transform):
+        raise InvalidParameterError(f"moves must give transforms, not {type(move).__name__}")
+    transforms = parent.transforms + (move.describe(),)
+    candidate = Candidate(id=index, parent=parent.id, transforms=transforms,
+                          status="evaluated", round=round_)
+    try:
+        table = move.apply(parent.table, evaluator.costs)
+        effect = move.memory_effect(parent.table, evaluator.costs)
+    except DeadlockError as error:
+        candidate.status, candidate.reason = "deadlock", str(error)
+        return candidate
+    except InvalidParameterError as error:
+        candidate.status, candidate.reason = "not applicable", str(error)
+        return candidate
+    key = _table_key(table)
+    if key in seen:
+        candidate.status = "duplicate"
+        candidate.reason = f"same table as candidate {seen[key].id}"
+        return candidate
+    evaluator.fill(candidate, table, screen=screen)
+    seen[key] = candidate
+    broken = effect.check(parent.activation_peaks, candidate.activation_peaks)
+    if broken:
+        d = broken[0]
+        candidate.status = "memory statement broken"
+        candidate.reason = (f"device {d}: peak changed by "
+                            f"{candidate.activation_peaks[d] - parent.activation_peaks[d]:.6g}, "
+                            f"outside [{effect.lower[d]:.6g}, {effect.upper[d]:.6g}] "
+                            f"({effect.statement})")
+    return candidate
+
+
+def _better(candidate, current, evaluator, significance):
+    """Whether moving to ``candidate`` is an improvement the samples can tell."""
+    if candidate.score()[:2] != current.score()[:2]:
+        return candidate.score() < current.score()
+    if not candidate.objective < current.objective:
+        return False
+    if evaluator.samples == 1 or significance <= 0:
+        return True
+    difference = current.makespans - candidate.makespans
+    error = float(difference.std(ddof=1)) / np.sqrt(len(difference)) \
+        if len(difference) > 1 else 0.0
+    return current.objective - candidate.objective > significance * error
+
+
+def _reference_table(family, table):
+    """``family`` with the start's devices and microbatches (and microbatch sizes)."""
+    from tabsched.schedules import generate
+    reference = generate(family, devices=table.num_devices,
+                         microbatches=table.num_microbatches)
+    if table.microbatch_sizes != reference.microbatch_sizes:
+        reference = reference.replace(microbatch_sizes=table.microbatch_sizes)
+    return reference

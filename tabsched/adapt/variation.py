@@ -1,0 +1,880 @@
+"""Run-time variation: how the durations of one iteration differ from the cost model's.
+
+A variation model turns the cost model's durations of a lowered table into the
+durations of sampled iterations, and states their expectation exactly (not by
+sampling), so the run-time bubble -- mean makespan under variation minus the
+makespan at mean durations -- is measured against the right reference.
+
+Models
+    :class:`Noise`
+        Multiplicative lognormal noise per operation with a coefficient of
+        variation (mean 1, so the expected duration is the model's), optionally
+        per kind or per stage, and optionally on transfers.
+    :class:`Straggler`
+        One device computes ``factor`` times slower, optionally only in some
+        iterations.
+    :class:`SlowLink`
+        The link between two devices: its bandwidth divided by a factor (the
+        ``bytes / bandwidth`` part of each transfer grows, its latency does not)
+        and a latency spike added to each transfer, with some probability.
+    :class:`Replay`
+        Measured durations, ``op,duration`` rows as a profiler gives them.
+
+Models add up: ``Noise(0.1) + Straggler(3, 1.5)``. They apply in a fixed
+order whatever the order of the sum: replayed measurements first, then
+stragglers and slow links, then noise.
+
+Reproducibility
+    Random draws come from a counter-based hash (SplitMix64) of the seed, the
+    iteration, the sample index and the identity of the operation: its kind,
+    stage, and the position and size of its microbatch within the iteration's
+    batch (a transfer adds its direction and devices). The same seed gives the
+    same numbers to the bit whatever the chunking, and two tables that share an
+    operation -- a table and its transform that left that operation alone --
+    draw the same durations for it (common random numbers), so the search
+    compares candidates on the same luck.
+
+Examples
+--------
+>>> from tabsched import StageCosts, generate
+>>> from tabsched.lower import lower
+>>> table = generate("1f1b", devices=2, microbatches=2)
+>>> context = VariationContext(lower(table), StageCosts(1.0, comm=0.5))
+>>> context.mean_durations(Straggler(1, 2.0))[:context.lowered.num_cells].tolist()
+[1.0, 1.0, 2.0, 2.0, 2.0, 4.0, 2.0, 4.0]
+"""
+
+import csv
+import io as _io
+import numbers
+import os
+
+import numpy as np
+
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.table import KINDS
+
+__all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
+           "VariationContext", "estimate_variation", "parse_iterations"]
+
+#: Microbatch offsets and sizes are hashed on a grid of 1/720720 of a full
+#: microbatch (720720 is divisible by every integer up to 16), so splits into up
+#: to 16 parts, nested or not, give exact keys.
+_GRID = 720720
+_MASK = (1 << 64) - 1
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_GOLDEN = 0x9E3779B97F4A7C15
+_STREAMS = {"noise": 1, "transfer-noise": 2, "spike": 3}
+
+
+def _mix_int(value):
+    """SplitMix64's finaliser on a Python int."""
+    z = (value + _GOLDEN) & _MASK
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
+    return z ^ (z >> 31)
+
+
+def _mix(z):
+    """SplitMix64's finaliser on a uint64 array (in place where it can)."""
+    z = z + np.uint64(_GOLDEN)
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(_M1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(_M2)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _hash_columns(*columns):
+    """One uint64 key per row of integer columns."""
+    key = np.zeros(len(columns[0]), dtype=np.uint64)
+    for column in columns:
+        key = _mix(key ^ np.asarray(column, dtype=np.int64).astype(np.uint64))
+    return key
+
+
+def _check_factor(name, value, *, minimum=0.0, inclusive=False):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a number, not {value!r}") from None
+    if not np.isfinite(number) or number < minimum or (number == minimum and not inclusive):
+        bound = ">=" if inclusive else ">"
+        raise InvalidParameterError(f"{name} must be {bound} {minimum:g}, not {value!r}")
+    return number
+
+
+def _check_cv(name, value):
+    return _check_factor(name, value, minimum=0.0, inclusive=True)
+
+
+def _check_device(name, value):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral,)) or value < 0:
+        raise InvalidParameterError(f"{name} must be a device number >= 0, not {value!r}")
+    return int(value)
+
+
+def parse_iterations(value):
+    """``None`` (every iteration), or a sorted tuple of iteration numbers.
+
+    Accepts a ``range``, an iterable of ints, or text such as ``"5-9"`` or
+    ``"0,2,4-6"`` (ranges include both ends).
+
+    >>> parse_iterations("0,2,4-6")
+    (0, 2, 4, 5, 6)
+    >>> parse_iterations(range(3))
+    (0, 1, 2)
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        iterations = []
+        for part in value.split(","):
+            low, dash, high = part.strip().partition("-")
+            try:
+                if dash:
+                    iterations.extend(range(int(low), int(high) + 1))
+                else:
+                    iterations.append(int(low))
+            except ValueError:
+                raise InvalidParameterError(f"iterations {value!r}: expected numbers and "
+                                            f"ranges such as 0,2,4-6") from None
+        value = iterations
+    try:
+        iterations = sorted({int(iteration) for iteration in value})
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"iterations must be iteration numbers, "
+                                    f"not {value!r}") from None
+    if iterations and iterations[0] < 0:
+        raise InvalidParameterError(f"iterations must be >= 0, not {iterations[0]}")
+    return tuple(iterations)
+
+
+class VariationContext:
+    """What a variation model needs to know about one lowered table.
+
+    Parameters
+    ----------
+    lowered : LoweredSchedule
+    costs : CostModel
+        The cost model whose durations vary.
+    seed : int
+        Seed of every random draw.
+    iteration : int
+        Which iteration of a run the samples are (models limited to some
+        iterations act only in those).
+
+    Attributes
+    ----------
+    nominal : float64 array (nodes,)
+        The cost model's duration of every node.
+    op_durations : float64 array (operations,)
+    latency, volume : float64 arrays (transfers,)
+        The parts of each transfer's duration (:meth:`CostModel.transfer_parts`).
+    """
+
+    def __init__(self, lowered, costs, *, seed=0, iteration=0):
+        self.lowered = lowered
+        self.costs = costs
+        self.table = table = lowered.table
+        self.seed = _seed(seed)
+        self.iteration = int(iteration)
+        self.op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
+        self.latency, self.volume = (np.asarray(part, dtype=np.float64) for part in
+                                     costs.transfer_parts(table, lowered.transfers))
+        self.nominal = costs.node_durations(lowered, self.op_durations)
+        self.num_ops = len(table)
+        self.num_transfers = len(lowered.transfers)
+        self._cell_starts = np.flatnonzero(table.cell_starts())
+        parts = np.diff(np.append(self._cell_starts, self.num_ops))
+        self._overlapped = np.flatnonzero(parts > 1)
+        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        offsets = np.concatenate([[0.0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
+        offset_key = np.round(offsets * _GRID).astype(np.int64)
+        size_key = np.round(sizes * _GRID).astype(np.int64)
+        self.op_keys = _hash_columns(table.kind, table.stage, offset_key[table.microbatch],
+                                     size_key[table.microbatch])
+        transfers = lowered.transfers
+        self.transfer_keys = _hash_columns(
+            self.op_keys[transfers.producer].view(np.int64), transfers.gradient,
+            transfers.src, transfers.dst)
+        self._labels = None
+
+    # ------------------------------------------------------------------ draws
+    def sample_keys(self, stream, samples):
+        """One uint64 per sample of a random stream (``"noise"``, ``"spike"``...)."""
+        base = _mix_int(_mix_int(_mix_int(self.seed) ^ self.iteration) ^ _STREAMS[stream])
+        return _mix(np.asarray(samples, dtype=np.int64).astype(np.uint64) ^ np.uint64(base))
+
+    def uniforms(self, stream, samples, keys, dtype=np.float64):
+        """Two arrays of uniforms in (0, 1), shape (samples, keys), for ``keys``.
+
+        Each comes from 32 bits of one 64-bit hash per (sample, key).
+        """
+        z = _mix(self.sample_keys(stream, samples)[:, None] ^ keys[None, :])
+        scale = dtype(1.0 / 4294967296.0)
+        high = (z >> np.uint64(32)).astype(dtype)
+        high += dtype(0.5)
+        high *= scale
+        z &= np.uint64(0xFFFFFFFF)
+        low = z.astype(dtype)
+        low += dtype(0.5)
+        low *= scale
+        return high, low
+
+    def normals(self, stream, samples, keys):
+        """Standard normal draws, shape (samples, keys): Box-Muller on the hash.
+
+        Computed in float32 (noise needs no more; it halves the cost), returned
+        as float64. Tails reach 6.6 standard deviations (32-bit uniforms).
+        """
+        high, low = self.uniforms(stream, samples, keys, dtype=np.float32)
+        np.log(high, out=high)
+        high *= np.float32(-2.0)
+        np.sqrt(high, out=high)
+        low *= np.float32(2.0 * np.pi)
+        np.cos(low, out=low)
+        high *= low
+        return high.astype(np.float64)
+
+    # ---------------------------------------------------------------- labels
+    @property
+    def op_labels(self):
+        """Text of every operation (``3F12``) and transfer (``3F12 d3->d4``)."""
+        if self._labels is None:
+            table, transfers = self.table, self.lowered.transfers
+            kinds = np.array(KINDS)[table.kind]
+            ops = np.char.add(np.char.add(table.stage.astype(str), kinds),
+                              table.microbatch.astype(str))
+            sends = np.char.add(np.char.add(np.char.add(ops[transfers.producer], " d"),
+                                            transfers.src.astype(str)), "->d")
+            sends = np.char.add(sends, transfers.dst.astype(str))
+            self._labels = (ops.tolist(), sends.tolist())
+        return self._labels
+
+    # ------------------------------------------------------------- durations
+    def new_draw(self, samples):
+        """The cost model's durations for ``samples`` (sample indices), by part."""
+        samples = np.asarray(samples, dtype=np.int64)
+        count = len(samples)
+        lowered = self.lowered
+        optimizer = self.nominal[lowered.first_optimizer:]
+        return Draw(samples=samples,
+                    op=np.repeat(self.op_durations[None, :], count, axis=0),
+                    latency=self.latency, volume=self.volume,
+                    optimizer=np.repeat(optimizer[None, :], count, axis=0))
+
+    def node_durations(self, draw):
+        """Node durations (samples, nodes) from a draw, as ``CostModel.node_durations``
+        would compute them from those parts."""
+        lowered = self.lowered
+        count = draw.op.shape[0]
+        durations = np.empty((count, lowered.num_nodes), dtype=np.float64)
+        cells = slice(0, lowered.num_cells)
+        if len(self._overlapped) == 0:
+            durations[:, cells] = draw.op
+        else:
+            durations[:, cells] = np.add.reduceat(draw.op, self._cell_starts, axis=1)
+            if self.costs.overlap != 1.0:
+                durations[:, self._overlapped] *= self.costs.overlap
+        draw.transfer_durations(durations[:, lowered.num_cells:lowered.first_sync])
+        durations[:, lowered.first_sync:lowered.first_optimizer] = \
+            self.nominal[lowered.first_sync:lowered.first_optimizer]
+        durations[:, lowered.first_optimizer:] = draw.optimizer
+        return durations
+
+    def sample_durations(self, variation, samples):
+        """Node durations of ``samples`` (sample indices) under ``variation``."""
+        draw = self.new_draw(samples)
+        if variation is not None:
+            variation.validate(self.table)
+            variation.apply(self, draw)
+        return self.node_durations(draw)
+
+    def mean_durations(self, variation):
+        """The expected duration of every node under ``variation`` (exact)."""
+        draw = self.new_draw([0])
+        if variation is not None:
+            variation.validate(self.table)
+            variation.expect(self, draw)
+        return self.node_durations(draw)[0]
+
+
+def _seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise InvalidParameterError(f"seed must be an integer >= 0, not {seed!r}")
+    return int(seed) & _MASK
+
+
+class Draw:
+    """Durations of some samples, by part, before they become node durations.
+
+    ``op`` (samples, operations); ``latency``, ``volume`` (samples, transfers):
+    a transfer lasts ``(latency + volume) * transfer_scale``; ``optimizer``
+    (samples, optimizer steps). Variation models change these in place; the
+    transfer parts are per-sample copies only once a model asks for them.
+    """
+
+    __slots__ = ("samples", "op", "_latency", "_volume", "transfer_scale", "optimizer")
+
+    def __init__(self, samples, op, latency, volume, optimizer):
+        self.samples = samples
+        self.op = op
+        self._latency = latency
+        self._volume = volume
+        self.transfer_scale = None
+        self.optimizer = optimizer
+
+    def _rows(self, part):
+        if part.ndim == 1:
+            part = np.repeat(part[None, :], len(self.samples), axis=0)
+        return part
+
+    @property
+    def latency(self):
+        self._latency = self._rows(self._latency)
+        return self._latency
+
+    @property
+    def volume(self):
+        self._volume = self._rows(self._volume)
+        return self._volume
+
+    def transfer_durations(self, out):
+        """``(latency + volume) * transfer_scale`` into ``out`` (samples, transfers)."""
+        np.add(self._latency, self._volume, out=out)
+        if self.transfer_scale is not None:
+            out *= self.transfer_scale
+
+    def scale_transfers(self, factor, columns=slice(None)):
+        """Multiply the transfers' durations by ``factor``; returns the scale array."""
+        if self.transfer_scale is None:
+            self.transfer_scale = np.ones((len(self.samples), self._volume.shape[-1]))
+        if not (np.isscalar(factor) and factor == 1.0):
+            self.transfer_scale[:, columns] *= factor
+        return self.transfer_scale
+
+
+class Variation:
+    """Base class: a model of run-time durations. Models add up with ``+``."""
+
+    #: Models apply in this order: 0 replay, 1 stragglers and links, 2 noise.
+    phase = 1
+    iterations = None
+
+    def active(self, context):
+        """Whether the model acts in ``context.iteration``."""
+        return self.iterations is None or context.iteration in self.iterations
+
+    @property
+    def random(self):
+        """Whether samples can differ (else every sample is the expectation)."""
+        return True
+
+    def validate(self, table):
+        """Raise ``InvalidParameterError`` if the model does not fit ``table``."""
+
+    def apply(self, context, draw):
+        """Change ``draw`` (sampled durations of ``draw.samples``) in place."""
+        raise NotImplementedError
+
+    def expect(self, context, draw):
+        """Change the one-row ``draw`` to the expected durations."""
+        raise NotImplementedError
+
+    def describe(self):
+        """Plain data for reports and JSON."""
+        raise NotImplementedError
+
+    def __add__(self, other):
+        if other is None:
+            return self
+        if not isinstance(other, Variation):
+            return NotImplemented
+        return Combined(self, other)
+
+    __radd__ = __add__
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.describe()}>"
+
+    def _iteration_info(self, info):
+        if self.iterations is not None:
+            info["iterations"] = list(self.iterations)
+        return info
+
+
+class Combined(Variation):
+    """Several models at once, applied replay first, then stragglers and links, then noise."""
+
+    def __init__(self, *parts):
+        flat = []
+        for part in parts:
+            if part is None:
+                continue
+            if not isinstance(part, Variation):
+                raise InvalidParameterError(f"Combined takes variation models, not "
+                                            f"{type(part).__name__}")
+            flat.extend(part.parts if isinstance(part, Combined) else [part])
+        self.parts = tuple(sorted(flat, key=lambda part: part.phase))
+
+    @property
+    def random(self):
+        return any(part.random for part in self.parts)
+
+    def validate(self, table):
+        for part in self.parts:
+            part.validate(table)
+
+    def apply(self, context, draw):
+        for part in self.parts:
+            part.apply(context, draw)
+
+    def expect(self, context, draw):
+        for part in self.parts:
+            part.expect(context, draw)
+
+    def describe(self):
+        return [part.describe() for part in self.parts]
+
+
+class Noise(Variation):
+    """Multiplicative lognormal noise on every operation (and optionally transfer).
+
+    Each duration is multiplied by ``exp(sigma*Z - sigma^2/2)`` with ``Z``
+    standard normal and ``sigma^2 = ln(1 + cv^2)``: the factor has mean 1 and
+    coefficient of variation ``cv`` exactly.
+
+    Parameters
+    ----------
+    cv : float
+        Coefficient of variation of every operation's duration (>= 0).
+    kinds : dict, optional
+        Per-kind CV, e.g. ``{"F": 0.05, "W": 0.2}``; overrides ``cv``.
+    stages : dict or sequence, optional
+        Per-stage CV (``{stage: cv}`` or one per stage); overrides ``kinds``.
+    transfers : float
+        CV of every transfer's duration (default 0: transfers do not vary).
+    iterations : optional
+        Iterations in which the noise acts (default: every one).
+
+    >>> Noise(0.1).describe()
+    {'model': 'noise', 'cv': 0.1}
+    >>> Noise(-0.1)
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: cv must be >= 0, not -0.1
+    """
+
+    phase = 2
+
+    def __init__(self, cv=0.0, *, kinds=None, stages=None, transfers=0.0, iterations=None):
+        self.cv = _check_cv("cv", cv)
+        self.kinds = {}
+        for kind, value in dict(kinds or {}).items():
+            if kind not in KINDS:
+                raise InvalidParameterError(f"noise kinds: {kind!r} is not one of "
+                                            f"{', '.join(KINDS)}")
+            self.kinds[kind] = _check_cv(f"cv of kind {kind}", value)
+        if stages is not None and not isinstance(stages, dict):
+            stages = dict(enumerate(stages))
+        self.stages = {}
+        for stage, value in dict(stages or {}).items():
+            stage = _check_device("noise stage", stage)
+            self.stages[stage] = _check_cv(f"cv of stage {stage}", value)
+        self.transfers = _check_cv("transfer cv", transfers)
+        self.iterations = parse_iterations(iterations)
+
+    @property
+    def random(self):
+        return bool(self.cv or self.transfers or any(self.kinds.values())
+                    or any(self.stages.values()))
+
+    def validate(self, table):
+        bad = [stage for stage in self.stages if stage >= table.num_stages]
+        if bad:
+            raise InvalidParameterError(f"noise: stage {bad[0]} is out of range (the table "
+                                        f"has stages 0..{table.num_stages - 1})")
+
+    def op_cv(self, table):
+        """The CV of every operation of ``table``."""
+        cv = np.full(len(table), self.cv)
+        for kind, value in self.kinds.items():
+            cv[table.kind == KINDS.index(kind)] = value
+        for stage, value in self.stages.items():
+            cv[table.stage == stage] = value
+        return cv
+
+    def apply(self, context, draw):
+        if not self.active(context):
+            return
+        cv = self.op_cv(context.table)
+        if np.any(cv > 0):
+            _scale_lognormal(draw.op, context, "noise", draw.samples, context.op_keys, cv)
+        if self.transfers > 0 and context.num_transfers:
+            _scale_lognormal(draw.scale_transfers(1.0), context, "transfer-noise",
+                             draw.samples, context.transfer_keys, self.transfers)
+
+    def expect(self, context, draw):
+        """Mean 1: the expected durations are the model's."""
+
+    def describe(self):
+        info = {"model": "noise", "cv": self.cv}
+        if self.kinds:
+            info["kinds"] = dict(self.kinds)
+        if self.stages:
+            info["stages"] = {str(stage): value for stage, value in self.stages.items()}
+        if self.transfers:
+            info["transfers"] = self.transfers
+        return self._iteration_info(info)
+
+
+#: Values drawn at a time: blocks this small stay in cache, about six times
+#: faster than whole chunks of samples for a 100k-operation table.
+_BLOCK = 2**17
+
+
+def _scale_lognormal(target, context, stream, samples, keys, cv):
+    """Multiply ``target`` (samples, keys) by factors of mean 1 and CV ``cv`` (scalar or
+    per key), drawn block by block of samples."""
+    sigma2 = np.log1p(np.square(np.asarray(cv, dtype=np.float64)))
+    sigma = np.sqrt(sigma2)
+    shift = sigma2 / 2.0
+    rows = max(1, _BLOCK // max(len(keys), 1))
+    for first in range(0, len(samples), rows):
+        block = slice(first, first + rows)
+        factor = context.normals(stream, samples[block], keys)
+        factor *= sigma
+        factor -= shift
+        np.exp(factor, out=factor)
+        target[block] *= factor
+
+
+class Straggler(Variation):
+    """One device computes ``factor`` times slower (its operations and optimizer step).
+
+    Parameters
+    ----------
+    device : int
+    factor : float
+        Slowdown (> 0; 1.5 is 50% slower, below 1 faster).
+    iterations : optional
+        Iterations in which the device straggles (``range(10)``, ``"0-9"``);
+        default every one.
+
+    >>> Straggler(3, 1.5, iterations="0-4").describe()
+    {'model': 'straggler', 'device': 3, 'factor': 1.5, 'iterations': [0, 1, 2, 3, 4]}
+    """
+
+    def __init__(self, device, factor, *, iterations=None):
+        self.device = _check_device("straggler device", device)
+        self.factor = _check_factor("straggler factor", factor)
+        self.iterations = parse_iterations(iterations)
+
+    random = False
+
+    def validate(self, table):
+        if self.device >= table.num_devices:
+            raise InvalidParameterError(f"straggler on device {self.device}, but the table "
+                                        f"has devices 0..{table.num_devices - 1}")
+
+    def apply(self, context, draw):
+        if not self.active(context):
+            return
+        draw.op[:, context.table.device == self.device] *= self.factor
+        if draw.optimizer.shape[1]:
+            draw.optimizer[:, self.device] *= self.factor
+
+    expect = apply
+
+    def describe(self):
+        return self._iteration_info({"model": "straggler", "device": self.device,
+                                     "factor": self.factor})
+
+
+class SlowLink(Variation):
+    """The link between two devices (both directions) slows down.
+
+    A transfer lasts ``latency + bytes / bandwidth``. The link's bandwidth is
+    divided by ``bandwidth_factor``, so the volume part of each transfer on it is
+    multiplied by the factor and its latency is not; with a ``latency_spike``,
+    each transfer on the link waits that much longer with probability
+    ``spike_probability``. Under a cost model that states no bandwidth
+    (``StageCosts``) the whole transfer time is volume.
+
+    Parameters
+    ----------
+    devices : (int, int)
+    bandwidth_factor : float
+        > 0; 3 makes the link three times slower.
+    latency_spike : float
+        Added latency per transfer, in the cost model's time unit (>= 0).
+    spike_probability : float
+        Probability that a transfer meets the spike (default 1: every one).
+    iterations : optional
+        Iterations in which the link is slow; default every one.
+
+    >>> SlowLink((3, 4), 3.0).describe()
+    {'model': 'slow-link', 'devices': [3, 4], 'bandwidth_factor': 3.0}
+    """
+
+    def __init__(self, devices, bandwidth_factor=1.0, *, latency_spike=0.0,
+                 spike_probability=1.0, iterations=None):
+        try:
+            a, b = devices
+        except (TypeError, ValueError):
+            raise InvalidParameterError(f"slow link devices must be two devices, "
+                                        f"not {devices!r}") from None
+        self.devices = (_check_device("slow link device", a), _check_device("slow link device", b))
+        if self.devices[0] == self.devices[1]:
+            raise InvalidParameterError(f"slow link {a}-{b}: a link joins two different devices")
+        self.bandwidth_factor = _check_factor("slow link bandwidth factor", bandwidth_factor)
+        self.latency_spike = _check_factor("latency spike", latency_spike, inclusive=True)
+        self.spike_probability = _check_factor("spike probability", spike_probability,
+                                               inclusive=True)
+        if self.spike_probability > 1:
+            raise InvalidParameterError(f"spike probability must be between 0 and 1, "
+                                        f"not {spike_probability!r}")
+        self.iterations = parse_iterations(iterations)
+
+    @property
+    def random(self):
+        return bool(self.latency_spike) and 0 < self.spike_probability < 1
+
+    def validate(self, table):
+        for device in self.devices:
+            if device >= table.num_devices:
+                a, b = self.devices
+                raise InvalidParameterError(f"slow link {a}-{b}: device {device} does not "
+                                            f"exist (the table has devices "
+                                            f"0..{table.num_devices - 1})")
+
+    def _columns(self, context):
+        transfers = context.lowered.transfers
+        a, b = self.devices
+        src, dst = transfers.src, transfers.dst
+        return np.flatnonzero(((src == a) & (dst == b)) | ((src == b) & (dst == a)))
+
+    def apply(self, context, draw):
+        if not self.active(context):
+            return
+        columns = self._columns(context)
+        if not len(columns):
+            return
+        draw.volume[:, columns] *= self.bandwidth_factor
+        if self.latency_spike:
+            if self.spike_probability >= 1:
+                draw.latency[:, columns] += self.latency_spike
+            elif self.spike_probability > 0:
+                hit, _ = context.uniforms("spike", draw.samples,
+                                          context.transfer_keys[columns])
+                draw.latency[:, columns] += self.latency_spike * (hit < self.spike_probability)
+
+    def expect(self, context, draw):
+        if not self.active(context):
+            return
+        columns = self._columns(context)
+        draw.volume[:, columns] *= self.bandwidth_factor
+        draw.latency[:, columns] += self.latency_spike * self.spike_probability
+
+    def describe(self):
+        info = {"model": "slow-link", "devices": list(self.devices),
+                "bandwidth_factor": self.bandwidth_factor}
+        if self.latency_spike:
+            info["latency_spike"] = self.latency_spike
+            info["spike_probability"] = self.spike_probability
+        return self._iteration_info(info)
+
+
+class Replay(Variation):
+    """Measured durations: each labelled operation or transfer replays its measurements.
+
+    Sample ``s`` of an operation measured ``k`` times takes measurement
+    ``s mod k``; its expected duration is the mean of the measurements. An
+    operation nobody measured (for instance in a table that a transform
+    changed) takes the cost model's duration times its device's ratio of
+    measured to modelled time; a transfer nobody measured has the volume part
+    of its duration scaled by its link's ratio, likewise.
+
+    Parameters
+    ----------
+    measurements : dict
+        ``{label: durations}``; a label is an operation (``3F12``) or a transfer
+        as the critical path names it (``3F12 d3->d4``).
+    source : str, optional
+        Where the measurements came from, for reports.
+
+    >>> Replay({"0F0": [1.0, 3.0]}).describe()
+    {'model': 'replay', 'labels': 1, 'measurements': 2}
+    """
+
+    phase = 0
+
+    def __init__(self, measurements, *, source=None):
+        self.measurements = {}
+        for label, values in dict(measurements).items():
+            values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+            if values.ndim != 1 or not len(values):
+                raise InvalidParameterError(f"replay {label}: give one or more durations")
+            if not np.all(np.isfinite(values)) or np.any(values < 0):
+                raise InvalidParameterError(f"replay {label}: durations must be finite and "
+                                            f">= 0, not {values.tolist()}")
+            self.measurements[str(label).strip()] = values
+        self.source = source
+
+    @classmethod
+    def from_csv(cls, path):
+        """Read ``op,duration`` rows (an optional header, durations in seconds or with a unit)."""
+        from tabsched.units import parse_quantity
+
+        source = os.fspath(path)
+        try:
+            with open(path, newline="") as handle:
+                text = handle.read()
+        except OSError as error:
+            raise InvalidParameterError(f"{source}: cannot read: {error.strerror}") from None
+        measurements = {}
+        for line, row in enumerate(csv.reader(_io.StringIO(text)), start=1):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) != 2:
+                raise InvalidParameterError(f"{source}: line {line}: expected op,duration, "
+                                            f"not {len(row)} fields")
+            label, value = row[0].strip(), row[1].strip()
+            if line == 1 and label.lower() == "op" and value.lower() == "duration":
+                continue
+            try:
+                duration = parse_quantity(value, "s", name="duration")
+            except TabschedError as error:
+                raise InvalidParameterError(f"{source}: line {line}: {error}") from None
+            if not np.isfinite(duration) or duration < 0:
+                raise InvalidParameterError(f"{source}: line {line}: duration must be >= 0, "
+                                            f"not {value!r}")
+            measurements.setdefault(label, []).append(duration)
+        if not measurements:
+            raise InvalidParameterError(f"{source}: no op,duration rows")
+        return cls(measurements, source=source)
+
+    @property
+    def random(self):
+        return any(len(values) > 1 for values in self.measurements.values())
+
+    def _plan(self, context):
+        """Matched columns with their measurements, and the fallback ratios."""
+        ops, sends = context.op_labels
+        plan = []
+        for labels, nominal in ((ops, context.op_durations),
+                                (sends, context.latency + context.volume)):
+            index = np.array([i for i, label in enumerate(labels) if label in self.measurements],
+                             dtype=np.int64)
+            values = [self.measurements[labels[i]] for i in index.tolist()]
+            counts = np.array([len(v) for v in values], dtype=np.int64)
+            table = np.zeros((len(values), int(counts.max()) if len(values) else 0))
+            for row, v in enumerate(values):
+                table[row, :len(v)] = v
+            means = np.array([float(v.mean()) for v in values])
+            plan.append((index, counts, table, means, nominal))
+        table = context.table
+        (op_index, _, _, op_means, op_nominal), (send_index, _, _, send_means, _) = plan
+        measured = np.bincount(table.device[op_index], weights=op_means,
+                               minlength=table.num_devices)
+        modelled = np.bincount(table.device[op_index], weights=op_nominal[op_index],
+                               minlength=table.num_devices)
+        device_ratio = np.divide(measured, modelled, out=np.ones(table.num_devices),
+                                 where=modelled > 0)
+        transfers = context.lowered.transfers
+        D = table.num_devices
+        link = transfers.src.astype(np.int64) * D + transfers.dst
+        excess = np.bincount(link[send_index], weights=send_means - context.latency[send_index],
+                             minlength=D * D)
+        volume = np.bincount(link[send_index], weights=context.volume[send_index],
+                             minlength=D * D)
+        link_ratio = np.divide(excess, volume, out=np.ones(D * D), where=volume > 0)
+        return plan, np.maximum(device_ratio, 0.0), np.maximum(link_ratio, 0.0)[link]
+
+    def _fill(self, context, draw, pick):
+        (ops, sends), device_ratio, link_ratio = self._plan(context)
+        unmeasured = np.ones(context.num_ops, dtype=bool)
+        unmeasured[ops[0]] = False
+        draw.op[:, unmeasured] *= device_ratio[context.table.device[unmeasured]]
+        draw.op[:, ops[0]] = pick(draw.samples, *ops[1:4])
+        unsent = np.ones(context.num_transfers, dtype=bool)
+        unsent[sends[0]] = False
+        draw.volume[:, unsent] *= link_ratio[unsent]
+        draw.latency[:, sends[0]] = pick(draw.samples, *sends[1:4])
+        draw.volume[:, sends[0]] = 0.0
+
+    def apply(self, context, draw):
+        def pick(samples, counts, table, means):
+            column = samples[:, None] % np.maximum(counts, 1)[None, :]
+            return table[np.arange(len(counts))[None, :], column]
+        self._fill(context, draw, pick)
+
+    def expect(self, context, draw):
+        self._fill(context, draw, lambda samples, counts, table, means: means[None, :])
+
+    def describe(self):
+        info = {"model": "replay", "labels": len(self.measurements),
+                "measurements": int(sum(len(v) for v in self.measurements.values()))}
+        if self.source:
+            info["source"] = self.source
+        return info
+
+
+def estimate_variation(context, observed):
+    """A variation model fitted to one observed iteration of ``context``'s table.
+
+    Per device, a :class:`Straggler` with the ratio of observed to modelled
+    compute time; per pair of devices with transfers, a :class:`SlowLink` with
+    the ratio of the observed to the modelled volume part (latency taken as
+    modelled); and :class:`Noise` with the CVs of what is left (operations and
+    transfers). Factors are not limited to iterations: they describe now.
+
+    Parameters
+    ----------
+    context : VariationContext
+    observed : float64 array (nodes,)
+        Durations of the nodes in one iteration.
+
+    Returns
+    -------
+    Combined
+    """
+    observed = np.asarray(observed, dtype=np.float64)
+    lowered, table = context.lowered, context.table
+    D = table.num_devices
+    cells = slice(0, lowered.num_cells)
+    nominal_cells = context.nominal[cells]
+    seen = observed[cells]
+    device = lowered.cell_device
+    modelled = np.bincount(device, weights=nominal_cells, minlength=D)
+    measured = np.bincount(device, weights=seen, minlength=D)
+    factor = np.divide(measured, modelled, out=np.ones(D), where=modelled > 0)
+    parts = []
+    for d in range(D):
+        if modelled[d] > 0 and factor[d] > 0:
+            parts.append(Straggler(d, float(factor[d])))
+    expected = nominal_cells * factor[device]
+    positive = expected > 0
+    op_cv = float(np.std(seen[positive] / expected[positive])) if np.any(positive) else 0.0
+    transfer_cv = 0.0
+    if context.num_transfers:
+        transfers = lowered.transfers
+        sends = observed[lowered.num_cells:lowered.first_sync]
+        low = np.minimum(transfers.src, transfers.dst).astype(np.int64)
+        high = np.maximum(transfers.src, transfers.dst).astype(np.int64)
+        pair = low * D + high
+        excess = np.bincount(pair, weights=sends - context.latency, minlength=D * D)
+        volume = np.bincount(pair, weights=context.volume, minlength=D * D)
+        ratio = np.divide(excess, volume, out=np.ones(D * D), where=volume > 0)
+        ratio = np.maximum(ratio, 1e-9)
+        for key in np.flatnonzero(volume > 0).tolist():
+            parts.append(SlowLink((key // D, key % D), float(ratio[key])))
+        expected = context.latency + context.volume * ratio[pair]
+        positive = expected > 0
+        if np.any(positive):
+            transfer_cv = float(np.std(sends[positive] / expected[positive]))
+    parts.append(Noise(op_cv, transfers=transfer_cv))
+    return Combined(*parts)
