@@ -309,6 +309,31 @@ class Result:
         return data
 
 
+def checked_costs(table, costs):
+    """``costs`` (default ``UnitCosts()``) after the checks every evaluation of ``table`` makes."""
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    costs = UnitCosts() if costs is None else costs
+    if not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    return costs
+
+
+def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
+              transfer_after=None):
+    """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
+
+    The cost model gives the contention mode, devices per node, blocking sends and
+    the optimizer step; the gradient sync is the table's own (PyTorch's
+    REDUCE_GRAD) if it has one, else the cost model's.
+    """
+    return lower(table, contention=costs.contention if contention is None else contention,
+                 devices_per_node=costs.devices_per_node, blocking_sends=costs.blocking_sends,
+                 grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
+                 optimizer=costs.optimizer_step if optimizer is None else optimizer,
+                 transfer_after=transfer_after)
+
+
 def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
              formula=True, memory_budget=None, transfer_after=None):
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
@@ -351,22 +376,15 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     >>> [d.peak_memory for d in result.devices]
     [4.0, 3.0, 2.0, 1.0]
     """
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
-    costs = UnitCosts() if costs is None else costs
-    if not isinstance(costs, CostModel):
-        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    costs = checked_costs(table, costs)
     if memory_budget is not None:
         memory_budget = _budget(memory_budget, costs.memory_unit)
-    contention = costs.contention if contention is None else contention
-    lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
-                    blocking_sends=costs.blocking_sends,
-                    grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
-                    optimizer=costs.optimizer_step if optimizer is None else optimizer,
-                    transfer_after=transfer_after)
+    lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
+                        optimizer=optimizer, transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
     start, _, binding = lowered.run(durations, end=False)
-    result = build_result(table, costs, lowered, start[0], binding, durations, contention)
+    result = build_result(table, costs, lowered, start[0], binding, durations,
+                          lowered.contention)
     if formula:
         from tabsched.formulas import formula_for
         result.formula = formula_for(table, costs, lowered)

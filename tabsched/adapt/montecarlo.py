@@ -36,11 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.adapt.variation import Variation, VariationContext
-from tabsched.costs import CostModel, UnitCosts
-from tabsched.evaluate import _default_grad_sync
+from tabsched.adapt.variation import VariationContext, check_variation
+from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import INDEX, lower
+from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
 
 __all__ = ["monte_carlo", "MonteCarloResult", "DeviceRuntime", "link_chains"]
@@ -219,20 +218,10 @@ def monte_carlo(table, costs=None, variation=None, *, samples=1000, seed=0, iter
     >>> result.nominal_makespan, result.mean > result.nominal_makespan
     (33.0, True)
     """
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
-    costs = UnitCosts() if costs is None else costs
-    if not isinstance(costs, CostModel):
-        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
-    if variation is not None and not isinstance(variation, Variation):
-        raise InvalidParameterError(f"variation must be a variation model, "
-                                    f"not {type(variation).__name__}")
-    contention = costs.contention if contention is None else contention
-    lowered = lower(table, contention=contention, devices_per_node=costs.devices_per_node,
-                    blocking_sends=costs.blocking_sends,
-                    grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
-                    optimizer=costs.optimizer_step if optimizer is None else optimizer,
-                    transfer_after=transfer_after)
+    costs = checked_costs(table, costs)
+    check_variation(variation)
+    lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
+                        optimizer=optimizer, transfer_after=transfer_after)
     context = VariationContext(lowered, costs, seed=seed, iteration=iteration)
     return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes)
 

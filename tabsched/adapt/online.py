@@ -23,12 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched.adapt.search import adapt, check_budget
-from tabsched.adapt.variation import (Noise, SlowLink, Straggler, Variation, VariationContext,
-                                      estimate_variation)
-from tabsched.costs import CostModel, UnitCosts
+from tabsched.adapt.variation import (Noise, SlowLink, Straggler, VariationContext,
+                                      check_variation, estimate_variation)
+from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import lower
-from tabsched.table import ScheduleTable
 
 __all__ = ["adapt_online", "OnlineResult", "OnlineIteration"]
 
@@ -152,14 +150,8 @@ def adapt_online(table, costs=None, variation=None, memory_budget=None, *, itera
     >>> run.adaptive_total < run.static_total
     True
     """
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
-    costs = UnitCosts() if costs is None else costs
-    if not isinstance(costs, CostModel):
-        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
-    if variation is not None and not isinstance(variation, Variation):
-        raise InvalidParameterError(f"variation must be a variation model, "
-                                    f"not {type(variation).__name__}")
+    costs = checked_costs(table, costs)
+    check_variation(variation)
     if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) \
             or iterations < 1:
         raise InvalidParameterError(f"iterations must be an integer >= 1, not {iterations!r}")
@@ -168,10 +160,7 @@ def adapt_online(table, costs=None, variation=None, memory_budget=None, *, itera
     budget = check_budget(table, costs, memory_budget)
 
     def context_of(chosen):
-        lowered = lower(chosen, contention=costs.contention,
-                        devices_per_node=costs.devices_per_node,
-                        blocking_sends=costs.blocking_sends, grad_sync=costs.grad_sync,
-                        optimizer=costs.optimizer_step)
+        lowered = lower_for(chosen, costs)
         return VariationContext(lowered, costs, seed=seed)
 
     def run(context, iteration):

@@ -34,9 +34,8 @@ import numpy as np
 from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMicrobatches,
                                        SplitPhases, Transform, Warmup, deferred_weight_grads)
-from tabsched.adapt.variation import Variation, VariationContext
-from tabsched.costs import CostModel, UnitCosts
-from tabsched.evaluate import _budget, evaluate
+from tabsched.adapt.variation import VariationContext, check_variation
+from tabsched.evaluate import _budget, checked_costs, evaluate
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
 from tabsched.table import BACKWARD, WEIGHT_GRAD, ScheduleTable
@@ -409,14 +408,8 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
     (True, True)
     """
     started = time.perf_counter()
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
-    costs = UnitCosts() if costs is None else costs
-    if not isinstance(costs, CostModel):
-        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
-    if variation is not None and not isinstance(variation, Variation):
-        raise InvalidParameterError(f"variation must be a variation model, "
-                                    f"not {type(variation).__name__}")
+    costs = checked_costs(table, costs)
+    check_variation(variation)
     if objective not in OBJECTIVES:
         raise InvalidParameterError(f"objective {objective!r} is not one of "
                                     f"{', '.join(OBJECTIVES)}")

@@ -878,3 +878,10 @@ def estimate_variation(context, observed):
             transfer_cv = float(np.std(sends[positive] / expected[positive]))
     parts.append(Noise(op_cv, transfers=transfer_cv))
     return Combined(*parts)
+
+
+def check_variation(variation):
+    """Raise unless ``variation`` is None or a variation model."""
+    if variation is not None and not isinstance(variation, Variation):
+        raise InvalidParameterError(f"variation must be a variation model, "
+                                    f"not {type(variation).__name__}")
