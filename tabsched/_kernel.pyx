@@ -98,6 +98,32 @@ cdef int _count_indegree(const index_t[::1] indptr, const index_t[::1] successor
     return 0
 
 
+cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] successors,
+                                index_t[::1] indegree, index_t[::1] order) noexcept nogil:
+    """Kahn's order with a FIFO queue into ``order``; returns how many nodes it reached.
+
+    Fewer than all nodes means a cycle; ``indegree[v] > 0`` then marks the nodes left.
+    """
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t head = 0, tail = 0
+    cdef index_t v, u, e
+    _count_indegree(indptr, successors, indegree)
+    for v in range(n):
+        if indegree[v] == 0:
+            order[tail] = v
+            tail += 1
+    while head < tail:
+        v = order[head]
+        head += 1
+        for e in range(indptr[v], indptr[v + 1]):
+            u = successors[e]
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                order[tail] = u
+                tail += 1
+    return tail
+
+
 cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
                       const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
     """Bounds of every id the kernel will dereference (bounds checks are off)."""
@@ -199,24 +225,9 @@ cdef index_t _evaluate_static(const index_t[::1] indptr, const index_t[::1] succ
     """Longest path: one topological order (Kahn, FIFO queue), then one pass per sample."""
     cdef index_t n = indptr.shape[0] - 1
     cdef index_t samples = durations.shape[0]
-    cdef index_t head = 0, tail = 0
     cdef index_t v, u, e, i, s
     cdef time_t finish
-    _count_indegree(indptr, successors, indegree)
-    for v in range(n):
-        if indegree[v] == 0:
-            order[tail] = v
-            tail += 1
-    while head < tail:
-        v = order[head]
-        head += 1
-        for e in range(indptr[v], indptr[v + 1]):
-            u = successors[e]
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                order[tail] = u
-                tail += 1
-    if tail < n:
+    if _topological_order(indptr, successors, indegree, order) < n:
         return STATUS_DEADLOCK
     if record:
         for v in range(n):
@@ -499,24 +510,9 @@ cdef index_t _summary_static(const index_t[::1] indptr, const index_t[::1] succe
     """Longest path, as ``_evaluate_static``: one Kahn order, one pass per sample."""
     cdef index_t n = indptr.shape[0] - 1
     cdef index_t samples = durations.shape[0]
-    cdef index_t head = 0, tail = 0
     cdef index_t v, u, e, i, s, d
     cdef time_t finish, longest
-    _count_indegree(indptr, successors, indegree)
-    for v in range(n):
-        if indegree[v] == 0:
-            order[tail] = v
-            tail += 1
-    while head < tail:
-        v = order[head]
-        head += 1
-        for e in range(indptr[v], indptr[v + 1]):
-            u = successors[e]
-            indegree[u] -= 1
-            if indegree[u] == 0:
-                order[tail] = u
-                tail += 1
-    if tail < n:
+    if _topological_order(indptr, successors, indegree, order) < n:
         return STATUS_DEADLOCK
     for s in range(samples):
         _summary_reset(start, busy, first_start, last_end, s)

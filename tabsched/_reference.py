@@ -19,6 +19,41 @@ def _indegree(indptr, successors, n):
     return indegree
 
 
+def _checked_graph(indptr, successors, resources, n_resources, n):
+    """``(indptr, successors, node_resources)`` as lists, or the kernel's status for bad ids."""
+    indptr = [int(x) for x in indptr]
+    successors = [int(x) for x in successors]
+    if indptr[0] != 0 or indptr[n] != len(successors):
+        return BAD_SHAPE
+    if any(indptr[v + 1] < indptr[v] for v in range(n)):
+        return BAD_SHAPE
+    if any(u < 0 or u >= n for u in successors):
+        return BAD_INDEX
+    node_resources = None
+    if resources.shape[1] > 0:
+        node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID]
+                          for v in range(n)]
+        if any(r < 0 or r >= n_resources for rs in node_resources for r in rs):
+            return BAD_INDEX
+    return indptr, successors, node_resources
+
+
+def _topological_order(indptr, successors, n):
+    """Kahn's order with a FIFO queue, and the indegrees left (> 0 on a cycle)."""
+    remaining = _indegree(indptr, successors, n)
+    queue = [v for v in range(n) if remaining[v] == 0]
+    head = 0
+    while head < len(queue):
+        v = queue[head]
+        head += 1
+        for e in range(indptr[v], indptr[v + 1]):
+            u = successors[e]
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                queue.append(u)
+    return queue, remaining
+
+
 def evaluate(indptr, successors, durations, resources, n_resources, start, end,
              binding, indegree, order, heap_time, heap_node, free_at, holder):
     """Twin of ``tabsched._kernel.evaluate`` (same arguments, same status codes).
@@ -37,32 +72,13 @@ def evaluate(indptr, successors, durations, resources, n_resources, start, end,
         return BAD_SHAPE
     if width > 0 and resources.shape[0] != n:
         return BAD_SHAPE
-    indptr = [int(x) for x in indptr]
-    successors = [int(x) for x in successors]
-    if indptr[0] != 0 or indptr[n] != len(successors):
-        return BAD_SHAPE
-    if any(indptr[v + 1] < indptr[v] for v in range(n)):
-        return BAD_SHAPE
-    if any(u < 0 or u >= n for u in successors):
-        return BAD_INDEX
-    node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID] for v in range(n)] \
-        if width > 0 else None
-    if node_resources is not None and any(r < 0 or r >= n_resources
-                                          for rs in node_resources for r in rs):
-        return BAD_INDEX
+    checked = _checked_graph(indptr, successors, resources, n_resources, n)
+    if isinstance(checked, int):
+        return checked
+    indptr, successors, node_resources = checked
 
     if width == 0:
-        remaining = _indegree(indptr, successors, n)
-        queue = [v for v in range(n) if remaining[v] == 0]
-        head = 0
-        while head < len(queue):
-            v = queue[head]
-            head += 1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                remaining[u] -= 1
-                if remaining[u] == 0:
-                    queue.append(u)
+        queue, remaining = _topological_order(indptr, successors, n)
         indegree[:] = remaining
         if len(queue) < n:
             return DEADLOCK
@@ -150,19 +166,10 @@ def evaluate_summary(indptr, successors, durations, resources, n_resources, node
         return BAD_SHAPE
     if width > 0 and resources.shape[0] != n:
         return BAD_SHAPE
-    indptr = [int(x) for x in indptr]
-    successors = [int(x) for x in successors]
-    if indptr[0] != 0 or indptr[n] != len(successors):
-        return BAD_SHAPE
-    if any(indptr[v + 1] < indptr[v] for v in range(n)):
-        return BAD_SHAPE
-    if any(u < 0 or u >= n for u in successors):
-        return BAD_INDEX
-    node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID] for v in range(n)] \
-        if width > 0 else None
-    if node_resources is not None and any(r < 0 or r >= n_resources
-                                          for rs in node_resources for r in rs):
-        return BAD_INDEX
+    checked = _checked_graph(indptr, successors, resources, n_resources, n)
+    if isinstance(checked, int):
+        return checked
+    indptr, successors, node_resources = checked
     device_of = [int(d) for d in node_device]
     if any(d != NO_DEVICE_ID and not 0 <= d < devices for d in device_of):
         return BAD_INDEX
@@ -183,17 +190,7 @@ def evaluate_summary(indptr, successors, durations, resources, n_resources, node
                 last_end[s, d] = finish
 
     if width == 0:
-        remaining = _indegree(indptr, successors, n)
-        queue = [v for v in range(n) if remaining[v] == 0]
-        head = 0
-        while head < len(queue):
-            v = queue[head]
-            head += 1
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                remaining[u] -= 1
-                if remaining[u] == 0:
-                    queue.append(u)
+        queue, remaining = _topological_order(indptr, successors, n)
         indegree[:] = remaining
         if len(queue) < n:
             return DEADLOCK
