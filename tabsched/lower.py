@@ -163,6 +163,19 @@ class LoweredSchedule:
                   self.transfers.gradient]
         return sum(array.nbytes for array in arrays)
 
+    def _checked_durations(self, durations):
+        """``durations`` as a C-contiguous (samples, nodes) float64 array, checked."""
+        durations = np.asarray(durations, dtype=np.float64)
+        if durations.ndim == 1:
+            durations = durations[None, :]
+        durations = np.ascontiguousarray(durations)
+        if durations.ndim != 2 or durations.shape[1] != self.num_nodes:
+            raise InvalidParameterError(
+                f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
+        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
+            raise InvalidParameterError("durations must be finite and not negative")
+        return durations
+
     def run(self, durations, *, binding=True, end=True):
         """Start and end of every node for each row (sample) of ``durations``.
 
@@ -186,16 +199,8 @@ class LoweredSchedule:
             If the row orders contradict the dependencies; the message names the
             operations on one cycle with their devices and slots.
         """
-        durations = np.asarray(durations, dtype=np.float64)
-        if durations.ndim == 1:
-            durations = durations[None, :]
-        durations = np.ascontiguousarray(durations)
+        durations = self._checked_durations(durations)
         n = self.num_nodes
-        if durations.shape[1] != n:
-            raise InvalidParameterError(
-                f"durations have {durations.shape[1]} columns for {n} nodes")
-        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-            raise InvalidParameterError("durations must be finite and not negative")
         samples = durations.shape[0]
         start = np.empty((samples, n), dtype=np.float64)
         no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
@@ -252,16 +257,8 @@ class LoweredSchedule:
         DeadlockError
             As :meth:`run`.
         """
-        durations = np.asarray(durations, dtype=np.float64)
-        if durations.ndim == 1:
-            durations = durations[None, :]
-        durations = np.ascontiguousarray(durations)
+        durations = self._checked_durations(durations)
         n = self.num_nodes
-        if durations.shape[1] != n:
-            raise InvalidParameterError(
-                f"durations have {durations.shape[1]} columns for {n} nodes")
-        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-            raise InvalidParameterError("durations must be finite and not negative")
         if node_devices is None:
             node_devices = self.node_devices()
         samples, devices = durations.shape[0], self.table.num_devices
