@@ -42,6 +42,8 @@ __all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES", "unit_layout"]
 
 CONTENTION_MODES = ("none", "link", "nic")
 INDEX = np.int32
+#: Most nodes or edges a lowered table may have: ids are int32.
+MAX_IDS = int(np.iinfo(INDEX).max) - 1
 
 
 @dataclass(eq=False)
@@ -499,10 +501,10 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
             rank += 1
 
     num_edges = sum(len(sources) for sources, _ in edge_groups)
-    if max(num_nodes, num_edges) >= np.iinfo(INDEX).max:
+    if max(num_nodes, num_edges) > MAX_IDS:
         raise InvalidParameterError(
             f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
-            f"int32 ids hold at most {np.iinfo(INDEX).max - 1}")
+            f"int32 ids hold at most {MAX_IDS}")
     degree = np.zeros(num_nodes, dtype=INDEX)
     for sources, _ in edge_groups:
         degree[sources] += 1

@@ -187,3 +187,12 @@ def test_transfer_after_errors(transfer_after, message):
     assert str(table.op(2)) == "1F0"
     with pytest.raises(InvalidParameterError, match=message):
         lower(table, transfer_after=transfer_after)
+
+
+def test_tables_beyond_int32_ids_are_refused(monkeypatch):
+    import importlib
+    monkeypatch.setattr(importlib.import_module("tabsched.lower"), "MAX_IDS", 20)
+    with pytest.raises(InvalidParameterError, match=r"the lowered table has 24 nodes and 38 "
+                                                    r"edges; the kernel's int32 ids hold at "
+                                                    r"most 20"):
+        lower(generate("1f1b", devices=2, microbatches=4))

@@ -96,3 +96,12 @@ def test_trace_in_slots_maps_a_slot_to_a_microsecond():
     ops = [event for event in trace["traceEvents"] if event["ph"] == "X"]
     assert max(event["ts"] + event["dur"] for event in ops) == 6.0
     assert trace["otherData"]["time_unit"] == "slots"
+
+
+def test_sweep_plot_needs_a_successful_configuration():
+    from tabsched.plot import sweep_plot
+    rows = [{"status": "skipped", "devices": 4, "microbatches": 8, "system": "x", "spec": "gpipe",
+             "simulation_makespan_s": None}]
+    with pytest.raises(InvalidParameterError, match="no successful configuration with "
+                                                    "devices=None to plot"):
+        sweep_plot(rows)

@@ -61,22 +61,27 @@ def _integers(family, name, values, text):
     return numbers
 
 
-def parse_ratio(family, ratio):
-    """Weights of ``"1:2"``, ``"1,2"`` or ``[1, 2]``: positive integers."""
-    if isinstance(ratio, str):
-        text = ratio
-        parts = ratio.replace(",", ":").split(":")
+def _number_list(family, name, value, separator, what):
+    """The integers of ``"1:2"``/``"4,4"`` text or of a sequence (``:`` and ``,`` both split)."""
+    if isinstance(value, str):
+        text = value
+        parts = value.replace(":" if separator == "," else ",", separator).split(separator)
     else:
         try:
-            parts = list(ratio)
+            parts = list(value)
         except TypeError:
-            raise InvalidParameterError(f"{family}: stage_layers_ratio must be weights such "
-                                        f"as 1:2, not {ratio!r}") from None
-        text = ":".join(str(part) for part in parts)
+            raise InvalidParameterError(f"{family}: {name} must be {what}, not {value!r}") \
+                from None
+        text = separator.join(str(part) for part in parts)
     if not parts or any(str(part).strip() == "" for part in parts):
-        raise InvalidParameterError(f"{family}: stage_layers_ratio must be weights such as "
-                                    f"1:2, not {text!r}")
-    weights = _integers(family, "stage_layers_ratio", parts, text)
+        raise InvalidParameterError(f"{family}: {name} must be {what}, not {text!r}")
+    return _integers(family, name, parts, text), text
+
+
+def parse_ratio(family, ratio):
+    """Weights of ``"1:2"``, ``"1,2"`` or ``[1, 2]``: positive integers."""
+    weights, text = _number_list(family, "stage_layers_ratio", ratio, ":",
+                                 "weights such as 1:2")
     if any(weight < 1 for weight in weights):
         raise InvalidParameterError(f"{family}: stage_layers_ratio weights must be >= 1, "
                                     f"not {text}")
@@ -85,17 +90,8 @@ def parse_ratio(family, ratio):
 
 def parse_layer_list(family, stage_layers):
     """Counts of ``"4,4,8,8"`` or a sequence: integers >= 0."""
-    if isinstance(stage_layers, str):
-        text = stage_layers
-        parts = stage_layers.replace(":", ",").split(",")
-    else:
-        try:
-            parts = list(stage_layers)
-        except TypeError:
-            raise InvalidParameterError(f"{family}: stage_layers must be one layer count per "
-                                        f"stage, not {stage_layers!r}") from None
-        text = ",".join(str(part) for part in parts)
-    counts = _integers(family, "stage_layers", parts, text)
+    counts, text = _number_list(family, "stage_layers", stage_layers, ",",
+                                "one layer count per stage")
     if any(count < 0 for count in counts):
         raise InvalidParameterError(f"{family}: stage_layers must not be negative ({text})")
     return counts
