@@ -33,7 +33,9 @@ except ImportError as _error:  # pragma: no cover - exercised by hand on a raw c
         "checkout run:  pip install -e .   (or: python setup.py build_ext --inplace). "
         f"Import error: {_error}") from None
 
-from tabsched.costs import CostModel, ModelCosts, StageCosts, UnitCosts
+from tabsched.costs import (CostModel, ModelCosts, StageCosts, System, TransformerModel,
+                            UnitCosts, format_quantity, load_model, load_system, model_presets,
+                            parse_quantity, system_presets)
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                                evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
@@ -42,12 +44,9 @@ from tabsched.formulas import formula_for
 from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
 from tabsched.lower import LoweredSchedule, lower
-from tabsched.models import TransformerModel, load_model, model_presets
 from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
-from tabsched.systems import System, load_system, system_presets
 from tabsched.table import Op, Overlap, ScheduleTable
-from tabsched.units import format_quantity, parse_quantity
 from tabsched import adapt  # noqa: E402  (run-time variation, transforms, search)
 
 __version__ = "0.1.0"

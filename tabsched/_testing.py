@@ -10,7 +10,8 @@ some microbatches have other sizes.
 
 import numpy as np
 
-from tabsched.table import Op, Overlap, ScheduleTable
+from tabsched.layout import from_order
+from tabsched.table import Op, Overlap
 
 
 def random_table(seed, *, max_devices=4, max_stages=6, max_microbatches=5, split=0.3,
@@ -75,7 +76,7 @@ def random_table(seed, *, max_devices=4, max_stages=6, max_microbatches=5, split
     sizes = None
     if rng.random() < uneven:
         sizes = [float(rng.choice([0.5, 1.0, 2.0])) for _ in range(num_microbatches)]
-    return ScheduleTable.from_order(orders, num_stages=num_stages,
+    return from_order(orders, num_stages=num_stages,
                                     num_microbatches=None if sizes else num_microbatches,
                                     microbatch_sizes=sizes)
 

@@ -251,7 +251,7 @@ class Result:
         """Raise ``MemoryBudgetError`` (one line) if a device went over the budget."""
         if not self.violations:
             return self
-        from tabsched.units import format_quantity
+        from tabsched.costs.units import format_quantity
 
         def amount(value):
             if self.memory_unit == "bytes":
@@ -396,7 +396,7 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
 
 def _budget(value, memory_unit):
     if memory_unit == "bytes" and isinstance(value, str):
-        from tabsched.units import parse_quantity
+        from tabsched.costs.units import parse_quantity
         number = parse_quantity(value, "B", name="memory_budget")
     else:
         try:

@@ -38,7 +38,7 @@ from tabsched import _kernel
 from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
-__all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES", "unit_layout"]
+__all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES"]
 
 CONTENTION_MODES = ("none", "link", "nic")
 INDEX = np.int32
@@ -635,19 +635,3 @@ def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices
     resources[rows, 2] = np.where(between, num_links + num_machines + dst_node,
                                         _kernel.NO_RESOURCE_ID)
     return resources, num_links + 2 * num_machines
-
-
-def unit_layout(table):
-    """Slots of every operation and row lengths under unit-length execution.
-
-    Every cell lasts one slot, communication is free: each cell's slot is the
-    earliest at which its device is free and its dependencies are done. Every row
-    is as long as the whole table (the last end), so cool-down idle shows.
-    """
-    lowered = lower(table)
-    durations = np.zeros(lowered.num_nodes)
-    durations[:lowered.num_cells] = 1.0
-    start, end, _ = lowered.run(durations, binding=False)
-    makespan = int(end[0].max()) if lowered.num_nodes else 0
-    slots = start[0, :lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
-    return slots, np.full(table.num_devices, makespan, dtype=INDEX)

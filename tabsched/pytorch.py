@@ -95,6 +95,7 @@ import numpy as np
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import DeadlockError, InvalidParameterError, InvalidScheduleError
 from tabsched.io import _read_text, csv_rows, rows_to_table
+from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, Op, Overlap,
                             compound_parts)
@@ -557,7 +558,7 @@ def _unit_layout(table):
     fresh = table.cell_starts()
     cell = np.cumsum(fresh) - 1
     first_cell = cell[np.searchsorted(table.device, table.device)]
-    return type(table).from_order_arrays(table.device, cell - first_cell, table.kind,
+    return from_order_arrays(table.device, cell - first_cell, table.kind,
                                          table.stage, table.microbatch,
                                          num_devices=table.num_devices, **table.metadata)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from tabsched.compare import generate_spec, model_costs_for, parse_spec
 from tabsched.evaluate import evaluate_many, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.models import load_model
-from tabsched.systems import load_system
+from tabsched.costs.transformer import load_model
+from tabsched.costs.system import load_system
 
 __all__ = ["SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS", "SYSTEM_GRID",
            "rows_to_csv", "read_sweep_csv"]

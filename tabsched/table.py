@@ -135,7 +135,9 @@ def _checked_overlap(parts, token):
     return Overlap(parts)
 
 
-def _coerce_cell(cell):
+def coerce_cell(cell):
+    """``cell`` (None, an Op, an Overlap, a string or a ``(kind, stage, microbatch)`` tuple)
+    as None, an Op or an Overlap; ``InvalidScheduleError`` if it is none of these."""
     if cell is None or isinstance(cell, Op):
         return cell
     if isinstance(cell, Overlap):
@@ -194,7 +196,7 @@ class ScheduleTable:
             lengths.append(len(row))
             for slot, cell in enumerate(row):
                 try:
-                    cell = _coerce_cell(cell)
+                    cell = coerce_cell(cell)
                 except InvalidScheduleError as error:
                     raise InvalidScheduleError(f"device {device}, slot {slot}: {error}") from None
                 if cell is None:
@@ -225,59 +227,6 @@ class ScheduleTable:
         if validate:
             table.validate()
         return table
-
-    @classmethod
-    def from_order(cls, orders, **metadata):
-        """Lay out per-device operation orders as unit-length execution would.
-
-        ``orders[d]`` lists device d's cells in the order it runs them (no idle
-        cells). Every cell gets one slot and starts as soon as its device is free
-        and its dependencies are done; the table is as long as the last end.
-
-        Raises ``DeadlockError`` if the orders contradict the dependencies.
-        """
-        devices, positions, kinds, stages, microbatches = [], [], [], [], []
-        for device, order in enumerate(orders):
-            for position, cell in enumerate(order):
-                try:
-                    cell = _coerce_cell(cell)
-                except InvalidScheduleError as error:
-                    raise InvalidScheduleError(f"device {device}, position {position}: {error}") from None
-                if cell is None:
-                    raise InvalidScheduleError(
-                        f"device {device}, position {position}: an order lists operations, not idle cells")
-                for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
-                    devices.append(device)
-                    positions.append(position)
-                    kinds.append(KIND_CODES[op.kind])
-                    stages.append(op.stage)
-                    microbatches.append(op.microbatch)
-        return cls.from_order_arrays(devices, positions, kinds, stages, microbatches,
-                                     num_devices=len(orders), **metadata)
-
-    @classmethod
-    def from_order_arrays(cls, device, position, kind, stage, microbatch, *,
-                          num_devices=None, **metadata):
-        """``from_order`` for generators that build their orders as arrays.
-
-        ``position`` orders the operations of one device; operations sharing a
-        device and position form one overlapped cell.
-        """
-        from tabsched.lower import unit_layout  # lower imports this module
-
-        device = np.asarray(device, dtype=np.int32)
-        if num_devices is None:
-            num_devices = int(device.max()) + 1 if len(device) else 0
-        position = np.asarray(position, dtype=np.int32)
-        lengths = np.zeros(num_devices, dtype=np.int32)
-        if len(device):
-            np.maximum.at(lengths, device, position + 1)
-        order = cls.from_arrays(device, position, kind, stage, microbatch, lengths,
-                                validate=False, **metadata)
-        order.validate(place="position")
-        slots, lengths = unit_layout(order)
-        return cls.from_arrays(order.device, slots, order.kind, order.stage, order.microbatch,
-                               lengths, validate=False, **order.metadata)
 
     def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
               num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None):

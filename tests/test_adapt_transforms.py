@@ -10,9 +10,9 @@ from tabsched import (DeadlockError, InvalidParameterError, ModelCosts, Schedule
 from tabsched._testing import random_table
 from tabsched.adapt import (MergeMicrobatches, SplitBackward, SplitMicrobatches, SplitPhases,
                             Warmup, deferred_weight_grads)
-from tabsched.models import TransformerModel
+from tabsched.costs.transformer import TransformerModel
 from tabsched.schedules.one_f_one_b import device_order
-from tabsched.systems import load_system
+from tabsched.costs.system import load_system
 from tabsched.table import KINDS
 
 COSTS = StageCosts([1.0, 1.5, 0.7, 1.2, 0.9, 1.1], comm=0.25)

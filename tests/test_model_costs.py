@@ -29,7 +29,7 @@ def small_system(**changes):
     return System(**{**fields, **changes})
 
 
-# Hand numbers for one layer of small_model at b=2 (see tests/test_models.py):
+# Hand numbers for one layer of small_model at b=2 (see tests/test_transformer.py):
 LAYER_F_FLOPS = 3_276_800          # 24*T*h^2 + 4*T*s*h
 LAYER_F_BYTES = 182_272            # weights 98,304 + activations 79,872 + output 4,096
 LAYER_ACTIVATION = 79_872          # s*b*h*(34 + 5*a*s/h)

@@ -8,6 +8,7 @@ from tabsched import InvalidParameterError, ScheduleTable, StageCosts, UnitCosts
 
 pytest.importorskip("matplotlib")
 
+from tabsched.layout import from_order  # noqa: E402
 from tabsched.plot import gantt, memory_plot  # noqa: E402
 from tabsched.trace import chrome_trace, write_trace  # noqa: E402
 
@@ -39,7 +40,7 @@ def test_gantt_png_is_written(result, tmp_path):
 
 
 def test_gantt_labels_stage_when_a_device_holds_several(tmp_path):
-    table = ScheduleTable.from_order([["0F0", "1F0", "1B0", "0B0"]])
+    table = from_order([["0F0", "1F0", "1B0", "0B0"]])
     figure = gantt(evaluate(table))
     texts = {text.get_text() for text in figure.axes[0].texts}
     assert {"0:0", "1:0"} <= texts

@@ -274,7 +274,7 @@ def check_budget(table, costs, memory_budget):
 
 def _amount(value, unit):
     if unit == "bytes":
-        from tabsched.units import format_quantity
+        from tabsched.costs.units import format_quantity
         return format_quantity(value, "B")
     return f"{value:.6g} {unit}"
 

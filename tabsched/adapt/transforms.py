@@ -55,8 +55,9 @@ import numpy as np
 
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.layout import from_order_arrays
 from tabsched.lower import Transfers
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["Transform", "MemoryEffect", "SplitMicrobatches", "MergeMicrobatches",
            "SplitBackward", "Warmup", "SplitPhases", "describe_microbatches",
@@ -121,7 +122,7 @@ def _build(table, transform, device, primary, secondary, kind, stage, microbatch
     cell = np.cumsum(fresh) - 1
     first = np.searchsorted(device, device)
     position = cell - cell[first]
-    return ScheduleTable.from_order_arrays(
+    return from_order_arrays(
         device, position, np.asarray(kind)[order], np.asarray(stage)[order],
         np.asarray(microbatch)[order], num_devices=table.num_devices,
         microbatch_sizes=tuple(float(size) for size in sizes), **_derived(table, transform))

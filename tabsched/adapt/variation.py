@@ -727,7 +727,7 @@ class Replay(Variation):
     @classmethod
     def from_csv(cls, path):
         """Read ``op,duration`` rows (an optional header, durations in seconds or with a unit)."""
-        from tabsched.units import parse_quantity
+        from tabsched.costs.units import parse_quantity
 
         source = os.fspath(path)
         try:

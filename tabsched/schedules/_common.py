@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from tabsched.table import KIND_CODES, ScheduleTable
+from tabsched.layout import from_order_arrays
+from tabsched.table import KIND_CODES
 
 DEVICES = "pipeline depth: number of devices (the papers' S or p)"
 MICROBATCHES = "microbatches per iteration (the papers' M or N)"
@@ -37,12 +38,12 @@ class OrderBuilder:
         self._length[device] = position + 1
 
     def table(self, **metadata):
-        return ScheduleTable.from_order_arrays(*self._columns, num_devices=self.num_devices,
+        return from_order_arrays(*self._columns, num_devices=self.num_devices,
                                                **metadata)
 
 
 def table_from_columns(columns, num_devices, **metadata):
     """Lay out orders given as numpy columns (device, position, kind, stage, microbatch)."""
     device, position, kind, stage, microbatch = (np.concatenate(column) for column in columns)
-    return ScheduleTable.from_order_arrays(device, position, kind, stage, microbatch,
+    return from_order_arrays(device, position, kind, stage, microbatch,
                                            num_devices=num_devices, **metadata)

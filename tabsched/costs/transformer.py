@@ -76,7 +76,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tabsched import _presets
+from tabsched.costs import _presets
 from tabsched.exceptions import InvalidParameterError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 

@@ -50,10 +50,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tabsched import _presets
+from tabsched.costs import _presets
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
-from tabsched.units import parse_quantity
+from tabsched.costs.units import parse_quantity
 
 __all__ = ["System", "LinkOverride", "NodeOverride", "load_system", "system_presets"]
 

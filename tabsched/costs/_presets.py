@@ -18,7 +18,7 @@ KINDS = ("model", "system")
 
 
 def _preset_dir():
-    return resources.files("tabsched").joinpath("presets")
+    return resources.files("tabsched.costs").joinpath("presets")
 
 
 @functools.lru_cache(maxsize=None)

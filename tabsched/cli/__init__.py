@@ -1,0 +1,58 @@
+"""The ``tabsched`` command line: parse, call the library, print.
+
+Machine output (``--json``) goes to stdout; progress and errors to stderr. Every
+error is one line, ``Error: <what and where>``, and exit status 1.
+
+One module per command or close group of commands; a new command is a new
+module added to ``COMMANDS``. Option groups the commands share live in
+:mod:`~tabsched.cli.options`, human output and error translation in
+:mod:`~tabsched.cli.format`.
+"""
+
+import sys
+
+import click
+
+from tabsched.cli.adapt import adapt_command
+from tabsched.cli.compare import compare_command, study_command, sweep_command
+from tabsched.cli.eval import eval_command
+from tabsched.cli.plot import plot_group, trace_command
+from tabsched.cli.presets import presets_command
+from tabsched.cli.tables import convert_command, list_command, show_command
+
+__all__ = ["cli", "main"]
+
+COMMANDS = (list_command, show_command, eval_command, adapt_command, presets_command,
+            convert_command, compare_command, sweep_command, study_command, plot_group,
+            trace_command)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tabsched")
+def cli():
+    """Compare and improve pipeline-parallel schedules without GPUs.
+
+    A SCHEDULE is a family name (see `tabsched list`) or a .csv/.json table file.
+    """
+
+
+for _command in COMMANDS:
+    cli.add_command(_command)
+
+
+def main(argv=None):
+    """Entry point: every error is one line on stderr and exit status 1."""
+    try:
+        cli.main(args=argv, prog_name="tabsched", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Error: aborted", err=True)
+        sys.exit(1)
+    except click.exceptions.NoArgsIsHelpError as error:
+        click.echo(error.ctx.get_help() if error.ctx else str(error))
+        sys.exit(0)
+    except click.ClickException as error:
+        click.echo(f"Error: {error.format_message()}", err=True)
+        sys.exit(1)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(0)

@@ -1,0 +1,136 @@
+"""``tabsched compare``, ``sweep`` and ``study``: families side by side, grids, paper studies."""
+
+
+import click
+
+from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
+                                 format_time, progress_reporter, translate_errors)
+from tabsched.cli.options import int_list, name_list
+from tabsched.lower import CONTENTION_MODES
+
+
+@click.command("compare")
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
+@click.option("--devices", "-p", type=int, required=True, help="Pipeline depth.")
+@click.option("--microbatches", "-m", type=int, required=True, help="Microbatches per iteration.")
+@click.option("--model", default="paper-128l", show_default=True, metavar="NAME|FILE",
+              help="Transformer for the simulation level.")
+@click.option("--system", default="mid_nw_mid_cp", show_default=True, metavar="NAME|FILE",
+              help="System for the simulation level.")
+@click.option("--global-batch", type=int,
+              help="Samples per iteration; a microbatch holds global-batch / M.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
+@translate_errors
+def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
+                    contention, as_json):
+    """Compare FAMILY... at the formula, table and simulation levels.
+
+    A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
+    Each level ranks the families (1 = best); a * marks a family whose rank
+    differs between levels.
+    """
+    from tabsched.compare import compare, disagreements
+    rows = compare(families, devices, microbatches, model=model, system=system,
+                   global_batch=global_batch, recompute=recompute, contention=contention)
+    if as_json:
+        echo_json([row.to_dict() for row in rows])
+        return
+    header = ["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
+              "iteration", "idle", "peak act", "peak mem", "rank", ""]
+    body = []
+    skipped = [row for row in rows if row.error]
+    for row in rows:
+        if row.error:
+            continue
+        f, t, sim = row.formula, row.table, row.simulation
+        peak = f["peak_activation"]
+        body.append([
+            row.label,
+            "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
+            "-" if not peak else format_number(max(peak)),
+            str(row.ranks["formula"] or "-"),
+            f"{t['bubble_ratio']:.1%}", str(t["slots"]), str(row.ranks["table"]),
+            format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}",
+            format_memory(max(sim["peak_activation"]), sim["memory_unit"]),
+            format_memory(max(sim["peak_memory"]), sim["memory_unit"]),
+            str(row.ranks["simulation"]), "*" if row.disagrees else ""])
+    click.echo(f"{devices} devices, {microbatches} microbatches; simulation: {model} on "
+               f"{system}" + (f", global batch {global_batch}" if global_batch else ""))
+    click.echo("levels: formula (closed form) | table (idle cells, unit slots) | simulation "
+               "(peak act / peak mem: the fullest device)")
+    if body:
+        click.echo(format_columns([header] + body))
+    for row in skipped:
+        click.echo(f"skipped {row.label}: {row.error}")
+    pairs = disagreements(rows)
+    if len(body) < 2:
+        click.echo("fewer than two families evaluated: nothing to rank")
+    elif pairs:
+        levels = sorted({f"{a} vs {b}" for a, b, _, _ in pairs})
+        click.echo(f"* rankings disagree ({'; '.join(levels)}): "
+                   + ", ".join(f"{x} vs {y} ({a}/{b})" for a, b, x, y in pairs[:6])
+                   + (" ..." if len(pairs) > 6 else ""))
+    else:
+        click.echo("rankings agree at every level")
+
+
+@click.command("sweep")
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
+@click.option("--devices", "-p", required=True, metavar="P,...", help="Pipeline depths, e.g. 4,8.")
+@click.option("--microbatches", "-m", required=True, metavar="M,...",
+              help="Microbatch counts, e.g. 8,16,32.")
+@click.option("--models", default="paper-128l", show_default=True, metavar="NAME,...")
+@click.option("--systems", default="grid", show_default=True, metavar="NAME,...|grid",
+              help="Systems; 'grid' is the tabular paper's 3x3 grid.")
+@click.option("--global-batch", type=int,
+              help="Samples per iteration; a microbatch holds global-batch / M.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
+@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
+@click.option("--dask", metavar="ADDRESS|local",
+              help="Run on a Dask cluster (needs pip install -e '.[dask]').")
+@click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
+@translate_errors
+def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
+                  contention, jobs, dask, out):
+    """Evaluate a grid of configurations into a tidy CSV (one row per configuration).
+
+    Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
+    Invalid combinations are kept as rows with status=skipped and a reason.
+    """
+    from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
+    chosen_systems = SYSTEM_GRID if systems == "grid" else name_list(systems)
+    tasks = grid_tasks(families, int_list("--devices", devices),
+                       int_list("--microbatches", microbatches), models=name_list(models),
+                       systems=chosen_systems, global_batch=global_batch, recompute=recompute,
+                       contention=contention)
+    rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=progress_reporter("sweep"))
+    text = rows_to_csv(rows)
+    skipped = sum(row["status"] != "ok" for row in rows)
+    if out:
+        with open(out, "w", newline="") as handle:
+            handle.write(text)
+        click.echo(f"wrote {out}: {len(rows)} configurations, {skipped} skipped", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command("study")
+@click.argument("name")
+@click.option("--out", "-o", default="study", show_default=True, metavar="DIR",
+              help="Folder for the CSV, the figures and report.md.")
+@click.option("--global-batch", type=int, help="Override the study's global batch.")
+@click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
+@click.option("--dask", metavar="ADDRESS|local", help="Run on a Dask cluster.")
+@translate_errors
+def study_command(name, out, global_batch, jobs, dask):
+    """Rerun a paper's experiment set (NAME: tabular-paper) and report its findings."""
+    from tabsched.study import run_study
+    report = run_study(name, out, jobs=jobs, dask=dask, global_batch=global_batch,
+                       progress=progress_reporter(name))
+    click.echo(f"{report.configurations} configurations in {report.seconds:.2f} s; "
+               f"wrote {', '.join(report.files)}", err=True)
+    for number, finding in enumerate(report.findings, 1):
+        click.echo(f"{number}. {finding.verdict}: {finding.claim}")

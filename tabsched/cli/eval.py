@@ -1,0 +1,68 @@
+"""``tabsched eval``: one table at one level, with Monte Carlo on request."""
+
+
+import click
+
+from tabsched.cli.format import (echo_json, formula_summary, monte_carlo_summary, summary,
+                                 translate_errors)
+from tabsched.cli.options import (LEVELS, evaluation_options, monte_carlo_from_options,
+                                  parse_grad_sync, prepare_evaluation, run_evaluation,
+                                  variation_options)
+from tabsched.formulas import formula_for
+
+
+@click.command("eval")
+@click.argument("schedule")
+@evaluation_options
+@click.option("--level", type=click.Choice(LEVELS),
+              help="formula: only the family's closed forms; table: unit slots, no "
+                   "communication; simulation: needs --comm or --model/--system. Default: "
+                   "table, or simulation with --comm or --model/--system.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@variation_options(default_samples=None)
+@translate_errors
+def eval_command(schedule, schedule_params, evaluation, level, as_json, variation_params):
+    """Evaluate SCHEDULE and summarise time, idle and memory per device.
+
+    With --model and --system, times are seconds and memory is bytes. The summary
+    shows the formula level's numbers beside the table's or the simulation's,
+    marked as such; --level formula prints them alone. With --cv, --straggler,
+    --slow-link, --replay or --samples, Monte Carlo figures follow: mean, p50,
+    p95 and max makespan and the run-time bubble, per device too.
+    """
+    table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
+                                                      level)
+    if level == "formula" and (any(variation_params[name] for name in
+                                   ("cv", "transfer_cv", "stragglers", "slow_links", "replay"))
+                               or variation_params["samples"] is not None):
+        raise click.ClickException("--level formula has no run-time variation; drop --cv, "
+                                   "--straggler, --slow-link, --replay and --samples")
+    if level == "formula":
+        numbers = formula_for(table, costs)
+        if numbers is None:
+            what = (f"family {table.family!r} has no formula level" if table.family
+                    else "the table names no family, so it has no formula level")
+            raise click.ClickException(what)
+        if as_json:
+            echo_json(numbers)
+        else:
+            click.echo(formula_summary(table, numbers))
+        return
+    result = run_evaluation(table, torch_schedule, costs, evaluation)
+    grad_sync = evaluation["grad_sync"]
+    runs = monte_carlo_from_options(
+        table, costs, variation_params, contention=evaluation["contention"],
+        grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
+        optimizer=True if evaluation["optimizer"] else None,
+        **({"transfer_after": torch_schedule.transfer_after} if torch_schedule else {}))
+    if as_json:
+        data = result.to_dict()
+        if runs is not None:
+            data["monte_carlo"] = runs.to_dict()
+        echo_json(data)
+    else:
+        click.echo(summary(result))
+        if runs is not None:
+            click.echo(monte_carlo_summary(runs))
+    if evaluation["strict"]:
+        result.check_memory()

@@ -1,0 +1,227 @@
+"""Human output and error translation shared by the commands.
+
+Machine output (``--json``) goes to stdout; progress and errors to stderr. Every
+error is one line, ``Error: <what and where>``, and exit status 1.
+"""
+
+import functools
+import json
+import sys
+
+import click
+
+from tabsched.costs.units import format_quantity
+from tabsched.exceptions import TabschedError
+
+
+def translate_errors(command):
+    """Turn library errors into one-line ClickExceptions (exit 1)."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except TabschedError as error:
+            raise click.ClickException(str(error)) from None
+        except BrokenPipeError:
+            raise  # the reader went away (e.g. `| head`); main() exits quietly
+        except MemoryError:
+            raise click.ClickException("out of memory: the table or sweep is too large for "
+                                       "this machine; try fewer devices or microbatches") \
+                from None
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            raise click.ClickException(f"{where}{error.strerror or error}") from None
+    return wrapper
+
+
+def echo_json(data):
+    click.echo(json.dumps(data, indent=1, default=_json_default))
+
+
+def _json_default(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def format_number(value):
+    return f"{value:.6g}"
+
+
+def format_time(value, unit, *, with_unit=True):
+    """A time in human units for seconds, else the number and its unit."""
+    if unit == "s":
+        return format_quantity(value, "s")
+    return f"{format_number(value)} {unit}" if with_unit else format_number(value)
+
+
+def format_memory(value, unit):
+    return format_quantity(value, "B") if unit == "bytes" else f"{format_number(value)} {unit}"
+
+
+def format_columns(rows):
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(widths[k]) for k, cell in enumerate(row)).rstrip()
+                     for row in rows)
+
+
+def summary(result):
+    """A short human summary of a Result."""
+    table = result.table
+    name = table.family or "table"
+    params = " ".join(f"{key}={value}" for key, value in table.params.items())
+    costs = " ".join(f"{key}={value}" for key, value in result.costs.items() if key != "model")
+    lines = [f"{name} {params}".rstrip() + f": {table.num_devices} devices, "
+             f"{table.num_stages} stages, {table.num_microbatches} microbatches, "
+             f"{len(table)} ops",
+             f"level         {result.level} ({result.costs.get('model')} {costs}; "
+             f"contention {result.contention})"]
+    unit = result.time_unit
+    lines.append(f"makespan      {format_time(result.makespan, unit)}")
+    bubble = f"bubble ratio  {result.bubble_ratio:.2%}"
+    formula = result.formula
+    if formula and formula.get("bubble_ratio") is not None:
+        bubble += f"   (formula level: {formula['bubble_ratio']:.2%})"
+    elif formula:
+        bubble += "   (formula level: no closed form)"
+    lines.append(bubble)
+    if formula:
+        lines.append(f"formula       {_exactness(formula)}")
+        lines.append(f"              {formula.get('source')}")
+        bounds = formula.get("peak_activation_bounds")
+        if bounds is not None:
+            lines.append(f"formula peak  {bounds[0]} .. {bounds[1]} per device "
+                         f"({formula.get('activation_unit')})")
+    path = result.critical_path
+    ops = sum(1 for step in path if step.kind == "op")
+    lines.append(f"critical path {ops} ops, {len(path) - ops} transfers")
+    header = ["device", "busy", "idle", "warm-up", "inside", "cool-down",
+              f"peak memory ({result.memory_unit})"]
+    body = [[f"d{d.device}", format_number(d.busy), format_number(d.idle), format_number(d.warmup),
+             format_number(d.inside), format_number(d.cooldown), format_number(d.peak_memory)]
+            for d in result.devices]
+    if unit == "s" or result.memory_unit == "bytes":
+        header, body = _human_device_rows(result)
+        lines.extend(_memory_lines(result))
+    formula_peaks = (formula or {}).get("peak_activation")
+    if (formula_peaks is not None and len(formula_peaks) == len(body)
+            and result.memory_unit != "bytes"):
+        header.append("formula peak")
+        for row, peak in zip(body, formula_peaks):
+            row.append(format_number(peak))
+    widths = [max(len(row[k]) for row in [header] + body) for k in range(len(header))]
+    for row in [header] + body:
+        lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
+                               for k, cell in enumerate(row)).rstrip())
+    lines.extend(f"note: {note}" for note in result.notes)
+    return "\n".join(lines)
+
+
+def _exactness(formula):
+    """When the formula level is exact, and whether these costs meet it."""
+    if formula.get("bubble_ratio") is None and formula.get("peak_activation") is None:
+        return "no closed form published"
+    exact_when = formula.get("exact_when")
+    if exact_when is None:
+        return "never exact (see the note)"
+    verdict = {True: ": met by these costs", False: ": not met by these costs"}
+    return f"exact when {exact_when}{verdict.get(formula.get('exact'), '')}"
+
+
+def formula_summary(table, numbers):
+    """The formula level alone, for ``eval --level formula``."""
+    params = " ".join(f"{key}={value}" for key, value in table.params.items())
+    lines = [f"{table.family} {params}".rstrip() + ": formula level",
+             f"source        {numbers.get('source')}"]
+    bubble = numbers.get("bubble_ratio")
+    lines.append("bubble ratio  " + (f"{bubble:.2%}" if bubble is not None
+                                     else "none (no closed form)"))
+    if numbers.get("bubble_time") is not None:
+        lines.append(f"bubble time   {format_number(numbers['bubble_time'])} per device")
+    lines.append(f"exactness     {_exactness(numbers)}")
+    unit = numbers.get("activation_unit")
+    if numbers.get("peak_activation") is not None:
+        peaks = " ".join(format_number(peak) for peak in numbers["peak_activation"])
+        lines.append(f"peak memory   {peaks} ({unit}; per device)")
+    elif numbers.get("peak_activation_bounds") is not None:
+        low, high = numbers["peak_activation_bounds"]
+        lines.append(f"peak memory   {low} .. {high} per device ({unit})")
+    else:
+        lines.append("peak memory   none (no closed form)")
+    if numbers.get("note"):
+        lines.append(f"note          {numbers['note']}")
+    return "\n".join(lines)
+
+
+def _human_device_rows(result):
+    """The per-device table with times in s/ms/us and memory in B/GB when the costs say so."""
+    unit, memory_unit = result.time_unit, result.memory_unit
+    header = ["device", "busy", "idle", "warm-up", "inside", "cool-down", "peak activations",
+              "persistent", "peak total"]
+    body = [[f"d{d.device}"]
+            + [format_time(value, unit, with_unit=False)
+               for value in (d.busy, d.idle, d.warmup, d.inside, d.cooldown)]
+            + [format_memory(value, memory_unit)
+               for value in (d.peak_memory, d.persistent_memory, d.peak_total_memory)]
+            for d in result.devices]
+    return header, body
+
+
+def _memory_lines(result):
+    """The memory peak, and the budget with its violations, in one or two lines."""
+    memory_unit = result.memory_unit
+    devices = result.devices
+    if not devices:
+        return []
+    top = max(devices, key=lambda d: d.peak_total_memory)
+    lines = [f"peak memory   {format_memory(top.peak_total_memory, memory_unit)} on d{top.device} "
+             f"({format_memory(top.persistent_memory, memory_unit)} persistent + "
+             f"{format_memory(top.peak_memory, memory_unit)} activations)"]
+    if result.memory_budget is not None:
+        budget = format_memory(result.memory_budget, memory_unit)
+        if not result.violations:
+            lines.append(f"memory budget {budget}: every device fits")
+        else:
+            worst = max(result.violations, key=lambda v: v.over)
+            lines.append(f"memory budget {budget}: {len(result.violations)} of {len(devices)} "
+                         f"devices over (worst d{worst.device} by "
+                         f"{format_memory(worst.over, memory_unit)} at "
+                         f"{format_time(worst.time, result.time_unit)})")
+    return lines
+
+
+def monte_carlo_summary(runs):
+    """Monte Carlo figures and the run-time bubble per device, for humans."""
+    unit = runs.time_unit
+    mean = runs.mean
+    share = runs.runtime_bubble / mean if mean else 0.0
+    lines = [f"monte carlo   {runs.samples} samples (seed {runs.seed}): mean "
+             f"{format_time(mean, unit)}, p50 {format_time(runs.p50, unit)}, "
+             f"p95 {format_time(runs.p95, unit)}, "
+             f"max {format_time(runs.max, unit)}",
+             f"run-time bubble {format_time(runs.runtime_bubble, unit)} ({share:.2%} of the mean "
+             f"makespan) over {format_time(runs.nominal_makespan, unit)} at mean durations"]
+    header = ["device", "mean busy", "mean idle", "idle at mean durations", "run-time bubble"]
+    body = [[f"d{d.device}"] + [format_time(value, unit, with_unit=False) for value in
+                                (d.mean_busy, d.mean_idle, d.nominal_idle, d.runtime_bubble)]
+            for d in runs.devices]
+    widths = [max(len(row[k]) for row in [header] + body) for k in range(len(header))]
+    for row in [header] + body:
+        lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
+                               for k, cell in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def progress_reporter(label):
+    """Progress on stderr: one updated line on a terminal, a line per tenth in a log."""
+    interactive = sys.stderr.isatty()
+    shown = set()
+
+    def report(done, total, configurations):
+        text = f"{label}: {done}/{total} tables, {configurations} configurations"
+        if interactive:
+            click.echo(f"\r{text}", err=True, nl=done == total)
+        elif done == total or (10 * done) // total not in shown:
+            shown.add((10 * done) // total)
+            click.echo(text, err=True)
+    return report

@@ -1,0 +1,121 @@
+"""``tabsched list``, ``show`` and ``convert``: the families and their tables."""
+
+import os
+import shutil
+import textwrap
+
+import click
+
+from tabsched.cli.format import echo_json, translate_errors
+from tabsched.cli.options import load_with_torch, schedule_options, torch_options
+from tabsched.io import render_grid, to_csv, to_json
+from tabsched.pytorch import describe_stage_map, to_compute_comms, to_compute_only
+from tabsched.schedules import describe_parameters, families, get_family
+
+
+@click.command("list")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the families as JSON.")
+@translate_errors
+def list_command(name, as_json):
+    """List the schedule families with their parameters and constraints.
+
+    With NAME, only that family, with the help of every parameter.
+    """
+    chosen = [get_family(name)] if name else families()
+    rows = [{"name": family.name, "summary": family.summary,
+             "parameters": [{"name": p.name, "default": p.default, "help": p.help}
+                            for p in family.parameters],
+             "constraints": family.constraints, "notes": family.notes,
+             "aliases": list(family.aliases)} for family in chosen]
+    if as_json:
+        echo_json(rows)
+        return
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    for index, family in enumerate(chosen):
+        if index:
+            click.echo("")
+        click.echo(textwrap.fill(f"{family.name}: {family.summary}", width=width,
+                                 subsequent_indent="  "))
+        click.echo(textwrap.fill(describe_parameters(family), width=width,
+                                 initial_indent=f"  {'parameters:':<12} ",
+                                 subsequent_indent=" " * 15))
+        if name:
+            for parameter in family.parameters:
+                click.echo(textwrap.fill(parameter.help, width=width,
+                                         initial_indent=f"    {parameter.name}: ",
+                                         subsequent_indent=" " * 8))
+        for label, text in [("valid:", family.constraints), ("notes:", family.notes),
+                            ("also called:", ", ".join(family.aliases))]:
+            if text:
+                click.echo(textwrap.fill(text, width=width, initial_indent=f"  {label:<12} ",
+                                         subsequent_indent=" " * 15))
+    click.echo("")
+    click.echo(textwrap.fill(
+        "Every family also takes --stage-layers, --stage-layers-ratio and --layers (how the "
+        "model's layers split over its stages); --param NAME=VALUE passes any parameter "
+        "without an option of its own.", width=width))
+
+
+@click.command("show")
+@click.argument("schedule")
+@schedule_options
+@click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
+              show_default=True, help="How to print the table.")
+@click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
+@torch_options
+@translate_errors
+def show_command(schedule, schedule_params, output, width, torch_legacy, p2p):
+    """Print the table of SCHEDULE."""
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
+    if output == "csv":
+        click.echo(to_csv(table), nl=False)
+    elif output == "json":
+        click.echo(to_json(table, indent=1))
+    else:
+        click.echo(render_grid(table, width=width))
+        columns = width or shutil.get_terminal_size((120, 24)).columns
+        click.echo(textwrap.fill(f"stage map: {describe_stage_map(table)}", width=columns,
+                                 subsequent_indent="  "))
+        for note in torch_schedule.notes if torch_schedule else ():
+            click.echo(textwrap.fill(f"note: {note}", width=columns, subsequent_indent="  "))
+
+
+CONVERT_TARGETS = ("csv", "json", "torch-comms")
+
+
+@click.command("convert")
+@click.argument("schedule")
+@click.argument("output")
+@schedule_options
+@click.option("--to", "target", type=click.Choice(CONVERT_TARGETS),
+              help="csv: PyTorch compute_only; json: tabsched's table with its metadata; "
+                   "torch-comms: PyTorch compute_comms, lowered as PyTorch's runtime does. "
+                   "Default: from OUTPUT's suffix (.json, else csv).")
+@torch_options
+@translate_errors
+def convert_command(schedule, output, schedule_params, target, torch_legacy, p2p):
+    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout)."""
+    table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
+    if target is None:
+        target = "json" if os.path.splitext(output)[1].lower() == ".json" else "csv"
+    if target == "json":
+        text = to_json(table, indent=1) + "\n"
+    elif target == "csv":
+        text = to_compute_only(table)
+    else:
+        text = to_compute_comms(table)
+    notes = list(torch_schedule.notes) if torch_schedule else []
+    if torch_schedule is not None and torch_schedule.format == "compute_comms":
+        notes.append("the file's own SEND/RECV positions are not written: "
+                     + ("PyTorch's lowering placed them anew" if target == "torch-comms"
+                        else "the output holds the compute cells"))
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        with open(output, "w", newline="") as handle:
+            handle.write(text)
+        click.echo(f"wrote {output} ({target}, {table.num_devices} devices, "
+                   f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)

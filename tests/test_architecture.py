@@ -1,0 +1,166 @@
+"""The layout the architecture map (ARCHITECTURE.md) promises: no import cycle among
+tabsched's modules, and every name and path the README uses exists."""
+
+import ast
+import importlib
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tabsched"
+
+
+def module_names():
+    """Every module of the package: dotted name -> source path (or None for the kernel)."""
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    for path in PACKAGE.rglob("*.pyx"):
+        modules[".".join(path.relative_to(ROOT).with_suffix("").parts)] = None
+    return modules
+
+
+def imported_modules(path, name, modules):
+    """tabsched modules ``path`` imports anywhere in its body (functions included).
+
+    ``from package import name`` counts as importing ``package.name`` when that is a
+    module, else ``package``. A submodule's implicit import of its parent package is
+    not counted: Python resolves it without running the parent's imports again.
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                if target in modules:
+                    found.add(target)
+                elif base in modules:
+                    found.add(base)
+    return found - {name}
+
+
+def import_graph():
+    modules = module_names()
+    return {name: imported_modules(path, name, modules)
+            for name, path in modules.items() if path is not None}
+
+
+def cycles(graph):
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = import_graph()
+    assert "tabsched.plot" in graph["tabsched.cli.plot"]      # imported inside a command
+    assert "tabsched.costs.transformer" in graph["tabsched.costs.model_costs"]
+    assert "tabsched._kernel" in graph["tabsched.lower"]
+
+
+def test_cycles_are_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_tabsched_modules():
+    assert cycles(import_graph()) == []
+
+
+def test_the_table_does_not_import_the_lowering():
+    graph = import_graph()
+    assert "tabsched.lower" not in graph["tabsched.table"]
+    assert "tabsched.layout" not in graph["tabsched.table"]
+
+
+def readme_python():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
+
+
+def test_readme_python_blocks_parse():
+    ast.parse(readme_python())
+
+
+def readme_imports():
+    """``(module, name)`` for every name the README's Python imports or reads off a module."""
+    tree = ast.parse(readme_python())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update((node.module, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update((alias.name, None) for alias in node.names)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "tabsched"):
+            names.add(("tabsched", node.attr))
+    return sorted(names, key=lambda pair: (pair[0], pair[1] or ""))
+
+
+@pytest.mark.parametrize("module, name", readme_imports())
+def test_every_name_the_readme_uses_imports(module, name):
+    imported = importlib.import_module(module)
+    if name is not None:
+        assert hasattr(imported, name), f"{module} has no {name}"
+
+
+def test_readme_names_public_names_only_from_all():
+    import tabsched
+    for module, name in readme_imports():
+        if module == "tabsched" and name is not None:
+            assert name in tabsched.__all__, f"tabsched.{name} is not in tabsched.__all__"
+
+
+def test_every_source_path_the_docs_name_exists():
+    for document in ("README.md", "ARCHITECTURE.md"):
+        text = (ROOT / document).read_text(encoding="utf-8")
+        for path in re.findall(r"`((?:tabsched|tests|bench)/[\w/.]+\.(?:py|pyx|pxd|toml))`",
+                               text):
+            assert (ROOT / path).exists(), f"{document} names {path}, which does not exist"
+
+
+def test_the_architecture_map_names_every_module():
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    for name, path in module_names().items():
+        leaf = name.rpartition(".")[2]
+        if leaf in ("__main__",) or name == "tabsched":
+            continue
+        assert leaf in text, f"ARCHITECTURE.md does not mention {name}"
