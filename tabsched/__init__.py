@@ -25,6 +25,8 @@ The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Resul
 (33.0, 0.273)
 """
 
+from importlib import metadata as _metadata
+
 try:
     from tabsched import _kernel  # noqa: F401  (compiled by the package build)
 except ImportError as _error:  # pragma: no cover - exercised by hand on a raw checkout
@@ -39,7 +41,8 @@ from tabsched.costs import (CostModel, ModelCosts, StageCosts, System, Transform
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                                evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
-                                 MemoryBudgetError, TabschedError, UnknownNameError)
+                                 MemoryBudgetError, MissingDependencyError, TabschedError,
+                                 UnknownNameError)
 from tabsched.formulas import formula_for
 from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
@@ -49,7 +52,10 @@ from tabsched.schedules import families, generate
 from tabsched.table import Op, Overlap, ScheduleTable
 from tabsched import adapt  # noqa: E402  (run-time variation, transforms, search)
 
-__version__ = "0.1.0"
+try:  # one source for the version: the installed package's metadata (pyproject.toml)
+    __version__ = _metadata.version("tabsched")
+except _metadata.PackageNotFoundError:  # built in place, never installed
+    __version__ = "unknown"
 
 __all__ = [
     "ScheduleTable", "Op", "Overlap",
@@ -64,5 +70,5 @@ __all__ = [
     "formula_for",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
-    "UnknownNameError", "InvalidParameterError",
+    "UnknownNameError", "InvalidParameterError", "MissingDependencyError",
 ]

@@ -1,4 +1,4 @@
-"""Preset files: TOML in ``tabsched/presets/``, one preset per file, or a user's file.
+"""Preset files: TOML in ``tabsched/costs/presets/``, one preset per file, or a user's file.
 
 A preset file holds the keys of one model or one system at its top level, plus
 ``kind = "model"`` or ``kind = "system"`` and an optional ``description``. A
@@ -9,8 +9,12 @@ file is one line that names the file and the key.
 import difflib
 import functools
 import os
-import tomllib
 from importlib import resources
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as a package (tomllib's origin)
+    import tomli as tomllib
 
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 
