@@ -11,6 +11,7 @@ __all__ = [
     "MemoryBudgetError",
     "UnknownNameError",
     "InvalidParameterError",
+    "MissingDependencyError",
 ]
 
 
@@ -43,3 +44,8 @@ class UnknownNameError(TabschedError, ValueError):
 
 class InvalidParameterError(TabschedError, ValueError):
     """A parameter value or combination that a generator or cost model rejects."""
+
+
+class MissingDependencyError(TabschedError, ImportError):
+    """An optional dependency (an extra such as ``plot`` or ``dask``) is not installed;
+    the message gives the command that installs it."""

@@ -1,6 +1,8 @@
 """Pictures of evaluated tables: Gantt charts and memory timelines.
 
-matplotlib is imported when a picture is drawn, never by ``import tabsched``.
+matplotlib is imported when a picture is drawn, never by ``import tabsched``; it
+is the ``plot`` extra (``pip install 'tabsched[plot]'``), and a picture without it
+is a one-line error naming the extra.
 Figures are drawn on a plain ``Figure`` (no pyplot, no display needed) and
 written as PNG or SVG by the file's suffix. In SVG output every device lane is a
 group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
@@ -11,6 +13,7 @@ import re
 
 import numpy as np
 
+from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError
 
 __all__ = ["gantt", "memory_plot", "save_figure", "KIND_COLORS"]
@@ -24,9 +27,14 @@ PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 LABEL_LIMIT = 600
 
 
+def matplotlib_module(name="matplotlib"):
+    """``name`` from matplotlib, or a one-line error naming the ``plot`` extra."""
+    return require(name, "plot", "drawing pictures")
+
+
 def _figure(width, height):
-    from matplotlib.figure import Figure
-    return Figure(figsize=(width, height), layout="constrained")
+    return matplotlib_module("matplotlib.figure").Figure(figsize=(width, height),
+                                                          layout="constrained")
 
 
 def save_figure(figure, path):
@@ -74,7 +82,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     -------
     matplotlib.figure.Figure
     """
-    from matplotlib.patches import Patch
+    Patch = matplotlib_module("matplotlib.patches").Patch
 
     table = result.table
     lowered = result._lowered
@@ -246,8 +254,7 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
 
 
 def _colormap(count):
-    from matplotlib import colormaps
-    cmap = colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "viridis"]
+    cmap = matplotlib_module().colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "viridis"]
     if count > 20:
         return lambda d: cmap(d / max(count - 1, 1))
     return cmap

@@ -66,6 +66,8 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
     """Run study ``name`` and write its CSV, figures and report into ``out_dir``."""
     if name not in STUDIES:
         raise UnknownNameError(f"unknown study {name!r}; valid studies: {', '.join(STUDIES)}")
+    from tabsched.plot import matplotlib_module
+    matplotlib_module()  # the figures need it: say so before the work, not after
     setup = dict(STUDIES[name])
     if global_batch is not None:
         setup["global_batch"] = global_batch

@@ -19,6 +19,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
+from tabsched._extras import require
 from tabsched.compare import generate_spec, model_costs_for, parse_spec
 from tabsched.evaluate import evaluate_many, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
@@ -155,7 +156,7 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     dask : str or distributed.Client, optional
         A scheduler address (``tcp://host:8786``), ``"local"`` for a LocalCluster
         of ``jobs`` workers, or a Client; needs ``dask.distributed``
-        (``pip install -e '.[dask]'``).
+        (the ``dask`` extra: ``pip install 'tabsched[dask]'``).
     progress : callable, optional
         Called as ``progress(tasks_done, tasks_total, configurations_done)``.
     """
@@ -187,11 +188,9 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
 
 
 def _run_dask(tasks, dask, jobs, record):
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise InvalidParameterError("--dask needs dask.distributed: pip install -e '.[dask]'") \
-            from None
+    distributed = require("distributed", "dask", "--dask")
+    Client, LocalCluster, as_completed = (distributed.Client, distributed.LocalCluster,
+                                          distributed.as_completed)
     owned = []
     if isinstance(dask, Client):
         client = dask

@@ -159,7 +159,7 @@ def test_every_source_path_the_docs_name_exists():
 
 def test_the_architecture_map_names_every_module():
     text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    for name, path in module_names().items():
+    for name in module_names():
         leaf = name.rpartition(".")[2]
         if leaf in ("__main__",) or name == "tabsched":
             continue

@@ -79,18 +79,3 @@ def test_bad_sweep_csv(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(InvalidParameterError, match="not a sweep CSV"):
         read_sweep_csv(path)
-
-
-def test_dask_missing_is_one_clear_error(small_grid, monkeypatch):
-    import builtins
-    real_import = builtins.__import__
-
-    def no_distributed(name, *args, **kwargs):
-        if name == "distributed":
-            raise ImportError("no distributed")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_distributed)
-    with pytest.raises(InvalidParameterError, match=r"--dask needs dask.distributed: "
-                                                    r"pip install -e '.\[dask\]'"):
-        run_sweep(small_grid[:1], dask="local")

@@ -90,7 +90,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
 @click.option("--contention", type=click.Choice(CONTENTION_MODES))
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local",
-              help="Run on a Dask cluster (needs pip install -e '.[dask]').")
+              help="Run on a Dask cluster (needs the dask extra: pip install 'tabsched[dask]').")
 @click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
 @translate_errors
 def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
