@@ -23,6 +23,28 @@ from tabsched import InvalidParameterError, format_quantity, parse_quantity
     ("1PFLOP/s", "FLOP/s", 1e15),
     ("989TFLOPS", "FLOP/s", 989e12),
     ("2TFLOP", "FLOP", 2e12),
+    # what people type (issue 15)
+    ("80G", "B", 80e9),
+    ("80gb", "B", 80e9),
+    ("80 GByte", "B", 80e9),
+    ("80 gigabyte".replace("gigabyte", "GBytes"), "B", 80e9),
+    ("450 GB/sec", "B/s", 450e9),
+    ("450 GB / s", "B/s", 450e9),
+    ("450GBps", "B/s", 450e9),
+    ("400 Gbit/s", "B/s", 50e9),
+    ("400 gbit/s", "B/s", 50e9),
+    ("400gbps", "B/s", 50e9),
+    ("25 GiB/s", "B/s", 25 * 2**30),
+    ("989 tflop/s", "FLOP/s", 989e12),
+    ("989 TFLOPs/s", "FLOP/s", 989e12),
+    ("989T", "FLOP/s", 989e12),
+    ("2 tflop", "FLOP", 2e12),
+    ("1.5 sec", "s", 1.5),
+    ("20 usec", "s", 2e-5),
+    ("2\u03bcs", "s", 2e-6),                                 # Greek mu
+    ("2 minutes", "s", 120.0),
+    ("1 hour", "s", 3600.0),
+    ("3MS", "s", 3e-3),
 ])
 def test_parse(text, unit, expected):
     assert parse_quantity(text, unit) == pytest.approx(expected, rel=1e-15)
@@ -35,10 +57,19 @@ def test_sub_unit_times_are_exact():
 
 
 @pytest.mark.parametrize("text,unit,message", [
-    ("80XB", "B", r"^memory_budget: '80XB' is not a size \(expected e\.g\. 80GB\)$"),
+    ("80XB", "B", r"^memory_budget: '80XB' is not a size \(expected e\.g\. 80GB; accepted "
+                  r"forms: 80GB, 80 GiB, 80G, 80gb, 80 GByte\)$"),
     ("80GB/s", "B", r"'80GB/s' is not a size"),
-    ("80GB", "B/s", r"'80GB' is not a bandwidth \(expected e\.g\. 450GB/s\)"),
-    ("2 parsecs", "s", r"'2 parsecs' is not a time \(expected e\.g\. 1\.2ms\)"),
+    ("80GB", "B/s", r"'80GB' is not a bandwidth \(expected e\.g\. 450GB/s; accepted forms: "
+                    r"450GB/s, 450 GB/sec, 450GBps, 400Gb/s, 400 Gbit/s, 400Gbps\)"),
+    ("2 parsecs", "s", r"'2 parsecs' is not a time \(expected e\.g\. 1\.2ms; accepted forms"),
+    ("400gb/s", "B/s", r"^'400gb/s' is ambiguous: write 400GB/s for bytes or 400Gbit/s for "
+                       r"bits per second$"),
+    ("1e999GB", "B", r"'1e999GB' is not a finite number"),
+    ("\u0668GB", "B", r"is not a size"),                  # Arabic-Indic digit eight
+    ("\uff18\uff10GB", "B", r"is not a size"),            # fullwidth 80
+    (float("nan"), "s", r"nan is not a finite number"),
+    ("8" * 5000 + "XB", "B", r"^'8{40}\.\.\.' is not a size"),
     ("1PB/s", "FLOP/s", r"'1PB/s' is not a compute rate"),
     ("fast", "B/s", r"'fast' is not a bandwidth"),
     (True, "B", r"True is not a size"),
