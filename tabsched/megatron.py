@@ -1,0 +1,254 @@
+"""Megatron-LM launch arguments for a table, where Megatron-LM can run it.
+
+Megatron-LM (``megatron/core/pipeline_parallel/schedules.py``) runs two pipeline
+schedules, chosen by its arguments rather than by a table:
+
+* ``forward_backward_pipelining_without_interleaving`` (1F1B): rank ``r`` of ``P`` runs
+  ``min(P - r - 1, M)`` warm-up forwards, then alternates one forward and one backward,
+  then the remaining backwards.
+* ``forward_backward_pipelining_with_interleaving`` (``V`` virtual stages per rank, rank
+  ``r`` holding model chunks ``r, r + P, ...``): microbatches go in groups of ``G``
+  (``--microbatch-group-size-per-virtual-pipeline-stage``, default ``P``); forward ``k``
+  runs chunk ``c`` of microbatch ``m`` from a table listing, group by group, every chunk
+  of every microbatch of the group; backward ``k`` the same with the chunks reversed.
+  Warm-up is ``2 * (P - r - 1) + (V - 1) * G`` forwards (at most all of them). Megatron
+  requires ``P <= G <= M`` and the last group to hold 0 or at least ``P`` microbatches.
+
+:func:`megatron_arguments` derives ``P``, ``V`` and the layer split from the table,
+builds Megatron-LM's own order for every group size it accepts, and returns the
+arguments when one of them is the table's order, operation for operation. Otherwise it
+raises ``InvalidScheduleError`` saying why: split backwards (I/W) and fused cells have no
+Megatron-LM schedule, a stage must live on exactly one rank in Megatron's placement, and
+the first operation where the orders part is named.
+
+Layers: an even split is ``--num-layers`` (and ``--num-layers-per-virtual-pipeline-stage``
+with virtual stages); an uneven one is ``--pipeline-model-parallel-layout`` (``E`` the
+embedding, ``t`` a decoder layer, ``t*4`` four of them, ``L`` the loss, ``,`` between
+parts of one stage and ``|`` between consecutive stages, e.g. ``E,t*4|t*4|t*8|t*8,L``;
+Megatron-LM documents it as experimental).
+
+>>> from tabsched.schedules import generate
+>>> launch = megatron_arguments(generate("interleaved-1f1b", devices=4, microbatches=8,
+...                                      chunks=2, layers=32))
+>>> launch.command_line()
+'--pipeline-model-parallel-size 4 --num-layers 32 --num-layers-per-virtual-pipeline-stage 4 --microbatch-group-size-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 8'
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
+from tabsched.table import BACKWARD, FORWARD, KINDS
+
+__all__ = ["MegatronLaunch", "megatron_arguments", "megatron_orders"]
+
+
+@dataclass(frozen=True)
+class MegatronLaunch:
+    """Megatron-LM arguments that run a table, and what they mean.
+
+    ``arguments`` is a list of ``(flag, value)``; ``schedule`` names the Megatron-LM
+    function that runs it; ``notes`` say what the user must add (tensor and data
+    parallelism, the model's own arguments).
+    """
+
+    arguments: tuple
+    schedule: str
+    notes: tuple = field(default=())
+
+    def command_line(self):
+        """The arguments as one line for a launch script."""
+        return " ".join(f"{flag} {value}" for flag, value in self.arguments)
+
+    def to_dict(self):
+        return {"arguments": {flag: value for flag, value in self.arguments},
+                "command_line": self.command_line(), "schedule": self.schedule,
+                "notes": list(self.notes)}
+
+
+def megatron_orders(devices, microbatches, chunks=1, group_size=None):
+    """Megatron-LM's per-rank order: ``orders[r]`` lists ``(kind, stage, microbatch)``.
+
+    ``kind`` is ``"F"`` or ``"B"``; stage ``c * devices + r`` is chunk ``c`` of rank ``r``.
+
+    >>> [f"{s}{k}{m}" for k, s, m in megatron_orders(2, 3)[0]]
+    ['0F0', '0F1', '0B0', '0F2', '0B1', '0B2']
+    """
+    P, M, V = devices, microbatches, chunks
+    G = P if group_size is None else group_size
+    if V == 1:
+        table = [(m, 0) for m in range(M)]
+    else:
+        table = []
+        for first in range(0, M, G):
+            last = M if first + G >= M else first + G
+            table.extend((m, c) for c in range(V) for m in range(first, last))
+    total = len(table)
+    orders = []
+    for rank in range(P):
+        warmup = P - rank - 1 if V == 1 else 2 * (P - rank - 1) + (V - 1) * G
+        warmup = min(warmup, total)
+        forwards = [("F", c * P + rank, m) for m, c in table]
+        backwards = [("B", (V - 1 - c) * P + rank, m) for m, c in table]
+        order = forwards[:warmup]
+        for k in range(total - warmup):
+            order.append(forwards[warmup + k])
+            order.append(backwards[k])
+        order.extend(backwards[total - warmup:])
+        orders.append(order)
+    return orders
+
+
+def _table_orders(table):
+    """The table's per-device order as ``(kind, stage, microbatch)`` tuples."""
+    orders = [[] for _ in range(table.num_devices)]
+    for device, kind, stage, microbatch in zip(table.device.tolist(), table.kind.tolist(),
+                                               table.stage.tolist(),
+                                               table.microbatch.tolist()):
+        orders[device].append((KINDS[kind], stage, microbatch))
+    return orders
+
+
+def _first_difference(mine, theirs):
+    """``(device, position, table op, Megatron op)`` where two orders first part."""
+    for device, (a, b) in enumerate(zip(mine, theirs)):
+        for position in range(max(len(a), len(b))):
+            left = a[position] if position < len(a) else None
+            right = b[position] if position < len(b) else None
+            if left != right:
+                return device, position, left, right
+    return None
+
+
+def _text(op):
+    return "nothing" if op is None else f"{op[1]}{op[0]}{op[2]}"
+
+
+def _refusal(reason):
+    return InvalidScheduleError(f"Megatron-LM cannot run this table: {reason}")
+
+
+def _check_structure(table):
+    """``(P, V)`` if the table has a shape Megatron-LM schedules, else raise."""
+    kinds = set(table.kind.tolist())
+    if kinds - {FORWARD, BACKWARD}:
+        raise _refusal("it splits backwards into input-grad (I) and weight-grad (W) "
+                       "operations; Megatron-LM's schedules run each backward whole (B)")
+    if len(table) and not np.all(table.cell_starts()):
+        raise _refusal("it fuses a forward and a backward into one cell (DualPipe's "
+                       "OVERLAP_F_B); Megatron-LM runs one operation at a time")
+    sizes = table.microbatch_sizes
+    if any(size != sizes[0] for size in sizes):
+        raise _refusal("its microbatches differ in size; Megatron-LM's --micro-batch-size "
+                       "is one number")
+    P, S = table.num_devices, table.num_stages
+    placement = table.placement()
+    for stage in range(S):
+        devices = placement.get(stage, ())
+        if len(devices) != 1:
+            raise _refusal(f"stage {stage} runs on devices {', '.join(map(str, devices))}; "
+                           f"Megatron-LM places each stage on one rank")
+    if S % P:
+        raise _refusal(f"its {S} stages do not split into the same number of virtual "
+                       f"stages on each of its {P} devices")
+    for stage in range(S):
+        (device,) = placement[stage]
+        if device != stage % P:
+            raise _refusal(f"stage {stage} is on device {device}, but Megatron-LM puts "
+                           f"model chunk {stage} on rank {stage % P} (stage mod "
+                           f"{P}, the looped placement; V-shaped placements such as "
+                           f"ZB-V's are not among its schedules)")
+    return P, S // P
+
+
+def _layer_arguments(table, V, num_layers):
+    """Flags that give Megatron-LM the table's layers per stage."""
+    S = table.num_stages
+    layers = table.stage_layers
+    if layers is None:
+        if num_layers is None:
+            return [], ["give --num-layers for your model (the table does not say how many "
+                        "layers it holds; an even split over its stages is assumed)"]
+        if num_layers % S:
+            raise InvalidParameterError(f"num_layers {num_layers} do not split evenly over "
+                                        f"the table's {S} stages")
+        layers = [num_layers // S] * S
+    elif num_layers is not None and sum(layers) != num_layers:
+        raise InvalidParameterError(f"num_layers {num_layers} differs from the table's "
+                                    f"stage_layers, which sum to {sum(layers)}")
+    total = int(sum(layers))
+    arguments = [("--num-layers", total)]
+    if len(set(layers)) == 1:
+        if V > 1:
+            arguments.append(("--num-layers-per-virtual-pipeline-stage", int(layers[0])))
+        return arguments, []
+    parts = [("t" if count == 1 else f"t*{count}") if count else "" for count in layers]
+    parts[0] = ",".join(part for part in ("E", parts[0]) if part)
+    parts[-1] = ",".join(part for part in (parts[-1], "L") if part)
+    arguments.append(("--pipeline-model-parallel-layout", "'" + "|".join(parts) + "'"))
+    return arguments, ["--pipeline-model-parallel-layout is experimental in Megatron-LM"]
+
+
+def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers=None):
+    """The Megatron-LM arguments that run ``table``, or ``InvalidScheduleError`` why not.
+
+    Parameters
+    ----------
+    table : ScheduleTable
+    micro_batch_size : int
+        Samples per microbatch (``--micro-batch-size``); the global batch is
+        ``microbatches * micro_batch_size * data_parallel``.
+    data_parallel : int
+        Pipelines in data parallel (only the global batch depends on it).
+    num_layers : int, optional
+        The model's layers, when the table has no ``stage_layers``.
+
+    Returns
+    -------
+    MegatronLaunch
+    """
+    for name, value in (("micro_batch_size", micro_batch_size),
+                        ("data_parallel", data_parallel)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidParameterError(f"{name} must be a positive integer, not {value!r}")
+    P, V = _check_structure(table)
+    M = table.num_microbatches
+    mine = _table_orders(table)
+    if V == 1:
+        candidates = [None]
+        schedule = "forward_backward_pipelining_without_interleaving (1F1B)"
+    else:
+        if M < P:
+            raise _refusal(f"with virtual stages Megatron-LM needs at least as many "
+                           f"microbatches as ranks ({M} < {P})")
+        candidates = [G for G in range(P, M + 1) if M % G == 0 or M % G >= P]
+        schedule = "forward_backward_pipelining_with_interleaving (interleaved 1F1B)"
+    first_difference = None
+    for group_size in candidates:
+        difference = _first_difference(mine, megatron_orders(P, M, V, group_size))
+        if difference is None:
+            arguments = [("--pipeline-model-parallel-size", P)]
+            layer_arguments, notes = _layer_arguments(table, V, num_layers)
+            arguments += layer_arguments
+            if V > 1 and not any(flag.endswith("layout") for flag, _ in arguments) \
+                    and not any(flag == "--num-layers-per-virtual-pipeline-stage"
+                                for flag, _ in arguments):
+                arguments.append(("--num-virtual-stages-per-pipeline-rank", V))
+            if group_size is not None:
+                arguments.append(("--microbatch-group-size-per-virtual-pipeline-stage",
+                                  group_size))
+            arguments += [("--micro-batch-size", int(micro_batch_size)),
+                          ("--global-batch-size", int(M * micro_batch_size * data_parallel))]
+            notes = notes + ["add your model's arguments, --tensor-model-parallel-size and "
+                             "the data-parallel world size; Megatron-LM infers the number of "
+                             "microbatches from the global batch"]
+            return MegatronLaunch(tuple(arguments), schedule, tuple(notes))
+        if first_difference is None:
+            first_difference = (group_size, difference)
+    group_size, (device, position, table_op, megatron_op) = first_difference
+    shape = f"{P} ranks" + (f" x {V} virtual stages, microbatch group size {group_size}"
+                            if V > 1 else "")
+    raise _refusal(f"its order is not Megatron-LM's {schedule.split(' (')[1][:-1]} "
+                   f"({shape}, {M} microbatches): device {device}, position {position} runs "
+                   f"{_text(table_op)} where Megatron-LM runs {_text(megatron_op)}")
