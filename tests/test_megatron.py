@@ -80,8 +80,9 @@ def test_uneven_layers_become_a_layout():
                     r"rank"),
     ("gpipe", {}, r"its order is not Megatron-LM's 1F1B \(4 ranks, 8 microbatches\): "
                   r"device 0, position 4 runs 0F4 where Megatron-LM runs 0B0"),
-    ("looped-bfs", {"chunks": 2}, r"its order is not Megatron-LM's interleaved 1F1B \(4 ranks x 2 virtual "
-                                  r"stages, microbatch group size 4, 8 microbatches\)"),
+    ("looped-bfs", {"chunks": 2}, r"its order is not Megatron-LM's interleaved 1F1B \(4 ranks "
+                                  r"x 2 virtual stages, microbatch group size 4, 8 "
+                                  r"microbatches\)"),
 ])
 def test_tables_megatron_cannot_run_are_refused_with_the_reason(family, params, reason):
     table = generate(family, devices=4, microbatches=8, **params)
