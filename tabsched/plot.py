@@ -18,13 +18,25 @@ from tabsched.exceptions import InvalidParameterError
 
 __all__ = ["gantt", "memory_plot", "save_figure", "KIND_COLORS"]
 
-KIND_COLORS = {"F": "#4C72B0", "B": "#DD8452", "I": "#C44E52", "W": "#55A868",
-               "overlap": "#8172B3", "optimizer": "#937860", "sync": "#DA8BC3"}
-TRANSFER_COLORS = {False: "#8DA0CB", True: "#FC8D62"}
+#: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
+#: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
+#: deficiencies, and in greyscale together with the markers and line styles below.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000",
+           "#F0E442")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", "-.", ":")
+KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "I": "#D55E00", "W": "#009E73",
+               "overlap": "#CC79A7", "optimizer": "#999999", "sync": "#56B4E9"}
+TRANSFER_COLORS = {False: "#56B4E9", True: "#F0E442"}
 CRITICAL = "#000000"
 IDLE = "#EEEEEE"
+CAPACITY = "#C00000"
 PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 LABEL_LIMIT = 600
+DPI = 150
+#: Bars narrower than this many pixels are drawn this wide, so that no operation or
+#: transfer vanishes from a picture of a long iteration.
+MIN_BAR_PIXELS = 1.5
 
 
 def matplotlib_module(name="matplotlib"):
@@ -44,7 +56,7 @@ def save_figure(figure, path):
     if suffix not in PICTURE_SUFFIXES:
         raise InvalidParameterError(f"{path}: pictures are written as "
                                     f"{', '.join(PICTURE_SUFFIXES)}, not {suffix or 'no suffix'}")
-    figure.savefig(path, dpi=150)
+    figure.savefig(path, dpi=DPI)
 
 
 def _critical_nodes(result):
@@ -54,8 +66,56 @@ def _critical_nodes(result):
     return mask
 
 
+def _text_color(fill):
+    """Black or white, whichever reads better on ``fill`` (relative luminance, WCAG 2)."""
+    red, green, blue = (int(fill[k:k + 2], 16) / 255 for k in (1, 3, 5))
+    channel = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+               for c in (red, green, blue)]
+    luminance = 0.2126 * channel[0] + 0.7152 * channel[1] + 0.0722 * channel[2]
+    return "black" if luminance > 0.35 else "white"
+
+
+def table_title(table, limit=60):
+    """A short name for ``table``: its family and parameters, or what it was adapted from.
+
+    >>> from tabsched.schedules import generate
+    >>> table_title(generate("1f1b", devices=4, microbatches=8))
+    '1f1b devices=4 microbatches=8'
+    """
+    params = dict(table.params)
+    if "transforms" in params:
+        steps = len(params["transforms"])
+        origin = params.get("adapted_from") or "table"
+        text = f"{origin}, adapted ({steps} transform{'s' if steps != 1 else ''})"
+    else:
+        text = " ".join([table.family or "table"]
+                        + [f"{key}={value}" for key, value in params.items()])
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _widened(durations, minimum):
+    """Durations with every positive one at least ``minimum`` (for drawing only)."""
+    durations = np.asarray(durations, dtype=float)
+    return np.where(durations > 0, np.maximum(durations, minimum), durations)
+
+
+def _time_range(time_range, makespan):
+    """``(start, end)`` of the picture's time axis, checked."""
+    if time_range is None:
+        return 0.0, makespan if makespan > 0 else 1.0
+    try:
+        begin, end = (float(value) for value in time_range)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"time_range must be two numbers (start, end), not "
+                                    f"{time_range!r}") from None
+    if not (np.isfinite(begin) and np.isfinite(end) and 0 <= begin < end):
+        raise InvalidParameterError(f"time_range ({begin:g}, {end:g}) must have "
+                                    f"0 <= start < end")
+    return begin, end
+
+
 def gantt(result, path=None, *, transfers=True, critical=True, labels=None, title=None,
-          width=None):
+          width=None, time_range=None):
     """A Gantt chart of an evaluated table.
 
     One lane per device (device 0 on top): operations coloured by kind (an
@@ -73,10 +133,17 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     transfers, critical : bool
         Draw the link lanes; outline the critical path.
     labels : bool, optional
-        Label operations; default only when there are at most 600.
+        Label operations; default only when at most 600 are in view.
     title : str, optional
+        Default: the table's family and parameters (an adapted table: what it was
+        adapted from and how many transforms), the level, makespan and bubble.
     width : float, optional
         Figure width in inches (default grows with the number of cells).
+    time_range : (float, float), optional
+        Zoom on this span of time, in the result's time unit.
+
+    Bars narrower than ``MIN_BAR_PIXELS`` at the figure's resolution are drawn
+    that wide, so no transfer or operation of a long iteration vanishes.
 
     Returns
     -------
@@ -95,18 +162,24 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         links = sorted(set(zip(lowered.transfers.src.tolist(), lowered.transfers.dst.tolist())))
     has_sync = lowered.num_syncs > 0
     lanes = D + (len(links) + has_sync) * 0.5
+    makespan = result.makespan
+    begin, end = _time_range(time_range, makespan)
+    in_view = (start[:lowered.num_cells] < end) & (start[:lowered.num_cells]
+                                                   + durations[:lowered.num_cells] > begin)
     if width is None:
-        width = float(np.clip(lowered.num_cells / max(D, 1) * 0.25, 8, 24))
+        width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
     figure = _figure(width, 1.0 + 0.45 * lanes)
     ax = figure.add_subplot()
-    makespan = result.makespan
+    # one pixel in time units: the axis takes about three quarters of the figure's width
+    minimum = MIN_BAR_PIXELS * (end - begin) / (0.75 * width * DPI)
+    drawn = _widened(durations, minimum)
 
     fresh = table.cell_starts()
     parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
     first_op = np.flatnonzero(fresh)
     stages_on = {d: len(set(table.stage[table.device == d].tolist())) for d in range(D)}
     if labels is None:
-        labels = lowered.num_cells <= LABEL_LIMIT
+        labels = int(in_view.sum()) <= LABEL_LIMIT
     for d in range(D):
         group = ax.broken_barh([(0.0, makespan)], (d - 0.4, 0.8), facecolors=IDLE,
                                edgecolor="none")
@@ -115,7 +188,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         cells = np.flatnonzero(lowered.cell_device == d)
         if len(cells) == 0:
             continue
-        segments = list(zip(start[cells].tolist(), durations[cells].tolist()))
+        segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
         colors = [KIND_COLORS["overlap"] if parts[c] > 1
                   else KIND_COLORS[table.kind_letter(int(first_op[c]))] for c in cells]
         edges = [CRITICAL if on_path[c] else "white" for c in cells]
@@ -124,18 +197,20 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
                               linewidths=widths)
         bars.set_gid(f"device-{d}")
         if labels:
-            for c in cells:
+            for c, color in zip(cells, colors):
+                if not in_view[c]:
+                    continue
                 op = int(first_op[c])
                 text = (f"{int(table.stage[op])}:{int(table.microbatch[op])}"
                         if stages_on[d] > 1 else str(int(table.microbatch[op])))
                 if parts[c] > 1:
                     text += "+"
                 ax.text(start[c] + durations[c] / 2, d, text, ha="center", va="center",
-                        fontsize=6, color="white", clip_on=True)
+                        fontsize=6, color=_text_color(color), clip_on=True)
     if lowered.optimizer:
         for d in range(D):
             node = lowered.first_optimizer + d
-            bars = ax.broken_barh([(start[node], durations[node])], (d - 0.4, 0.8),
+            bars = ax.broken_barh([(start[node], drawn[node])], (d - 0.4, 0.8),
                                   facecolors=KIND_COLORS["optimizer"],
                                   edgecolors=CRITICAL if on_path[node] else "white")
             bars.set_gid(f"optimizer-{d}")
@@ -150,7 +225,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
             mine = np.flatnonzero((src == a) & (dst == b))
             nodes = lowered.num_cells + mine
             bars = ax.broken_barh(
-                list(zip(start[nodes].tolist(), durations[nodes].tolist())), (y - 0.18, 0.36),
+                list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
                 facecolors=[TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
                 edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes],
                 linewidths=0.8)
@@ -160,7 +235,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     if has_sync:
         y += 0.5
         nodes = lowered.first_sync + np.arange(lowered.num_syncs)
-        bars = ax.broken_barh(list(zip(start[nodes].tolist(), durations[nodes].tolist())),
+        bars = ax.broken_barh(list(zip(start[nodes].tolist(), drawn[nodes].tolist())),
                               (y - 0.18, 0.36), facecolors=KIND_COLORS["sync"],
                               edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes])
         bars.set_gid("grad-sync")
@@ -169,7 +244,10 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
 
     ax.set_yticks(ticks, names, fontsize=7 if len(ticks) > 16 else 9)
     ax.set_ylim(y + 0.5, -0.6)
-    ax.set_xlim(0, makespan * 1.005 if makespan > 0 else 1)
+    if time_range is None:
+        ax.set_xlim(0, makespan * 1.005 if makespan > 0 else 1)
+    else:
+        ax.set_xlim(begin, end)
     ax.set_xlabel(f"time ({result.time_unit})")
     kinds_present = sorted(set(table.kind_letter(int(op)) for op in first_op[parts == 1]),
                            key="FBIW".index)
@@ -182,13 +260,19 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     handles.append(Patch(color=IDLE, label="idle"))
     if critical:
         handles.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
+    if labels:
+        several = any(count > 1 for count in stages_on.values())
+        handles.append(Patch(facecolor="none", edgecolor="none",
+                             label="bar label: microbatch" + (
+                                 "\n(stage:microbatch where a\ndevice holds several stages)"
+                                 if several else "") + (
+                                 "\n+: fused F and B" if np.any(parts > 1) else "")))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
-    family = table.family or "table"
-    params = " ".join(f"{k}={v}" for k, v in table.params.items())
-    ax.set_title(title or f"{family} {params} - {result.level}: makespan "
+    zoom = f" [{begin:.4g}, {end:.4g}]" if time_range is not None else ""
+    ax.set_title(title or f"{table_title(table)} - {result.level}: makespan "
                           f"{result.makespan:.4g} {result.time_unit}, bubble "
-                          f"{result.bubble_ratio:.1%}", fontsize=10)
+                          f"{result.bubble_ratio:.1%}{zoom}", fontsize=10)
     if path is not None:
         save_figure(figure, path)
     return figure
@@ -245,27 +329,77 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
     ax.set_ylabel(f"{what} ({unit})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
               ncol=1 if D <= 16 else 2)
-    family = table.family or "table"
-    params = " ".join(f"{k}={v}" for k, v in table.params.items())
-    ax.set_title(title or f"{family} {params} - memory per device", fontsize=10)
+    ax.set_title(title or f"{table_title(table)} - memory per device", fontsize=10)
     if path is not None:
         save_figure(figure, path)
     return figure
 
 
 def _colormap(count):
-    cmap = matplotlib_module().colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "viridis"]
-    if count > 20:
-        return lambda d: cmap(d / max(count - 1, 1))
-    return cmap
+    """Colour of line ``k`` of ``count``: the palette, or a colour-blind-safe map beyond it."""
+    if count <= len(PALETTE):
+        return lambda k: PALETTE[k]
+    cmap = matplotlib_module().colormaps["cividis"]  # designed for colour-vision deficiency
+    return lambda k: cmap(k / max(count - 1, 1))
 
 
-def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s", title=None):
-    """Iteration time against microbatches: a line per family, a panel per system.
+#: Sweep columns that place a point on a line (x axis, panel) or describe it, rather than
+#: tell lines apart.
+_NOT_A_LINE = {"family", "params", "devices", "microbatches", "system", "microbatch_size",
+               "status", "reason"}
+_LEVELS = {"formula": "formula level", "table": "table level", "simulation": "simulation"}
+
+
+def metric_label(metric):
+    """``"iteration time (simulation)"`` for ``simulation_makespan_s``, and so on.
+
+    >>> metric_label("simulation_makespan_s"), metric_label("table_bubble_ratio")
+    ('iteration time (simulation)', 'bubble ratio (table level)')
+    """
+    level, _, rest = metric.partition("_")
+    if level not in _LEVELS:
+        return metric.replace("_", " ")
+    rest = re.sub(r"_(s|bytes)$", "", rest)
+    name = {"makespan": "iteration time", "slots": "schedule length (slots)"}.get(
+        rest, rest.replace("_", " "))
+    return f"{name} ({_LEVELS[level]})"
+
+
+def _system_independent(metric, ok, line_of):
+    """Whether ``metric`` is the same on every system for each line and microbatch count."""
+    if metric.startswith(("formula_", "table_")):
+        return True
+    values = {}
+    for row in ok:
+        values.setdefault((line_of(row), row["microbatches"]), set()).add(row[metric])
+    return len({row["system"] for row in ok}) > 1 and all(len(v) == 1 for v in values.values())
+
+
+def _capacity(system):
+    """The memory capacity of a system preset or file, or None."""
+    from tabsched.costs.system import load_system
+    from tabsched.exceptions import TabschedError
+    try:
+        return load_system(system).memory_capacity
+    except (TabschedError, OSError):
+        return None
+
+
+def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s", title=None,
+               logx=True, logy=False, capacity=None):
+    """A metric against microbatches: a line per configuration, a panel per system.
 
     ``rows`` are sweep rows (:mod:`tabsched.sweep`); skipped configurations are
     left out. Systems named like the tabular paper's grid are laid out as the
     grid (network slow..fast down, compute slow..fast across); others in order.
+    When the metric does not depend on the system (the formula and table levels,
+    or equal values everywhere) one panel shows it.
+
+    A line is one family spec and, when they vary, one model and every other
+    configuration column (global batch, recomputation...), so a sweep over two
+    models draws two lines per family rather than one zig-zag. Lines differ in
+    colour (a colour-blind-safe palette), marker and line style, so lines that
+    coincide stay visible.
 
     Parameters
     ----------
@@ -275,6 +409,11 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
         Plot this pipeline depth; default the only one in ``rows`` (required if several).
     metric : str
         A numeric sweep column (default the simulated iteration time).
+    logx, logy : bool
+        Logarithmic axes (microbatches on base 2 by default).
+    capacity : bool, optional
+        Draw each system's memory capacity on memory metrics (default: when the
+        metric is a memory in bytes and the system states its capacity).
 
     Returns
     -------
@@ -291,49 +430,90 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     if not ok:
         raise InvalidParameterError(f"no successful configuration with devices={devices} "
                                     f"to plot")
-    systems = list(dict.fromkeys(row["system"] for row in ok))
-    grid = _grid_layout(systems)
+    columns = [column for column in ok[0] if column not in _NOT_A_LINE
+               and not column.startswith(tuple(f"{level}_" for level in _LEVELS))]
+    varying = [column for column in columns if column != "spec"
+               and len({str(row.get(column)) for row in ok}) > 1]
+
+    def line_of(row):
+        return (row["spec"],) + tuple(str(row.get(column)) for column in varying)
+
+    def line_label(key):
+        extra = ", ".join(f"{value}" if column == "model" else f"{column} {value}"
+                          for column, value in zip(varying, key[1:]))
+        return f"{key[0]} ({extra})" if extra else key[0]
+
+    single = _system_independent(metric, ok, line_of)
+    systems = ["all systems"] if single else list(dict.fromkeys(row["system"] for row in ok))
+    grid = {systems[0]: (0, 0)} if single else _grid_layout(systems)
     nrows = max(r for r, _ in grid.values()) + 1
     ncols = max(c for _, c in grid.values()) + 1
-    figure = _figure(3.4 * ncols + 1.6, 2.6 * nrows + 0.6)
+    figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
     axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
-    specs = list(dict.fromkeys(row["spec"] for row in ok))
-    cmap = _colormap(len(specs))
+    lines = list(dict.fromkeys(line_of(row) for row in ok))
+    color = _colormap(len(lines))
     scale, unit = ((1.0, "s") if metric.endswith("_s") else
                    (1e-9, "GB") if metric.endswith("_bytes") else (1.0, ""))
+    memory = metric.endswith("_bytes") and "memory" in metric
+    if capacity is None:
+        capacity = memory
     for system, (r, c) in grid.items():
         ax = axes[r][c]
-        for index, spec in enumerate(specs):
-            points = sorted((row["microbatches"], row[metric]) for row in ok
-                            if row["system"] == system and row["spec"] == spec)
+        for index, key in enumerate(lines):
+            points = sorted({row["microbatches"]: row[metric] for row in ok
+                             if (single or row["system"] == system)
+                             and line_of(row) == key}.items())
             if points:
                 xs, ys = zip(*points)
-                line, = ax.plot(xs, [y * scale for y in ys], marker="o", markersize=3,
-                                color=cmap(index), label=spec, linewidth=1.2)
-                line.set_gid(f"sweep-{system}-{spec}")
-        ax.set_xscale("log", base=2)
-        ax.set_title(system, fontsize=9)
+                line, = ax.plot(xs, [y * scale for y in ys], color=color(index),
+                                marker=MARKERS[index % len(MARKERS)],
+                                linestyle=LINESTYLES[index % len(LINESTYLES)],
+                                # later lines on top with smaller markers: where lines
+                                # coincide, every marker still shows
+                                markersize=max(3.0, 8.0 - 0.6 * index),
+                                markerfacecolor="none" if index % 2 else color(index),
+                                linewidth=1.3, zorder=3 + index,
+                                label=line_label(key))
+                line.set_gid(f"sweep-{system}-{index}")
+        if capacity:
+            limits = {_capacity(name) for name in ({row["system"] for row in ok}
+                                                   if single else {system})}
+            limit = limits.pop() if len(limits) == 1 else None  # one panel: one capacity
+            if limit is not None:
+                ax.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
+                           label=f"capacity {limit * scale:.4g} {unit}").set_gid(
+                               f"capacity-{system}")
+        if logx:
+            ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_title(system if not single else
+                     "every system (this level does not depend on it)", fontsize=9)
         ax.tick_params(labelsize=7)
         if c == 0:
-            name = re.sub(r"^simulation_|_(s|bytes)$", "", metric).replace("_", " ")
-            ax.set_ylabel(f"{name} ({unit})" if unit else name, fontsize=8)
+            ax.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
+                          fontsize=8)
         if r == nrows - 1:
             ax.set_xlabel("microbatches M", fontsize=8)
     for r in range(nrows):
         for c in range(ncols):
             if (r, c) not in grid.values():
                 axes[r][c].set_visible(False)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = [], []
     for r, c in grid.values():
-        more_handles, more_labels = axes[r][c].get_legend_handles_labels()
-        for handle, label in zip(more_handles, more_labels):
-            if label not in labels:
+        for handle, label in zip(*axes[r][c].get_legend_handles_labels()):
+            if label not in labels and not label.startswith("capacity "):
                 handles.append(handle)
                 labels.append(label)
-    figure.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
-    model = ok[0].get("model")
-    figure.suptitle(title or f"{model}, {devices} devices: iteration time vs microbatches",
-                    fontsize=10)
+    if capacity and any(line.get_gid() and line.get_gid().startswith("capacity")
+                                       for ax in figure.axes for line in ax.get_lines()):
+        handles.append(matplotlib_module("matplotlib.lines").Line2D(
+            [], [], color=CAPACITY, linestyle="--", label="memory capacity"))
+        labels.append("memory capacity")
+    figure.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
+    models = list(dict.fromkeys(str(row.get("model")) for row in ok))
+    figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
+                             f"{metric_label(metric)} vs microbatches", fontsize=10)
     if path is not None:
         save_figure(figure, path)
     return figure
@@ -344,8 +524,10 @@ def _grid_layout(systems):
     speeds = {"slow": 0, "mid": 1, "fast": 2}
     pattern = re.compile(r"(slow|mid|fast)_nw_(slow|mid|fast)_cp")
     matches = [pattern.fullmatch(system) for system in systems]
-    if all(matches):
-        return {system: (speeds[m.group(1)], speeds[m.group(2)])
+    if all(matches):  # the paper's layout, keeping only the rows and columns present
+        rows = sorted({speeds[m.group(1)] for m in matches})
+        columns = sorted({speeds[m.group(2)] for m in matches})
+        return {system: (rows.index(speeds[m.group(1)]), columns.index(speeds[m.group(2)]))
                 for system, m in zip(systems, matches)}
     columns = int(np.ceil(np.sqrt(len(systems))))
     return {system: divmod(index, columns) for index, system in enumerate(systems)}

@@ -8,10 +8,17 @@ transfer an event), and, when the iteration has a tail, a "collectives" track
 for the gradient syncs. Times are in microseconds, as the format wants; a
 result in slots maps one slot to one microsecond (``args.time_unit`` says so).
 
+As in a ``torch.profiler`` trace, memory is a counter track per device
+(``device <d> memory``: activations, and persistent + activations when the
+cost model has persistent memory; ``"ph": "C"`` events at every change), and
+each transfer is joined to its producer and its consumer by flow arrows
+(``"ph": "s"``/``"f"`` with ``"bp": "e"``, category ``transfer``), so clicking
+an operation shows where its output went.
+
 >>> from tabsched import evaluate, generate
 >>> trace = chrome_trace(evaluate(generate("1f1b", devices=2, microbatches=2)))
 >>> sorted({event["ph"] for event in trace["traceEvents"]})
-['M', 'X']
+['C', 'M', 'X', 'f', 's']
 """
 
 import json
@@ -95,6 +102,9 @@ def chrome_trace(result):
                 "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
                 "args": {"devices": list(lowered.sync_devices(k)),
                          "critical": bool(critical[node])}})
+    events.extend(_memory_counters(result, scale))
+    if len(transfers):
+        events.extend(_transfer_flows(result, scale, track))
     if lowered.optimizer:
         for device in range(table.num_devices):
             node = lowered.first_optimizer + device
@@ -108,6 +118,52 @@ def chrome_trace(result):
             "otherData": {"generator": "tabsched", "family": table.family,
                           "params": table.params, "level": result.level,
                           "makespan": result.makespan, "time_unit": result.time_unit}}
+
+
+def _memory_counters(result, scale):
+    """One counter track per device: memory after every change (last value per instant)."""
+    bytes_ = result.memory_unit == "bytes"
+    events = []
+    for device, (times, values) in enumerate(result.memory_timeline()):
+        persistent = result.devices[device].persistent_memory
+        last_at_time = np.append(times[1:] != times[:-1], True) if len(times) else times
+        times = np.concatenate([[0.0], times[last_at_time]])
+        values = np.concatenate([[0.0], values[last_at_time]])
+        for time, value in zip(times.tolist(), values.tolist()):
+            args = {"activations": value}
+            if persistent:
+                args["total"] = value + persistent
+            events.append({"name": f"device {device} memory"
+                                   + (" (bytes)" if bytes_ else f" ({result.memory_unit})"),
+                           "ph": "C", "pid": DEVICES_PID, "ts": time * scale, "args": args})
+    return events
+
+
+def _transfer_flows(result, scale, track):
+    """Flow arrows producer -> transfer and transfer -> consumer, two per transfer."""
+    lowered = result._lowered
+    table = result.table
+    start = result._node_start
+    transfers = lowered.transfers
+    events = []
+    src, dst = transfers.src.tolist(), transfers.dst.tolist()
+    producer_cells = lowered.cell_of_op[transfers.producer].tolist()
+    consumer_cells = lowered.cell_of_op[transfers.consumer].tolist()
+    for k in range(len(transfers)):
+        node = lowered.num_cells + k
+        link = track[src[k], dst[k]]
+        name = str(table.op(int(transfers.producer[k])))
+        ends = [((DEVICES_PID, src[k], start[producer_cells[k]]),
+                 (LINKS_PID, link, start[node])),
+                ((LINKS_PID, link, start[node]),
+                 (DEVICES_PID, dst[k], start[consumer_cells[k]]))]
+        for half, ((pid_a, tid_a, ts_a), (pid_b, tid_b, ts_b)) in enumerate(ends):
+            flow = 2 * k + half
+            events.append({"name": name, "cat": "transfer", "ph": "s", "id": flow,
+                           "pid": pid_a, "tid": tid_a, "ts": float(ts_a) * scale})
+            events.append({"name": name, "cat": "transfer", "ph": "f", "bp": "e", "id": flow,
+                           "pid": pid_b, "tid": tid_b, "ts": float(ts_b) * scale})
+    return events
 
 
 def _meta(pid, tid, name, value):

@@ -106,3 +106,145 @@ def test_sweep_plot_needs_a_successful_configuration():
     with pytest.raises(InvalidParameterError, match="no successful configuration with "
                                                     "devices=None to plot"):
         sweep_plot(rows)
+
+
+# ---------------------------------------------------------------- pictures for a paper
+def sweep_rows(models=("paper-128l",), systems=("mid_nw_mid_cp", "slow_nw_mid_cp")):
+    from tabsched.sweep import grid_tasks, run_sweep
+    return run_sweep(grid_tasks(["gpipe", "1f1b"], [4], [4, 8, 16], models=models,
+                                systems=systems, global_batch=16))
+
+
+def test_sweep_lines_differ_in_marker_and_style_so_coinciding_lines_show():
+    from tabsched.plot import PALETTE, sweep_plot
+    figure = sweep_plot(sweep_rows(), metric="table_bubble_ratio")
+    lines = [line for line in figure.axes[0].get_lines() if line.get_gid()]
+    assert len(lines) == 2
+    gpipe, one_f_one_b = lines
+    assert np.allclose(gpipe.get_ydata(), one_f_one_b.get_ydata())      # they coincide
+    assert gpipe.get_marker() != one_f_one_b.get_marker()
+    assert gpipe.get_linestyle() != one_f_one_b.get_linestyle()
+    assert gpipe.get_markersize() > one_f_one_b.get_markersize()         # nested markers
+    assert one_f_one_b.get_zorder() > gpipe.get_zorder()
+    assert {line.get_color() for line in lines} <= set(PALETTE)
+
+
+def test_a_system_independent_metric_gets_one_panel_and_the_title_names_it():
+    from tabsched.plot import sweep_plot
+    rows = sweep_rows()
+    figure = sweep_plot(rows, metric="table_bubble_ratio")
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert len(visible) == 1 and "every system" in visible[0].get_title()
+    assert figure._suptitle.get_text() == ("paper-128l, 4 devices: bubble ratio (table level) "
+                                           "vs microbatches")
+    figure = sweep_plot(rows)                                # the simulation differs by system
+    assert len([ax for ax in figure.axes if ax.get_visible()]) == 2
+    assert "iteration time (simulation)" in figure._suptitle.get_text()
+
+
+def test_two_models_are_two_lines_not_one_zigzag():
+    from tabsched.plot import sweep_plot
+    figure = sweep_plot(sweep_rows(models=("paper-128l", "gpt3-175b"),
+                                   systems=("mid_nw_mid_cp",)))
+    lines = [line for line in figure.axes[0].get_lines() if line.get_gid()]
+    assert sorted(line.get_label() for line in lines) == [
+        "1f1b (gpt3-175b)", "1f1b (paper-128l)", "gpipe (gpt3-175b)", "gpipe (paper-128l)"]
+    for line in lines:
+        assert list(line.get_xdata()) == [4, 8, 16]                     # one point per M
+    assert figure._suptitle.get_text().startswith("paper-128l, gpt3-175b, 4 devices")
+
+
+def test_memory_metrics_show_the_capacity_and_axes_can_be_log():
+    from tabsched.plot import sweep_plot
+    rows = sweep_rows()
+    figure = sweep_plot(rows, metric="simulation_peak_memory_bytes", logy=True, logx=False)
+    ax = figure.axes[0]
+    capacity = [line for line in ax.get_lines() if (line.get_gid() or "").startswith("capacity")]
+    assert len(capacity) == 1 and np.allclose(capacity[0].get_ydata(), 80.0)   # 80 GB, in GB
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "linear"
+    figure = sweep_plot(rows, metric="simulation_peak_memory_bytes", capacity=False)
+    assert not [line for line in figure.axes[0].get_lines()
+                if (line.get_gid() or "").startswith("capacity")]
+
+
+def test_gantt_draws_sub_pixel_transfers_at_a_minimum_width(tmp_path):
+    from tabsched import ModelCosts
+    from tabsched.plot import DPI, MIN_BAR_PIXELS
+    result = evaluate(generate("1f1b", devices=8, microbatches=32),
+                      ModelCosts("paper-128l", "mid_nw_mid_cp"))
+    path = tmp_path / "g.svg"
+    figure = gantt(result, path, width=12)
+    link = next(collection for collection in figure.axes[0].collections
+                if collection.get_gid() == "link-0-1")
+    widths = [path.get_extents().width for path in link.get_paths()]
+    assert len(widths) == 32                                 # every transfer is drawn
+    minimum = MIN_BAR_PIXELS * result.makespan / (0.75 * 12 * DPI)
+    assert min(widths) >= minimum * 0.999
+    assert result._node_durations[result._lowered.num_cells] < minimum   # it was narrower
+
+
+def test_gantt_zooms_on_a_time_range_and_labels_what_is_in_view():
+    result = evaluate(generate("1f1b", devices=4, microbatches=64), UnitCosts(f=1, b=2))
+    figure = gantt(result, time_range=(10, 20))
+    ax = figure.axes[0]
+    assert ax.get_xlim() == (10, 20)
+    assert "[10, 20]" in ax.get_title()
+    assert 0 < len(ax.texts) < 4 * 12                      # only the cells in view
+    with pytest.raises(InvalidParameterError, match=r"time_range \(5, 2\) must have"):
+        gantt(result, time_range=(5, 2))
+
+
+def test_an_adapted_table_has_a_short_title():
+    from tabsched.adapt import SplitBackward, Warmup
+    from tabsched.plot import table_title
+    table = generate("1f1b", devices=4, microbatches=8)
+    costs = UnitCosts(f=1, b=2)
+    for transform in [SplitBackward(), Warmup([0, 1], 1), Warmup([0], 1)]:
+        table = transform.apply(table, costs)
+    assert table_title(table) == "1f1b devices=4 microbatches=8, adapted (3 transforms)"
+    figure = gantt(evaluate(table, costs))
+    assert figure.axes[0].get_title().startswith("1f1b devices=4 microbatches=8, adapted (3 "
+                                                 "transforms) - table")
+
+
+def test_gantt_legend_explains_the_labels():
+    figure = gantt(evaluate(from_order([["0F0", "1F0", "1B0", "0B0"]])))
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert any(text.startswith("bar label: microbatch\n(stage:microbatch") for text in legend)
+
+
+def test_cli_plot_options(cli, tmp_path):
+    from tabsched.sweep import rows_to_csv
+    csv_path = tmp_path / "s.csv"
+    csv_path.write_text(rows_to_csv(sweep_rows()))
+    code, _, err = cli("plot", "sweep", str(csv_path), "-o", str(tmp_path / "s.png"),
+                       "--metric", "simulation_peak_memory_bytes", "--log-y", "--no-capacity")
+    assert code == 0, err
+    code, _, err = cli("plot", "gantt", "1f1b", "-p", "4", "-m", "8", "--model", "paper-128l",
+                       "--system", "mid_nw_mid_cp", "-o", str(tmp_path / "g.png"),
+                       "--time-range", "100ms:300ms")
+    assert code == 0, err
+    code, _, err = cli("plot", "gantt", "1f1b", "-p", "4", "-m", "8", "-o",
+                       str(tmp_path / "g.png"), "--time-range", "5")
+    assert code == 1 and "--time-range '5': expected START:END" in err
+
+
+def test_trace_has_memory_counters_and_flow_arrows(result):
+    trace = chrome_trace(result)
+    events = trace["traceEvents"]
+    counters = [event for event in events if event["ph"] == "C"]
+    for device in range(4):
+        mine = [event["args"]["activations"] for event in counters
+                if event["name"].startswith(f"device {device} memory")]
+        assert max(mine) == pytest.approx(result.devices[device].peak_memory)
+        assert mine[0] == 0.0
+    starts = [event for event in events if event["ph"] == "s"]
+    finishes = {event["id"]: event for event in events if event["ph"] == "f"}
+    assert len(starts) == len(finishes) == 2 * len(result._lowered.transfers)
+    slices = [event for event in events if event["ph"] == "X"]
+    for flow in starts + list(finishes.values()):
+        # every end of an arrow lies inside a slice of its track (what "bp": "e" binds to)
+        assert any(s["pid"] == flow["pid"] and s["tid"] == flow["tid"]
+                   and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"] for s in slices)
+    arrow = next(event for event in starts if event["pid"] == 0 and event["name"] == "0F0")
+    assert finishes[arrow["id"]]["pid"] == 1                            # into the link track

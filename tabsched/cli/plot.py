@@ -22,15 +22,37 @@ def _picture_output(command):
 @evaluation_options
 @_picture_output
 @click.option("--no-transfers", is_flag=True, help="Leave out the link lanes.")
-@click.option("--labels/--no-labels", default=None, help="Label ops (default: small tables).")
+@click.option("--labels/--no-labels", default=None,
+              help="Label ops (default: when at most 600 are in view).")
+@click.option("--time-range", metavar="START:END",
+              help="Zoom on this span of the iteration, e.g. 0:2.5 (slots) or 1.2s:1.5s "
+                   "(with --model/--system).")
 @translate_errors
-def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers, labels):
+def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers, labels,
+                       time_range):
     """A Gantt chart of SCHEDULE: a lane per device and per link, the critical path outlined."""
     from tabsched.plot import gantt
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
-    gantt(result, out, transfers=not no_transfers, labels=labels)
+    span = None if time_range is None else _parse_time_range(time_range, result.time_unit)
+    gantt(result, out, transfers=not no_transfers, labels=labels, time_range=span)
     click.echo(f"wrote {out}", err=True)
+
+
+def _parse_time_range(text, time_unit):
+    """``(start, end)`` of ``--time-range START:END`` in the result's time unit."""
+    from tabsched.costs.units import parse_quantity
+    head, colon, tail = text.partition(":")
+    if not colon:
+        raise click.ClickException(f"--time-range {text!r}: expected START:END, e.g. 0:2.5")
+    try:
+        if time_unit == "s":
+            return (parse_quantity(head, "s", name="--time-range start"),
+                    parse_quantity(tail, "s", name="--time-range end"))
+        return float(head), float(tail)
+    except ValueError:
+        raise click.ClickException(f"--time-range {text!r}: expected START:END in "
+                                   f"{time_unit}, e.g. 0:2.5") from None
 
 
 @plot_group.command("memory")
@@ -53,16 +75,26 @@ def plot_memory_command(schedule, schedule_params, evaluation, out):
 @click.option("--devices", "-p", type=int, help="The pipeline depth to plot (if several).")
 @click.option("--metric", default="simulation_makespan_s", show_default=True,
               help="A numeric column of the sweep CSV.")
+@click.option("--log-x/--linear-x", "logx", default=True, show_default=True,
+              help="Microbatches on a log2 axis.")
+@click.option("--log-y/--linear-y", "logy", default=False, show_default=True,
+              help="The metric on a log axis.")
+@click.option("--capacity/--no-capacity", default=None,
+              help="Draw each system's memory capacity (default: on memory metrics).")
 @translate_errors
-def plot_sweep_command(csv_file, out, devices, metric):
-    """Iteration time against microbatches, a line per family and a panel per system."""
+def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
+    """A metric against microbatches: a line per configuration, a panel per system.
+
+    One panel when the metric does not depend on the system (formula and table levels).
+    """
     from tabsched.plot import sweep_plot
     from tabsched.sweep import COLUMNS, read_sweep_csv
     if metric not in COLUMNS:
         raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
                                    + ", ".join(c for c in COLUMNS if c.startswith(
                                        ("formula_", "table_", "simulation_"))))
-    sweep_plot(read_sweep_csv(csv_file), out, devices=devices, metric=metric)
+    sweep_plot(read_sweep_csv(csv_file), out, devices=devices, metric=metric, logx=logx,
+               logy=logy, capacity=capacity)
     click.echo(f"wrote {out}", err=True)
 
 
