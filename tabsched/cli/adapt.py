@@ -44,13 +44,15 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     slots, split microbatches (at the pipeline's edges or all), merge them. The
     search minimises the mean (or p95) makespan under the variation options over
     --samples Monte Carlo samples, keeps every device's peak memory within
-    --memory-budget, and reports the decision, the gain over SCHEDULE, 1F1B and
-    ZB-H1 at the same budget (on fresh samples), the headroom left and the table.
-    With --strict, exit 1 when nothing fits the budget.
+    --memory-budget, and reports the decision, the gain over SCHEDULE and over
+    every reference (each family at the same devices and microbatches, zb-auto
+    built for the same costs and budget; on fresh samples), the best reference
+    that fits, the headroom left and the table. The search starts from the best
+    fitting reference when it beats SCHEDULE, and returns it when it cannot beat
+    it. With --strict, exit 1 when nothing fits the budget.
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
     from tabsched.io import write_table
-    table = load_schedule(schedule, **schedule_params)
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
@@ -63,6 +65,11 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
             if value is not None:
                 raise click.ClickException(f"{flag} needs --model and --system")
         costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    given = model is not None or any(value is not None for value in (
+        forward, backward, input_grad, weight_grad, comm))
+    table = load_schedule(schedule, costs=costs if given else None,
+                          memory_budget=memory_budget_value(memory_budget, costs),
+                          **schedule_params)
     if grad_sync or optimizer:
         costs.grad_sync = parse_grad_sync(grad_sync) if grad_sync else costs.grad_sync
         costs.optimizer_step = bool(optimizer) or costs.optimizer_step
