@@ -324,6 +324,29 @@ def _zb_auto(params, times):
                                         "is evaluated at their means and not guaranteed")}
 
 
+@register_formula("zbv-auto")
+def _zbv_auto(params, times):
+    """zbv-auto (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, Sec. 6; App. D).
+
+    The cost-driven V schedule has no closed form. Appendix B's bound is for the
+    1F1B placement (the first device waits for the gradient to come back from
+    the last one); in the V the first device also runs the last stage, so no
+    published bound applies. The peak is at most the memory limit (chunk
+    activations) and at most every chunk's ``2m``.
+    """
+    m = params["microbatches"]
+    limit = params.get("memory_limit", 2 * params["devices"])
+    return {"bubble_ratio": None, "peak_activation": None,
+            "peak_activation_bounds": (1, 2 * m if "memory_budget" in params
+                                       else min(2 * m, limit)),
+            "activation_unit": "chunk (stage) activations of one microbatch",
+            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: Section 6 and "
+                      "Appendix D (the V heuristic); the authors' zbv.py",
+            "exact_when": None, "exact": False,
+            "note": "no closed form: the order is searched for the costs; Appendix B's lower "
+                    "bound is for the 1F1B placement and does not apply to the V"}
+
+
 def _controllable_memory(params, device_peak, approximate, name):
     p, m = params["devices"], params["microbatches"]
     return {"bubble_ratio": None,
