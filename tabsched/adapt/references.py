@@ -5,7 +5,7 @@ started from but against the best table the user could already run: every
 registry family that can be built with the start's devices and microbatches
 (and microbatch sizes), each multi-chunk family also at twice its default
 chunks (and Hanayo at one more wave) where the model's layers split over the
-stages, and every cost-driven family (``zb-auto``) built for the same costs
+stages, and every cost-driven family (``zb-auto``, ``zbv-auto``) built for the same costs
 and memory budget. A reference whose stages live on two devices (Chimera,
 BitPipe, DualPipe) pays the gradient sync of its replicas unless the cost
 model says which stages sync. Which references fit the budget, and how fast
