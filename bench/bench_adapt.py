@@ -156,6 +156,11 @@ def main():
     print(f"  gain (mean, fresh samples): {found.gain(found.baseline):.2%} over 1F1B, "
           f"{found.gain(found.references['zb-h1']):.2%} over ZB-H1; least headroom "
           f"{min(found.headroom) / 1e9:.2f} GB")
+    best = found.best_reference
+    print(f"  best fitting reference of {len(found.references)}: {best} "
+          f"({found.gain(found.references[best]):+.2%}); started from "
+          f"{found.started_from or 'the start'}; returned reference "
+          f"{found.returned_reference or 'none'}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ The point of tabsched is that rankings change between levels: the formula a
 paper states, the idealized table (unit cells, no communication) and the
 communication-aware simulation. :func:`compare` generates each family's table at
 one size, measures it at every level, ranks the families within each level and
-marks where the rankings disagree.
+marks where the rankings disagree. A cost-driven family (``zb-auto``) is built
+twice: for the simulation's costs at the simulation level, for unit costs at
+the table level.
 
 A family is named by a *spec*: ``name`` or ``name:key=value,key=value`` with the
 family's parameters, e.g. ``hanayo:waves=2`` or ``chimera:stage_layers_ratio=1:2``
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.costs import ModelCosts
+from tabsched.costs import ModelCosts, UnitCosts
 from tabsched.evaluate import evaluate, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import generate, get_family
@@ -141,11 +143,17 @@ def rank(values):
             for value in values]
 
 
-def generate_spec(spec, devices, microbatches, model_layers=None):
-    """The table of ``spec`` at this size (a ratio without ``layers`` takes the model's)."""
+def generate_spec(spec, devices, microbatches, model_layers=None, costs=None):
+    """The table of ``spec`` at this size (a ratio without ``layers`` takes the model's).
+
+    A cost-driven family (``zb-auto``) is built for ``costs``; other families
+    ignore them.
+    """
     params = spec.kwargs()
     if "stage_layers_ratio" in params and "layers" not in params and model_layers:
         params["layers"] = model_layers
+    if get_family(spec.family).cost_driven:
+        params["costs"] = costs
     return generate(spec.family, devices=devices, microbatches=microbatches, **params)
 
 
@@ -185,7 +193,10 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     for spec in specs:
         row = Comparison(spec.label, spec.family, spec.kwargs())
         try:
-            table = generate_spec(spec, devices, microbatches, layers)
+            table = generate_spec(spec, devices, microbatches, layers, costs)
+            # a cost-driven family's table level is its table for unit costs
+            unit_table = generate_spec(spec, devices, microbatches, layers, UnitCosts()) \
+                if get_family(spec.family).cost_driven else table
             result = evaluate(table, costs, grad_sync=grad_sync if isinstance(
                 costs, ModelCosts) else None)
         except TabschedError as error:
@@ -198,7 +209,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                        "peak_activation": formula.get("peak_activation"),
                        "activation_unit": formula.get("activation_unit"),
                        "exact": formula.get("exact")}
-        row.table = table_level(table)
+        row.table = table_level(unit_table)
         row.simulation = {
             "makespan": result.makespan, "bubble_ratio": result.bubble_ratio,
             "peak_activation": [d.peak_memory for d in result.devices],

@@ -277,6 +277,76 @@ def _zbv(params, times):
     return numbers
 
 
+@register_formula("zb-auto")
+def _zb_auto(params, times):
+    """zb-auto (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, Sec. 3; App. B).
+
+    The automatic scheduler has no closed-form bubble. Appendix B bounds the
+    idle time of the first stage before its first ``I`` (the paper's ``B``):
+    the first microbatch needs ``p(T_F + T_B) + 2(p-1) T_comm`` from that
+    stage's first forward to the end of its input-grad, and the stage can only
+    run forwards meanwhile, at most ``k`` of them within the memory limit
+    (``k M_B <= M_limit``), so it idles at least
+
+        beta = (p-1)(T_B + 2 T_comm) + (p-k) T_F          (Formula 2)
+
+    With equal stages every device works ``m(T_F+T_B+T_W)``, so both the
+    paper's bubble rate (from the longest per-device span) and the table's
+    (every device starting at 0) are at least ``beta / (beta + m(T_F+T_B+T_W))``.
+    ``k = min(m, floor(memory_limit))``; with a ``memory_budget`` the first
+    device's room is not in the table's parameters, so ``k = m`` (a weaker bound
+    that still holds). With unequal stages or transfers the bound is evaluated
+    at the means and is not guaranteed.
+    """
+    p, m = params["devices"], params["microbatches"]
+    limit = params.get("memory_limit", p)
+    k = m if "memory_budget" in params else min(m, int(np.floor(limit + 1e-9)))
+    forward, input_grad, weight_grad, comm = (times["F"], times["I"], times["W"],
+                                              times["comm"])
+    beta = max(0.0, (p - 1) * (input_grad + 2 * comm) + (p - k) * forward) if p > 1 else 0.0
+    work = m * (forward + input_grad + weight_grad)
+    holds = times["uniform_stages"] and times["uniform_comm"]
+    return {"bubble_ratio": None,
+            "bubble_ratio_lower_bound": beta / (beta + work) if beta + work > 0 else 0.0,
+            "bubble_time_lower_bound": beta,
+            "lower_bound_holds": holds,
+            "peak_activation": None,
+            # under a budget devices differ in room: only the microbatch count bounds them
+            "peak_activation_bounds": (1, m if "memory_budget" in params else min(m, limit)),
+            "activation_unit": "microbatch activations of the device's stage",
+            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: Section 3.1 "
+                      "(the heuristic) and Appendix B, Formula 2 (the bound)",
+            "exact_when": None, "exact": False,
+            "note": f"no closed form: the order is searched for the costs. Lower bound "
+                    f"(Appendix B) from the first stage's wait for its first input-grad with "
+                    f"k = {k} warm-up forwards"
+                    + ("" if holds else "; stages or transfers differ in cost, so the bound "
+                                        "is evaluated at their means and not guaranteed")}
+
+
+@register_formula("zbv-auto")
+def _zbv_auto(params, times):
+    """zbv-auto (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, Sec. 6; App. D).
+
+    The cost-driven V schedule has no closed form. Appendix B's bound is for the
+    1F1B placement (the first device waits for the gradient to come back from
+    the last one); in the V the first device also runs the last stage, so no
+    published bound applies. The peak is at most the memory limit (chunk
+    activations) and at most every chunk's ``2m``.
+    """
+    m = params["microbatches"]
+    limit = params.get("memory_limit", 2 * params["devices"])
+    return {"bubble_ratio": None, "peak_activation": None,
+            "peak_activation_bounds": (1, 2 * m if "memory_budget" in params
+                                       else min(2 * m, limit)),
+            "activation_unit": "chunk (stage) activations of one microbatch",
+            "source": "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024: Section 6 and "
+                      "Appendix D (the V heuristic); the authors' zbv.py",
+            "exact_when": None, "exact": False,
+            "note": "no closed form: the order is searched for the costs; Appendix B's lower "
+                    "bound is for the 1F1B placement and does not apply to the V"}
+
+
 def _controllable_memory(params, device_peak, approximate, name):
     p, m = params["devices"], params["microbatches"]
     return {"bubble_ratio": None,

@@ -10,7 +10,9 @@ whichever way it ran.
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
-``table_*`` and ``simulation_*`` (seconds and bytes).
+``table_*`` and ``simulation_*`` (seconds and bytes). A cost-driven family
+(``zb-auto``) gets one table per system, built for that system's costs, and its
+table level from the table it builds for unit costs.
 """
 
 import csv
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 
 from tabsched._extras import require
 from tabsched.compare import generate_spec, model_costs_for, parse_spec
+from tabsched.costs import UnitCosts
 from tabsched.evaluate import evaluate_many, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
 
@@ -114,14 +118,24 @@ def run_task(task):
             skip(str(error), [row])
     if not costs:
         return rows
+    layers = costs[0].model.layers
     try:
-        table = generate_spec(spec, task.devices, task.microbatches, costs[0].model.layers)
-        results = evaluate_many(table, costs, grad_sync=task.grad_sync)
+        if get_family(spec.family).cost_driven:
+            # one table per system, built for its costs; the table level at unit costs
+            tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
+                      for system in costs]
+            results = [evaluate_many(table, [system], grad_sync=task.grad_sync)[0]
+                       for table, system in zip(tables, costs)]
+            level = table_level(generate_spec(spec, task.devices, task.microbatches, layers,
+                                              UnitCosts()))
+        else:
+            table = generate_spec(spec, task.devices, task.microbatches, layers)
+            results = evaluate_many(table, costs, grad_sync=task.grad_sync)
+            level = table_level(table)
     except TabschedError as error:
         return skip(str(error), live)
-    level = table_level(table)
-    params = json.dumps(table.params, sort_keys=True)
     for row, result in zip(live, results):
+        params = json.dumps(result.table.params, sort_keys=True)
         formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")

@@ -165,7 +165,8 @@ def test_custom_moves_and_size_limits():
 
 def test_references_run_at_the_start_s_shape():
     table = generate("interleaved-1f1b", devices=4, microbatches=8, chunks=2)
-    found = adapt(table, StageCosts(1.0, comm=0.3), None, 12, max_rounds=1)
+    found = adapt(table, StageCosts(1.0, comm=0.3), None, 12, max_rounds=1,
+                  references=("1f1b", "zb-h1"))
     assert set(found.references) == {"1f1b", "zb-h1"}
     assert found.references["1f1b"].table.num_devices == 4
     assert found.references["1f1b"].table.num_microbatches == 8

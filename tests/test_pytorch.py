@@ -259,7 +259,10 @@ def test_write_pytorch_formats(tmp_path):
 
 # Parameters for families the candidates below cannot build; add one when a new family
 # needs it (the round trip then covers it).
-SMALL_PARAMETERS = {}
+SMALL_PARAMETERS = {"zb-auto": {"devices": 4, "microbatches": 8,
+                                "costs": StageCosts(1.0, comm=0.1)},
+                    "zbv-auto": {"devices": 4, "microbatches": 8,
+                                 "costs": StageCosts(1.0, comm=0.1)}}
 CANDIDATES = [{"devices": 4, "microbatches": 8}, {"devices": 4, "microbatches": 4},
               {"devices": 2, "microbatches": 4}, {"devices": 4, "microbatches": 16},
               {"devices": 8, "microbatches": 16}, {"devices": 4, "microbatches": 12}]

@@ -19,10 +19,14 @@ that removes them within each device's memory.
   :class:`SplitMicrobatches`, :class:`MergeMicrobatches`,
   :class:`SplitBackward` (W in idle slots), :class:`Warmup`,
   :class:`SplitPhases`.
+* :mod:`~tabsched.adapt.references` -- :func:`reference_tables`: every
+  family at the start's devices and microbatches (``zb-auto`` built for the
+  same costs and budget), what the search is measured against.
 * :mod:`~tabsched.adapt.search` -- :func:`adapt`: greedy descent over the
   transforms for the lowest mean (or p95) makespan whose peak memory fits every
-  device, with a log of every candidate and the gains over the start, 1F1B
-  and ZB-H1 at the same budget.
+  device, starting from the best reference when it beats the start, with a log
+  of every candidate and the gains over the start and every reference at the
+  same budget.
 * :mod:`~tabsched.adapt.online` -- :func:`adapt_online`: drifting conditions,
   re-adaptation from observed durations, iteration times with and without.
 
@@ -40,6 +44,7 @@ True
 
 from tabsched.adapt.montecarlo import DeviceRuntime, MonteCarloResult, monte_carlo
 from tabsched.adapt.online import OnlineIteration, OnlineResult, adapt_online
+from tabsched.adapt.references import reference_tables
 from tabsched.adapt.search import AdaptResult, Candidate, TableReport, adapt, default_moves
 from tabsched.adapt.transforms import (MemoryEffect, MergeMicrobatches, SplitBackward,
                                        SplitMicrobatches, SplitPhases, Transform, Warmup,
@@ -53,6 +58,6 @@ __all__ = [
     "monte_carlo", "MonteCarloResult", "DeviceRuntime",
     "Transform", "MemoryEffect", "SplitMicrobatches", "MergeMicrobatches", "SplitBackward",
     "Warmup", "SplitPhases", "deferred_weight_grads", "warmup_depths",
-    "adapt", "AdaptResult", "Candidate", "TableReport", "default_moves",
+    "adapt", "AdaptResult", "Candidate", "TableReport", "default_moves", "reference_tables",
     "adapt_online", "OnlineResult", "OnlineIteration",
 ]

@@ -19,11 +19,18 @@ Ranking
     candidates share their random draws where they share operations), so the
     search does not chase sampling noise; without one, any gain is taken, and
     the result is never slower than the start.
+References
+    Every schedule the user could run instead (:mod:`tabsched.adapt.references`:
+    every registry family at the start's devices and microbatches, multi-chunk
+    ones at more chunks, ``zb-auto`` built for the same costs and budget) is
+    measured on the search's samples; when the best one that fits beats the
+    start, the search starts from it (``AdaptResult.started_from``).
 Report
-    The chosen table and the references (1F1B and ZB-H1 with the same devices
-    and microbatches, where they apply) are evaluated again on fresh samples
+    The chosen table and the references are evaluated again on fresh samples
     (``validation_seed``, default ``seed + 1``): the gains reported are not the
-    search's own, selection-biased, numbers.
+    search's own, selection-biased, numbers. If on those samples the best
+    fitting reference beats the adapted table, the reference is returned
+    instead (``AdaptResult.returned_reference`` names it).
 """
 
 import time
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tabsched.adapt.montecarlo import run_monte_carlo
+from tabsched.adapt.references import ALL, reference_tables
 from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMicrobatches,
                                        SplitPhases, Transform, Warmup, deferred_weight_grads)
 from tabsched.adapt.variation import VariationContext, check_variation
@@ -147,10 +155,16 @@ class AdaptResult:
     baseline, adapted : TableReport
         The start and the adapted table on the validation samples.
     references : dict
-        ``{"1f1b": TableReport or None, "zb-h1": ...}`` (None where the family
-        does not apply to the start's shape; ``reference_errors`` says why).
+        ``{label: TableReport}`` of every reference that could be built and
+        measured (``reference_errors``: ``{label: reason}`` of the others).
     log : list of Candidate
         Every candidate, in the order tried.
+    started_from : str or None
+        The reference the search started from, when it beat the given table;
+        None when it started from the given table.
+    returned_reference : str or None
+        The reference returned because the search did not beat it on the
+        validation samples (``adapted`` is then that reference's report).
     """
 
     table: ScheduleTable
@@ -170,10 +184,21 @@ class AdaptResult:
     time_unit: str
     memory_unit: str
     variation: object = None
+    started_from: str = None
+    returned_reference: str = None
 
     @property
     def transforms(self):
         return self.adapted.transforms
+
+    @property
+    def best_reference(self):
+        """Label of the fastest reference that fits the budget (objective, validation
+        samples), or None."""
+        fitting = [(report.statistic(self.objective), name)
+                   for name, report in self.references.items()
+                   if report is not None and report.feasible]
+        return min(fitting)[1] if fitting else None
 
     def gain(self, over):
         """Relative gain of the objective over a report: ``1 - adapted / other``."""
@@ -203,6 +228,9 @@ class AdaptResult:
             "references": {name: None if report is None else report.to_dict()
                            for name, report in self.references.items()},
             "reference_errors": dict(self.reference_errors),
+            "best_reference": self.best_reference,
+            "started_from": self.started_from,
+            "returned_reference": self.returned_reference,
             "gain": {"baseline": self.gain(self.baseline),
                      **{name: self.gain(report) for name, report in self.references.items()}},
             "headroom": self.headroom,
@@ -354,7 +382,7 @@ class _Evaluator:
 def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="mean",
           samples=256, seed=0, iteration=0, moves=None, max_rounds=24, significance=2.0,
           min_microbatch_size=0.25, max_microbatch_size=4.0, validation_seed=None,
-          validation_samples=None, references=("1f1b", "zb-h1")):
+          validation_samples=None, references=ALL, start_from_reference=True):
     """Search transforms of ``table`` for the fastest table that fits ``memory_budget``.
 
     Parameters
@@ -387,8 +415,12 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
         above.
     validation_seed, validation_samples : int, optional
         Fresh samples for the report; default ``seed + 1`` and ``samples``.
-    references : sequence of str
-        Families to compare with at the same budget.
+    references : "all" or sequence of str
+        Families to compare with at the same budget (see
+        :mod:`tabsched.adapt.references`); ``()`` for none.
+    start_from_reference : bool
+        Start the search from the best reference that fits, when it beats
+        ``table`` on the search's samples.
 
     Returns
     -------
@@ -432,6 +464,15 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
     log.append(start)
     seen[_table_key(table)] = start
     current = start
+    built, errors = reference_tables(table, costs, budget, references)
+    better = _better_reference(evaluator, built, errors, variation) if start_from_reference \
+        else None
+    started_from = None
+    if better is not None and better[1].score() < start.score():
+        started_from, current = better
+        current.id, current.reason = len(log), f"reference {started_from}"
+        log.append(current)
+        seen[_table_key(current.table)] = current
     rounds = 0
     for rounds in range(1, max_rounds + 1):
         parent = current
@@ -484,21 +525,57 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
     baseline = report(table.family or "start", table, ())
     adapted = baseline if current is start else report("adapted", current.table,
                                                        current.transforms)
-    found, errors = {}, {}
-    for family in references:
+    found = {}
+    for name, reference in built.items():
+        if name in errors:
+            continue
         try:
-            reference = _reference_table(family, table)
-            found[family] = report(family, reference, ())
+            if variation is not None:
+                variation.validate(reference)
+            found[name] = report(name, reference, ())
         except TabschedError as error:
-            found[family] = None
-            errors[family] = str(error)
+            errors[name] = str(error)
+    chosen, feasible, returned = current.table, current.feasible, None
+    fitting = [(found[name].statistic(objective), name) for name in found
+               if found[name].feasible]
+    if fitting and min(fitting)[0] < adapted.statistic(objective):
+        returned = min(fitting)[1]
+        adapted, chosen, feasible = found[returned], found[returned].table, True
     return AdaptResult(
-        table=current.table, feasible=current.feasible, objective=objective, budget=budget,
+        table=chosen, feasible=feasible, objective=objective, budget=budget,
         baseline=baseline, adapted=adapted, references=found, reference_errors=errors,
         log=log, rounds=rounds, seconds=time.perf_counter() - started,
         samples=evaluator.samples, seed=seed, validation_seed=validation_seed,
         time_unit=costs.time_unit, memory_unit=costs.memory_unit,
-        variation=None if variation is None else variation.describe())
+        variation=None if variation is None else variation.describe(),
+        started_from=started_from, returned_reference=returned)
+
+
+def _better_reference(evaluator, built, errors, variation):
+    """``(label, Candidate)`` of the best reference on the search's samples, or None.
+
+    References the variation model does not fit (a straggler on a device the
+    reference lacks...) move to ``errors``.
+    """
+    best = None
+    for name, reference in built.items():
+        try:
+            if variation is not None:
+                variation.validate(reference)
+            candidate = evaluator.fill(Candidate(id=-1, parent=-1, transforms=(),
+                                                 status="start"), reference, screen=True)
+        except TabschedError as error:
+            errors[name] = str(error)
+            continue
+        if best is None or candidate.score() < best[1].score():
+            if best is not None:
+                best[1].context = None
+            best = (name, candidate)
+        else:
+            candidate.context = None
+    if best is not None:
+        evaluator.confirm(best[1])
+    return best
 
 
 def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
@@ -547,13 +624,3 @@ def _better(candidate, current, evaluator, significance):
     error = float(difference.std(ddof=1)) / np.sqrt(len(difference)) \
         if len(difference) > 1 else 0.0
     return current.objective - candidate.objective > significance * error
-
-
-def _reference_table(family, table):
-    """``family`` with the start's devices and microbatches (and microbatch sizes)."""
-    from tabsched.schedules import generate
-    reference = generate(family, devices=table.num_devices,
-                         microbatches=table.num_microbatches)
-    if table.microbatch_sizes != reference.microbatch_sizes:
-        reference = reference.replace(microbatch_sizes=table.microbatch_sizes)
-    return reference

@@ -44,13 +44,15 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     slots, split microbatches (at the pipeline's edges or all), merge them. The
     search minimises the mean (or p95) makespan under the variation options over
     --samples Monte Carlo samples, keeps every device's peak memory within
-    --memory-budget, and reports the decision, the gain over SCHEDULE, 1F1B and
-    ZB-H1 at the same budget (on fresh samples), the headroom left and the table.
-    With --strict, exit 1 when nothing fits the budget.
+    --memory-budget, and reports the decision, the gain over SCHEDULE and over
+    every reference (each family at the same devices and microbatches, zb-auto
+    built for the same costs and budget; on fresh samples), the best reference
+    that fits, the headroom left and the table. The search starts from the best
+    fitting reference when it beats SCHEDULE, and returns it when it cannot beat
+    it. With --strict, exit 1 when nothing fits the budget.
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
     from tabsched.io import write_table
-    table = load_schedule(schedule, **schedule_params)
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
@@ -63,6 +65,11 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
             if value is not None:
                 raise click.ClickException(f"{flag} needs --model and --system")
         costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
+    given = model is not None or any(value is not None for value in (
+        forward, backward, input_grad, weight_grad, comm))
+    table = load_schedule(schedule, costs=costs if given else None,
+                          memory_budget=memory_budget_value(memory_budget, costs),
+                          **schedule_params)
     if grad_sync or optimizer:
         costs.grad_sync = parse_grad_sync(grad_sync) if grad_sync else costs.grad_sync
         costs.optimizer_step = bool(optimizer) or costs.optimizer_step
@@ -139,12 +146,22 @@ def adapt_summary(found, costs):
              f"{found.objective} makespan over {found.samples} samples (search seed "
              f"{found.seed}, figures below on seed {found.validation_seed})",
              f"variation     {_describe_variation(found.variation)}"]
-    steps = " -> ".join(found.transforms) if found.transforms else "none (the start is best)"
+    origin = start
+    steps = list(found.transforms)
+    if found.returned_reference is not None:
+        steps = [f"none: the search did not beat the reference {found.returned_reference}, "
+                 f"which is returned"]
+    elif found.started_from is not None:
+        origin = found.references[found.started_from].table \
+            if found.started_from in found.references else start
+        steps = [f"start from the reference {found.started_from} (it beat {name} on the "
+                 f"search's samples)"] + steps
+    text = " -> ".join(steps) if steps else "none (the start is best)"
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
-    lines.append(textwrap.fill(steps, width=width, initial_indent="decision      ",
+    lines.append(textwrap.fill(text, width=width, initial_indent="decision      ",
                                subsequent_indent=" " * 14, break_on_hyphens=False))
-    if found.transforms:
-        lines.append(textwrap.fill(_net_change(start, found.table), width=width,
+    if found.transforms and found.returned_reference is None:
+        lines.append(textwrap.fill(_net_change(origin, found.table), width=width,
                                    initial_indent="net           ",
                                    subsequent_indent=" " * 14))
     statuses = {}
@@ -160,8 +177,9 @@ def adapt_summary(found, costs):
                      f"{format_memory(over, memory_unit)} on d{worst}")
     rows = [["", "mean", "p95", "run-time bubble", "peak memory", "fits", "gain"]]
     reports = [(f"baseline ({name})", found.baseline), ("adapted", found.adapted)]
-    reports += [(family, report) for family, report in found.references.items()
-                if report is not None]
+    reports += sorted(((family, report) for family, report in found.references.items()
+                       if report is not None),
+                      key=lambda pair: (not pair[1].feasible, pair[1].statistic(found.objective)))
     for label, report in reports:
         gain = "" if report is found.adapted else f"{found.gain(report):+.2%}"
         rows.append([label, format_time(report.mean, unit), format_time(report.p95, unit),
@@ -172,9 +190,17 @@ def adapt_summary(found, costs):
     for row in rows:
         lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
                                for k, cell in enumerate(row)).rstrip())
-    lines.append(f"              (gain: 1 - adapted / row, {found.objective} makespan)")
+    lines.append(f"              (gain: 1 - adapted / row, {found.objective} makespan; references "
+                 f"that fit first, fastest first)")
+    best = found.best_reference
+    if best is None:
+        lines.append("best ref.     none of the references fits the budget")
+    else:
+        lines.append(f"best ref.     {best}: the fastest reference that fits; adapted "
+                     f"{found.gain(found.references[best]):+.2%} against it")
     for family, error in found.reference_errors.items():
-        lines.append(f"{family:<13} not comparable: {error}")
+        lines.append(textwrap.shorten(f"{family:<13} not comparable: {error}", width=width,
+                                      placeholder=" ..."))
     if found.headroom is not None:
         headroom = found.headroom
         least = int(np.argmin(headroom))

@@ -82,6 +82,9 @@ def summary(result):
     formula = result.formula
     if formula and formula.get("bubble_ratio") is not None:
         bubble += f"   (formula level: {formula['bubble_ratio']:.2%})"
+    elif formula and formula.get("bubble_ratio_lower_bound") is not None:
+        bubble += (f"   (formula level: no closed form; at least "
+                   f"{formula['bubble_ratio_lower_bound']:.2%})")
     elif formula:
         bubble += "   (formula level: no closed form)"
     lines.append(bubble)
@@ -138,6 +141,11 @@ def formula_summary(table, numbers):
                                      else "none (no closed form)"))
     if numbers.get("bubble_time") is not None:
         lines.append(f"bubble time   {format_number(numbers['bubble_time'])} per device")
+    if numbers.get("bubble_ratio_lower_bound") is not None:
+        lines.append(f"lower bound   {numbers['bubble_ratio_lower_bound']:.2%} bubble ("
+                     f"{format_number(numbers['bubble_time_lower_bound'])} idle on the first "
+                     f"device)" + ("" if numbers.get("lower_bound_holds", True)
+                                   else "; not guaranteed: unequal stages or transfers"))
     lines.append(f"exactness     {_exactness(numbers)}")
     unit = numbers.get("activation_unit")
     if numbers.get("peak_activation") is not None:

@@ -82,13 +82,29 @@ def is_table_file(schedule):
     return os.path.splitext(schedule)[1].lower() in TABLE_SUFFIXES or os.path.exists(schedule)
 
 
-def load_schedule(schedule, **params):
-    """A table from a family name and its parameters, or from a .csv/.json file."""
+COST_OPTIONS = "--f/--i/--w (and --comm) or --model/--system"
+
+
+def load_schedule(schedule, costs=None, memory_budget=None, **params):
+    """A table from a family name and its parameters, or from a .csv/.json file.
+
+    A cost-driven family (``zb-auto``) is built for ``costs`` (``None``: the
+    user gave no cost option, which such a family refuses) and, unless its
+    parameters say otherwise, within ``memory_budget``; other families ignore both.
+    """
     if is_table_file(schedule):
         return read_table(schedule)
     family = get_family(schedule)
     accepted = set(family.parameter_names()) | set(LAYER_PARAMETERS)
     given = {key: value for key, value in params.items() if value is not None}
+    if family.cost_driven:
+        if costs is None:
+            raise click.ClickException(
+                f"{family.name} builds its order from costs: give {COST_OPTIONS} (commands "
+                f"without cost options, such as show and convert, cannot build it)")
+        given["costs"] = costs
+        if memory_budget is not None:
+            given.setdefault("memory_budget", memory_budget)
     ignored = sorted(set(given) - accepted)
     if ignored:
         flags = ", ".join(_flag(name) for name in ignored)
@@ -234,9 +250,10 @@ def evaluation_options(command):
 
 
 def prepare_evaluation(schedule, schedule_params, options, level=None):
-    """``(table, TorchSchedule or None, costs)`` from the evaluation options."""
-    table, torch_schedule = load_with_torch(schedule, options["torch_legacy"], options["p2p"],
-                                            **schedule_params)
+    """``(table, TorchSchedule or None, costs)`` from the evaluation options.
+
+    The costs come first: a cost-driven family is built for them.
+    """
     modelled = options["model"] is not None or options["system"] is not None
     if level == "table" and (options["comm"] is not None or modelled):
         raise click.ClickException("--level table has no communication; drop --comm/--model/"
@@ -261,6 +278,12 @@ def prepare_evaluation(schedule, schedule_params, options, level=None):
                                        "devices share a node)")
         costs = build_costs(options["forward"], options["backward"], options["input_grad"],
                             options["weight_grad"], options["comm"], options["contention"])
+    given = modelled or any(value is not None for value in units.values())
+    budget = (None if options["memory_budget"] is None
+              else memory_budget_value(options["memory_budget"], costs))
+    table, torch_schedule = load_with_torch(schedule, options["torch_legacy"], options["p2p"],
+                                            costs=costs if given else None,
+                                            memory_budget=budget, **schedule_params)
     return table, torch_schedule, costs
 
 

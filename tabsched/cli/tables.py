@@ -27,7 +27,8 @@ def list_command(name, as_json):
              "parameters": [{"name": p.name, "default": p.default, "help": p.help}
                             for p in family.parameters],
              "constraints": family.constraints, "notes": family.notes,
-             "aliases": list(family.aliases)} for family in chosen]
+             "aliases": list(family.aliases), "cost_driven": family.cost_driven}
+            for family in chosen]
     if as_json:
         echo_json(rows)
         return
@@ -45,7 +46,10 @@ def list_command(name, as_json):
                 click.echo(textwrap.fill(parameter.help, width=width,
                                          initial_indent=f"    {parameter.name}: ",
                                          subsequent_indent=" " * 8))
-        for label, text in [("valid:", family.constraints), ("notes:", family.notes),
+        built = ("costs: its order is searched for the costs given (--f/--i/--w/--comm or "
+                 "--model/--system; --memory-budget)" if family.cost_driven else "")
+        for label, text in [("built from:", built), ("valid:", family.constraints),
+                            ("notes:", family.notes),
                             ("also called:", ", ".join(family.aliases))]:
             if text:
                 click.echo(textwrap.fill(text, width=width, initial_indent=f"  {label:<12} ",
@@ -54,7 +58,10 @@ def list_command(name, as_json):
     click.echo(textwrap.fill(
         "Every family also takes --stage-layers, --stage-layers-ratio and --layers (how the "
         "model's layers split over its stages); --param NAME=VALUE passes any parameter "
-        "without an option of its own.", width=width))
+        "without an option of its own. Families 'built from: costs' depend on the costs: "
+        "the same sizes give different tables under different costs, so they need cost "
+        "options (eval, plot, trace, adapt) and show and convert cannot build them.",
+        width=width))
 
 
 @click.command("show")

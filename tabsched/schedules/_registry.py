@@ -3,6 +3,14 @@
 A family is one module in ``tabsched/schedules/`` that calls :func:`register`
 with a :class:`Family`; the package imports every such module, so adding a
 family means adding one file.
+
+Two kinds of family exist. A *fixed pattern* (1F1B, ZB-H1, ...) builds its
+table from the sizes alone. A *cost-driven* family (``Family.cost_driven``,
+e.g. ``zb-auto``) builds its order from what the operations and transfers
+cost: it takes a required ``costs`` parameter (a cost model), so the same
+sizes give different tables under different costs. For such a family
+:func:`generate` resolves the layer split before building, and passes it to
+the generator as ``stage_layers``, because a model's costs depend on it.
 """
 
 import difflib
@@ -47,6 +55,9 @@ class Family:
     ``chunks_per_device`` is the number of model chunks a device holds when no
     ``chunks`` or ``waves`` parameter says it (Chimera's two replicas count as
     two); it bounds the size of a table before one is built.
+    ``cost_driven`` marks a generator whose order depends on the costs: it
+    takes the cost model as its ``costs`` parameter and the stage split as
+    ``stage_layers`` (see the module docstring).
     """
 
     name: str
@@ -57,6 +68,7 @@ class Family:
     notes: str = ""
     aliases: tuple = field(default=())
     chunks_per_device: int = 1
+    cost_driven: bool = False
 
     def parameter_names(self):
         return [parameter.name for parameter in self.parameters]
@@ -152,9 +164,14 @@ def generate(name, **params):
                              INTEGER_PARAMETERS[parameter.name])
         values[parameter.name] = value
     _check_size(family, values)
-    table = family.build(**values)
     scalable = next(((name, values[name]) for name in ("waves", "chunks") if name in values),
                     None)
+    if family.cost_driven:
+        stages = values["devices"] * (values.get("chunks") or family.chunks_per_device)
+        values["stage_layers"] = resolve_stage_layers(
+            family.name, stages, stage_layers=stage_layers, ratio=stage_layers_ratio,
+            layers=layers, scalable=scalable)
+    table = family.build(**values)
     split = resolve_stage_layers(family.name, table.num_stages, stage_layers=stage_layers,
                                  ratio=stage_layers_ratio, layers=layers, scalable=scalable)
     if split is not None:

@@ -1,0 +1,558 @@
+"""zb-auto: Zero Bubble's automatic scheduler, a family built from the costs.
+
+Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024), Section 3.1, build
+the order of a split-backward pipeline (stage ``r`` on device ``r``, as in
+1F1B and ZB-H1) from the measured times of ``F``, ``I`` (the paper's ``B``)
+and ``W``, the transfer time and a memory limit per device. The heuristic:
+
+1. **Warm-up.** Every stage runs the first microbatch's forward; then, from
+   the last stage back, each stage adds forwards while its memory allows and
+   while it would otherwise wait for its first input gradient. A binary
+   setting decides whether the last of them may overrun that gradient's
+   arrival (``delay_first_backward``) or must leave the gap idle. Stage ``r``
+   keeps at least one forward more than stage ``r+1`` until forwards run out.
+2. **Steady state.** For each further microbatch: one ``F`` on every stage,
+   then one ``I`` from the last stage back. Before each, ``W`` s fill the wait
+   for the dependency: every ``W`` that fits whole, and one more that overruns
+   if the remaining gap would make this stage's cumulative idle time the
+   largest of all stages (with ``greedy_weights``: also when it would not).
+   ``W`` s also run when the next ``F`` would exceed the memory limit. Stage 0,
+   once out of forwards, runs its pending ``W`` s before each ``I`` (nobody
+   waits for its input gradient).
+3. **Skipping.** With ``skip_forward``, a stage two or more forwards ahead of
+   the next one skips its ``F`` when it would not be idle for it.
+4. The ``W`` s left over close every stage's order.
+
+The paper grid-searches the binary settings; the generator builds all eight
+orders, simulates each with tabsched under the same costs (transfers,
+contention and all) and keeps the best by ``objective``:
+
+* ``"makespan"`` (default): the iteration time when every device starts
+  together, tabsched's own measure (ties: the smaller span);
+* ``"span"``: the longest time from a device's first operation to its last,
+  the paper's *cost* (Section 5.3), which is the iteration time when
+  iterations overlap (the paper's optimizer post-validation, Section 4)
+  (ties: the smaller makespan).
+
+Ties left go to the first setting in the grid's order. The two measures can
+pick different orders: a parallelogram-shaped order (ZB-2p) has the smallest
+span, but every device starting at 0 gives it the same makespan as a looser
+one. The authors then polish the order with an integer program (their
+Appendix G); that step is not done here.
+
+The times come from the cost model itself, measured on a one-microbatch probe
+table with the final layer split, so unit, profiled (``StageCosts``) and
+model-based (``ModelCosts``) costs are treated alike: per-stage ``F``, ``I``,
+``W``, the activation each forward holds (``I`` frees ``input_grad_release``
+of it, ``W`` the rest) and the time of each transfer between neighbouring
+stages. Memory is counted as tabsched counts it, so the table's simulated
+activation peak never exceeds the limit.
+
+The algorithm follows the description in the paper and the authors' heuristic
+(``manual_order`` in sail-sg/zero-bubble-pipeline-parallelism,
+``megatron/core/pipeline_parallel/zerobubble/scheduler/zb.py``); the code is
+tabsched's own. Differences: per-link transfer times and per-stage memory
+limits instead of one number each, and a stage never runs a forward whose
+input the previous stage has not produced (the authors' warm-up could ask for
+one when stages have different memory limits).
+"""
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tabsched.costs import CostModel
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.layout import from_order_arrays
+from tabsched.lower import lower
+from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
+
+__all__ = ["StageProfile", "Settings", "SETTINGS", "OBJECTIVES", "heuristic_orders", "measure",
+           "build"]
+
+NAME = "zb-auto"
+#: Relative slack on memory comparisons (sizes in bytes reach 1e10).
+_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """What the heuristic knows about one pipeline: per stage (= device) numbers.
+
+    ``forward``, ``input_grad``, ``weight_grad``: durations of one microbatch's
+    ``F``, ``I``, ``W`` per stage. ``send_forward[s]``: time of the activation
+    transfer from stage ``s`` to ``s+1``; ``send_backward[s]``: of the gradient
+    from ``s+1`` to ``s``. ``activation``: memory one forward holds per stage;
+    ``release``: the part of it ``I`` frees (``W`` frees the rest).
+    ``room``: activation memory each device may hold.
+    """
+
+    forward: np.ndarray
+    input_grad: np.ndarray
+    weight_grad: np.ndarray
+    send_forward: np.ndarray
+    send_backward: np.ndarray
+    activation: np.ndarray
+    release: float
+    room: np.ndarray
+
+    @property
+    def num_stages(self):
+        return len(self.forward)
+
+    @property
+    def microbatch_limit(self):
+        """Microbatch activations the tightest device may hold."""
+        return float(np.min(self.room / self.activation))
+
+
+def probe_table(devices, stage_layers=None):
+    """One microbatch through ``devices`` stages, one per device: F, I, W each."""
+    p = devices
+    device = np.repeat(np.arange(p), 3)
+    position = np.tile(np.arange(3), p)
+    kind = np.tile([FORWARD, INPUT_GRAD, WEIGHT_GRAD], p)
+    return from_order_arrays(device, position, kind, device, np.zeros(3 * p, dtype=np.int32),
+                             num_devices=p, num_stages=p, num_microbatches=1,
+                             stage_layers=stage_layers)
+
+
+def _as_number(name, value):
+    if isinstance(value, bool):
+        raise InvalidParameterError(f"{NAME}: {name} must be a number, not {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{NAME}: {name} must be a number, not {value!r}") \
+            from None
+    if not np.isfinite(number):
+        raise InvalidParameterError(f"{NAME}: {name} must be finite, not {value!r}")
+    return number
+
+
+def _budget_value(value, costs):
+    """``memory_budget`` in the cost model's memory unit ("80GB" for bytes)."""
+    if isinstance(value, str) and costs.memory_unit == "bytes":
+        from tabsched.costs.units import parse_quantity
+        return parse_quantity(value, "B", name=f"{NAME}: memory_budget")
+    return _as_number("memory_budget", value)
+
+
+def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=None):
+    """The :class:`StageProfile` of ``costs`` on ``devices`` stages, one per device.
+
+    ``memory_limit`` counts microbatch activations of a device's own stage;
+    ``memory_budget`` is a device's whole memory (persistent + activations) in
+    the cost model's memory unit. Both given: the tighter one holds on each
+    device. Neither: ``devices`` activations (1F1B's peak, the paper's ZB-1p).
+
+    Raises
+    ------
+    InvalidParameterError
+        If an operation does not take a positive time, or a device has room for
+        less than one microbatch's activation.
+    """
+    probe = probe_table(devices, stage_layers)
+    durations = np.asarray(costs.op_durations(probe), dtype=np.float64)
+    names = {FORWARD: "forward (F)", INPUT_GRAD: "input-grad (I)",
+             WEIGHT_GRAD: "weight-grad (W)"}
+    bad = np.flatnonzero(~(durations > 0) | ~np.isfinite(durations))
+    if len(bad):
+        k = int(bad[0])
+        raise InvalidParameterError(
+            f"{NAME}: costs must be positive and finite, but the "
+            f"{names[int(probe.kind[k])]} of stage {int(probe.stage[k])} takes "
+            f"{durations[k]:g}")
+    per_kind = {kind: durations[probe.kind == kind][np.argsort(probe.stage[probe.kind == kind])]
+                for kind in names}
+    lowered = lower(probe)
+    transfers = lowered.transfers
+    times, _ = costs.transfer_costs(probe, transfers)
+    times = np.asarray(times, dtype=np.float64)
+    send_forward = np.zeros(max(devices - 1, 0))
+    send_backward = np.zeros(max(devices - 1, 0))
+    kinds = probe.kind[transfers.producer]
+    stages = probe.stage[transfers.producer]
+    forward = kinds == FORWARD
+    send_forward[stages[forward]] = times[forward]
+    send_backward[stages[~forward] - 1] = times[~forward]
+    activation = np.asarray(costs.activation_sizes(probe), dtype=np.float64)[probe.kind == FORWARD]
+    persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
+    if len(persistent) != devices:
+        persistent = np.zeros(devices)
+    room = np.full(devices, np.inf)
+    if memory_limit is not None:
+        count = _as_number("memory_limit", memory_limit)
+        if count < 1:
+            raise InvalidParameterError(
+                f"{NAME}: memory_limit {count:g} is below one microbatch's activation (the "
+                f"limit counts a device's microbatch activations; at least 1)")
+        room = np.minimum(room, count * activation)
+    if memory_budget is not None:
+        budget = _budget_value(memory_budget, costs)
+        room = np.minimum(room, budget - persistent)
+        short = np.flatnonzero(room < activation * (1 - _TOLERANCE))
+        if len(short):
+            d = int(short[0])
+            if persistent[d] >= budget:
+                raise InvalidParameterError(
+                    f"{NAME}: memory_budget {memory_budget} is below the persistent memory of "
+                    f"device {d} ({_amount(persistent[d], costs)} of weights, gradients and "
+                    f"optimizer state)")
+            raise InvalidParameterError(
+                f"{NAME}: memory_budget {memory_budget} leaves device {d} "
+                f"{_amount(max(room[d], 0.0), costs)} for activations, below one "
+                f"microbatch's activation of its stage ({_amount(activation[d], costs)})")
+    if memory_limit is None and memory_budget is None:
+        room = devices * activation
+    return StageProfile(forward=per_kind[FORWARD], input_grad=per_kind[INPUT_GRAD],
+                        weight_grad=per_kind[WEIGHT_GRAD], send_forward=send_forward,
+                        send_backward=send_backward, activation=activation,
+                        release=float(costs.input_grad_release), room=room)
+
+
+def _amount(value, costs):
+    if costs.memory_unit == "bytes":
+        from tabsched.costs.units import format_quantity
+        return format_quantity(value, "B")
+    return f"{value:.6g} {costs.memory_unit}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The heuristic's binary settings, which the paper grid-searches.
+
+    ``delay_first_backward``: the last warm-up forward may overrun the arrival
+    of the first input gradient (else the gap stays idle). ``skip_forward``: a
+    stage two or more forwards ahead of the next one may skip its forward.
+    ``greedy_weights``: a ``W`` also fills a gap shorter than itself when the
+    gap would not make this stage's idle time the largest.
+    """
+
+    delay_first_backward: bool
+    skip_forward: bool
+    greedy_weights: bool
+
+    def describe(self):
+        return ",".join(name for name, on in (("delay-first-I", self.delay_first_backward),
+                                              ("skip-F", self.skip_forward),
+                                              ("greedy-W", self.greedy_weights)) if on) \
+            or "plain"
+
+
+SETTINGS = tuple(Settings(*flags) for flags in itertools.product((False, True), repeat=3))
+
+
+class _Planner:
+    """The heuristic's state: per stage the ops placed so far, their times and memory.
+
+    Times are the heuristic's own estimate (transfers never wait for each
+    other); the table it produces is judged by tabsched's simulation.
+    """
+
+    def __init__(self, profile, microbatches):
+        self.profile = profile
+        self.microbatches = microbatches
+        p = profile.num_stages
+        self.duration = {"F": profile.forward, "I": profile.input_grad,
+                         "W": profile.weight_grad}
+        self.count = {kind: [0] * p for kind in "FIW"}
+        self.free_at = [0.0] * p
+        self.idle = [0.0] * p
+        self.memory = [0.0] * p
+        self.end = {}
+        self.orders = [[] for _ in range(p)]
+
+    def change(self, kind, stage):
+        """Memory ``kind`` adds on ``stage`` (negative: frees)."""
+        activation = self.profile.activation[stage]
+        if kind == "F":
+            return activation
+        if kind == "I":
+            return -self.profile.release * activation
+        return -(1.0 - self.profile.release) * activation
+
+    def fits(self, stage, amount):
+        room = self.profile.room[stage]
+        return self.memory[stage] + amount <= room + _TOLERANCE * max(1.0, abs(room))
+
+    def arrival(self, kind, stage, microbatch):
+        """When the input of ``kind`` of ``microbatch`` on ``stage`` reaches its device."""
+        profile = self.profile
+        if kind == "F" and stage > 0:
+            return self.end["F", stage - 1, microbatch] + profile.send_forward[stage - 1]
+        if kind == "I" and stage + 1 < profile.num_stages:
+            return self.end["I", stage + 1, microbatch] + profile.send_backward[stage]
+        return 0.0
+
+    def put(self, stage, kind):
+        microbatch = self.count[kind][stage]
+        if kind in "FI" and microbatch >= self.microbatches or \
+                kind == "W" and microbatch >= self.count["I"][stage]:
+            raise TabschedError(f"internal error: {NAME} placed {kind} {microbatch} on stage "
+                                f"{stage} with none left")
+        if not self.fits(stage, self.change(kind, stage)):
+            raise TabschedError(f"internal error: {NAME} overran the memory of stage {stage}")
+        try:
+            start = max(self.free_at[stage], self.arrival(kind, stage, microbatch))
+        except KeyError:
+            raise TabschedError(f"internal error: {NAME} placed {kind} {microbatch} on stage "
+                                f"{stage} before its input") from None
+        if self.orders[stage]:
+            self.idle[stage] += start - self.free_at[stage]
+        end = start + self.duration[kind][stage]
+        self.end[kind, stage, microbatch] = self.free_at[stage] = end
+        self.memory[stage] += self.change(kind, stage)
+        self.count[kind][stage] += 1
+        self.orders[stage].append((kind, microbatch))
+
+    def pending_weights(self, stage):
+        return self.count["I"][stage] - self.count["W"][stage]
+
+    def make_room(self, stage, amount):
+        """Run ``W`` s until ``amount`` more memory fits on ``stage``."""
+        while not self.fits(stage, amount):
+            if not self.pending_weights(stage):
+                raise TabschedError(f"internal error: {NAME} found no W to free memory on "
+                                    f"stage {stage}")
+            self.put(stage, "W")
+
+    def fill_weights(self, stage, arrival, greedy):
+        """``W`` s into the wait for an input arriving at ``arrival``."""
+        weight = self.duration["W"][stage]
+        while self.pending_weights(stage) and self.free_at[stage] + weight <= arrival:
+            self.put(stage, "W")
+        gap = arrival - self.free_at[stage]
+        if self.pending_weights(stage) and gap > 0:
+            grows_largest = gap > max(self.idle) - self.idle[stage]
+            if grows_largest or greedy:
+                self.put(stage, "W")
+
+    def warm_up(self, settings):
+        """Microbatch 0 everywhere, the extra warm-up forwards, then I of microbatch 0."""
+        profile, m = self.profile, self.microbatches
+        p = profile.num_stages
+        for stage in range(p):
+            self.put(stage, "F")
+        extra = [0] * p
+        gradient_end = self.end["F", p - 1, 0] + profile.input_grad[p - 1]
+        for stage in range(p - 2, -1, -1):
+            arrival = gradient_end + profile.send_backward[stage]
+            memory, clock = self.memory[stage], self.free_at[stage]
+            activation, forward = profile.activation[stage], profile.forward[stage]
+            room = profile.room[stage] + _TOLERANCE * max(1.0, profile.room[stage])
+            while self.count["F"][stage] + extra[stage] < m and memory + activation <= room:
+                if settings.delay_first_backward and clock >= arrival:
+                    break
+                if not settings.delay_first_backward and clock + forward > arrival:
+                    break
+                memory += activation
+                clock += forward
+                extra[stage] += 1
+            gradient_end = max(clock, arrival) + profile.input_grad[stage]
+        for stage in range(1, p):
+            previous = self.count["F"][stage - 1] + extra[stage - 1]
+            # a stage stays at least one forward behind the previous one (the paper's
+            # step 3) unless forwards run out; never ahead of it
+            cap = previous if previous >= m else previous - 1
+            extra[stage] = max(0, min(extra[stage], cap - self.count["F"][stage]))
+        for stage in range(p):
+            for _ in range(extra[stage]):
+                self.put(stage, "F")
+        for stage in range(p - 1, -1, -1):
+            self.put(stage, "I")
+
+    def wants_forward(self, stage, settings):
+        """Whether ``stage`` runs its next forward in this round."""
+        profile, count = self.profile, self.count
+        if count["F"][stage] >= self.microbatches:
+            return False
+        if not (settings.skip_forward and stage + 1 < profile.num_stages
+                and count["F"][stage] >= count["F"][stage + 1] + 2):
+            return True
+        nxt = stage + 1
+        horizon = (self.free_at[nxt] + profile.forward[nxt] + profile.input_grad[nxt]
+                   + profile.send_backward[stage])
+        if self.free_at[stage] >= horizon:
+            return False
+        # the W's the forward would need first to fit in memory
+        memory = self.memory[stage] + self.change("F", stage)
+        weights, pending = 0.0, self.pending_weights(stage)
+        while not self.fits(stage, memory - self.memory[stage]) and pending:
+            memory += self.change("W", stage)
+            weights += profile.weight_grad[stage]
+            pending -= 1
+        if self.free_at[stage] + profile.forward[stage] + weights <= horizon:
+            return True
+        gap = horizon - self.free_at[stage]
+        return gap > max(self.idle) - self.idle[stage]
+
+    def steady(self, microbatch, settings):
+        """One round: a forward on each stage that wants one, then I of ``microbatch``."""
+        profile = self.profile
+        p = profile.num_stages
+        wanted = [self.wants_forward(stage, settings) for stage in range(p)]
+        for stage in range(p - 2, -1, -1):
+            wanted[stage] = wanted[stage] and wanted[stage + 1]
+        for stage in range(p):
+            if not wanted[stage]:
+                continue
+            self.make_room(stage, self.change("F", stage))
+            if stage > 0:
+                self.fill_weights(stage, self.arrival("F", stage, self.count["F"][stage]),
+                                  settings.greedy_weights)
+            self.put(stage, "F")
+        for stage in range(p - 1, -1, -1):
+            if stage + 1 < p:
+                self.fill_weights(stage, self.arrival("I", stage, microbatch),
+                                  settings.greedy_weights)
+            if stage == 0 and self.count["F"][0] >= self.microbatches:
+                while self.pending_weights(0):
+                    self.put(0, "W")
+            self.put(stage, "I")
+
+    def span(self):
+        """The paper's cost: the longest time from a stage's first op to its last."""
+        spans = []
+        for stage, order in enumerate(self.orders):
+            kind, microbatch = order[0]
+            first_start = self.end[kind, stage, microbatch] - self.duration[kind][stage]
+            spans.append(self.free_at[stage] - first_start)
+        return max(spans)
+
+
+def heuristic_orders(profile, microbatches, settings):
+    """Per-stage orders of ``(kind, microbatch)`` and the heuristic's estimated span.
+
+    >>> profile = StageProfile(*(np.ones(2) for _ in range(3)), np.zeros(1), np.zeros(1),
+    ...                        np.ones(2), 0.0, np.full(2, 2.0))
+    >>> orders, span = heuristic_orders(profile, 3, SETTINGS[0])
+    >>> ["".join(f"{kind}{mb}" for kind, mb in order) for order in orders]
+    ['F0F1I0W0F2I1W1I2W2', 'F0I0F1I1W0F2I2W1W2']
+    """
+    planner = _Planner(profile, microbatches)
+    planner.warm_up(settings)
+    for microbatch in range(1, microbatches):
+        planner.steady(microbatch, settings)
+    for stage in range(profile.num_stages):
+        while planner.pending_weights(stage):
+            planner.put(stage, "W")
+    return planner.orders, planner.span()
+
+
+def _table(orders, devices, microbatches, stage_layers, params):
+    builder = OrderBuilder(devices)
+    for device, order in enumerate(orders):
+        for kind, microbatch in order:
+            builder.add(device, kind, device, microbatch)
+    return builder.table(num_stages=devices, num_microbatches=microbatches,
+                         stage_layers=stage_layers, family=NAME, params=params)
+
+
+def _span(result):
+    """Longest time from a device's first op to its last (the ZB paper's cost)."""
+    return max(result.makespan - d.warmup - d.cooldown for d in result.devices)
+
+
+OBJECTIVES = ("makespan", "span")
+
+
+def build(devices, microbatches, costs, memory_limit=None, memory_budget=None,
+          objective="makespan", stage_layers=None):
+    """The zb-auto table for ``costs``: the best of the heuristic's settings, simulated.
+
+    Parameters
+    ----------
+    devices, microbatches : int
+    costs : CostModel
+        What F, I, W and the transfers cost; the table is judged under it.
+    memory_limit : float, optional
+        Microbatch activations a device may hold (the paper's M_limit / M_B):
+        ``devices`` is ZB-1p, ``2 * devices`` ZB-2p. Default ``devices`` unless
+        ``memory_budget`` is given.
+    memory_budget : float or str, optional
+        A device's whole memory in the cost model's unit (``"80GB"`` under
+        ModelCosts): persistent memory plus activations must fit it.
+    objective : {"makespan", "span"}
+        What the simulated orders are ranked by (see the module docstring).
+    stage_layers : tuple, optional
+        The layer split (``generate`` passes it).
+
+    The table's ``params`` hold the sizes, ``memory_limit`` (the microbatch
+    activations the tightest device may hold), ``memory_budget`` if given, and
+    ``heuristic``: the settings of the order kept.
+
+    >>> from tabsched import UnitCosts, evaluate, generate
+    >>> table = build(4, 8, UnitCosts())
+    >>> table.params["memory_limit"], evaluate(table).makespan
+    (4, 27.0)
+    >>> evaluate(generate("zb-h1", devices=4, microbatches=8)).makespan
+    27.0
+    """
+    if not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"{NAME}: costs must be a cost model (UnitCosts, "
+                                    f"StageCosts or ModelCosts), not {type(costs).__name__}")
+    if objective not in OBJECTIVES:
+        raise InvalidParameterError(f"{NAME}: objective must be one of "
+                                    f"{', '.join(OBJECTIVES)}, not {objective!r}")
+    from tabsched.evaluate import evaluate
+    profile = measure(costs, devices, stage_layers, memory_limit, memory_budget)
+    limit = profile.microbatch_limit
+    params = {"devices": devices, "microbatches": microbatches,
+              "memory_limit": int(limit) if limit == int(limit) else round(limit, 6)}
+    if memory_budget is not None:
+        params["memory_budget"] = memory_budget
+    if objective != "makespan":
+        params["objective"] = objective
+    best = None
+    for settings in SETTINGS:
+        orders, _ = heuristic_orders(profile, microbatches, settings)
+        table = _table(orders, devices, microbatches, stage_layers,
+                       {**params, "heuristic": settings.describe()})
+        result = evaluate(table, costs, formula=False)
+        score = (result.makespan, _span(result))
+        if objective == "span":
+            score = score[::-1]
+        if best is None or score < best[0]:
+            best = (score, table)
+    return best[1]
+
+
+def _doc_parameters():
+    return (Parameter("devices", help=DEVICES),
+            Parameter("microbatches", help=MICROBATCHES),
+            Parameter("costs", help="the cost model the order is built for (UnitCosts, "
+                                    "StageCosts or ModelCosts): per-stage F, I, W, the "
+                                    "transfer times and the activation memory"),
+            Parameter("memory_limit", optional=True,
+                      help="microbatch activations a device may hold (the paper's "
+                           "M_limit/M_B): devices is ZB-1p, 2*devices ZB-2p; default "
+                           "devices unless memory_budget is given"),
+            Parameter("memory_budget", optional=True,
+                      help="a device's whole memory in the cost model's unit (e.g. 80GB "
+                           "under --model/--system, from --memory-budget): persistent "
+                           "memory plus activations must fit"),
+            Parameter("objective", "makespan",
+                      help="what the simulated orders are ranked by: makespan (every device "
+                           "starts at 0) or span (first to last op per device, the paper's "
+                           "cost when iterations overlap)"))
+
+
+FAMILY = register(Family(
+    name=NAME,
+    summary="Zero Bubble's automatic scheduler: split backward, warm-up and W placement "
+            "searched for the given costs and memory limit (Qi et al., ICLR 2024, Sec. 3.1)",
+    build=build,
+    parameters=_doc_parameters(),
+    constraints="any devices >= 1, microbatches >= 1; positive F, I, W times; room for at "
+                "least one microbatch's activation on every device",
+    notes="built from costs: the same sizes give different orders under different costs. "
+          "memory_limit=p is the paper's ZB-1p, 2p its ZB-2p; the activation peak never "
+          "exceeds the limit. The eight settings of the paper's grid are simulated and the "
+          "fastest kept; the authors' ILP refinement is not run",
+    aliases=("zbauto",),
+    cost_driven=True,
+))

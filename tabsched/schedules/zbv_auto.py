@@ -1,0 +1,522 @@
+"""zbv-auto: Zero Bubble's cost-driven V schedule, with its memory setups.
+
+ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Section 6)
+puts two chunks on each device in a V: device ``d`` holds stage ``d`` (chunk
+0) and stage ``2p-1-d`` (chunk 1), so a microbatch's forward and backward both
+start and end on device 0. The paper searches the order for the measured
+times "with a similar heuristic algorithm as in Section 3.1" (its Appendix D;
+the authors' ``PipelineGraph.try_v_schedule`` in sail-sg/zero-bubble-pipeline-
+parallelism, ``megatron/core/pipeline_parallel/zerobubble/scheduler/zbv.py``,
+which their runtime uses for the ``zb`` memory setup). The steps, per device:
+
+1. **Warm-up.** Every device runs the first forward of chunk 0; then, from the
+   last device back, a device adds chunk-0 forwards (and so does every device
+   before it) while its memory keeps room for ``2 + 2d`` more and while it
+   would otherwise wait for its first chunk-1 forward's input; then it runs
+   that chunk-1 forward. Later devices then catch up with earlier ones,
+   alternating chunks, until each has as many forwards as the previous device
+   and more chunk-1 forwards.
+2. **Rounds** (``2m`` of them): each device runs one input-grad ``I`` --
+   chunk 1's (the first of a microbatch's backward) unless chunk 0's is due and
+   its gradient has arrived -- then one forward, chunk 1's when its input has
+   arrived, else chunk 0's. Before each, ``W`` s (oldest first) fill the wait
+   for the input: every one that ends before it arrives, and one more that
+   overruns when the wait would make this device's cumulative idle time the
+   largest (two settings, ``fill_backward`` and ``fill_forward``, decide
+   whether this also happens before chunk-0 input-grads and before forwards).
+   ``W`` s also run when memory is full.
+3. The ``W`` s left over close each order. A run is repeated with the idle
+   time each device reached as its allowance, while that lowers the largest.
+
+The generator runs the four settings, simulates each order with tabsched
+under the same costs, adds the three fixed V orders (ZB-V's handcrafted one,
+V-Half and V-Min) as candidates, and keeps the best by ``objective`` (as in
+:mod:`tabsched.schedules.zb_auto`) among those within the memory limit. The
+memory setups set the limit:
+
+* ``zb`` (default): ``2p`` chunk activations, 1F1B's peak (the authors'
+  default for this scheduler);
+* ``half`` / ``min``: V-Half's / V-Min's peak, ``2*((p+2)//2)`` /
+  ``2*((p+4)//3)`` chunk activations (Qi et al., Pipeline Parallelism with
+  Controllable Memory, NeurIPS 2024). The authors' runtime runs the fixed
+  building-block order for these setups ("fixed schedule for now"); here the
+  cost-driven orders compete with it, but at these limits they rarely complete
+  (the heuristic reserves ``2 + 2d`` activations in its warm-up), so the
+  result is usually the fixed order.
+
+``memory_limit`` (chunk activations) or ``memory_budget`` (a device's whole
+memory) override the setup's limit; the activation peak never exceeds it.
+Orders a setting cannot complete within the limit (the authors' code asserts
+there) are dropped; if no candidate fits, the generator says so.
+"""
+
+from collections import deque
+
+import numpy as np
+
+from tabsched.costs import CostModel
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.layout import from_order_arrays
+from tabsched.lower import lower
+from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.schedules.zb_auto import (OBJECTIVES, _amount, _as_number, _budget_value, _span,
+                                        _TOLERANCE)
+from tabsched.schedules.zbv import check_two_chunks, v_stages
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
+
+__all__ = ["SETUPS", "VProfile", "measure_v", "v_heuristic_orders", "build"]
+
+NAME = "zbv-auto"
+SETUPS = ("zb", "half", "min")
+#: Most repetitions of a run with the previous run's idle times as allowance.
+_MAX_REFINEMENTS = 32
+
+
+class _Infeasible(Exception):
+    """A setting cannot complete its order within the memory limit."""
+
+
+def setup_limit(setup, devices):
+    """Chunk activations a device may hold under ``setup``."""
+    p = devices
+    return {"zb": 2 * p, "half": 2 * ((p + 2) // 2), "min": 2 * ((p + 4) // 3)}[setup]
+
+
+class VProfile:
+    """Per model stage (``2p`` of them): durations, activations, input delays.
+
+    ``delay[kind][s]``: time of the transfer that brings the input of ``kind``
+    (``"F"`` or ``"I"``) on stage ``s`` (0 when producer and consumer share a
+    device). ``room[d]``: activation memory device ``d`` may hold.
+    """
+
+    def __init__(self, durations, delay, activation, release, room):
+        self.duration = durations
+        self.delay = delay
+        self.activation = activation
+        self.release = release
+        self.room = room
+
+    @property
+    def num_devices(self):
+        return len(self.room)
+
+
+def probe_table(devices, stage_layers=None):
+    """One microbatch through the V: F, I, W of every stage, in dependency order."""
+    p = devices
+    rows = {d: [] for d in range(p)}
+    for stage in range(2 * p):
+        rows[min(stage, 2 * p - 1 - stage)].append((FORWARD, stage))
+    for stage in range(2 * p - 1, -1, -1):
+        device = min(stage, 2 * p - 1 - stage)
+        rows[device].extend([(INPUT_GRAD, stage), (WEIGHT_GRAD, stage)])
+    device, position, kind, stage = [], [], [], []
+    for d, ops in rows.items():
+        for k, (op_kind, op_stage) in enumerate(ops):
+            device.append(d)
+            position.append(k)
+            kind.append(op_kind)
+            stage.append(op_stage)
+    return from_order_arrays(device, position, kind, stage, np.zeros(len(kind), dtype=np.int32),
+                             num_devices=p, num_stages=2 * p, num_microbatches=1,
+                             stage_layers=stage_layers)
+
+
+def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None):
+    """The :class:`VProfile` of ``costs`` on the V placement of ``devices`` devices.
+
+    ``limit``: chunk activations per device (each device's room is ``limit/2``
+    times the activations of its two stages); ``memory_budget``: a device's
+    whole memory in the cost model's unit. The tighter holds.
+    """
+    p, S = devices, 2 * devices
+    probe = probe_table(devices, stage_layers)
+    durations = np.asarray(costs.op_durations(probe), dtype=np.float64)
+    names = {FORWARD: "forward (F)", INPUT_GRAD: "input-grad (I)",
+             WEIGHT_GRAD: "weight-grad (W)"}
+    bad = np.flatnonzero(~(durations > 0) | ~np.isfinite(durations))
+    if len(bad):
+        k = int(bad[0])
+        raise InvalidParameterError(
+            f"{NAME}: costs must be positive and finite, but the "
+            f"{names[int(probe.kind[k])]} of stage {int(probe.stage[k])} takes "
+            f"{durations[k]:g}")
+    per_kind = {}
+    for code, letter in ((FORWARD, "F"), (INPUT_GRAD, "I"), (WEIGHT_GRAD, "W")):
+        values = np.zeros(S)
+        mask = probe.kind == code
+        values[probe.stage[mask]] = durations[mask]
+        per_kind[letter] = values
+    transfers = lower(probe).transfers
+    times, _ = costs.transfer_costs(probe, transfers)
+    delay = {"F": np.zeros(S), "I": np.zeros(S)}
+    consumer_kind = probe.kind[transfers.consumer]
+    consumer_stage = probe.stage[transfers.consumer]
+    for k in range(len(transfers)):
+        letter = "F" if consumer_kind[k] == FORWARD else "I"
+        delay[letter][consumer_stage[k]] = float(times[k])
+    activation = np.zeros(S)
+    forwards = probe.kind == FORWARD
+    activation[probe.stage[forwards]] = np.asarray(costs.activation_sizes(probe),
+                                                   dtype=np.float64)[forwards]
+    pair = np.array([activation[d] + activation[S - 1 - d] for d in range(p)])
+    room = np.full(p, np.inf) if limit is None else limit / 2 * pair
+    if memory_budget is not None:
+        budget = _budget_value(memory_budget, costs)
+        persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
+        room = np.minimum(room, budget - persistent)
+        need = np.maximum(activation[:p], activation[::-1][:p])
+        short = np.flatnonzero(room < need * (1 - _TOLERANCE))
+        if len(short):
+            d = int(short[0])
+            if persistent[d] >= budget:
+                raise InvalidParameterError(
+                    f"{NAME}: memory_budget {memory_budget} is below the persistent memory of "
+                    f"device {d} ({_amount(persistent[d], costs)} of weights, gradients and "
+                    f"optimizer state)")
+            raise InvalidParameterError(
+                f"{NAME}: memory_budget {memory_budget} leaves device {d} "
+                f"{_amount(room[d], costs)} for activations, below one microbatch's "
+                f"activation of its stages ({_amount(need[d], costs)})")
+    return VProfile(per_kind, delay, activation, float(costs.input_grad_release), room)
+
+
+class _VPlanner:
+    """One run of the V heuristic: per device the ops placed, their times and memory.
+
+    Keys of a device's counters: ``"F0"``, ``"F1"`` (forwards of chunk 0 and
+    1), ``"I1"``, ``"I0"`` (input-grads of chunk 1, which come first, and of
+    chunk 0). Times are the heuristic's estimate; tabsched simulates the result.
+    """
+
+    def __init__(self, profile, microbatches, allowance=None):
+        self.profile = profile
+        self.microbatches = microbatches
+        p = profile.num_devices
+        self.count = [{"F0": 0, "F1": 0, "I1": 0, "I0": 0} for _ in range(p)]
+        self.free_at = [0.0] * p
+        self.idle = [0.0] * p
+        self.memory = [0.0] * p
+        self.pending = [deque() for _ in range(p)]
+        self.end = {}
+        self.orders = [[] for _ in range(p)]
+        self.allowance = allowance
+
+    def stage(self, device, key):
+        return v_stages(self.profile.num_devices, device)[int(key[1])]
+
+    def largest_idle(self, device):
+        largest = max(self.idle)
+        if self.allowance is not None:
+            largest = max(largest, max(self.allowance) - self.allowance[device])
+        return largest
+
+    def arrival(self, kind, stage, microbatch):
+        """When ``kind`` of ``microbatch`` on ``stage`` has its input, or None if not yet."""
+        S = 2 * self.profile.num_devices
+        if kind == "F":
+            producer = None if stage == 0 else ("F", stage - 1, microbatch)
+        else:
+            producer = ("F", S - 1, microbatch) if stage == S - 1 else \
+                ("I", stage + 1, microbatch)
+        if producer is None:
+            return 0.0
+        if producer not in self.end:
+            return None
+        return self.end[producer] + self.profile.delay[kind][stage]
+
+    def fits(self, device, amount):
+        room = self.profile.room[device]
+        return self.memory[device] + amount <= room + _TOLERANCE * max(1.0, abs(room))
+
+    def _place(self, device, kind, stage, microbatch, start):
+        profile = self.profile
+        if self.count[device]["F0"] > 0:
+            self.idle[device] += start - self.free_at[device]
+        end = start + profile.duration[kind][stage]
+        self.end[kind, stage, microbatch] = self.free_at[device] = end
+        self.orders[device].append((kind, stage, microbatch))
+
+    def put(self, device, key):
+        kind, stage = key[0], self.stage(device, key)
+        microbatch = self.count[device][key]
+        if microbatch >= self.microbatches:
+            raise _Infeasible(f"{key} exhausted on device {device}")
+        ready = self.arrival(kind, stage, microbatch)
+        if ready is None:
+            raise _Infeasible(f"{key} {microbatch} on device {device} before its input")
+        activation = self.profile.activation[stage]
+        change = activation if kind == "F" else -self.profile.release * activation
+        if not self.fits(device, change):
+            raise _Infeasible(f"memory of device {device}")
+        self._place(device, kind, stage, microbatch, max(self.free_at[device], ready))
+        self.memory[device] += change
+        self.count[device][key] += 1
+        if kind == "I":
+            self.pending[device].append((stage, microbatch))
+
+    def put_weight(self, device):
+        stage, microbatch = self.pending[device].popleft()
+        self._place(device, "W", stage, microbatch, self.free_at[device])
+        self.memory[device] -= (1.0 - self.profile.release) * self.profile.activation[stage]
+
+    def make_room(self, device, amount):
+        while not self.fits(device, amount):
+            if not self.pending[device]:
+                raise _Infeasible(f"memory of device {device}")
+            self.put_weight(device)
+
+    def fill_weights(self, device, key, overrun):
+        """``W`` s into the wait for ``key``'s input; ``overrun``: may one more run past it."""
+        kind, stage = key[0], self.stage(device, key)
+        last = self.profile.num_devices - 1
+        # the input comes from another device: F0 and I1 from device d-1, F1 and I0 from d+1
+        if (device == 0 and key in ("F0", "I1")) or (device == last and key in ("F1", "I0")):
+            return
+        arrival = self.arrival(kind, stage, self.count[device][key])
+        if arrival is None:
+            return
+        pending = self.pending[device]
+        weight = self.profile.duration["W"]
+        while pending and arrival >= self.free_at[device] + weight[pending[0][0]]:
+            self.put_weight(device)
+        if pending and overrun and \
+                arrival - self.free_at[device] > self.largest_idle(device) - self.idle[device]:
+            self.put_weight(device)
+
+    def warm_up(self):
+        p, m = self.profile.num_devices, self.microbatches
+        for device in range(p):
+            self.put(device, "F0")
+        for device in range(p - 1, -1, -1):
+            if device < p - 1:
+                arrival = self.arrival("F", self.stage(device, "F1"), 0)
+                forward = self.profile.duration["F"][device]
+                reserve = self.profile.activation[device] * (2 + 2 * device)
+                while (self.fits(device, reserve)
+                       and self.free_at[device] + forward <= arrival
+                       and self.count[device]["F0"] < m
+                       and all(self.fits(j, self.profile.activation[j]) for j in range(device))):
+                    for j in range(device + 1):
+                        self.put(j, "F0")
+            self.put(device, "F1")
+        turn = 0
+        guard = 4 * p * m + 8
+        for device in range(1, p):
+            mine, previous = self.count[device], self.count[device - 1]
+            while (mine["F0"] + mine["F1"] < previous["F0"] + previous["F1"]
+                   or mine["F1"] <= previous["F1"] < m):
+                guard -= 1
+                if guard < 0:
+                    raise TabschedError(f"internal error: {NAME} warm-up does not converge")
+                key = f"F{turn}"
+                for j in range(p - 1, device - 1, -1):
+                    if self.count[j][key] < m:
+                        self.put(j, key)
+                turn = 1 - turn
+
+    def backward_key(self, device):
+        count = self.count[device]
+        if count["I0"] >= count["I1"]:
+            return "I1"
+        if device == self.profile.num_devices - 1:
+            return "I0"
+        ready = self.arrival("I", self.stage(device, "I0"), count["I0"]) is not None
+        return "I0" if ready or count["I1"] >= self.microbatches else "I1"
+
+    def forward_key(self, device):
+        count, m = self.count[device], self.microbatches
+        if count["F1"] >= m:
+            return None
+        if count["F1"] >= count["F0"]:
+            return "F0"
+        if device == self.profile.num_devices - 1:
+            return "F1"
+        if self.arrival("F", self.stage(device, "F1"), count["F1"]) is not None:
+            return "F1"
+        if count["F0"] < m and (device == 0 or self.arrival(
+                "F", self.stage(device, "F0"), count["F0"]) is not None):
+            return "F0"
+        return None
+
+    def round(self, fill_forward, fill_backward):
+        p = self.profile.num_devices
+        keys = [self.backward_key(device) for device in range(p)]
+        order = [(d, "I0") for d in range(p - 1, -1, -1) if keys[d] == "I0"] + \
+                [(d, "I1") for d in range(p) if keys[d] == "I1"]
+        for device, key in order:
+            self.fill_weights(device, key, overrun=key == "I0" or fill_backward)
+            self.put(device, key)
+        for device in range(p):
+            key = self.forward_key(device)
+            if key is None:
+                continue
+            self.make_room(device, self.profile.activation[self.stage(device, key)])
+            self.fill_weights(device, key, overrun=fill_forward)
+            self.put(device, key)
+
+    def run(self, fill_forward, fill_backward):
+        self.warm_up()
+        for _ in range(2 * self.microbatches):
+            self.round(fill_forward, fill_backward)
+        for device in range(self.profile.num_devices):
+            while self.pending[device]:
+                self.put_weight(device)
+        return self
+
+
+def v_heuristic_orders(profile, microbatches, fill_forward, fill_backward):
+    """Per-device orders ``(kind, stage, microbatch)`` of one setting, or None if it fails.
+
+    The run is repeated with the previous run's idle times as allowances while
+    that lowers the largest (at most ``_MAX_REFINEMENTS`` times).
+    """
+    best, allowance = None, None
+    for _ in range(_MAX_REFINEMENTS):
+        try:
+            planner = _VPlanner(profile, microbatches, allowance).run(fill_forward,
+                                                                     fill_backward)
+        except _Infeasible:
+            break
+        largest = max(planner.idle)
+        if best is not None and largest >= max(best.idle):
+            break
+        best, allowance = planner, list(planner.idle)
+    return None if best is None else best.orders
+
+
+def _table(orders, devices, microbatches, stage_layers, params):
+    builder = OrderBuilder(devices)
+    for device, order in enumerate(orders):
+        for kind, stage, microbatch in order:
+            builder.add(device, kind, stage, microbatch)
+    return builder.table(num_stages=2 * devices, num_microbatches=microbatches,
+                         stage_layers=stage_layers, family=NAME, params=params)
+
+
+FIXED_ORDERS = ("zbv", "v-half", "v-min")
+
+
+def _fixed_order(name, devices, microbatches):
+    """A fixed V family's order as ``(kind, stage, microbatch)`` per device."""
+    from tabsched.schedules import generate
+    table = generate(name, devices=devices, microbatches=microbatches)
+    return [[(op.kind, op.stage, op.microbatch) for op in row] for row in table.orders()]
+
+
+def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
+          memory_budget=None, objective="makespan", stage_layers=None):
+    """The zbv-auto table for ``costs``: the best order of the V heuristic, simulated.
+
+    Parameters
+    ----------
+    devices, microbatches : int
+    costs : CostModel
+    chunks : int
+        Must be 2 (the V placement).
+    setup : {"zb", "half", "min"}
+        The memory setup: its limit (module docstring).
+    memory_limit : float, optional
+        Chunk activations a device may hold; overrides the setup's.
+    memory_budget : float or str, optional
+        A device's whole memory in the cost model's unit.
+    objective : {"makespan", "span"}
+
+    >>> from tabsched import UnitCosts, evaluate, generate
+    >>> table = build(4, 8, UnitCosts())
+    >>> table.params["memory_limit"], evaluate(table).makespan <= evaluate(
+    ...     generate("zbv", devices=4, microbatches=8)).makespan
+    (8, True)
+    """
+    check_two_chunks(NAME, chunks)
+    if not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"{NAME}: costs must be a cost model (UnitCosts, "
+                                    f"StageCosts or ModelCosts), not {type(costs).__name__}")
+    if setup not in SETUPS:
+        raise InvalidParameterError(f"{NAME}: setup must be one of {', '.join(SETUPS)}, "
+                                    f"not {setup!r}")
+    if objective not in OBJECTIVES:
+        raise InvalidParameterError(f"{NAME}: objective must be one of "
+                                    f"{', '.join(OBJECTIVES)}, not {objective!r}")
+    limit = setup_limit(setup, devices)
+    if memory_limit is not None:
+        limit = _as_number("memory_limit", memory_limit)
+        if limit < 1:
+            raise InvalidParameterError(
+                f"{NAME}: memory_limit {limit:g} is below one microbatch's activation (the "
+                f"limit counts a device's chunk activations; at least 1)")
+    from tabsched.evaluate import evaluate
+    profile = measure_v(costs, devices, stage_layers, limit, memory_budget)
+    params = {"devices": devices, "microbatches": microbatches, "chunks": 2, "setup": setup,
+              "memory_limit": int(limit) if limit == int(limit) else round(limit, 6)}
+    if memory_budget is not None:
+        params["memory_budget"] = memory_budget
+    if objective != "makespan":
+        params["objective"] = objective
+    candidates = []
+    for fill_backward in (True, False):
+        for fill_forward in (True, False):
+            orders = v_heuristic_orders(profile, microbatches, fill_forward, fill_backward)
+            if orders is not None:
+                described = ",".join(name for name, on in (("fill-I", fill_backward),
+                                                           ("fill-F", fill_forward)) if on)
+                candidates.append((described or "plain", orders))
+    candidates.extend((name, _fixed_order(name, devices, microbatches))
+                      for name in FIXED_ORDERS)
+    best = None
+    for described, orders in candidates:
+        table = _table(orders, devices, microbatches, stage_layers,
+                       {**params, "heuristic": described})
+        result = evaluate(table, costs, formula=False)
+        if any(d.peak_memory > room * (1 + _TOLERANCE)
+               for d, room in zip(result.devices, profile.room)):
+            continue
+        score = (result.makespan, _span(result))
+        if objective == "span":
+            score = score[::-1]
+        if best is None or score < best[0]:
+            best = (score, table)
+    if best is None:
+        p = devices
+        raise InvalidParameterError(
+            f"{NAME}: no order fits the memory limit of {params['memory_limit']} chunk "
+            f"activations at devices={p}, microbatches={microbatches} (the heuristic and "
+            f"ZB-V need about {2 * p}, V-Half {setup_limit('half', p)}, V-Min "
+            f"{setup_limit('min', p)})")
+    return best[1]
+
+
+FAMILY = register(Family(
+    name=NAME,
+    summary="Zero Bubble's cost-driven V schedule: two chunks per device in a V, the order "
+            "searched for the given costs within a memory setup (Qi et al., ICLR 2024, "
+            "Sec. 6)",
+    build=build,
+    parameters=(Parameter("devices", help=DEVICES),
+                Parameter("microbatches", help=MICROBATCHES),
+                Parameter("costs", help="the cost model the order is built for (UnitCosts, "
+                                        "StageCosts or ModelCosts)"),
+                Parameter("chunks", 2, "model chunks per device: the V needs exactly 2"),
+                Parameter("setup", "zb",
+                          help="memory setup: zb (2p chunk activations, 1F1B's peak), half "
+                               "(V-Half's peak) or min (V-Min's peak)"),
+                Parameter("memory_limit", optional=True,
+                          help="chunk activations a device may hold; overrides the setup's"),
+                Parameter("memory_budget", optional=True,
+                          help="a device's whole memory in the cost model's unit (e.g. 80GB "
+                               "from --memory-budget): persistent memory plus activations"),
+                Parameter("objective", "makespan",
+                          help="what the simulated orders are ranked by: makespan or span "
+                               "(first to last op per device, the paper's cost)")),
+    constraints="chunks = 2 (stages d and 2p-1-d on device d); any devices >= 1, "
+                "microbatches >= 1; positive F, I, W times",
+    notes="built from costs. Four heuristic orders and the fixed V orders (ZB-V, V-Half, "
+          "V-Min) are simulated and the fastest within the limit kept; the activation peak "
+          "never exceeds the setup's limit (2p, 2*((p+2)//2) or 2*((p+4)//3) chunk "
+          "activations). At the half and min limits the heuristic rarely completes, so the "
+          "result is usually V-Half's or V-Min's order, as in the authors' runtime",
+    aliases=("zbvauto",),
+    cost_driven=True,
+))
