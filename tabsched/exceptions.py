@@ -11,6 +11,7 @@ __all__ = [
     "MemoryBudgetError",
     "UnknownNameError",
     "InvalidParameterError",
+    "OutputError",
 ]
 
 
@@ -43,3 +44,12 @@ class UnknownNameError(TabschedError, ValueError):
 
 class InvalidParameterError(TabschedError, ValueError):
     """A parameter value or combination that a generator or cost model rejects."""
+
+
+class OutputError(TabschedError, OSError):
+    """A file tabsched was asked to write cannot be written; the message names it.
+
+    Raised before any work where the path can be checked up front (a folder that
+    does not exist), else when the write fails, which leaves the previous file as
+    it was (see :func:`tabsched.io.atomic_write`).
+    """

@@ -7,13 +7,15 @@ group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
 
+import os
 import re
 
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
+from tabsched.io import atomic_write, check_output_path
 
-__all__ = ["gantt", "memory_plot", "save_figure", "KIND_COLORS"]
+__all__ = ["gantt", "memory_plot", "save_figure", "check_picture_path", "KIND_COLORS"]
 
 KIND_COLORS = {"F": "#4C72B0", "B": "#DD8452", "I": "#C44E52", "W": "#55A868",
                "overlap": "#8172B3", "optimizer": "#937860", "sync": "#DA8BC3"}
@@ -29,14 +31,25 @@ def _figure(width, height):
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix)."""
-    import os
+def check_picture_path(path):
+    """Refuse, before drawing, a picture path with another suffix or in no folder."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in PICTURE_SUFFIXES:
         raise InvalidParameterError(f"{path}: pictures are written as "
                                     f"{', '.join(PICTURE_SUFFIXES)}, not {suffix or 'no suffix'}")
-    figure.savefig(path, dpi=150)
+    check_output_path(path)
+    return suffix
+
+
+def save_figure(figure, path):
+    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically.
+
+    matplotlib writes a temporary file beside ``path``, which replaces it only
+    once complete (:func:`tabsched.io.atomic_write`).
+    """
+    suffix = check_picture_path(path)
+    atomic_write(path, write=lambda temporary: figure.savefig(temporary, dpi=150,
+                                                              format=suffix[1:]))
 
 
 def _critical_nodes(result):

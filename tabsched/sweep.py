@@ -17,6 +17,7 @@ import csv
 import io
 import itertools
 import json
+import os
 from dataclasses import dataclass
 
 from tabsched.compare import generate_spec, model_costs_for, parse_spec
@@ -24,6 +25,7 @@ from tabsched.evaluate import evaluate_many, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
+from tabsched.table import cut, shown
 
 __all__ = ["SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS", "SYSTEM_GRID",
            "rows_to_csv", "read_sweep_csv"]
@@ -186,12 +188,26 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     return [row for rows in results for row in rows]
 
 
+def install_hint(extra):
+    """The command that adds ``extra`` the way tabsched was installed.
+
+    Run from a source checkout (an editable install: the package sits beside the
+    checkout's ``pyproject.toml``), ``pip install -e '.[extra]'``; from an
+    installed package, ``pip install 'tabsched[extra]'``.
+    """
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(checkout, "pyproject.toml")) and \
+            os.path.isfile(os.path.join(checkout, "setup.py")):
+        return f"pip install -e '.[{extra}]' in the tabsched checkout {checkout}"
+    return f"pip install 'tabsched[{extra}]'"
+
+
 def _run_dask(tasks, dask, jobs, record):
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
-        raise InvalidParameterError("--dask needs dask.distributed: pip install -e '.[dask]'") \
-            from None
+        raise InvalidParameterError(f"--dask needs dask.distributed: "
+                                    f"{install_hint('dask')}") from None
     owned = []
     if isinstance(dask, Client):
         client = dask
@@ -240,19 +256,43 @@ _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reaso
 
 
 def read_sweep_csv(path):
-    """Rows of a sweep CSV written by ``rows_to_csv``, with numbers parsed back."""
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
+    """Rows of a sweep CSV written by ``rows_to_csv``, with numbers parsed back.
+
+    The file is untrusted: it must be UTF-8 CSV with the sweep's columns, a
+    value per column on every row; every error names the file, line and column.
+    """
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise InvalidParameterError(f"{source}: cannot read: {error.strerror or error}") \
+            from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; not a "
+                                    f"sweep CSV") from None
+    if "\x00" in text:
+        raise InvalidParameterError(f"{source}: the file contains a NUL byte; not a sweep CSV")
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    rows = []
+    try:
+        fields = reader.fieldnames or []
         missing = [column for column in ("spec", "devices", "microbatches", "system",
-                                         "simulation_makespan_s")
-                   if column not in (reader.fieldnames or [])]
+                                         "simulation_makespan_s") if column not in fields]
         if missing:
-            raise InvalidParameterError(f"{path}: not a sweep CSV (no column "
+            raise InvalidParameterError(f"{source}: not a sweep CSV (no column "
                                         f"{missing[0]!r})")
-        rows = []
-        for line, raw in enumerate(reader, 2):
+        for raw_row in reader:
+            line = reader.line_num
+            if None in raw_row:
+                raise InvalidParameterError(f"{source}: line {line}: more values than the "
+                                            f"{len(fields)} columns")
             row = {}
-            for key, value in raw.items():
+            for key, value in raw_row.items():
                 if key in _TEXT_COLUMNS or value in ("", None):
                     row[key] = value if key in _TEXT_COLUMNS else None
                 elif value in ("true", "false"):
@@ -261,7 +301,11 @@ def read_sweep_csv(path):
                     try:
                         row[key] = int(value) if key in _INTEGER_COLUMNS else float(value)
                     except ValueError:
-                        raise InvalidParameterError(f"{path}: line {line}, column {key}: "
-                                                    f"{value!r} is not a number") from None
+                        raise InvalidParameterError(
+                            f"{source}: line {line}, column {cut(key)}: {shown(value)} is "
+                            f"not a number") from None
             rows.append(row)
+    except csv.Error as error:
+        raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "
+                                    f"{cut(error, 80)}") from None
     return rows
