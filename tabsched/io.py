@@ -226,8 +226,19 @@ def csv_loss(table):
     return lost
 
 
+def refuse_unreadable(table, format_name):
+    """Refuse a table with a device that runs nothing: no reader takes such a row back."""
+    counts = np.bincount(table.device, minlength=table.num_devices)
+    idle = np.flatnonzero(counts == 0)
+    if len(idle):
+        raise InvalidScheduleError(f"a {format_name} cannot hold this table: device "
+                                   f"{int(idle[0])} runs nothing, and every row of a schedule "
+                                   f"file runs something")
+
+
 def refuse_loss(table, format_name, drop_metadata, target=None):
     """Raise ``InvalidScheduleError`` if ``format_name`` would lose part of ``table``."""
+    refuse_unreadable(table, format_name)
     lost = [] if drop_metadata else csv_loss(table)
     if lost:
         where = f"{target}: " if target else ""
@@ -356,7 +367,11 @@ _MAX_NAME = 200
 
 
 def to_json(table, *, indent=None):
-    """JSON text: the rows and the metadata CSV cannot hold."""
+    """JSON text: the rows and the metadata CSV cannot hold.
+
+    Refuses a table with a device that runs nothing, which no reader takes back.
+    """
+    refuse_unreadable(table, "JSON table")
     data = {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
