@@ -34,8 +34,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tabsched.exceptions import InvalidScheduleError, OutputError
-from tabsched.table import (BACKWARD, WEIGHT_GRAD, Overlap, ScheduleTable, cut, parse_cell,
-                            parse_id, shown, shown_repr)
+from tabsched.table import (BACKWARD, SIMPLE_OP, WEIGHT_GRAD, Op, Overlap, ScheduleTable, cut,
+                            parse_cell, parse_id, shown, shown_repr)
 
 __all__ = ["read_table", "write_table", "read_csv", "write_csv", "to_csv", "from_csv",
            "read_json", "write_json", "to_json", "from_json", "render_grid",
@@ -83,7 +83,11 @@ def parse_token(token):
     return parse_cell(token)
 
 
-def parse_rows(raw_rows, source, parse=parse_token, row_name="line"):
+#: How the common ``<stage><F|B|I|W><microbatch>`` cell reads: each letter as itself.
+KINDS_AS_WRITTEN = {"F": "F", "B": "B", "I": "I", "W": "W"}
+
+
+def parse_rows(raw_rows, source, parse=parse_token, row_name="line", kinds=KINDS_AS_WRITTEN):
     """Cells of every row, the Actions met, and the first empty cell.
 
     The rules every table reader shares, CSV and JSON alike: at least one row;
@@ -91,7 +95,9 @@ def parse_rows(raw_rows, source, parse=parse_token, row_name="line"):
     idle slot, except at the end of its row, where it takes none (PyTorch's
     single-stage classes end each row with ``REDUCE_GRAD``); every row runs at
     least one operation. ``row_name`` says what a row is in the file's terms
-    (a CSV ``line``, a JSON ``row``).
+    (a CSV ``line``, a JSON ``row``). A cell ``<stage><kind><microbatch>`` with
+    ids of at most 9 digits and a letter in ``kinds`` is read at once as
+    ``Op(kinds[letter], stage, microbatch)``; every other cell goes to ``parse``.
 
     Returns
     -------
@@ -100,18 +106,27 @@ def parse_rows(raw_rows, source, parse=parse_token, row_name="line"):
     first_empty : (device, slot) of the first empty cell, or None
     """
     rows, actions, first_empty = [], [], None
+    simple = SIMPLE_OP.fullmatch
     for device, raw in enumerate(raw_rows):
+        joined = "\x1f".join(raw)
+        if "\n" in joined or "\r" in joined:
+            slot = next(slot for slot, token in enumerate(raw) if "\n" in token or "\r" in token)
+            raise InvalidScheduleError(f"{source}: device {device}, slot {slot}: "
+                                       f"{shown(raw[slot])} spans several lines (a quoted line "
+                                       f"break, or a quote never closed); a cell holds one "
+                                       f"operation")
         row, trailing = [], 0
         for slot, token in enumerate(raw):
-            where = f"{source}: device {device}, slot {slot}"
-            if "\n" in token or "\r" in token:
-                raise InvalidScheduleError(f"{where}: {shown(token)} spans several lines (a "
-                                           f"quoted line break, or a quote never closed); a "
-                                           f"cell holds one operation")
+            match = simple(token)
+            if match is not None and match[2] in kinds:
+                row.append(Op(kinds[match[2]], int(match[1]), int(match[3])))
+                trailing = 0
+                continue
             try:
                 cell = parse(token)
             except InvalidScheduleError as error:
-                raise InvalidScheduleError(f"{where}: {error}") from None
+                raise InvalidScheduleError(f"{source}: device {device}, slot {slot}: "
+                                           f"{error}") from None
             if isinstance(cell, Action):
                 actions.append((device, slot, cell))
                 trailing += 1
@@ -126,8 +141,8 @@ def parse_rows(raw_rows, source, parse=parse_token, row_name="line"):
         if all(cell is None for cell in row):
             what = ("compute operations" if any(token.strip() for token in raw)
                     else "operations")
-            raise InvalidScheduleError(f"{source}: device {device} ({row_name} {device + 1}) has no "
-                                       f"{what}; every row of a schedule runs something")
+            raise InvalidScheduleError(f"{source}: device {device} ({row_name} {device + 1}) has "
+                                       f"no {what}; every row of a schedule runs something")
         rows.append(row)
     if not rows:
         raise InvalidScheduleError(f"{source}: no rows; expected one row per device")
@@ -156,6 +171,8 @@ def apply_reduce_grad(table, actions, source, notes=None):
     once the gradients are complete). One that comes later than right after it
     adds a note: tabsched starts the sync at the end of that backward.
     """
+    if not any(cell.kind == REDUCE_GRAD for _, _, cell in actions):
+        return table
     placement = table.placement()
     bounds = np.searchsorted(table.device, np.arange(table.num_devices + 1))
     is_backward = (table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD)

@@ -237,7 +237,8 @@ def from_pytorch_csv(text, *, source="<csv>", legacy=False, format=None, p2p="or
     if p2p not in P2P_MODES:
         raise InvalidParameterError(f"p2p {p2p!r} is not one of {', '.join(P2P_MODES)}")
     rows, actions, empty = parse_rows(csv_rows(text, source), source,
-                                      parse=lambda token: _parse_action(token, legacy))
+                                      parse=lambda token: _parse_action(token, legacy),
+                                      kinds=_KIND_OF[legacy])
     comms = [entry for entry in actions if entry[2].kind in _COMMS]
     extras = [entry for entry in actions if entry[2].kind not in _COMMS]
     detected = "compute_comms" if comms else "compute_only"
@@ -290,6 +291,8 @@ def _row_ranges(table):
 
 def _apply_extras(table, extras, source, notes):
     """Check UNSHARD/RESHARD/REDUCE_GRAD cells; the table with its grad_sync."""
+    if not extras:
+        return table
     placement = table.placement()
     dropped = defaultdict(int)
     for device, slot, cell in extras:

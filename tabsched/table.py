@@ -50,6 +50,8 @@ MAX_ID = 2 ** 31 - 1
 # ASCII digits only: str.isdigit and \d also take Arabic-Indic or fullwidth digits,
 # which int() reads as 0-9, so "٠F٠" would silently become 0F0.
 _OP_PATTERN = re.compile(r"([0-9]+)([FBIW])([0-9]+)")
+#: The common case, read without further checks: ids of at most 9 digits fit int32.
+SIMPLE_OP = re.compile(r"([0-9]{1,9})([FBIW])([0-9]{1,9})")
 _ANY_DIGITS = re.compile(r"\d+[FBIW]\d+")
 _OVERLAP_SUFFIX = "OVERLAP_F_B"
 _EXPECTED = "expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B"
@@ -148,6 +150,9 @@ def parse_cell(text):
     tabsched.exceptions.InvalidScheduleError: "3X12" is not an operation (expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B)
     """
     token = text.strip()
+    simple = SIMPLE_OP.fullmatch(token)
+    if simple is not None:
+        return Op(simple[2], int(simple[1]), int(simple[3]))
     if not token:
         return None
     inner = compound_parts(token)
