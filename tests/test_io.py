@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tabsched import InvalidScheduleError, ScheduleTable, generate
-from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
+from tabsched.io import (csv_loss, from_csv, from_json, read_table, render_grid, to_csv, to_json,
                          write_table)
 
 
@@ -114,3 +114,59 @@ def test_json_keeps_grad_sync_and_leaves_it_out_when_unset():
     synced = table.replace(grad_sync=[1])
     assert json.loads(to_json(synced))["grad_sync"] == [1]
     assert from_json(to_json(synced)) == synced
+
+
+@pytest.mark.parametrize("rows,grad_sync,written", [
+    # the first idle slot after the stage's last backward that a compute cell follows
+    ([["0F0", "0B0", None, "1F0", "1B0"]], [0], "0F0,0B0,0REDUCE_GRAD,1F0,1B0\r\n"),
+    # no such slot: at the end of the row, after its idle slots
+    ([["0F0", "0B0", None]], [0], "0F0,0B0,,0REDUCE_GRAD\r\n"),
+    ([["0F0", "1F0", "1B0", "0B0"]], [0, 1], "0F0,1F0,1B0,0B0,1REDUCE_GRAD,0REDUCE_GRAD\r\n"),
+    ([["0F0", "0B0", "1F0", "1B0"]], [0], "0F0,0B0,1F0,1B0,0REDUCE_GRAD\r\n"),
+])
+def test_grad_sync_is_written_as_reduce_grad_and_reads_back_the_same(rows, grad_sync, written):
+    table = ScheduleTable(rows, grad_sync=grad_sync)
+    assert to_csv(table) == written
+    assert from_csv(written) == table
+    assert from_json(to_json(table)) == table
+
+
+def test_csv_loss_names_what_a_csv_cannot_hold():
+    table = generate("chimera", devices=4, microbatches=4, stage_layers_ratio="1:2", layers=12)
+    lost = csv_loss(table.replace(microbatch_sizes=(1.0, 0.5, 0.5, 1.0)))
+    assert lost == ["the microbatch sizes (1, 0.5, 0.5, 1; a CSV reads back every microbatch at "
+                    "full size)", "the layers of each stage (2,2,4,4; a CSV reads back an even "
+                    "split)", "the family and its parameters (chimera devices=4 microbatches=4 "
+                    "variant=direct), which the formula level reads"]
+    assert csv_loss(table.replace(family=None, params={}, stage_layers=None)) == []
+    with pytest.raises(InvalidScheduleError, match=r"write JSON \(\.json\), which keeps them, "
+                                                   r"or pass drop_metadata=True"):
+        to_csv(table)
+    assert from_csv(to_csv(table, drop_metadata=True)).rows == table.rows
+
+
+def test_a_device_that_runs_nothing_is_refused_by_every_writer():
+    idle = ScheduleTable([["0F0", "0B0"], []])
+    for writer in (to_csv, to_json):
+        with pytest.raises(InvalidScheduleError, match=r"device 1 runs nothing"):
+            writer(idle)
+
+
+def test_json_depth_skips_strings_and_stops_at_the_limit():
+    from tabsched.io import MAX_JSON_DEPTH, _json_depth
+    assert _json_depth('{"rows": [["[[[[", "]"]]}') == 3
+    assert _json_depth("[" * 10_000) > MAX_JSON_DEPTH
+
+
+def test_output_checks(tmp_path):
+    from tabsched import OutputError
+    from tabsched.io import check_output_folder, check_output_path
+    check_output_path(tmp_path / "new.csv")
+    check_output_folder(tmp_path / "a" / "b")
+    with pytest.raises(OutputError, match=r"the output must end in \.json, not \.csv"):
+        check_output_path(tmp_path / "x.csv", suffixes=(".json",))
+    with pytest.raises(OutputError, match=r"is a folder"):
+        check_output_path(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match=r"exists and is not a folder"):
+        check_output_folder(tmp_path / "file")
