@@ -41,11 +41,11 @@ from tabsched.costs import (CostModel, ModelCosts, StageCosts, System, Transform
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                                evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
-                                 MemoryBudgetError, MissingDependencyError, TabschedError,
-                                 UnknownNameError)
+                                 MemoryBudgetError, MissingDependencyError, OutputError,
+                                 TabschedError, UnknownNameError)
 from tabsched.formulas import formula_for
-from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
-                         write_table)
+from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
+                         to_csv, to_json, write_table)
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
@@ -61,6 +61,7 @@ __all__ = [
     "ScheduleTable", "Op", "Overlap",
     "generate", "families",
     "read_table", "write_table", "from_csv", "to_csv", "from_json", "to_json", "render_grid",
+    "csv_loss", "atomic_write",
     "CostModel", "UnitCosts", "StageCosts", "ModelCosts",
     "TransformerModel", "load_model", "model_presets", "System", "load_system",
     "system_presets", "parse_quantity", "format_quantity",
@@ -70,5 +71,5 @@ __all__ = [
     "formula_for",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
-    "UnknownNameError", "InvalidParameterError", "MissingDependencyError",
+    "UnknownNameError", "InvalidParameterError", "MissingDependencyError", "OutputError",
 ]

@@ -26,9 +26,12 @@ from tabsched.costs import ModelCosts, UnitCosts
 from tabsched.evaluate import evaluate, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import generate, get_family
+from tabsched.table import shown_repr
 
 __all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "rank", "model_costs_for"]
 
+#: Parameters compare and sweep set for every family (their short CLI flags).
+SIZE_PARAMETERS = {"devices": "p", "microbatches": "m"}
 DEFAULT_MODEL = "paper-128l"
 DEFAULT_SYSTEM = "mid_nw_mid_cp"
 
@@ -65,15 +68,23 @@ def parse_spec(text):
     """
     if isinstance(text, FamilySpec):
         return text
+    shown_text = shown_repr(str(text), 60)
     name, _, rest = str(text).partition(":")
     family = get_family(name.strip()).name
     params = []
     for part in filter(None, (piece.strip() for piece in rest.split(","))):
         key, equals, value = part.partition("=")
         if not equals or not key.strip() or not value.strip():
-            raise InvalidParameterError(f"family spec {text!r}: expected name:key=value,"
+            raise InvalidParameterError(f"family spec {shown_text}: expected name:key=value,"
                                         f"key=value, e.g. hanayo:waves=2")
-        params.append((key.strip().replace("-", "_"), _value(value)))
+        key = key.strip().replace("-", "_")
+        if key in SIZE_PARAMETERS:
+            raise InvalidParameterError(f"family spec {shown_text}: {key} is set for every "
+                                        f"family at once (--{key}, -{SIZE_PARAMETERS[key]}); "
+                                        f"drop it from the spec")
+        if any(key == earlier for earlier, _ in params):
+            raise InvalidParameterError(f"family spec {shown_text}: {key} is given twice")
+        params.append((key, _value(value)))
     return FamilySpec(family, tuple(params), str(text).strip())
 
 

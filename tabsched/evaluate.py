@@ -386,8 +386,9 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     result = build_result(table, costs, lowered, start[0], binding, durations,
                           lowered.contention)
     if formula:
-        from tabsched.formulas import formula_for
-        result.formula = formula_for(table, costs, lowered)
+        from tabsched.formulas import formula_level
+        result.formula, note = formula_level(table, costs, lowered)
+        result.notes.extend([note] if note else [])
     if memory_budget is not None:
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
@@ -528,8 +529,9 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
             result = build_result(table, costs, lowered, start[row],
                                   binding if row == 0 else None, durations[row], mode)
             if formula:
-                from tabsched.formulas import formula_for
-                result.formula = formula_for(table, costs, lowered)
+                from tabsched.formulas import formula_level
+                result.formula, note = formula_level(table, costs, lowered)
+                result.notes.extend([note] if note else [])
             results[index] = result
     return results
 

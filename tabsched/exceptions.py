@@ -12,6 +12,7 @@ __all__ = [
     "UnknownNameError",
     "InvalidParameterError",
     "MissingDependencyError",
+    "OutputError",
 ]
 
 
@@ -49,3 +50,12 @@ class InvalidParameterError(TabschedError, ValueError):
 class MissingDependencyError(TabschedError, ImportError):
     """An optional dependency (an extra such as ``plot`` or ``dask``) is not installed;
     the message gives the command that installs it."""
+
+
+class OutputError(TabschedError, OSError):
+    """A file tabsched was asked to write cannot be written; the message names it.
+
+    Raised before any work where the path can be checked up front (a folder that
+    does not exist), else when the write fails, which leaves the previous file as
+    it was (see :func:`tabsched.io.atomic_write`).
+    """

@@ -23,30 +23,101 @@ import numpy as np
 from tabsched.costs import UnitCosts
 from tabsched.table import KINDS, ScheduleTable
 
-__all__ = ["formula_for", "register_formula", "nominal_times", "FORMULAS"]
+__all__ = ["formula_for", "formula_level", "formula_mismatch", "register_formula",
+           "nominal_times", "FORMULAS"]
 
 FORMULAS = {}
+#: family -> function(params) -> the number of stages of the family's table.
+FORMULA_STAGES = {}
+#: Parameters that are counts wherever a family takes them.
+_COUNT_PARAMETERS = ("devices", "microbatches", "chunks", "waves", "pipelines", "group_size")
 
 
-def register_formula(family):
-    """Decorator: register ``function(params, times) -> dict`` for ``family``."""
+def _devices(params):
+    return params["devices"]
+
+
+def register_formula(family, stages=_devices):
+    """Decorator: register ``function(params, times) -> dict`` for ``family``.
+
+    ``stages(params)`` is the number of stages of the family's table with those
+    parameters (default: one per device); the formula level is given only for a
+    table of that shape (see :func:`formula_mismatch`).
+    """
     def decorate(function):
         FORMULAS[family] = function
+        FORMULA_STAGES[family] = stages
         return function
     return decorate
 
 
+def formula_mismatch(table):
+    """Why ``table``'s family metadata does not describe the table, or None if it does.
+
+    The closed forms take the family's parameters, not the table: they hold for
+    a table only if its devices, stages and microbatches are those the
+    parameters give. A table whose metadata was edited, or a file tagged with a
+    family it does not follow, gets no formula level.
+
+    >>> from tabsched.schedules import generate
+    >>> formula_mismatch(generate("gpipe", devices=4, microbatches=8)) is None
+    True
+    >>> print(formula_mismatch(generate("gpipe", devices=1, microbatches=1).replace(
+    ...     params={"devices": 4, "microbatches": 8})))
+    the table is tagged gpipe devices=4 microbatches=8 (4 devices, 4 stages, 8 microbatches) but has 1 device, 1 stage, 1 microbatch
+    """
+    params = table.params
+    label = " ".join([str(table.family)] + [f"{key}={value}" for key, value in params.items()])
+    label = label if len(label) <= 100 else label[:100] + "..."
+    for name in ("devices", "microbatches") + tuple(
+            name for name in _COUNT_PARAMETERS if name in params):
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            stated = "does not state" if value is None else "does not give a count for"
+            return f"the table is tagged {label}, which {stated} {name}"
+    try:
+        stages = int(FORMULA_STAGES.get(table.family, _devices)(params))
+    except KeyError as missing:
+        return f"the table is tagged {label}, which does not state {missing.args[0]}"
+    expected = (params["devices"], stages, params["microbatches"])
+    actual = (table.num_devices, table.num_stages, table.num_microbatches)
+    if expected == actual:
+        return None
+
+    def shape(devices, stages, microbatches):
+        nouns = (("device", "devices"), ("stage", "stages"), ("microbatch", "microbatches"))
+        return ", ".join(f"{count} {nouns[k][count != 1]}"
+                         for k, count in enumerate((devices, stages, microbatches)))
+    return f"the table is tagged {label} ({shape(*expected)}) but has {shape(*actual)}"
+
+
+def formula_level(table, costs=None, lowered=None):
+    """``(numbers, note)``: :func:`formula_for`'s numbers, and why they are omitted if so.
+
+    ``note`` is None when the family has a formula that fits the table, or has
+    none at all; otherwise it says that the formula level was omitted and why.
+    """
+    if FORMULAS.get(table.family) is None:
+        return None, None
+    mismatch = formula_mismatch(table)
+    if mismatch is not None:
+        return None, f"formula level omitted: {mismatch}"
+    return formula_for(table, costs, lowered), None
+
+
 def formula_for(table, costs=None, lowered=None):
-    """Formula-level numbers for ``table``'s family, or ``None`` if it has no formula.
+    """Formula-level numbers for ``table``'s family, or ``None`` if there are none.
 
     The dict holds ``level`` ("formula"), ``bubble_ratio`` (or ``None`` when
     unpublished), ``peak_activation`` (per device, in the unit named in
     ``activation_unit``), ``source``, ``exact_when`` and, where it can be judged,
     ``exact``: whether ``costs`` meet ``exact_when``. ``lowered`` (the table's
     lowering, if at hand) saves lowering again to measure transfer times.
+    ``None`` when the family has no formula, or when the table's metadata does
+    not match the table (:func:`formula_mismatch` says how).
     """
     function = FORMULAS.get(table.family)
-    if function is None:
+    if function is None or formula_mismatch(table) is not None:
         return None
     times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered)
     return {"level": "formula", "family": table.family, **function(dict(table.params), times)}
@@ -90,6 +161,21 @@ def nominal_times(table, costs, lowered=None):
         uniform_comm=bool(len(comm_times) == 0 or np.ptp(comm_times) <= 1e-12 * max(
             1.0, float(comm_times.max()))))
     return times
+
+
+def _chunked_stages(params):
+    """Multi-chunk families: ``chunks`` model chunks on every device."""
+    return params["devices"] * params["chunks"]
+
+
+def _two_per_device(params):
+    """BitPipe and DualPipeV: two stages per device (BitPipe's two V pipelines share them)."""
+    return 2 * params["devices"]
+
+
+def _hanayo_stages(params):
+    """Hanayo: ``2W`` chunks per device, W the waves (default 1)."""
+    return 2 * params.get("waves", 1) * params["devices"]
 
 
 def _flush_exact(times):
@@ -138,7 +224,7 @@ def _uniform_times(times):
     return times["F"], times["I"], times["W"], times["comm"]
 
 
-@register_formula("interleaved-1f1b")
+@register_formula("interleaved-1f1b", stages=_chunked_stages)
 def _interleaved_one_f_one_b(params, times):
     """Interleaved 1F1B (Narayanan et al., SC'21, Megatron-LM virtual pipeline).
 
@@ -161,7 +247,7 @@ def _interleaved_one_f_one_b(params, times):
                           "group_size Megatron accepts"}
 
 
-@register_formula("looped-bfs")
+@register_formula("looped-bfs", stages=_chunked_stages)
 def _looped_bfs(params, times):
     """Breadth-first PP (Lamy-Poirier 2022; PyTorch ``ScheduleLoopedBFS``).
 
@@ -251,7 +337,7 @@ def _zb_h2(params, times):
                           "start/end skew"}
 
 
-@register_formula("zbv")
+@register_formula("zbv", stages=_chunked_stages)
 def _zbv(params, times):
     """ZB-V (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024; the authors' README).
 
@@ -324,7 +410,7 @@ def _zb_auto(params, times):
                                         "is evaluated at their means and not guaranteed")}
 
 
-@register_formula("zbv-auto")
+@register_formula("zbv-auto", stages=_chunked_stages)
 def _zbv_auto(params, times):
     """zbv-auto (Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, Sec. 6; App. D).
 
@@ -362,14 +448,14 @@ def _controllable_memory(params, device_peak, approximate, name):
                     f"F = B = W, a large-M approximation (1F1B: about p/M)"}
 
 
-@register_formula("v-half")
+@register_formula("v-half", stages=_chunked_stages)
 def _v_half(params, times):
     """V-Half (Qi et al., NeurIPS 2024): peak ``(p+2)//2`` device activations; bubble ~ p/(2M)."""
     p, m = params["devices"], params["microbatches"]
     return _controllable_memory(params, (p + 2) // 2, p / (2 * m), "about p/(2M)")
 
 
-@register_formula("v-min")
+@register_formula("v-min", stages=_chunked_stages)
 def _v_min(params, times):
     """V-Min (Qi et al., NeurIPS 2024): peak ``(p+4)//3`` device activations; bubble ~ 2p/(3M)."""
     p, m = params["devices"], params["microbatches"]
@@ -434,7 +520,7 @@ def _chimera(params, times):
                     "per worker, over its two stage replicas"}
 
 
-@register_formula("bitpipe")
+@register_formula("bitpipe", stages=_two_per_device)
 def _bitpipe(params, times):
     """BitPipe (Wu et al., arXiv 2410.19367): no closed form published that we could check.
 
@@ -491,7 +577,7 @@ def _dualpipe(params, times):
                              "SCHEDULES.md §10")
 
 
-@register_formula("dualpipev")
+@register_formula("dualpipev", stages=_two_per_device)
 def _dualpipev(params, times):
     """DualPipeV (README of deepseek-ai/DualPipe; PyTorch ``ScheduleDualPipeV``).
 
@@ -506,7 +592,7 @@ def _dualpipev(params, times):
                              "(deepseek-ai/DualPipe); SCHEDULES.md §10")
 
 
-@register_formula("hanayo")
+@register_formula("hanayo", stages=_hanayo_stages)
 def _hanayo(params, times):
     """Hanayo (Liu et al., SC'23), Eq. 1 and the memory table of Fig. 2, for M = P.
 

@@ -9,14 +9,16 @@ group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
 
+import os
 import re
 
 import numpy as np
 
 from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError
+from tabsched.io import atomic_write, check_output_path
 
-__all__ = ["gantt", "memory_plot", "save_figure", "KIND_COLORS"]
+__all__ = ["gantt", "memory_plot", "save_figure", "check_picture_path", "KIND_COLORS"]
 
 #: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
 #: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
@@ -49,14 +51,25 @@ def _figure(width, height):
                                                           layout="constrained")
 
 
-def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix)."""
-    import os
+def check_picture_path(path):
+    """Refuse, before drawing, a picture path with another suffix or in no folder."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in PICTURE_SUFFIXES:
         raise InvalidParameterError(f"{path}: pictures are written as "
                                     f"{', '.join(PICTURE_SUFFIXES)}, not {suffix or 'no suffix'}")
-    figure.savefig(path, dpi=DPI)
+    check_output_path(path)
+    return suffix
+
+
+def save_figure(figure, path):
+    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically.
+
+    matplotlib writes a temporary file beside ``path``, which replaces it only
+    once complete (:func:`tabsched.io.atomic_write`).
+    """
+    suffix = check_picture_path(path)
+    atomic_write(path, write=lambda temporary: figure.savefig(temporary, dpi=DPI,
+                                                              format=suffix[1:]))
 
 
 def _critical_nodes(result):

@@ -83,8 +83,6 @@ Traceback (most recent call last):
 tabsched.exceptions.InvalidScheduleError: <csv>: device 0, slot 2: "0BW1" is a full backward in PyTorch's legacy tokens; read the file with legacy=True (--torch-legacy)
 """
 
-import csv
-import io as _io
 import os
 import re
 from collections import defaultdict
@@ -94,11 +92,13 @@ import numpy as np
 
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import DeadlockError, InvalidParameterError, InvalidScheduleError
-from tabsched.io import _read_text, csv_rows, rows_to_table
+from tabsched.io import Action as _Action
+from tabsched.io import (apply_reduce_grad, atomic_write, csv_row_texts, csv_rows, parse_rows,
+                         read_text, refuse_loss, rows_to_table, write_rows)
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
-from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, Op, Overlap,
-                            compound_parts)
+from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, Op, Overlap, compound_parts,
+                            cut, parse_id, parse_op, shown)
 
 __all__ = ["TorchSchedule", "read_pytorch", "from_pytorch_csv", "to_compute_only",
            "to_compute_comms", "write_pytorch", "pytorch_refusal", "stage_map",
@@ -113,29 +113,14 @@ _COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 _FSDP = ("UNSHARD", "RESHARD")
 _REDUCE = "REDUCE_GRAD"
 _OVERLAP = "OVERLAP_F_B"
-_ACTION = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|BW|F|I|B|W)"
-                     r"(\d*)")
+# ASCII digits only (\d would read other scripts' digits as 0-9).
+_ACTION = re.compile(r"([0-9]+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|BW|F|I|B|W)"
+                     r"([0-9]*)")
 _EXPECTED = ("expected <stage><F|I|B|W><microbatch>, (<op>;<op>)OVERLAP_F_B, "
              "<stage><SEND_F|RECV_F|SEND_B|RECV_B><microbatch> or "
              "<stage><UNSHARD|RESHARD|REDUCE_GRAD>")
 _KIND_OF = {False: {"F": "F", "I": "I", "B": "B", "W": "W"},
             True: {"F": "F", "B": "I", "BW": "B", "W": "W"}}
-
-
-class _Action(tuple):
-    """A non-compute cell: ``(kind, stage, microbatch)``, ``microbatch`` None if it has none."""
-
-    __slots__ = ()
-
-    def __new__(cls, kind, stage, microbatch=None):
-        return super().__new__(cls, (kind, stage, microbatch))
-
-    kind = property(lambda self: self[0])
-    stage = property(lambda self: self[1])
-    microbatch = property(lambda self: self[2])
-
-    def __str__(self):
-        return f"{self[1]}{self[0]}{'' if self[2] is None else self[2]}"
 
 
 # ---------------------------------------------------------------------- reading
@@ -150,30 +135,33 @@ def _parse_action(token, legacy):
         for part in inner:
             op = _parse_action(part, legacy) if part else None
             if not isinstance(op, Op):
-                raise InvalidScheduleError(f'"{token}": "{part}" is not a compute '
+                raise InvalidScheduleError(f'{shown(token)}: {shown(part)} is not a compute '
                                            f'operation (expected <stage><F|I|B|W><microbatch>)')
             parts.append(op)
         return Overlap(tuple(parts))  # the table checks that it is one F and one B or I
     match = _ACTION.fullmatch(token)
     if match is None:
-        raise InvalidScheduleError(f'"{token}" is not an operation ({_EXPECTED})')
-    stage, kind, microbatch = int(match[1]), match[2], match[3]
+        parse_op(token, _EXPECTED)   # the same message as tabsched's own cells give
+        raise InvalidScheduleError(f"{shown(token)} is not an operation ({_EXPECTED})")
+    stage, kind, microbatch = parse_id(match[1], "stage", token), match[2], match[3]
     if kind in _FSDP or kind == _REDUCE:
         if microbatch:
-            raise InvalidScheduleError(f'"{token}": {kind} takes no microbatch '
+            raise InvalidScheduleError(f'{shown(token)}: {kind} takes no microbatch '
                                        f'(expected {stage}{kind})')
         return _Action(kind, stage)
     if not microbatch:
-        raise InvalidScheduleError(f'"{token}" has no microbatch (expected e.g. {token}0)')
+        raise InvalidScheduleError(f'{shown(token)} has no microbatch (expected e.g. '
+                                   f'{cut(token + "0")})')
+    microbatch = parse_id(microbatch, "microbatch", token)
     if kind in _COMMS:
-        return _Action(kind, stage, int(microbatch))
+        return _Action(kind, stage, microbatch)
     if kind not in _KIND_OF[legacy]:
         if legacy:
-            raise InvalidScheduleError(f'"{token}": PyTorch\'s legacy tokens have no I; '
+            raise InvalidScheduleError(f'{shown(token)}: PyTorch\'s legacy tokens have no I; '
                                        f'read the file without legacy=True (--torch-legacy)')
-        raise InvalidScheduleError(f'"{token}" is a full backward in PyTorch\'s legacy tokens; '
-                                   f'read the file with legacy=True (--torch-legacy)')
-    return Op(_KIND_OF[legacy][kind], stage, int(microbatch))
+        raise InvalidScheduleError(f'{shown(token)} is a full backward in PyTorch\'s legacy '
+                                   f'tokens; read the file with legacy=True (--torch-legacy)')
+    return Op(_KIND_OF[legacy][kind], stage, microbatch)
 
 
 @dataclass(eq=False)
@@ -210,7 +198,7 @@ class TorchSchedule:
         4.0
         """
         result = evaluate(self.table, costs, transfer_after=self.transfer_after, **options)
-        result.notes = list(self.notes)
+        result.notes = list(self.notes) + list(result.notes)
         return result
 
 
@@ -238,7 +226,7 @@ def read_pytorch(path, *, legacy=False, format=None, p2p="ordered"):
     DeadlockError
         If the compute or communication order cannot run.
     """
-    return from_pytorch_csv(_read_text(path), source=os.fspath(path), legacy=legacy,
+    return from_pytorch_csv(read_text(path), source=os.fspath(path), legacy=legacy,
                             format=format, p2p=p2p)
 
 
@@ -248,27 +236,11 @@ def from_pytorch_csv(text, *, source="<csv>", legacy=False, format=None, p2p="or
         raise InvalidParameterError(f"format {format!r} is not one of {', '.join(FORMATS)}")
     if p2p not in P2P_MODES:
         raise InvalidParameterError(f"p2p {p2p!r} is not one of {', '.join(P2P_MODES)}")
-    rows, comms, extras, empty = [], [], [], None
-    for device, raw in enumerate(csv_rows(text, source)):
-        row = []
-        for slot, token in enumerate(raw):
-            try:
-                cell = _parse_action(token, legacy)
-            except InvalidScheduleError as error:
-                raise InvalidScheduleError(f"{source}: device {device}, slot {slot}: "
-                                           f"{error}") from None
-            if isinstance(cell, _Action):
-                (comms if cell.kind in _COMMS else extras).append((device, slot, cell))
-                cell = None
-            elif cell is None and empty is None:
-                empty = (device, slot)
-            row.append(cell)
-        if all(cell is None for cell in row):
-            what = "compute operations" if raw and any(token.strip() for token in raw) \
-                else "operations"
-            raise InvalidScheduleError(f"{source}: device {device} (line {device + 1}) has no "
-                                       f"{what}; every row of a schedule runs something")
-        rows.append(row)
+    rows, actions, empty = parse_rows(csv_rows(text, source), source,
+                                      parse=lambda token: _parse_action(token, legacy),
+                                      kinds=_KIND_OF[legacy])
+    comms = [entry for entry in actions if entry[2].kind in _COMMS]
+    extras = [entry for entry in actions if entry[2].kind not in _COMMS]
     detected = "compute_comms" if comms else "compute_only"
     format = format or detected
     if format == "compute_only" and comms:
@@ -319,49 +291,25 @@ def _row_ranges(table):
 
 def _apply_extras(table, extras, source, notes):
     """Check UNSHARD/RESHARD/REDUCE_GRAD cells; the table with its grad_sync."""
+    if not extras:
+        return table
     placement = table.placement()
-    ranges = _row_ranges(table)
-    is_backward = (table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD)
-    reduced = {}
     dropped = defaultdict(int)
-    late = []
     for device, slot, cell in extras:
-        if device not in placement.get(cell.stage, ()):
-            runs = sorted(stage for stage, devices in placement.items() if device in devices)
-            raise InvalidScheduleError(f"{_where(source, device, slot)}: {cell}: stage "
-                                       f"{cell.stage} does not run on device {device} (it runs "
-                                       f"stage{'s' if len(runs) > 1 else ''} "
-                                       f"{', '.join(map(str, runs))})")
         if cell.kind in _FSDP:
+            if device not in placement.get(cell.stage, ()):
+                runs = sorted(stage for stage, devices in placement.items() if device in devices)
+                raise InvalidScheduleError(f"{_where(source, device, slot)}: {cell}: stage "
+                                           f"{cell.stage} does not run on device {device} (it "
+                                           f"runs stage{'s' if len(runs) > 1 else ''} "
+                                           f"{', '.join(map(str, runs[:8]))}"
+                                           f"{', ...' if len(runs) > 8 else ''})")
             dropped[cell.kind] += 1
-            continue
-        if (cell.stage, device) in reduced:
-            raise InvalidScheduleError(f"{_where(source, device, slot)}: {cell} appears twice "
-                                       f"(also at slot {reduced[(cell.stage, device)]})")
-        reduced[(cell.stage, device)] = slot
-        lo, hi = ranges[device]
-        mine = lo + np.flatnonzero(is_backward[lo:hi] & (table.stage[lo:hi] == cell.stage))
-        last = int(mine[-1])
-        if int(table.slot[last]) > slot:
-            raise InvalidScheduleError(
-                f"{_where(source, device, slot)}: {cell} comes before {table.op(last)} (slot "
-                f"{int(table.slot[last])}), a backward of stage {cell.stage}; PyTorch would "
-                f"reduce gradients that are not complete")
-        between = np.unique(table.slot[lo:hi][(table.slot[lo:hi] > table.slot[last])
-                                              & (table.slot[lo:hi] < slot)])
-        if len(between):
-            late.append(f"{cell} on device {device} comes {len(between)} compute cell"
-                        f"{'s' if len(between) > 1 else ''} after {table.op(last)}")
     if dropped:
         notes.append(f"dropped {dropped['UNSHARD']} UNSHARD and {dropped['RESHARD']} RESHARD "
                      f"cells: FSDP's parameter all-gather and free cost nothing in tabsched's "
                      f"model")
-    if late:
-        notes.append("the gradient sync starts at the end of the stage's last backward even "
-                     "where REDUCE_GRAD comes later: " + "; ".join(late))
-    if reduced:
-        table = table.replace(grad_sync=sorted({stage for stage, _ in reduced}))
-    return table
+    return apply_reduce_grad(table, extras, source, notes)
 
 
 def _comm_partner(cell):
@@ -597,29 +545,32 @@ def _check_expressible(table):
 
 
 def _write_rows(rows):
-    buffer = _io.StringIO(newline="")
-    writer = csv.writer(buffer)
-    for row in rows:
-        writer.writerow(["" if cell is None else str(cell) for cell in row])
-    return buffer.getvalue()
+    return write_rows([["" if cell is None else str(cell) for cell in row] for row in rows])
 
 
-def to_compute_only(table):
+def to_compute_only(table, *, drop_metadata=False):
     """The compute_only CSV text of ``table``, as PyTorch's ``csv.writer`` writes it.
 
     Raises ``InvalidScheduleError`` with :func:`pytorch_refusal`'s reason for a
-    table PyTorch cannot express. ``REDUCE_GRAD`` is not written: PyTorch's
-    runtime rejects it in compute_only files and adds it for every stage itself.
+    table PyTorch cannot express, and for one whose metadata (layers per stage,
+    family) the file cannot hold unless ``drop_metadata`` (see
+    :func:`tabsched.io.csv_loss`). A table's ``grad_sync`` stages are written as
+    ``REDUCE_GRAD`` cells after each stage's last backward, as PyTorch's
+    single-stage classes (``ScheduleGPipe``, ``Schedule1F1B``) write them, so a
+    file read from PyTorch is written back as it was. PyTorch's runtime
+    (``_PipelineScheduleRuntime._load_csv``) refuses such cells in a compute_only
+    file and adds them itself: write ``table.replace(grad_sync=None)`` for it.
 
     >>> from tabsched.schedules import generate
-    >>> to_compute_only(generate("1f1b", devices=2, microbatches=2))
+    >>> to_compute_only(generate("1f1b", devices=2, microbatches=2), drop_metadata=True)
     '0F0,0F1,,0B0,,0B1\\r\\n,1F0,1B0,1F1,1B1,\\r\\n'
     """
     _check_expressible(table)
-    return _write_rows(table.rows)
+    refuse_loss(table, "PyTorch CSV", drop_metadata)
+    return write_rows(csv_row_texts(table))
 
 
-def to_compute_comms(table, *, max_active_stages=3):
+def to_compute_comms(table, *, max_active_stages=3, drop_metadata=False):
     """The compute_comms CSV text PyTorch's runtime would build from ``table``.
 
     The three passes of ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
@@ -631,15 +582,18 @@ def to_compute_comms(table, *, max_active_stages=3):
     Raises
     ------
     InvalidScheduleError
-        If PyTorch cannot express the table (see :func:`pytorch_refusal`).
+        If PyTorch cannot express the table (see :func:`pytorch_refusal`), or the
+        file cannot hold its metadata and ``drop_metadata`` is not set.
     DeadlockError
         If no rank can take its next step (the row orders cannot run).
 
     >>> from tabsched.schedules import generate
-    >>> to_compute_comms(generate("gpipe", devices=2, microbatches=1)).splitlines()
+    >>> to_compute_comms(generate("gpipe", devices=2, microbatches=1),
+    ...                  drop_metadata=True).splitlines()
     ['0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD', '1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD']
     """
     _check_expressible(table)
+    refuse_loss(table, "PyTorch CSV", drop_metadata)
     orders = [[cell for cell in row if cell is not None] for row in table.rows]
     lowered = [_add_reduce_grad(_add_unshard_reshard(order, max_active_stages),
                                 table.num_microbatches) for order in orders]
@@ -775,13 +729,20 @@ def _add_send_recv(orders, stage_device, num_stages, table):
     return result
 
 
-def write_pytorch(table, path, *, format="compute_only"):
-    """Write ``table`` as PyTorch CSV (``format``: compute_only or compute_comms)."""
+def write_pytorch(table, path, *, format="compute_only", drop_metadata=False):
+    """Write ``table`` as PyTorch CSV (``format``: compute_only or compute_comms), atomically.
+
+    ``drop_metadata``: write a table whose metadata the file cannot hold (see
+    :func:`to_compute_only`); by default it is refused.
+    """
     if format not in FORMATS:
         raise InvalidParameterError(f"format {format!r} is not one of {', '.join(FORMATS)}")
-    text = to_compute_only(table) if format == "compute_only" else to_compute_comms(table)
-    with open(path, "w", newline="") as handle:
-        handle.write(text)
+    try:
+        text = (to_compute_only(table, drop_metadata=drop_metadata) if format == "compute_only"
+                else to_compute_comms(table, drop_metadata=drop_metadata))
+    except InvalidScheduleError as error:
+        raise InvalidScheduleError(f"{os.fspath(path)}: {error}") from None
+    atomic_write(path, text, newline="")
 
 
 # ------------------------------------------------------------------ stage maps

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.exceptions import UnknownNameError
+from tabsched.exceptions import OutputError, UnknownNameError
+from tabsched.io import atomic_write, check_output_folder
 from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
 
 __all__ = ["STUDIES", "run_study", "StudyReport", "Finding", "tabular_paper_findings"]
@@ -69,6 +70,7 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
     from tabsched.plot import matplotlib_module
     matplotlib_module()  # the figures need it: say so before the work, not after
     setup = dict(STUDIES[name])
+    check_output_folder(out_dir)   # before the sweep, not after it
     if global_batch is not None:
         setup["global_batch"] = global_batch
     tasks = grid_tasks(setup["specs"], setup["devices"], setup["microbatches"],
@@ -78,7 +80,10 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
     rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=progress)
     seconds = time.perf_counter() - began
     findings = tabular_paper_findings(rows)
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{out_dir}: cannot make this folder: {error.strerror}") from None
     files = []
 
     def path(name):
@@ -86,8 +91,7 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
         files.append(full)
         return full
 
-    with open(path("sweep.csv"), "w", newline="") as handle:
-        handle.write(rows_to_csv(rows))
+    atomic_write(path("sweep.csv"), rows_to_csv(rows), newline="")
     from tabsched.plot import sweep_plot
     for devices in setup["devices"]:
         sweep_plot(rows, path(f"iteration_time_S{devices}.png"), devices=devices)
@@ -96,8 +100,7 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
                    title=f"{setup['model']}, {devices} devices: peak memory of the fullest "
                          f"device vs microbatches")
     report = StudyReport(name, rows, findings, seconds, files)
-    with open(path("report.md"), "w") as handle:
-        handle.write(markdown_report(report, setup, jobs=jobs, dask=dask))
+    atomic_write(path("report.md"), markdown_report(report, setup, jobs=jobs, dask=dask))
     return report
 
 

@@ -19,6 +19,7 @@ import csv
 import io
 import itertools
 import json
+import os
 from dataclasses import dataclass
 
 from tabsched._extras import require
@@ -29,6 +30,7 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
+from tabsched.table import cut, shown
 
 __all__ = ["SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS", "SYSTEM_GRID",
            "rows_to_csv", "read_sweep_csv"]
@@ -253,19 +255,43 @@ _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reaso
 
 
 def read_sweep_csv(path):
-    """Rows of a sweep CSV written by ``rows_to_csv``, with numbers parsed back."""
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
+    """Rows of a sweep CSV written by ``rows_to_csv``, with numbers parsed back.
+
+    The file is untrusted: it must be UTF-8 CSV with the sweep's columns, a
+    value per column on every row; every error names the file, line and column.
+    """
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise InvalidParameterError(f"{source}: cannot read: {error.strerror or error}") \
+            from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; not a "
+                                    f"sweep CSV") from None
+    if "\x00" in text:
+        raise InvalidParameterError(f"{source}: the file contains a NUL byte; not a sweep CSV")
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    rows = []
+    try:
+        fields = reader.fieldnames or []
         missing = [column for column in ("spec", "devices", "microbatches", "system",
-                                         "simulation_makespan_s")
-                   if column not in (reader.fieldnames or [])]
+                                         "simulation_makespan_s") if column not in fields]
         if missing:
-            raise InvalidParameterError(f"{path}: not a sweep CSV (no column "
+            raise InvalidParameterError(f"{source}: not a sweep CSV (no column "
                                         f"{missing[0]!r})")
-        rows = []
-        for line, raw in enumerate(reader, 2):
+        for raw_row in reader:
+            line = reader.line_num
+            if None in raw_row:
+                raise InvalidParameterError(f"{source}: line {line}: more values than the "
+                                            f"{len(fields)} columns")
             row = {}
-            for key, value in raw.items():
+            for key, value in raw_row.items():
                 if key in _TEXT_COLUMNS or value in ("", None):
                     row[key] = value if key in _TEXT_COLUMNS else None
                 elif value in ("true", "false"):
@@ -274,7 +300,11 @@ def read_sweep_csv(path):
                     try:
                         row[key] = int(value) if key in _INTEGER_COLUMNS else float(value)
                     except ValueError:
-                        raise InvalidParameterError(f"{path}: line {line}, column {key}: "
-                                                    f"{value!r} is not a number") from None
+                        raise InvalidParameterError(
+                            f"{source}: line {line}, column {cut(key)}: {shown(value)} is "
+                            f"not a number") from None
             rows.append(row)
+    except csv.Error as error:
+        raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "
+                                    f"{cut(error, 80)}") from None
     return rows

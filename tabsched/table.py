@@ -28,6 +28,7 @@ Traceback (most recent call last):
 tabsched.exceptions.InvalidScheduleError: device 0, slot 2: 0B1 has no forward (0F1)
 """
 
+import numbers
 import re
 from typing import NamedTuple
 
@@ -35,7 +36,7 @@ import numpy as np
 
 from tabsched.exceptions import InvalidScheduleError
 
-__all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell"]
+__all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut", "MAX_ID"]
 
 #: Operation kinds, in the order of their integer codes in the table arrays.
 KINDS = ("F", "B", "I", "W")
@@ -44,9 +45,67 @@ KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
 KIND_NAMES = {"F": "forward", "B": "full backward", "I": "input-grad backward",
               "W": "weight-grad backward"}
 
-_OP_PATTERN = re.compile(r"(\d+)([FBIW])(\d+)")
+#: Largest stage or microbatch id: ids are int32 in the table arrays.
+MAX_ID = 2 ** 31 - 1
+# ASCII digits only: str.isdigit and \d also take Arabic-Indic or fullwidth digits,
+# which int() reads as 0-9, so "٠F٠" would silently become 0F0.
+_OP_PATTERN = re.compile(r"([0-9]+)([FBIW])([0-9]+)")
+#: The common case, read without further checks: ids of at most 9 digits fit int32.
+SIMPLE_OP = re.compile(r"([0-9]{1,9})([FBIW])([0-9]{1,9})")
+_ANY_DIGITS = re.compile(r"\d+[FBIW]\d+")
 _OVERLAP_SUFFIX = "OVERLAP_F_B"
 _EXPECTED = "expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B"
+#: Characters of a token that an error message shows at most.
+SHOWN_LIMIT = 40
+
+
+def cut(text, limit=SHOWN_LIMIT):
+    """``text`` for a one-line message, unquoted: control characters escaped, cut if long.
+
+    >>> cut("x" * 50, 10)
+    'xxxxxxxxxx... (50 characters)'
+    """
+    text = str(text)
+    escaped = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
+    return f"{escaped}... ({len(text)} characters)" if len(text) > limit else escaped
+
+
+def shown(text, limit=SHOWN_LIMIT):
+    """``text`` quoted for a one-line message: control characters escaped, cut if long.
+
+    >>> shown("3F12")
+    '"3F12"'
+    >>> shown("0F" + "9" * 100)
+    '"0F99999999999999999999999999999999999999..." (102 characters)'
+    >>> shown("0F\\n0")
+    '"0F\\\\n0"'
+    """
+    text = str(text)
+    escaped = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
+    if len(text) > limit:
+        return f'"{escaped}..." ({len(text)} characters)'
+    return f'"{escaped}"'
+
+
+def shown_repr(value, limit=SHOWN_LIMIT):
+    """``repr(value)`` for a one-line message, cut if long.
+
+    >>> shown_repr([1] * 30)
+    '[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... (90 characters)'
+    """
+    text = repr(value)
+    if len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
+
+
+def parse_id(digits, what, token):
+    """An id from ASCII digits, refused if it does not fit the table's int32 ids."""
+    if len(digits) > len(str(MAX_ID)) or int(digits) > MAX_ID:
+        number = digits if len(digits) <= 20 else f"{digits[:12]}... ({len(digits)} digits)"
+        raise InvalidScheduleError(f"{shown(token)}: {what} {number} is too large (ids go up "
+                                   f"to {MAX_ID})")
+    return int(digits)
 
 
 class Op(NamedTuple):
@@ -91,6 +150,9 @@ def parse_cell(text):
     tabsched.exceptions.InvalidScheduleError: "3X12" is not an operation (expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B)
     """
     token = text.strip()
+    simple = SIMPLE_OP.fullmatch(token)
+    if simple is not None:
+        return Op(simple[2], int(simple[1]), int(simple[3]))
     if not token:
         return None
     inner = compound_parts(token)
@@ -99,14 +161,23 @@ def parse_cell(text):
         for part in inner:
             op = parse_cell(part) if not part.startswith("(") else None
             if not isinstance(op, Op):
-                raise InvalidScheduleError(f'"{token}": "{part}" is not an operation ({_EXPECTED})')
+                raise InvalidScheduleError(f'{shown(token)}: {shown(part)} is not an operation '
+                                           f'({_EXPECTED})')
             parts.append(op)
         return _checked_overlap(tuple(parts), token)
+    return parse_op(token, _EXPECTED)
+
+
+def parse_op(token, expected=_EXPECTED):
+    """The ``Op`` of a stripped ``<stage><kind><microbatch>`` token, ids bounded."""
     match = _OP_PATTERN.fullmatch(token)
     if match is None:
-        raise InvalidScheduleError(f'"{token}" is not an operation ({_EXPECTED})')
+        if _ANY_DIGITS.fullmatch(token):
+            raise InvalidScheduleError(f"{shown(token)} is not an operation: write the stage "
+                                       f"and microbatch in ASCII digits 0-9")
+        raise InvalidScheduleError(f"{shown(token)} is not an operation ({expected})")
     stage, kind, microbatch = match.groups()
-    return Op(kind, int(stage), int(microbatch))
+    return Op(kind, parse_id(stage, "stage", token), parse_id(microbatch, "microbatch", token))
 
 
 def compound_parts(token, expected=_EXPECTED):
@@ -119,11 +190,11 @@ def compound_parts(token, expected=_EXPECTED):
         return None
     closing = token.find(")")
     if closing < 0:
-        raise InvalidScheduleError(f'"{token}" has no closing parenthesis ({expected})')
+        raise InvalidScheduleError(f'{shown(token)} has no closing parenthesis ({expected})')
     suffix = token[closing + 1:]
     if suffix != _OVERLAP_SUFFIX:
-        raise InvalidScheduleError(f'"{token}" is not an operation: a compound cell must end in '
-                                   f'{_OVERLAP_SUFFIX}, not "{suffix}"')
+        raise InvalidScheduleError(f'{shown(token)} is not an operation: a compound cell must '
+                                   f'end in {_OVERLAP_SUFFIX}, not {shown(suffix)}')
     return [part.strip() for part in token[1:closing].split(";")]
 
 
@@ -131,7 +202,8 @@ def _checked_overlap(parts, token):
     kinds = sorted(part.kind for part in parts)
     if len(parts) != 2 or kinds[0] == kinds[1] or "F" not in kinds or "W" in kinds:
         raise InvalidScheduleError(
-            f'"{token}": an overlapped cell holds one forward and one backward (F with B or I)')
+            f'{shown(token)}: an overlapped cell holds one forward and one backward (F with B '
+            f'or I)')
     return Overlap(parts)
 
 
@@ -146,10 +218,16 @@ def coerce_cell(cell):
         return parse_cell(cell)
     if isinstance(cell, tuple) and len(cell) == 3:
         kind, stage, microbatch = cell
-        if kind not in KIND_CODES:
-            raise InvalidScheduleError(f'{cell!r}: kind must be one of F, B, I, W')
+        if not isinstance(kind, str) or kind not in KIND_CODES:
+            raise InvalidScheduleError(f'{shown_repr((cell))}: kind must be one of F, B, I, W')
+        for what, value in (("stage", stage), ("microbatch", microbatch)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                    or not 0 <= value <= MAX_ID:
+                raise InvalidScheduleError(f"{shown_repr((cell))}: {what} must be an integer "
+                                           f"0..{MAX_ID}")
         return Op(kind, int(stage), int(microbatch))
-    raise InvalidScheduleError(f"{cell!r} is not a cell (expected None, an Op, an Overlap or a string)")
+    raise InvalidScheduleError(f"{shown_repr((cell))} is not a cell (expected None, an Op, an "
+                               f"Overlap or a string)")
 
 
 class ScheduleTable:
@@ -223,18 +301,18 @@ class ScheduleTable:
         """
         table = cls.__new__(cls)
         table._init(device, slot, kind, stage, microbatch, row_lengths, num_stages,
-                    num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync)
+                    num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync,
+                    bounded=validate)
         if validate:
             table.validate()
         return table
 
     def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
-              num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None):
-        device = np.asarray(device, dtype=np.int32).ravel()
-        slot = np.asarray(slot, dtype=np.int32).ravel()
+              num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None,
+              bounded=True):
+        device, slot, stage, microbatch = (_int32_array(values, name) for values, name in (
+            (device, "device"), (slot, "slot"), (stage, "stage"), (microbatch, "microbatch")))
         kind = np.asarray(kind, dtype=np.int8).ravel()
-        stage = np.asarray(stage, dtype=np.int32).ravel()
-        microbatch = np.asarray(microbatch, dtype=np.int32).ravel()
         if not (len(device) == len(slot) == len(kind) == len(stage) == len(microbatch)):
             raise InvalidScheduleError("table arrays have different lengths")
         if len(device) and (np.any(np.diff(device) < 0) or np.any(
@@ -242,7 +320,7 @@ class ScheduleTable:
             order = np.lexsort((kind, slot, device))
             device, slot, kind, stage, microbatch = (
                 device[order], slot[order], kind[order], stage[order], microbatch[order])
-        row_lengths = np.asarray(row_lengths, dtype=np.int32).ravel()
+        row_lengths = _int32_array(row_lengths, "row length")
         if len(device) and (int(device.min()) < 0 or int(device.max()) >= len(row_lengths)):
             raise InvalidScheduleError("an operation is on a device the table has no row for")
         if np.any(row_lengths < 0):
@@ -260,43 +338,69 @@ class ScheduleTable:
         self.device, self.slot, self.kind = device, slot, kind
         self.stage, self.microbatch, self.row_lengths = stage, microbatch, row_lengths
 
+        # Sizes come from the ids only after the ids are bounded by the table's own
+        # content: a valid table has a forward and a backward of every (stage,
+        # microbatch), so no id and no count reaches its number of operations. A
+        # 25-byte file naming microbatch 10^8 must not allocate for 10^8 of them.
+        count = len(device)
         if num_stages is None:
-            num_stages = int(stage.max()) + 1 if len(stage) else 0
+            if bounded:
+                self._check_ids(stage, "stage", count)
+            num_stages = int(stage.max()) + 1 if count else 0
+        num_stages = _count_value("num_stages", num_stages, count if bounded else None)
         if microbatch_sizes is not None:
-            microbatch_sizes = tuple(float(size) for size in microbatch_sizes)
+            microbatch_sizes = _sizes(microbatch_sizes)
             if num_microbatches is not None and num_microbatches != len(microbatch_sizes):
                 raise InvalidScheduleError(
                     f"microbatch_sizes has {len(microbatch_sizes)} entries for "
                     f"{num_microbatches} microbatches")
-            if any(not np.isfinite(size) or size <= 0 for size in microbatch_sizes):
-                raise InvalidScheduleError("microbatch_sizes must be positive")
+            _count_value("the number of microbatch_sizes", len(microbatch_sizes),
+                         count if bounded else None)
         else:
             if num_microbatches is None:
-                num_microbatches = int(microbatch.max()) + 1 if len(microbatch) else 0
-            microbatch_sizes = (1.0,) * int(num_microbatches)
+                if bounded:
+                    self._check_ids(microbatch, "microbatch", count)
+                num_microbatches = int(microbatch.max()) + 1 if count else 0
+            num_microbatches = _count_value("num_microbatches", num_microbatches,
+                                            count if bounded else None)
+            microbatch_sizes = (1.0,) * num_microbatches
         if stage_layers is not None:
-            stage_layers = tuple(int(layers) for layers in stage_layers)
+            stage_layers = _layer_counts(stage_layers)
             if len(stage_layers) != num_stages:
                 raise InvalidScheduleError(
                     f"stage_layers has {len(stage_layers)} entries for {num_stages} stages")
-            if any(layers < 0 for layers in stage_layers):
-                raise InvalidScheduleError("stage_layers must not be negative")
         if grad_sync is not None:
-            try:
-                grad_sync = tuple(sorted({int(stage) for stage in grad_sync}))
-            except (TypeError, ValueError):
-                raise InvalidScheduleError(f"grad_sync must be a list of stages, "
-                                           f"not {grad_sync!r}") from None
+            grad_sync = _stage_list(grad_sync)
             if grad_sync and not 0 <= grad_sync[0] <= grad_sync[-1] < num_stages:
-                raise InvalidScheduleError(f"grad_sync names stages {list(grad_sync)} but the "
-                                           f"table has stages 0..{num_stages - 1}")
+                raise InvalidScheduleError(f"grad_sync names stages {list(grad_sync)[:8]} but "
+                                           f"the table has stages 0..{num_stages - 1}")
+        if family is not None and not isinstance(family, str):
+            raise InvalidScheduleError(f"family must be a name (text), not "
+                                       f"{shown_repr((family))}")
+        if params is not None and not isinstance(params, dict):
+            try:
+                params = dict(params)
+            except (TypeError, ValueError):
+                raise InvalidScheduleError(f"params must be a mapping of names to values, not "
+                                           f"{shown_repr((params))}") from None
         self.grad_sync = grad_sync
-        self.num_stages = int(num_stages)
+        self.num_stages = num_stages
         self.microbatch_sizes = microbatch_sizes
         self.stage_layers = stage_layers
         self.family = family
         self.params = dict(params or {})
         self._rows = None
+
+    def _check_ids(self, ids, what, count):
+        """Refuse, naming its cell, the first id a table of ``count`` operations cannot hold."""
+        beyond = np.flatnonzero(ids >= max(count, 1))
+        if len(beyond):
+            i = int(beyond[0])
+            raise InvalidScheduleError(
+                f"device {int(self.device[i])}, slot {int(self.slot[i])}: {self.op(i)}: {what} "
+                f"{int(ids[i])} cannot exist in a table of {count} operation"
+                f"{'s' if count != 1 else ''} (each {what} needs a forward and a backward of "
+                f"every {'microbatch' if what == 'stage' else 'stage'})")
 
     # ------------------------------------------------------------------ views
     @property
@@ -423,6 +527,81 @@ class ScheduleTable:
         return self
 
 
+def _int32_array(values, name):
+    """``values`` as a flat int32 array; ids that do not fit int32 are an error, not a wrap."""
+    array = np.asarray(values)
+    if array.dtype == np.int32:
+        return array.ravel()
+    if array.size and array.dtype.kind not in "iub":
+        try:
+            array = np.asarray(values, dtype=np.int64)
+        except (OverflowError, TypeError, ValueError):
+            raise InvalidScheduleError(f"{name} ids must be integers 0..{MAX_ID}") from None
+    if array.size and (int(array.min()) < -MAX_ID - 1 or int(array.max()) > MAX_ID):
+        raise InvalidScheduleError(f"{name} ids must be integers 0..{MAX_ID}")
+    return array.astype(np.int32).ravel()
+
+
+def _count_value(name, value, limit):
+    """A count (stages, microbatches) as an int, at most ``limit`` when one is given."""
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise InvalidScheduleError(f"{name} must be an integer, not {shown_repr((value))}")
+    value = int(value)
+    if value < 0:
+        raise InvalidScheduleError(f"{name} must not be negative, not {value}")
+    if limit is not None and value > limit:
+        raise InvalidScheduleError(f"{name} is {value}, more than a table of {limit} operations "
+                                   f"can hold (every stage runs a forward and a backward of "
+                                   f"every microbatch)")
+    return value
+
+
+def _sizes(values):
+    """Microbatch sizes as a tuple of positive finite floats."""
+    try:
+        sizes = tuple(float(size) for size in values)
+    except (TypeError, ValueError):
+        raise InvalidScheduleError(f"microbatch_sizes must be a list of positive numbers, not "
+                                   f"{shown_repr((values))}") from None
+    if any(isinstance(size, (bool, str)) for size in values):
+        raise InvalidScheduleError(f"microbatch_sizes must be numbers, not "
+                                   f"{shown_repr((values))}")
+    if any(not np.isfinite(size) or size <= 0 for size in sizes):
+        raise InvalidScheduleError("microbatch_sizes must be positive finite numbers")
+    return sizes
+
+
+def _layer_counts(values):
+    """Stage layer counts as a tuple of ints >= 0 (no bools, no fractions, no text)."""
+    try:
+        entries = list(values)
+    except TypeError:
+        raise InvalidScheduleError(f"stage_layers must be a list of layer counts, not "
+                                   f"{shown_repr((values))}") from None
+    counts = []
+    for entry in entries:
+        if isinstance(entry, bool) or not isinstance(entry, (numbers.Integral, np.integer)) \
+                or entry < 0:
+            raise InvalidScheduleError(f"stage_layers must be integers >= 0, not "
+                                       f"{shown_repr((entry))}")
+        counts.append(int(entry))
+    return tuple(counts)
+
+
+def _stage_list(values):
+    """A sorted tuple of distinct stage numbers."""
+    try:
+        entries = list(values)
+    except TypeError:
+        raise InvalidScheduleError(f"grad_sync must be a list of stages, not "
+                                   f"{shown_repr((values))}") from None
+    if any(isinstance(entry, bool) or not isinstance(entry, (numbers.Integral, np.integer))
+           for entry in entries):
+        raise InvalidScheduleError(f"grad_sync must be a list of stages, not "
+                                   f"{shown_repr((values))}")
+    return tuple(sorted({int(entry) for entry in entries}))
+
+
 def _find_problems(table, place):
     """(rank, message) pairs, rank = operation index (row order) of the problem."""
     problems = []
@@ -518,9 +697,9 @@ def _find_problems(table, place):
                        f"({pair_text(row, 'I')})")
 
     if len(unique_pair) < S * M and not problems:
-        present = np.zeros(S * M, dtype=bool)
-        present[unique_pair] = True
-        missing = int(np.flatnonzero(~present)[0])
+        # The first value absent from the sorted pairs, without an array of S*M flags.
+        gaps = np.flatnonzero(unique_pair != np.arange(len(unique_pair)))
+        missing = int(gaps[0]) if len(gaps) else len(unique_pair)
         problems.append((unlocated, f"stage {missing // M}, microbatch {missing % M}: no "
                                     f"operation at all (expected {missing // M}F{missing % M} "
                                     f"and its backward)"))

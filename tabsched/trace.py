@@ -25,6 +25,8 @@ import json
 
 import numpy as np
 
+from tabsched.io import atomic_write
+
 __all__ = ["chrome_trace", "write_trace"]
 
 DEVICES_PID = 0
@@ -175,6 +177,5 @@ def _meta(pid, tid, name, value):
 
 
 def write_trace(result, path):
-    """Write ``chrome_trace(result)`` to ``path`` as JSON."""
-    with open(path, "w") as handle:
-        json.dump(chrome_trace(result), handle)
+    """Write ``chrome_trace(result)`` to ``path`` as JSON (atomically)."""
+    atomic_write(path, json.dumps(chrome_trace(result)))

@@ -35,13 +35,23 @@ def test_eval_with_communication_is_a_simulation(cli):
 
 def test_eval_and_show_accept_files(cli, tmp_path):
     path = tmp_path / "s.csv"
-    write_table(generate("1f1b", devices=2, microbatches=3), path)
+    write_table(generate("1f1b", devices=2, microbatches=3), path, drop_metadata=True)
     code, out, _ = cli("eval", str(path), "--json")
     assert code == 0 and json.loads(out)["makespan"] == 8
     code, out, _ = cli("show", str(path))
     assert code == 0 and "d1" in out
-    code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "3", "--format", "csv")
+    code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "3", "--format", "csv", "--drop-metadata")
     assert out == path.read_bytes().decode()
+    code, out, err = cli("show", "1f1b", "-p", "2", "-m", "3", "--format", "csv")
+    assert code == 0 and out == path.read_bytes().decode() and err == (
+        "note: the CSV leaves out the family and its parameters (1f1b devices=2 "
+        "microbatches=3); read back, the table has no formula level\n")
+    code, out, err = cli("show", "1f1b", "-p", "2", "-m", "3", "--layers", "8",
+                         "--stage-layers-ratio", "1:3", "--format", "csv")
+    assert code == 1 and out == "" and err == (
+        "Error: --format csv cannot hold the layers of each stage (2,6; a CSV reads back an "
+        "even split): use --format json to keep them, or add --drop-metadata to write the "
+        "cells alone\n")
 
 
 def test_list_shows_families(cli):
@@ -98,14 +108,21 @@ PYTORCH_DATA = pathlib.Path(__file__).resolve().parent / "data" / "pytorch"
 
 def test_convert_writes_csv_json_and_torch_comms(cli, tmp_path):
     table = generate("1f1b", devices=2, microbatches=3)
+    code, _, err = cli("convert", "1f1b", "-p", "2", "-m", "3", "--layers", "4",
+                       "--stage-layers", "1,3", str(tmp_path / "a.csv"))
+    assert code == 1 and "a CSV cannot hold the layers of each stage (1,3" in err
+    assert "write a .json table (--to json) to keep them, or add --drop-metadata" in err
+    assert not (tmp_path / "a.csv").exists()
     code, _, err = cli("convert", "1f1b", "-p", "2", "-m", "3", str(tmp_path / "a.csv"))
-    assert code == 0 and err == "wrote {} (csv, 2 devices, 2 stages, 3 microbatches)\n".format(
-        tmp_path / "a.csv")
-    assert (tmp_path / "a.csv").read_bytes() == to_compute_only(table).encode()
+    assert code == 0 and err == (
+        "wrote {} (csv, 2 devices, 2 stages, 3 microbatches)\nnote: the CSV leaves out the "
+        "family and its parameters (1f1b devices=2 microbatches=3); read back, the table has "
+        "no formula level\n").format(tmp_path / "a.csv")
+    assert (tmp_path / "a.csv").read_bytes() == to_compute_only(table, drop_metadata=True).encode()
     code, _, _ = cli("convert", str(tmp_path / "a.csv"), str(tmp_path / "a.json"))
     assert code == 0 and json.loads((tmp_path / "a.json").read_text())["rows"][0][0] == "0F0"
     code, out, _ = cli("convert", str(tmp_path / "a.json"), "-", "--to", "torch-comms")
-    assert code == 0 and out == to_compute_comms(table)
+    assert code == 0 and out == to_compute_comms(table, drop_metadata=True)
 
 
 def test_convert_a_pytorch_comms_file_says_what_it_dropped(cli, tmp_path):
@@ -185,7 +202,7 @@ def test_convert_refuses_what_pytorch_cannot_express(cli, tmp_path):
     assert code == 1 and err == ("Error: PyTorch cannot express this table: stage 0 runs on "
                                  "devices 0 and 1 (replicas, as in Chimera); "
                                  "torch.distributed.pipelining places each stage on exactly one "
-                                 "rank\n")
+                                 "rank; write .json (--to json) to keep it\n")
     assert not (tmp_path / "out.csv").exists()
     halves = tmp_path / "halves.json"
     write_table(generate("gpipe", devices=2, microbatches=2).replace(

@@ -89,8 +89,9 @@ def test_a_csv_cannot_hold_split_microbatches(cli, tmp_path):
                        "--memory-budget", "8", "--max-rounds", "2", "--split-factor", "2",
                        "--out", str(path))
     assert code == 1 and err.count("\n") == 1
-    assert err.startswith(f"Error: --out {path}: a CSV table cannot hold the adapted "
-                          f"microbatch sizes (")
+    assert err.startswith(f"Error: --out {path}: write the adapted table as .json, which keeps "
+                          f"the microbatch sizes a split gives")
+    assert not path.exists()
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -60,7 +60,7 @@ def test_family_parameters_from_options(cli):
                        "--format", "json")
     assert json.loads(out)["params"]["pipelines"] == 4
     code, out, _ = cli("show", "dualpipev", "-p", "2", "-m", "4", "--param", "pairs=serial",
-                       "--format", "csv")
+                       "--format", "csv", "--drop-metadata")
     assert code == 0 and "OVERLAP" not in out
     code, out, _ = cli("show", "gpipe", "-p", "2", "-m", "3", "--param",
                        "backward-order=descending", "--format", "json")
@@ -130,7 +130,7 @@ def test_list_shows_every_family_readably(cli, monkeypatch):
 
 def test_eval_formula_of_a_file_without_family(cli, tmp_path):
     path = tmp_path / "t.csv"
-    write_table(generate("chimera", devices=2, microbatches=2), path)
+    write_table(generate("chimera", devices=2, microbatches=2), path, drop_metadata=True)
     code, _, err = cli("eval", str(path), "--level", "formula")
     assert code == 1 and err == ("Error: the table names no family, so it has no formula "
                                  "level\n")

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from tabsched import InvalidScheduleError, ScheduleTable, generate
-from tabsched.io import (from_csv, from_json, read_table, render_grid, to_csv, to_json,
-                         write_table)
+from tabsched.io import (csv_loss, csv_omits, from_csv, from_json, read_table, render_grid, to_csv,
+                         to_json, write_table)
 
 
 def torch_style_csv(rows):
@@ -21,13 +21,13 @@ def torch_style_csv(rows):
 @pytest.mark.parametrize("family,p,m", [("gpipe", 3, 4), ("1f1b", 4, 8), ("1f1b", 8, 3)])
 def test_csv_bytes_match_torch_writer_and_round_trip(family, p, m, tmp_path):
     table = generate(family, devices=p, microbatches=m)
-    text = to_csv(table)
+    text = to_csv(table, drop_metadata=True)
     assert text == torch_style_csv(table.rows)
     assert text.endswith("\r\n")
     back = from_csv(text)
     assert back.rows == table.rows
     path = tmp_path / "t.csv"
-    write_table(table, path)
+    write_table(table, path, drop_metadata=True)
     assert path.read_bytes() == text.encode()
     assert to_csv(read_table(path)) == text
 
@@ -71,10 +71,10 @@ def test_malformed_csv(tmp_path, content, message):
 @pytest.mark.parametrize("text,message", [
     ("[1]", r'expected a JSON object with "rows"'),
     ("{", r"not valid JSON: Expecting property name"),
-    ('{"rows": [["0F0", "0B0"]], "colour": 1}', r"unknown key 'colour'"),
+    ('{"rows": [["0F0", "0B0"]], "colour": 1}', r'unknown key "colour"'),
     ('{"rows": 3}', r'"rows" must be a list of lists'),
     ('{"rows": [["0F0", 7]]}', r"device 0, slot 1: 7 is not a cell string"),
-    ('{"rows": [["0F0", "0B0"]], "format": "other"}', r"format is 'other'"),
+    ('{"rows": [["0F0", "0B0"]], "format": "other"}', r'"format" is \'other\''),
 ])
 def test_malformed_json(text, message):
     with pytest.raises(InvalidScheduleError, match=message):
@@ -114,3 +114,61 @@ def test_json_keeps_grad_sync_and_leaves_it_out_when_unset():
     synced = table.replace(grad_sync=[1])
     assert json.loads(to_json(synced))["grad_sync"] == [1]
     assert from_json(to_json(synced)) == synced
+
+
+@pytest.mark.parametrize("rows,grad_sync,written", [
+    # the first idle slot after the stage's last backward that a compute cell follows
+    ([["0F0", "0B0", None, "1F0", "1B0"]], [0], "0F0,0B0,0REDUCE_GRAD,1F0,1B0\r\n"),
+    # no such slot: at the end of the row, after its idle slots
+    ([["0F0", "0B0", None]], [0], "0F0,0B0,,0REDUCE_GRAD\r\n"),
+    ([["0F0", "1F0", "1B0", "0B0"]], [0, 1], "0F0,1F0,1B0,0B0,1REDUCE_GRAD,0REDUCE_GRAD\r\n"),
+    ([["0F0", "0B0", "1F0", "1B0"]], [0], "0F0,0B0,1F0,1B0,0REDUCE_GRAD\r\n"),
+])
+def test_grad_sync_is_written_as_reduce_grad_and_reads_back_the_same(rows, grad_sync, written):
+    table = ScheduleTable(rows, grad_sync=grad_sync)
+    assert to_csv(table) == written
+    assert from_csv(written) == table
+    assert from_json(to_json(table)) == table
+
+
+def test_csv_loss_names_what_a_csv_cannot_hold():
+    table = generate("chimera", devices=4, microbatches=4, stage_layers_ratio="1:2", layers=12)
+    lost = csv_loss(table.replace(microbatch_sizes=(1.0, 0.5, 0.5, 1.0)))
+    assert lost == ["the microbatch sizes (1, 0.5, 0.5, 1; a CSV reads back every microbatch at "
+                    "full size)", "the layers of each stage (2,2,4,4; a CSV reads back an even "
+                    "split)"]
+    assert csv_omits(table) == ["the family and its parameters (chimera devices=4 microbatches=4 "
+                                "variant=direct); read back, the table has no formula level"]
+    assert csv_loss(table.replace(stage_layers=None)) == []
+    assert csv_omits(table.replace(family=None, params={})) == []
+    with pytest.raises(InvalidScheduleError, match=r"write JSON \(\.json\), which keeps them, "
+                                                   r"or pass drop_metadata=True"):
+        to_csv(table)
+    assert from_csv(to_csv(table, drop_metadata=True)).rows == table.rows
+
+
+def test_a_device_that_runs_nothing_is_refused_by_every_writer():
+    idle = ScheduleTable([["0F0", "0B0"], []])
+    for writer in (to_csv, to_json):
+        with pytest.raises(InvalidScheduleError, match=r"device 1 runs nothing"):
+            writer(idle)
+
+
+def test_json_depth_skips_strings_and_stops_at_the_limit():
+    from tabsched.io import MAX_JSON_DEPTH, _json_depth
+    assert _json_depth('{"rows": [["[[[[", "]"]]}') == 3
+    assert _json_depth("[" * 10_000) > MAX_JSON_DEPTH
+
+
+def test_output_checks(tmp_path):
+    from tabsched import OutputError
+    from tabsched.io import check_output_folder, check_output_path
+    check_output_path(tmp_path / "new.csv")
+    check_output_folder(tmp_path / "a" / "b")
+    with pytest.raises(OutputError, match=r"the output must end in \.json, not \.csv"):
+        check_output_path(tmp_path / "x.csv", suffixes=(".json",))
+    with pytest.raises(OutputError, match=r"is a folder"):
+        check_output_path(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match=r"exists and is not a folder"):
+        check_output_folder(tmp_path / "file")

@@ -109,7 +109,8 @@ def test_non_compute_cell_errors(row, message):
     (b"0F0,0B0\r\n,,,\r\n", r"device 1 \(line 2\) has no operations"),
     (b"0F0,0B0\r\n1UNSHARD,,1RESHARD\r\n", r"device 1 \(line 2\) has no compute operations"),
     (b"\xff0F0\r\n", r"byte 0 is not UTF-8 text"),
-    (b"0F0," + b"x" * 200_000 + b"\r\n", r"not valid CSV: field larger than field limit"),
+    (b"0F0," + b"x" * 200_000 + b"\r\n", r"line 1: not valid CSV: field larger than field "
+                                         r"limit"),
 ])
 def test_malformed_files(tmp_path, content, message):
     path = tmp_path / "x.csv"
@@ -249,10 +250,19 @@ def test_comms_writer_refuses_orders_that_cannot_run():
 
 def test_write_pytorch_formats(tmp_path):
     table = generate("1f1b", devices=2, microbatches=2)
-    write_pytorch(table, tmp_path / "a.csv")
-    write_pytorch(table, tmp_path / "b.csv", format="compute_comms")
-    assert (tmp_path / "a.csv").read_bytes() == to_compute_only(table).encode()
-    assert (tmp_path / "b.csv").read_bytes() == to_compute_comms(table).encode()
+    write_pytorch(table, tmp_path / "a.csv", drop_metadata=True)
+    write_pytorch(table, tmp_path / "b.csv", format="compute_comms", drop_metadata=True)
+    assert (tmp_path / "a.csv").read_bytes() == to_compute_only(table, drop_metadata=True).encode()
+    assert (tmp_path / "b.csv").read_bytes() == to_compute_comms(table,
+                                                                 drop_metadata=True).encode()
+    write_pytorch(table, tmp_path / "c.csv")             # the family label is left out
+    assert (tmp_path / "c.csv").read_bytes() == (tmp_path / "a.csv").read_bytes()
+    layered = generate("1f1b", devices=2, microbatches=2, stage_layers="1,3")
+    for format in ("compute_only", "compute_comms"):   # the layer split does not fit
+        with pytest.raises(InvalidScheduleError, match=r"d\.csv: a PyTorch CSV cannot hold the "
+                                                       r"layers of each stage \(1,3"):
+            write_pytorch(layered, tmp_path / "d.csv", format=format)
+    assert not (tmp_path / "d.csv").exists()
     with pytest.raises(InvalidParameterError, match=r"format 'xml' is not one of"):
         write_pytorch(table, tmp_path / "c.csv", format="xml")
 
@@ -296,15 +306,15 @@ def test_every_family_round_trips_through_pytorch_csv(family, tmp_path):
                                                            r"table: "):
                 writer(table)
         pytest.skip(refusal)
-    text = to_compute_only(table)
+    text = to_compute_only(table, drop_metadata=True)
     path = tmp_path / "schedule.csv"
-    write_pytorch(table, path)
+    write_pytorch(table, path, drop_metadata=True)
     assert path.read_bytes() == text.encode()
     back = read_pytorch(path).table
     assert back == table.replace(family=None, params={})   # CSV has no family metadata
     assert to_compute_only(back) == text
 
-    comms = to_compute_comms(table)
+    comms = to_compute_comms(table, drop_metadata=True)
     schedule = from_pytorch_csv(comms)
     assert schedule.table.orders() == table.orders()
     assert schedule.table.grad_sync == tuple(range(table.num_stages))
@@ -494,8 +504,8 @@ def test_pytorch_runtime_loads_what_tabsched_writes(torch_pipelining, family, tm
         pytest.skip(pytorch_refusal(table))
     shape = (table.num_devices, table.num_stages, table.num_microbatches)
     compute, comms, dumped = (tmp_path / name for name in ("c.csv", "cc.csv", "d.csv"))
-    write_pytorch(table, compute)
-    write_pytorch(table, comms, format="compute_comms")
+    write_pytorch(table, compute, drop_metadata=True)
+    write_pytorch(table, comms, format="compute_comms", drop_metadata=True)
     loaded = runtime(*shape)
     loaded._load_csv(str(compute), format="compute_only")   # validates and lowers
     loaded._dump_csv(str(dumped), format="compute_comms")

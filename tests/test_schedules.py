@@ -15,7 +15,7 @@ from tabsched.table import Op
 def test_golden_layouts(golden, family, p, m):
     path = golden(f"{family}_p{p}_m{m}.csv")
     table = generate(family, devices=p, microbatches=m)
-    assert to_csv(table).encode() == path.read_bytes()
+    assert to_csv(table, drop_metadata=True).encode() == path.read_bytes()
     stored = read_table(path)
     assert stored.orders() == table.orders()
     assert stored.rows == table.rows

@@ -189,7 +189,7 @@ def test_cli_shows_and_evaluates(cli, family):
 def test_golden_files(golden, family, name):
     path = golden(name)
     table = generate(family, devices=4, microbatches=8, chunks=2)
-    assert to_csv(table).encode() == path.read_bytes()
+    assert to_csv(table, drop_metadata=True).encode() == path.read_bytes()
     assert read_table(path).orders() == table.orders()
 
 

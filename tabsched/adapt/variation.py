@@ -52,7 +52,7 @@ import os
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.table import KINDS
+from tabsched.table import KINDS, cut, shown, shown_repr
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
            "VariationContext", "estimate_variation", "parse_iterations"]
@@ -66,6 +66,8 @@ _M1 = 0xBF58476D1CE4E5B9
 _M2 = 0x94D049BB133111EB
 _GOLDEN = 0x9E3779B97F4A7C15
 _STREAMS = {"noise": 1, "transfer-noise": 2, "spike": 3}
+#: Longest replay label: an operation with a transfer's devices is under 80 characters.
+_MAX_LABEL = 200
 
 
 def _mix_int(value):
@@ -698,6 +700,13 @@ class Replay(Variation):
     measured to modelled time; a transfer nobody measured has the volume part
     of its duration scaled by its link's ratio, likewise.
 
+    A label that names nothing in the table the measurements are for (a typo,
+    or a profile of another schedule) would change nothing without a word, so
+    the first table the model is validated against -- the one measured -- must
+    have every label, unless ``partial`` is set; the labels left over are then
+    listed in :meth:`describe`. Tables derived later (a search's candidates) may
+    leave labels unmatched.
+
     Parameters
     ----------
     measurements : dict
@@ -705,57 +714,145 @@ class Replay(Variation):
         as the critical path names it (``3F12 d3->d4``).
     source : str, optional
         Where the measurements came from, for reports.
+    partial : bool
+        Accept labels that match nothing in the measured table.
 
     >>> Replay({"0F0": [1.0, 3.0]}).describe()
     {'model': 'replay', 'labels': 1, 'measurements': 2}
     """
 
     phase = 0
+    #: Unmatched labels an error or a report lists at most.
+    LISTED = 5
 
-    def __init__(self, measurements, *, source=None):
+    def __init__(self, measurements, *, source=None, partial=False):
         self.measurements = {}
         for label, values in dict(measurements).items():
-            values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+            try:
+                values = np.atleast_1d(np.asarray(values, dtype=np.float64))
+            except (TypeError, ValueError):
+                raise InvalidParameterError(f"replay {cut(label)}: durations must be "
+                                            f"numbers, not {shown_repr(values)}") from None
             if values.ndim != 1 or not len(values):
-                raise InvalidParameterError(f"replay {label}: give one or more durations")
+                raise InvalidParameterError(f"replay {cut(label)}: give one or more "
+                                            f"durations")
             if not np.all(np.isfinite(values)) or np.any(values < 0):
-                raise InvalidParameterError(f"replay {label}: durations must be finite and "
-                                            f">= 0, not {values.tolist()}")
+                raise InvalidParameterError(f"replay {cut(label)}: durations must be "
+                                            f"finite and >= 0, not "
+                                            f"{shown_repr(values.tolist())}")
             self.measurements[str(label).strip()] = values
         self.source = source
+        self.partial = bool(partial)
+        self.unmatched = None   # set by the first check against a table
 
     @classmethod
-    def from_csv(cls, path):
-        """Read ``op,duration`` rows (an optional header, durations in seconds or with a unit)."""
+    def from_csv(cls, path, *, partial=False):
+        """Read ``op,duration`` rows (an optional header, durations in seconds or with a unit).
+
+        The file is untrusted: it must be UTF-8 (a byte-order mark is dropped),
+        with two fields a row; every error names the file and the line.
+        """
         from tabsched.costs.units import parse_quantity
 
         source = os.fspath(path)
         try:
-            with open(path, newline="") as handle:
-                text = handle.read()
+            with open(path, "rb") as handle:
+                raw = handle.read()
         except OSError as error:
-            raise InvalidParameterError(f"{source}: cannot read: {error.strerror}") from None
+            raise InvalidParameterError(f"{source}: cannot read: {error.strerror or error}") \
+                from None
+        if raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; "
+                                        f"expected op,duration rows") from None
+        if "\x00" in text:
+            line = text[:text.index("\x00")].count("\n") + 1
+            raise InvalidParameterError(f"{source}: line {line} contains a NUL byte; expected "
+                                        f"op,duration rows")
         measurements = {}
-        for line, row in enumerate(csv.reader(_io.StringIO(text)), start=1):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != 2:
-                raise InvalidParameterError(f"{source}: line {line}: expected op,duration, "
-                                            f"not {len(row)} fields")
-            label, value = row[0].strip(), row[1].strip()
-            if line == 1 and label.lower() == "op" and value.lower() == "duration":
-                continue
-            try:
-                duration = parse_quantity(value, "s", name="duration")
-            except TabschedError as error:
-                raise InvalidParameterError(f"{source}: line {line}: {error}") from None
-            if not np.isfinite(duration) or duration < 0:
-                raise InvalidParameterError(f"{source}: line {line}: duration must be >= 0, "
-                                            f"not {value!r}")
-            measurements.setdefault(label, []).append(duration)
+        reader = csv.reader(_io.StringIO(text, newline=""), strict=True)
+        first = True
+        try:
+            for row in reader:
+                line = reader.line_num
+                if not row or all(not cell.strip() for cell in row):
+                    continue
+                if len(row) != 2:
+                    raise InvalidParameterError(f"{source}: line {line}: expected op,duration, "
+                                                f"not {len(row)} field{'s' if len(row) != 1 else ''}")
+                label, value = row[0].strip(), row[1].strip()
+                if "\n" in label or "\r" in label or "\n" in value or "\r" in value:
+                    raise InvalidParameterError(f"{source}: line {line}: a field spans several "
+                                                f"lines (a quoted line break, or a quote never "
+                                                f"closed)")
+                if first and label.lower() == "op" and value.lower() == "duration":
+                    first = False
+                    continue
+                first = False
+                if not label or len(label) > _MAX_LABEL:
+                    raise InvalidParameterError(f"{source}: line {line}: {shown(label)} is not "
+                                                f"an operation or transfer label")
+                try:
+                    duration = parse_quantity(value, "s", name="duration")
+                except TabschedError as error:
+                    raise InvalidParameterError(f"{source}: line {line}: "
+                                                f"{cut(error, 120)}") from None
+                if not np.isfinite(duration) or duration < 0:
+                    raise InvalidParameterError(f"{source}: line {line}: duration must be >= 0, "
+                                                f"not {shown_repr(value)}")
+                measurements.setdefault(label, []).append(duration)
+        except csv.Error as error:
+            raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "
+                                        f"{cut(error, 80)}") from None
         if not measurements:
             raise InvalidParameterError(f"{source}: no op,duration rows")
-        return cls(measurements, source=source)
+        return cls(measurements, source=source, partial=partial)
+
+    def labels_in(self, table):
+        """The labels that name nothing in ``table`` (operations, and transfers when
+        a label has a transfer's form), in file order."""
+        ops = np.char.add(np.char.add(table.stage.astype(str), np.array(KINDS)[table.kind]),
+                          table.microbatch.astype(str))
+        known = set(ops.tolist())
+        unknown = [label for label in self.measurements if label not in known]
+        if any(" " in label for label in unknown):
+            from tabsched.lower import lower
+            transfers = lower(table).transfers
+            known.update(f"{ops[producer]} d{src}->d{dst}" for producer, src, dst in zip(
+                transfers.producer.tolist(), transfers.src.tolist(), transfers.dst.tolist()))
+            unknown = [label for label in unknown if label not in known]
+        return unknown
+
+    def check(self, table):
+        """Match the labels against ``table``: an error for unmatched ones unless ``partial``.
+
+        Returns the unmatched labels (also kept in ``unmatched`` for reports).
+
+        >>> from tabsched import generate
+        >>> Replay({"0F0": [1.0], "9F9": [2.0]}).check(generate("gpipe", devices=1,
+        ...                                                      microbatches=1))
+        Traceback (most recent call last):
+        ...
+        tabsched.exceptions.InvalidParameterError: replay: 1 of 2 labels match no operation or transfer of the table: 9F9; correct them, or accept them with --replay-partial (partial=True)
+        """
+        unmatched = self.labels_in(table)
+        self.unmatched = unmatched
+        if unmatched and not self.partial:
+            listed = ", ".join(cut(label) for label in unmatched[:self.LISTED])
+            more = f" and {len(unmatched) - self.LISTED} more" if len(unmatched) > self.LISTED \
+                else ""
+            raise InvalidParameterError(
+                f"{self.source or 'replay'}: {len(unmatched)} of {len(self.measurements)} labels "
+                f"match no operation or transfer of the table: {listed}{more}; correct them, or "
+                f"accept them with --replay-partial (partial=True)")
+        return unmatched
+
+    def validate(self, table):
+        if self.unmatched is None:   # the first table met is the one measured
+            self.check(table)
 
     @property
     def random(self):
@@ -820,6 +917,11 @@ class Replay(Variation):
                 "measurements": int(sum(len(v) for v in self.measurements.values()))}
         if self.source:
             info["source"] = self.source
+        if self.unmatched:
+            info["unmatched"] = len(self.unmatched)
+            info["unmatched_labels"] = self.unmatched[:self.LISTED]
+            info["note"] = (f"{len(self.unmatched)} of {len(self.measurements)} labels match "
+                            f"nothing in the table and were left out (partial replay)")
         return info
 
 

@@ -9,10 +9,12 @@ import click
 import numpy as np
 
 from tabsched.cli.format import echo_json, format_memory, format_time, translate_errors
-from tabsched.cli.options import (build_costs, build_model_costs, build_variation, check_samples,
-                                  cost_options, load_schedule, memory_budget_value, model_options,
-                                  parse_grad_sync, schedule_options, variation_options)
-from tabsched.io import render_grid
+from tabsched.cli.options import (build_costs, build_model_costs, build_variation,
+                                  check_layer_options, check_samples, cost_options,
+                                  is_table_file, layers_from_model, load_schedule,
+                                  memory_budget_value, model_options, parse_grad_sync,
+                                  schedule_options, variation_options)
+from tabsched.io import check_output_path, render_grid, write_json
 
 
 @click.command("adapt")
@@ -28,8 +30,8 @@ from tabsched.io import render_grid
                    "(default 2, tried where it divides).")
 @click.option("--max-rounds", type=int, default=24, show_default=True,
               help="Greedy steps at most.")
-@click.option("--out", "out_path", metavar="TABLE",
-              help="Write the adapted table (.json keeps microbatch sizes; .csv for PyTorch).")
+@click.option("--out", "out_path", metavar="TABLE.json",
+              help="Write the adapted table as JSON (it keeps the microbatch sizes of splits).")
 @click.option("--log", "show_log", is_flag=True,
               help="List every candidate the search tried (in JSON: search.log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -52,20 +54,30 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     it. With --strict, exit 1 when nothing fits the budget.
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
-    from tabsched.io import write_table
+    if out_path:
+        if os.path.splitext(out_path)[1].lower() != ".json":
+            raise click.ClickException(
+                f"--out {out_path}: write the adapted table as .json, which keeps the "
+                f"microbatch sizes a split gives and the table's metadata; a CSV cannot hold "
+                f"them (`tabsched convert adapted.json adapted.csv` says what it would drop)")
+        check_output_path(out_path)
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
-    if model is not None or system is not None:
+    modelled = model is not None or system is not None
+    if modelled:
         costs = build_model_costs(model, system, microbatch_size, recompute, contention,
                                   {"--f": forward, "--b": backward, "--i": input_grad,
                                    "--w": weight_grad, "--comm": comm})
+        schedule_params = layers_from_model(schedule_params, costs)
     else:
         for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
             if value is not None:
                 raise click.ClickException(f"{flag} needs --model and --system")
         costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
-    given = model is not None or any(value is not None for value in (
+    if not is_table_file(schedule):
+        check_layer_options(schedule_params, modelled)
+    given = modelled or any(value is not None for value in (
         forward, backward, input_grad, weight_grad, comm))
     table = load_schedule(schedule, costs=costs if given else None,
                           memory_budget=memory_budget_value(memory_budget, costs),
@@ -79,7 +91,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if split_factor is not None:  # a factor the user chose must fit: say so up front
         SplitMicrobatches("all", split_factor).apply(table, costs)
     split_factor = 2 if split_factor is None else split_factor
-    variation = build_variation(table, **variation_params)
+    variation = build_variation(table, costs=costs, **variation_params)
     budget = memory_budget_value(memory_budget, costs)
 
     def moves(current):
@@ -89,7 +101,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                   samples=variation_params["samples"], seed=variation_params["seed"],
                   moves=moves, max_rounds=max_rounds)
     if out_path:
-        _write_adapted(found.table, out_path, write_table)
+        write_json(found.table, out_path)
     if as_json:
         from tabsched.io import to_json
         data = found.to_dict(log=show_log)
@@ -119,16 +131,6 @@ def _with_factor(move, factor):
     if isinstance(move, SplitMicrobatches):
         return SplitMicrobatches(move.microbatches, factor)
     return move
-
-
-def _write_adapted(table, path, write_table):
-    uneven = any(size != 1.0 for size in table.microbatch_sizes)
-    if uneven and os.path.splitext(path)[1].lower() == ".csv":
-        raise click.ClickException(
-            f"--out {path}: a CSV table cannot hold the adapted microbatch sizes "
-            f"({', '.join(f'{size:g}' for size in table.microbatch_sizes[:6])}"
-            f"{', ...' if table.num_microbatches > 6 else ''}); write a .json table")
-    write_table(table, path)
 
 
 def adapt_summary(found, costs):
@@ -252,7 +254,11 @@ def _describe_variation(described):
             texts.append(f"link {a}-{b} bandwidth / {part['bandwidth_factor']:g}")
         else:
             texts.append(f"replay of {part.get('source') or 'measurements'} "
-                         f"({part['labels']} labels)")
+                         f"({part['labels']} labels"
+                         + (f", {part['unmatched']} matching nothing: "
+                            f"{', '.join(part['unmatched_labels'])}"
+                            f"{', ...' if part['unmatched'] > len(part['unmatched_labels']) else ''}"
+                            if part.get("unmatched") else "") + ")")
     return "; ".join(texts)
 
 

@@ -100,7 +100,10 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
     Invalid combinations are kept as rows with status=skipped and a reason.
     """
+    from tabsched.io import atomic_write, check_output_path
     from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
+    if out:
+        check_output_path(out)   # before the sweep, not after it
     chosen_systems = SYSTEM_GRID if systems == "grid" else name_list(systems)
     tasks = grid_tasks(families, int_list("--devices", devices),
                        int_list("--microbatches", microbatches), models=name_list(models),
@@ -110,8 +113,7 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     text = rows_to_csv(rows)
     skipped = sum(row["status"] != "ok" for row in rows)
     if out:
-        with open(out, "w", newline="") as handle:
-            handle.write(text)
+        atomic_write(out, text, newline="")
         click.echo(f"wrote {out}: {len(rows)} configurations, {skipped} skipped", err=True)
     else:
         click.echo(text, nl=False)

@@ -8,7 +8,7 @@ from tabsched.cli.format import (echo_json, formula_summary, monte_carlo_summary
 from tabsched.cli.options import (LEVELS, evaluation_options, monte_carlo_from_options,
                                   parse_grad_sync, prepare_evaluation, run_evaluation,
                                   variation_options)
-from tabsched.formulas import formula_for
+from tabsched.formulas import formula_level
 
 
 @click.command("eval")
@@ -33,14 +33,15 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
                                                       level)
     if level == "formula" and (any(variation_params[name] for name in
-                                   ("cv", "transfer_cv", "stragglers", "slow_links", "replay"))
+                                   ("cv", "transfer_cv", "stragglers", "slow_links", "replay",
+                                    "replay_partial"))
                                or variation_params["samples"] is not None):
         raise click.ClickException("--level formula has no run-time variation; drop --cv, "
                                    "--straggler, --slow-link, --replay and --samples")
     if level == "formula":
-        numbers = formula_for(table, costs)
+        numbers, omitted = formula_level(table, costs)
         if numbers is None:
-            what = (f"family {table.family!r} has no formula level" if table.family
+            what = (omitted or f"family {table.family!r} has no formula level" if table.family
                     else "the table names no family, so it has no formula level")
             raise click.ClickException(what)
         if as_json:

@@ -25,13 +25,29 @@ def translate_errors(command):
         except BrokenPipeError:
             raise  # the reader went away (e.g. `| head`); main() exits quietly
         except MemoryError:
-            raise click.ClickException("out of memory: the table or sweep is too large for "
-                                       "this machine; try fewer devices or microbatches") \
-                from None
+            raise click.ClickException(_memory_advice(kwargs)) from None
         except OSError as error:
             where = f"{error.filename}: " if error.filename else ""
             raise click.ClickException(f"{where}{error.strerror or error}") from None
     return wrapper
+
+
+def _memory_advice(options):
+    """The out-of-memory message, naming what this command can make smaller."""
+    samples = (options.get("variation_params") or {}).get("samples")
+    if samples:
+        return (f"out of memory: {samples} Monte Carlo samples do not fit this machine; try "
+                f"fewer --samples")
+    return ("out of memory: the table or sweep is too large for this machine; try fewer "
+            "devices or microbatches")
+
+
+def replay_notes(variation):
+    """Notes for a partial replay (labels that matched nothing), from a described variation."""
+    parts = variation if isinstance(variation, list) else [variation] if variation else []
+    return [f"replay: {part['note']} ({', '.join(part['unmatched_labels'])}"
+            f"{', ...' if part['unmatched'] > len(part['unmatched_labels']) else ''})"
+            for part in parts if isinstance(part, dict) and part.get("unmatched")]
 
 
 def echo_json(data):
@@ -217,6 +233,7 @@ def monte_carlo_summary(runs):
     for row in [header] + body:
         lines.append("  ".join(cell.rjust(widths[k]) if k else cell.ljust(widths[k])
                                for k, cell in enumerate(row)).rstrip())
+    lines.extend(f"note: {note}" for note in replay_notes(runs.variation))
     return "\n".join(lines)
 
 

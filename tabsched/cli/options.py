@@ -249,10 +249,31 @@ def evaluation_options(command):
     return wrapper
 
 
+def check_layer_options(schedule_params, modelled):
+    """Layer options change only model costs: say so on stderr rather than ignore them."""
+    given = [name for name in LAYER_PARAMETERS if schedule_params.get(name) is not None]
+    if given and not modelled:
+        flags = ", ".join(_flag(name) for name in given)
+        click.echo(f"note: {flags} split the model's layers over the stages, which only "
+                   f"--model/--system costs read; these numbers are the same without "
+                   f"{'it' if len(given) == 1 else 'them'}", err=True)
+
+
+def layers_from_model(schedule_params, costs):
+    """``--stage-layers-ratio`` without ``--layers`` splits the model's own layers."""
+    if (schedule_params.get("stage_layers_ratio") is not None
+            and schedule_params.get("layers") is None
+            and schedule_params.get("stage_layers") is None
+            and getattr(getattr(costs, "model", None), "layers", None)):
+        return {**schedule_params, "layers": costs.model.layers}
+    return schedule_params
+
+
 def prepare_evaluation(schedule, schedule_params, options, level=None):
     """``(table, TorchSchedule or None, costs)`` from the evaluation options.
 
-    The costs come first: a cost-driven family is built for them.
+    The costs come first: a cost-driven family is built for them, and with a model a
+    layer ratio without ``--layers`` takes the model's layers.
     """
     modelled = options["model"] is not None or options["system"] is not None
     if level == "table" and (options["comm"] is not None or modelled):
@@ -264,10 +285,13 @@ def prepare_evaluation(schedule, schedule_params, options, level=None):
     units = {"--f": options["forward"], "--b": options["backward"],
              "--i": options["input_grad"], "--w": options["weight_grad"],
              "--comm": options["comm"]}
+    if not is_table_file(schedule):
+        check_layer_options(schedule_params, modelled)
     if modelled:
         costs = build_model_costs(options["model"], options["system"],
                                   options["microbatch_size"], options["recompute"],
                                   options["contention"], units)
+        schedule_params = layers_from_model(schedule_params, costs)
     else:
         for flag, name in (("--microbatch-size", "microbatch_size"),
                            ("--recompute", "recompute")):
@@ -315,7 +339,11 @@ def variation_options(default_samples):
                      help="The link between devices A and B with its bandwidth divided by "
                           "FACTOR (latency unchanged), e.g. 3-4:3 (repeatable)."),
         click.option("--replay", metavar="FILE",
-                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms)."),
+                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms). Every "
+                          "label must name an operation or transfer of the table."),
+        click.option("--replay-partial", is_flag=True,
+                     help="Accept --replay labels that match nothing in the table (they are "
+                          "listed in a note)."),
         click.option("--samples", type=int, default=default_samples,
                      help="Monte Carlo samples" + (f" (default {default_samples})."
                                                    if default_samples else
@@ -323,7 +351,8 @@ def variation_options(default_samples):
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Seed of the random draws; the same seed gives the same numbers."),
     ]
-    names = ("cv", "transfer_cv", "stragglers", "slow_links", "replay", "samples", "seed")
+    names = ("cv", "transfer_cv", "stragglers", "slow_links", "replay", "replay_partial",
+             "samples", "seed")
 
     def decorator(command):
         @functools.wraps(command)
@@ -353,13 +382,25 @@ def _split_pair(text, flag, separator, example):
 
 
 def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=(),
-                    replay=None, **_):
-    """The variation model the options describe (None if they describe none)."""
+                    replay=None, replay_partial=False, costs=None, **_):
+    """The variation model the options describe (None if they describe none).
+
+    ``costs`` (the run's cost model) lets options that need communication say so.
+    """
     from tabsched.adapt import Noise, Replay, SlowLink, Straggler
     from tabsched.adapt.variation import Combined
     parts = []
+    if replay_partial and replay is None:
+        raise click.ClickException("--replay-partial needs --replay FILE")
+    if (slow_links or transfer_cv) and isinstance(costs, UnitCosts):
+        flag = "--slow-link" if slow_links else "--transfer-cv"
+        raise click.ClickException(f"{flag} varies transfers, which these costs do not have: "
+                                   f"add --comm (the time of a transfer) or --model and "
+                                   f"--system")
     if replay is not None:
-        parts.append(Replay.from_csv(replay))
+        replayed = Replay.from_csv(replay, partial=replay_partial)
+        replayed.check(table)
+        parts.append(replayed)
     for text in stragglers:
         device, factor = _split_pair(text, "--straggler", None, "DEVICE:FACTOR, e.g. 3:1.5")
         parts.append(Straggler(device, factor))
@@ -387,7 +428,7 @@ def monte_carlo_from_options(table, costs, params, **lowering):
     """Monte Carlo for `eval` when a variation option or --samples asks for it."""
     from tabsched.adapt import monte_carlo
     check_samples(params)
-    variation = build_variation(table, **params)
+    variation = build_variation(table, costs=costs, **params)
     if variation is None and params.get("samples") is None:
         return None
     samples = params["samples"] if params.get("samples") is not None else 1000

@@ -31,7 +31,8 @@ def _picture_output(command):
 def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers, labels,
                        time_range):
     """A Gantt chart of SCHEDULE: a lane per device and per link, the critical path outlined."""
-    from tabsched.plot import gantt
+    from tabsched.plot import check_picture_path, gantt
+    check_picture_path(out)
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     span = None if time_range is None else _parse_time_range(time_range, result.time_unit)
@@ -62,7 +63,8 @@ def _parse_time_range(text, time_unit):
 @translate_errors
 def plot_memory_command(schedule, schedule_params, evaluation, out):
     """Memory over time per device of SCHEDULE, with --memory-budget as a line."""
-    from tabsched.plot import memory_plot
+    from tabsched.plot import check_picture_path, memory_plot
+    check_picture_path(out)
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     memory_plot(result, out)
@@ -87,8 +89,9 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
 
     One panel when the metric does not depend on the system (formula and table levels).
     """
-    from tabsched.plot import sweep_plot
+    from tabsched.plot import check_picture_path, sweep_plot
     from tabsched.sweep import COLUMNS, read_sweep_csv
+    check_picture_path(out)
     if metric not in COLUMNS:
         raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
                                    + ", ".join(c for c in COLUMNS if c.startswith(
@@ -106,7 +109,9 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
 @translate_errors
 def trace_command(schedule, schedule_params, evaluation, out):
     """Export one simulated iteration of SCHEDULE as a Perfetto / Chrome trace."""
+    from tabsched.io import check_output_path
     from tabsched.trace import write_trace
+    check_output_path(out)
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     write_trace(result, out)

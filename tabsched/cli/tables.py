@@ -8,8 +8,21 @@ import click
 
 from tabsched.cli.format import echo_json, translate_errors
 from tabsched.cli.options import load_with_torch, schedule_options, torch_options
-from tabsched.io import render_grid, to_csv, to_json
-from tabsched.pytorch import describe_stage_map, to_compute_comms, to_compute_only
+from tabsched.io import (atomic_write, check_output_path, csv_loss, csv_omits, render_grid,
+                         to_csv, to_json)
+from tabsched.pytorch import (describe_stage_map, pytorch_refusal, to_compute_comms,
+                              to_compute_only)
+
+DROP_METADATA_HELP = ("Write a CSV even if it cannot hold what the table's numbers depend on "
+                      "(microbatch sizes, layers per stage): the cells alone.")
+
+
+def refuse_csv_loss(table, what, keep, drop_metadata):
+    """One-line refusal when a CSV would lose part of ``table``, saying how to go on."""
+    lost = [] if drop_metadata else csv_loss(table)
+    if lost:
+        raise click.ClickException(f"{what} cannot hold {'; '.join(lost)}: {keep} to keep "
+                                   f"them, or add --drop-metadata to write the cells alone")
 from tabsched.schedules import describe_parameters, families, get_family
 
 
@@ -70,13 +83,17 @@ def list_command(name, as_json):
 @click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
               show_default=True, help="How to print the table.")
 @click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
+@click.option("--drop-metadata", is_flag=True, help=DROP_METADATA_HELP)
 @torch_options
 @translate_errors
-def show_command(schedule, schedule_params, output, width, torch_legacy, p2p):
+def show_command(schedule, schedule_params, output, width, drop_metadata, torch_legacy, p2p):
     """Print the table of SCHEDULE."""
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     if output == "csv":
-        click.echo(to_csv(table), nl=False)
+        refuse_csv_loss(table, "--format csv", "use --format json", drop_metadata)
+        click.echo(to_csv(table, drop_metadata=True), nl=False)
+        for lost in (csv_loss(table) if drop_metadata else []) + csv_omits(table):
+            click.echo(f"note: the CSV leaves out {lost}", err=True)
     elif output == "json":
         click.echo(to_json(table, indent=1))
     else:
@@ -99,19 +116,32 @@ CONVERT_TARGETS = ("csv", "json", "torch-comms")
               help="csv: PyTorch compute_only; json: tabsched's table with its metadata; "
                    "torch-comms: PyTorch compute_comms, lowered as PyTorch's runtime does. "
                    "Default: from OUTPUT's suffix (.json, else csv).")
+@click.option("--drop-metadata", is_flag=True, help=DROP_METADATA_HELP)
 @torch_options
 @translate_errors
-def convert_command(schedule, output, schedule_params, target, torch_legacy, p2p):
-    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout)."""
+def convert_command(schedule, output, schedule_params, target, drop_metadata, torch_legacy,
+                    p2p):
+    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout).
+
+    A CSV holds the cells only: a table with microbatch sizes or layers per stage
+    is refused unless --drop-metadata, and the family label is left out with a
+    note; .json keeps everything. The file is replaced only once written in full.
+    """
+    if output != "-":
+        check_output_path(output)
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     if target is None:
         target = "json" if os.path.splitext(output)[1].lower() == ".json" else "csv"
     if target == "json":
         text = to_json(table, indent=1) + "\n"
-    elif target == "csv":
-        text = to_compute_only(table)
     else:
-        text = to_compute_comms(table)
+        refusal = pytorch_refusal(table)
+        if refusal is not None:
+            raise click.ClickException(f"{refusal}; write .json (--to json) to keep it")
+        refuse_csv_loss(table, f"{output}: a CSV" if output != "-" else "a CSV",
+                        "write a .json table (--to json)", drop_metadata)
+        text = (to_compute_only(table, drop_metadata=True) if target == "csv"
+                else to_compute_comms(table, drop_metadata=True))
     notes = list(torch_schedule.notes) if torch_schedule else []
     if torch_schedule is not None and torch_schedule.format == "compute_comms":
         notes.append("the file's own SEND/RECV positions are not written: "
@@ -120,9 +150,11 @@ def convert_command(schedule, output, schedule_params, target, torch_legacy, p2p
     if output == "-":
         click.echo(text, nl=False)
     else:
-        with open(output, "w", newline="") as handle:
-            handle.write(text)
+        atomic_write(output, text, newline="")
         click.echo(f"wrote {output} ({target}, {table.num_devices} devices, "
                    f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
+    if target != "json":
+        notes.extend(f"the CSV leaves out {lost}"
+                     for lost in (csv_loss(table) if drop_metadata else []) + csv_omits(table))
     for note in notes:
         click.echo(f"note: {note}", err=True)
