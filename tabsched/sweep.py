@@ -10,7 +10,9 @@ whichever way it ran.
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
-``table_*`` and ``simulation_*`` (seconds and bytes).
+``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
+the task's slot lengths (``table_lengths``, default all 1); the simulation
+with its parallelism (``parallel``, the non-default ModelCosts settings as JSON).
 """
 
 import csv
@@ -19,8 +21,9 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from tabsched.compare import generate_spec, model_costs_for, parse_spec
-from tabsched.evaluate import evaluate_many, table_level
+from tabsched.compare import (describe_lengths, generate_spec, model_costs_for, parse_spec,
+                              slot_lengths, table_level_with)
+from tabsched.evaluate import evaluate_many
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
@@ -40,7 +43,7 @@ COLUMNS = (
     "simulation_makespan_s", "simulation_bubble_ratio",
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
-    "simulation_peak_memory_device",
+    "simulation_peak_memory_device", "table_lengths", "parallel",
 )
 
 
@@ -57,6 +60,8 @@ class SweepTask:
     recompute: str = None
     contention: str = None
     grad_sync: str = "replicas"
+    lengths: tuple = None
+    parallel: tuple = ()
 
     @property
     def configurations(self):
@@ -64,8 +69,15 @@ class SweepTask:
 
 
 def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=SYSTEM_GRID,
-               global_batch=None, recompute=None, contention=None, grad_sync="replicas"):
-    """The tasks of a full grid (specs x devices x microbatches x models)."""
+               global_batch=None, recompute=None, contention=None, grad_sync="replicas",
+               lengths=None, parallel=None):
+    """The tasks of a full grid (specs x devices x microbatches x models).
+
+    ``lengths``: the table level's slot lengths ``(F, B, I, W)``; ``parallel``:
+    ModelCosts' parallelism keywords (``tensor_parallel=8``...) for every task.
+    """
+    lengths = slot_lengths(lengths)
+    parallel = tuple(sorted((parallel or {}).items()))
     specs = [parse_spec(spec).label for spec in specs]   # fail early on a bad spec
     for name, values in (("devices", devices), ("microbatches", microbatches),
                          ("models", models), ("systems", systems)):
@@ -77,7 +89,7 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
     for system in systems:
         load_system(system)
     return [SweepTask(spec, int(p), int(m), str(model), tuple(str(s) for s in systems),
-                      global_batch, recompute, contention, grad_sync)
+                      global_batch, recompute, contention, grad_sync, lengths, parallel)
             for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
 
 
@@ -86,7 +98,8 @@ def _base_row(task, system):
     row.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
             "devices": task.devices, "microbatches": task.microbatches, "model": task.model,
             "system": system, "global_batch": task.global_batch, "microbatch_size": None,
-            "status": "ok", "reason": ""})
+            "status": "ok", "reason": "", "table_lengths": describe_lengths(task.lengths),
+            "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
     return row
 
 
@@ -106,7 +119,7 @@ def run_task(task):
             costs.append(model_costs_for(task.model, system, task.microbatches,
                                          global_batch=task.global_batch,
                                          recompute=task.recompute, contention=task.contention,
-                                         grad_sync=task.grad_sync))
+                                         grad_sync=task.grad_sync, **dict(task.parallel)))
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:
@@ -118,7 +131,7 @@ def run_task(task):
         results = evaluate_many(table, costs, grad_sync=task.grad_sync)
     except TabschedError as error:
         return skip(str(error), live)
-    level = table_level(table)
+    level = table_level_with(table, task.lengths)
     params = json.dumps(table.params, sort_keys=True)
     for row, result in zip(live, results):
         formula = result.formula or {}
@@ -132,7 +145,9 @@ def run_task(task):
             "formula_exact": formula.get("exact"),
             "formula_peak_activation": (float(max(peaks)) if peaks else
                                         float(bounds[1]) if bounds else None),
-            "table_bubble_ratio": level["bubble_ratio"], "table_slots": level["slots"],
+            "table_bubble_ratio": level["bubble_ratio"],
+            "table_slots": (int(level["slots"]) if float(level["slots"]).is_integer()
+                            else level["slots"]),
             "simulation_makespan_s": result.makespan,
             "simulation_bubble_ratio": result.bubble_ratio,
             "simulation_peak_activation_bytes": max(activation),
@@ -236,7 +251,8 @@ def rows_to_csv(rows):
 
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
                     "simulation_peak_memory_device"}
-_TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason"}
+_TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
+                 "table_lengths", "parallel"}
 
 
 def read_sweep_csv(path):
@@ -259,7 +275,9 @@ def read_sweep_csv(path):
                     row[key] = value == "true"
                 else:
                     try:
-                        row[key] = int(value) if key in _INTEGER_COLUMNS else float(value)
+                        row[key] = float(value)
+                        if key in _INTEGER_COLUMNS and row[key].is_integer():
+                            row[key] = int(row[key])
                     except ValueError:
                         raise InvalidParameterError(f"{path}: line {line}, column {key}: "
                                                     f"{value!r} is not a number") from None
