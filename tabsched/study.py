@@ -252,7 +252,7 @@ def _chimera(index):
         value = sample["formula_bubble_ratio"]
         checks.append(abs(value - 6 / 38) < 1e-12)
         evidence.append(f"Formula at S=8, M=16: {_pct(value)}.")
-        lengths = sample.get("table_lengths") or "F=1 B=1 I=1 W=1"
+        lengths = sample.get("slot_lengths") or "F=1 B=1 I=1 W=1"
         doubling = index.get(DOUBLING, 8, 16, sample["system"])
         evidence.append(
             f"Table level at S=8, M=16 with slot lengths {lengths}: "

@@ -11,7 +11,7 @@ whichever way it ran.
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
 ``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
-the task's slot lengths (``table_lengths``, default all 1); the simulation
+the task's slot lengths (``slot_lengths``, default all 1); the simulation
 with its parallelism (``parallel``, the non-default ModelCosts settings as JSON).
 """
 
@@ -43,7 +43,7 @@ COLUMNS = (
     "simulation_makespan_s", "simulation_bubble_ratio",
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
-    "simulation_peak_memory_device", "table_lengths", "parallel",
+    "simulation_peak_memory_device", "slot_lengths", "parallel",
 )
 
 
@@ -98,7 +98,7 @@ def _base_row(task, system):
     row.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
             "devices": task.devices, "microbatches": task.microbatches, "model": task.model,
             "system": system, "global_batch": task.global_batch, "microbatch_size": None,
-            "status": "ok", "reason": "", "table_lengths": describe_lengths(task.lengths),
+            "status": "ok", "reason": "", "slot_lengths": describe_lengths(task.lengths),
             "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
     return row
 
@@ -252,7 +252,7 @@ def rows_to_csv(rows):
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
                     "simulation_peak_memory_device"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
-                 "table_lengths", "parallel"}
+                 "slot_lengths", "parallel"}
 
 
 def read_sweep_csv(path):

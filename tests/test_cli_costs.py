@@ -99,7 +99,7 @@ def test_compare_and_sweep_take_the_parallelism(cli, tmp_path):
                      "--systems", "dgx-a100", "-t", "8", "--b", "2", "-o", str(path))
     rows = list(csv.DictReader(io.StringIO(path.read_text())))
     assert code == 0 and rows[0]["status"] == "ok"
-    assert rows[0]["table_lengths"] == "F=1 B=2 I=1 W=1"
+    assert rows[0]["slot_lengths"] == "F=1 B=2 I=1 W=1"
     assert json.loads(rows[0]["parallel"]) == {"tensor_parallel": 8}
 
 
