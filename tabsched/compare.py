@@ -251,8 +251,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                          lengths=dict(zip("FBIW", lengths)))
         try:
             table = generate_spec(spec, devices, microbatches, layers)
-            result = evaluate(table, costs, grad_sync=grad_sync if isinstance(
-                costs, ModelCosts) else None)
+            result = evaluate(table, costs, grad_sync=_grad_sync(costs, grad_sync))
         except TabschedError as error:
             row.error = str(error)
             rows.append(row)
@@ -278,6 +277,14 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
         for row, position in zip(rows, rank(values)):
             row.ranks[level] = position
     return rows
+
+
+def _grad_sync(costs, grad_sync):
+    """The sync a comparison asks for: every stage when the costs overlap a data-parallel
+    all-reduce with the backwards (it lives in the sync nodes), else ``grad_sync``."""
+    if not isinstance(costs, ModelCosts):
+        return None
+    return "all" if costs.grad_sync == "all" else grad_sync
 
 
 def disagreements(rows):

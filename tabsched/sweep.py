@@ -128,7 +128,8 @@ def run_task(task):
         return rows
     try:
         table = generate_spec(spec, task.devices, task.microbatches, costs[0].model.layers)
-        results = evaluate_many(table, costs, grad_sync=task.grad_sync)
+        sync = "all" if costs[0].grad_sync == "all" else task.grad_sync   # overlapped DP
+        results = evaluate_many(table, costs, grad_sync=sync)
     except TabschedError as error:
         return skip(str(error), live)
     level = table_level_with(table, task.lengths)
