@@ -233,7 +233,7 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
 
 
 _CSV_COLUMNS = ("model", "gpus", "t", "p", "chunks", "global_batch", "microbatch", "mode",
-                "measured_s", "predicted_s", "error", "bubble_ratio")
+                "measured_s", "predicted_s", "error", "bubble_ratio", "command")
 
 
 def _csv(rows):
@@ -278,7 +278,7 @@ def markdown_report(study, system):
         + ("The target is met." if study.verdict == "reproduced" else
            "The target is not met: see below where the error comes from."),
         "",
-        "Each row is evaluated by the command in `table5.csv`'s order, e.g.",
+        "Each row's `tabsched eval` command line is in `table5.csv` (column `command`), e.g.",
         "",
         f"    {study.rows[2]['command']}",
         "",
@@ -349,7 +349,7 @@ def markdown_report(study, system):
         "",
         "## Files",
         "",
-        "- `table5.csv`: one row per run (measured, predicted, error, bubble ratio)",
+        "- `table5.csv`: one row per run (measured, predicted, error, bubble ratio, command)",
         "- `report.md`",
         "",
     ]
