@@ -9,8 +9,9 @@ and writes them (PyTorch's CSV, JSON), and evaluates them:
 * the **formula** level: the closed forms the papers state (``formulas``);
 * the **table** level: unit slot lengths, no communication (``UnitCosts``);
 * the **simulation** level: real compute times and per-link transfers
-  (``StageCosts``, or ``ModelCosts``: a transformer on a system, in seconds
-  and bytes, from the presets in ``tabsched presets`` or your own TOML).
+  (``StageCosts``, or ``ModelCosts``: a transformer on a system, kernel by
+  kernel, with tensor, sequence and data parallelism (``Parallelism``), in
+  seconds and bytes, from the presets in ``tabsched presets`` or your own TOML).
 
 :mod:`tabsched.adapt` measures the run-time bubbles that varying durations
 cause (Monte Carlo) and searches granularity transforms of a table for the
@@ -35,9 +36,9 @@ except ImportError as _error:  # pragma: no cover - exercised by hand on a raw c
         "checkout run:  pip install -e .   (or: python setup.py build_ext --inplace). "
         f"Import error: {_error}") from None
 
-from tabsched.costs import (CostModel, ModelCosts, StageCosts, System, TransformerModel,
-                            UnitCosts, format_quantity, load_model, load_system, model_presets,
-                            parse_quantity, system_presets)
+from tabsched.costs import (CostModel, ModelCosts, Parallelism, StageCosts, System,
+                            TransformerModel, UnitCosts, format_quantity, load_model, load_system,
+                            model_presets, parse_quantity, system_presets)
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                                evaluate)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
@@ -64,7 +65,7 @@ __all__ = [
     "csv_loss", "atomic_write",
     "CostModel", "UnitCosts", "StageCosts", "ModelCosts",
     "TransformerModel", "load_model", "model_presets", "System", "load_system",
-    "system_presets", "parse_quantity", "format_quantity",
+    "system_presets", "Parallelism", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",

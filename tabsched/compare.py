@@ -1,8 +1,8 @@
 """Compare schedule families at the three levels, and rank them within each.
 
 The point of tabsched is that rankings change between levels: the formula a
-paper states, the idealized table (unit cells, no communication) and the
-communication-aware simulation. :func:`compare` generates each family's table at
+paper states, the idealized table (slots of a length per kind, no
+communication) and the communication-aware simulation. :func:`compare` generates each family's table at
 one size, measures it at every level, ranks the families within each level and
 marks where the rankings disagree. A cost-driven family (``zb-auto``) is built
 twice: for the simulation's costs at the simulation level, for unit costs at
@@ -28,7 +28,8 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import generate, get_family
 from tabsched.table import shown_repr
 
-__all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "rank", "model_costs_for"]
+__all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "rank", "model_costs_for",
+           "slot_lengths", "table_level_with", "describe_lengths"]
 
 #: Parameters compare and sweep set for every family (their short CLI flags).
 SIZE_PARAMETERS = {"devices": "p", "microbatches": "m"}
@@ -88,12 +89,66 @@ def parse_spec(text):
     return FamilySpec(family, tuple(params), str(text).strip())
 
 
+def slot_lengths(lengths=None):
+    """``(F, B, I, W)`` slot lengths of the table level from a tuple, a dict or None (all 1).
+
+    >>> slot_lengths({"b": 2})
+    (1.0, 2.0, 1.0, 1.0)
+    """
+    if lengths is None:
+        return (1.0, 1.0, 1.0, 1.0)
+    if isinstance(lengths, dict):
+        unknown = sorted(set(lengths) - set("fbiw"))
+        if unknown:
+            raise InvalidParameterError(f"slot lengths: unknown kind {unknown[0]!r} (expected "
+                                        f"f, b, i, w)")
+        lengths = [lengths.get(kind) for kind in "fbiw"]
+        lengths = [1.0 if value is None else value for value in lengths]
+    lengths = tuple(lengths)
+    if len(lengths) != 4:
+        raise InvalidParameterError(f"slot lengths must be four numbers (F, B, I, W), not "
+                                    f"{lengths!r}")
+    return tuple(float(UnitCosts(*lengths).lengths[k]) for k in range(4))
+
+
+def describe_lengths(lengths):
+    """``"F=1 B=2 I=1 W=1"``."""
+    return " ".join(f"{kind}={value:g}" for kind, value in zip("FBIW", slot_lengths(lengths)))
+
+
+def table_level_with(table, lengths=None):
+    """The table level with slot lengths ``(F, B, I, W)``: idle time / all time, no communication.
+
+    With every length 1 this is :func:`tabsched.evaluate.table_level` (idle
+    cells / all cells of the layout, an overlapped cell one slot). Otherwise
+    the table runs with those lengths and no communication (``UnitCosts``):
+    the table as the papers draw it, e.g. with a backward twice as long as a
+    forward. ``slots`` is then the length of the schedule in those units.
+
+    >>> from tabsched.schedules import generate
+    >>> chimera = generate("chimera", devices=8, microbatches=16)
+    >>> round(table_level_with(chimera)["bubble_ratio"], 4), round(
+    ...     table_level_with(chimera, (1, 2, 1, 1))["bubble_ratio"], 4)
+    (0.1579, 0.2727)
+    """
+    lengths = slot_lengths(lengths)
+    level = table_level(table)
+    if lengths != (1.0, 1.0, 1.0, 1.0):
+        result = evaluate(table, UnitCosts(*lengths), contention="none", formula=False)
+        level = {"bubble_ratio": result.bubble_ratio, "slots": result.makespan,
+                 "cells": level["cells"]}
+    return level
+
+
 def model_costs_for(model, system, microbatches, *, global_batch=None, recompute=None,
-                    contention=None, grad_sync="replicas"):
+                    contention=None, grad_sync="replicas", **parallel):
     """ModelCosts for one configuration; ``global_batch`` fixes the microbatch size.
 
     With a fixed global batch (the tabular paper holds it fixed while M varies),
     a microbatch holds ``global_batch / microbatches`` samples, which must be whole.
+    ``parallel``: ``tensor_parallel``, ``sequence_parallel``, ``data_parallel``,
+    ``attention``, ``optimizer_sharding``, ``overlap_grad_reduce``,
+    ``blocking_sends`` (see :class:`~tabsched.costs.ModelCosts`).
     """
     microbatch_size = None
     if global_batch is not None:
@@ -103,7 +158,7 @@ def model_costs_for(model, system, microbatches, *, global_batch=None, recompute
                 f"of whole samples")
         microbatch_size = global_batch // microbatches
     return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
-                      contention=contention, grad_sync=grad_sync)
+                      contention=contention, grad_sync=grad_sync, **parallel)
 
 
 @dataclass
@@ -111,7 +166,8 @@ class Comparison:
     """One family's numbers at every level (``None`` where a level has none).
 
     ``formula``: bubble_ratio, peak_activation (per device), exact.
-    ``table``: bubble_ratio (idle cells / all cells), slots, cells.
+    ``table``: bubble_ratio (idle / all, with the slot lengths), slots, cells.
+    ``lengths``: the table level's slot lengths ``{"F", "B", "I", "W"}``.
     ``simulation``: makespan, bubble_ratio (the idle ratio), peak_activation and
     peak_memory (persistent + activations) per device, time_unit, memory_unit.
     ``ranks``: 1 = best within each level (ties share a rank).
@@ -126,6 +182,7 @@ class Comparison:
     simulation: dict = None
     ranks: dict = field(default_factory=dict)
     error: str = None
+    lengths: dict = None
 
     @property
     def disagrees(self):
@@ -136,7 +193,8 @@ class Comparison:
     def to_dict(self):
         data = {"family": self.family, "label": self.label, "params": self.params,
                 "formula": self.formula, "table": self.table, "simulation": self.simulation,
-                "ranks": self.ranks, "disagrees": self.disagrees}
+                "ranks": self.ranks, "disagrees": self.disagrees,
+                "table_lengths": self.lengths}
         if self.error:
             data["error"] = self.error
         return data
@@ -170,7 +228,7 @@ def generate_spec(spec, devices, microbatches, model_layers=None, costs=None):
 
 def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT_SYSTEM,
             costs=None, global_batch=None, recompute=None, contention=None,
-            grad_sync="replicas"):
+            grad_sync="replicas", lengths=None, parallel=None):
     """Every family of ``specs`` at the three levels, ranked within each level.
 
     Parameters
@@ -185,6 +243,11 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
         Fix the samples per iteration: a microbatch holds ``global_batch / M``.
     grad_sync : default "replicas"
         Replicated stages (Chimera, BitPipe, DualPipe) pay their gradient sync.
+    lengths : (F, B, I, W) or dict, optional
+        Slot lengths of the table level (default all 1, as the layout is drawn).
+    parallel : dict, optional
+        Tensor, sequence and data parallelism of the simulation level (see
+        :func:`model_costs_for`).
 
     Returns
     -------
@@ -193,23 +256,25 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     specs = [parse_spec(spec) for spec in specs]
     if not specs:
         raise InvalidParameterError("compare needs at least one family")
+    lengths = slot_lengths(lengths)
     if costs is None:
         costs = model_costs_for(model, system, microbatches, global_batch=global_batch,
                                 recompute=recompute, contention=contention,
-                                grad_sync=grad_sync)
+                                grad_sync=grad_sync, **(parallel or {}))
         layers = costs.model.layers
     else:
         layers = getattr(getattr(costs, "model", None), "layers", None)
     rows = []
     for spec in specs:
-        row = Comparison(spec.label, spec.family, spec.kwargs())
+        row = Comparison(spec.label, spec.family, spec.kwargs(),
+                         lengths=dict(zip("FBIW", lengths)))
         try:
             table = generate_spec(spec, devices, microbatches, layers, costs)
-            # a cost-driven family's table level is its table for unit costs
-            unit_table = generate_spec(spec, devices, microbatches, layers, UnitCosts()) \
+            # a cost-driven family's table level is its table for the slot lengths
+            unit_table = generate_spec(spec, devices, microbatches, layers,
+                                       UnitCosts(*lengths)) \
                 if get_family(spec.family).cost_driven else table
-            result = evaluate(table, costs, grad_sync=grad_sync if isinstance(
-                costs, ModelCosts) else None)
+            result = evaluate(table, costs, grad_sync=_grad_sync(costs, grad_sync))
         except TabschedError as error:
             row.error = str(error)
             rows.append(row)
@@ -220,7 +285,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                        "peak_activation": formula.get("peak_activation"),
                        "activation_unit": formula.get("activation_unit"),
                        "exact": formula.get("exact")}
-        row.table = table_level(unit_table)
+        row.table = table_level_with(unit_table, lengths)
         row.simulation = {
             "makespan": result.makespan, "bubble_ratio": result.bubble_ratio,
             "peak_activation": [d.peak_memory for d in result.devices],
@@ -235,6 +300,14 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
         for row, position in zip(rows, rank(values)):
             row.ranks[level] = position
     return rows
+
+
+def _grad_sync(costs, grad_sync):
+    """The sync a comparison asks for: every stage when the costs overlap a data-parallel
+    all-reduce with the backwards (it lives in the sync nodes), else ``grad_sync``."""
+    if not isinstance(costs, ModelCosts):
+        return None
+    return "all" if costs.grad_sync == "all" else grad_sync
 
 
 def disagreements(rows):

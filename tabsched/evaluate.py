@@ -222,15 +222,19 @@ class Result:
         Returns ``(times, values)`` for one device: the memory held right after
         each change; or, with ``device=None``, a list of such pairs per device.
         An activation is held from the start of its ``F`` to the end of its ``B``
-        (with a split backward, ``I`` frees the released part and ``W`` the rest).
-        At equal times frees come before allocations.
+        (with a split backward, ``I`` frees the released part and ``W`` the rest);
+        an operation's working memory (the cost model's ``transient_sizes``)
+        only from its start to its end. At equal times frees come before
+        allocations.
         """
         activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
+        transient = np.asarray(self._cost_model.transient_sizes(self.table), np.float64)
         if device is None:
-            return [self._device_timeline(d, activation) for d in range(self.table.num_devices)]
-        return self._device_timeline(device, activation)
+            return [self._device_timeline(d, activation, transient)
+                    for d in range(self.table.num_devices)]
+        return self._device_timeline(device, activation, transient)
 
-    def _device_timeline(self, device, activation):
+    def _device_timeline(self, device, activation, transient=None):
         table = self.table
         lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
         kind = table.kind[lo:hi]
@@ -242,6 +246,18 @@ class Result:
         deltas = np.select([is_f, kind == BACKWARD, kind == INPUT_GRAD, kind == WEIGHT_GRAD],
                            [act, -act, -act * release, -act * (1.0 - release)])
         times = np.where(is_f, start, start + self._node_durations[cells])
+        if transient is not None:
+            # working memory: taken at the op's start, given back at its end (merged into
+            # the op's own event at its end, when it has one there)
+            held = transient[lo:hi]
+            working = np.flatnonzero(held)
+            if len(working):
+                at_end = ~is_f[working]
+                deltas[working[at_end]] -= held[working[at_end]]
+                forwards = working[~at_end]
+                ends = start[forwards] + self._node_durations[cells[forwards]]
+                times = np.concatenate([times, start[working], ends])
+                deltas = np.concatenate([deltas, held[working], -held[forwards]])
         keep = deltas != 0
         times, deltas = times[keep], deltas[keep]
         order = np.lexsort((deltas, times))

@@ -706,6 +706,14 @@ def check_output_folder(path):
         raise OutputError(f"{path}: cannot make this folder in {parent} (permission denied)")
 
 
+def make_output_folder(path):
+    """Make the output folder ``path`` (and its parents); ``OutputError`` naming it if not."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{path}: cannot make this folder: {error.strerror}") from None
+
+
 def _new_file_mode(path):
     """The mode a file at ``path`` gets: that of the file it replaces, else 0666 less umask."""
     try:

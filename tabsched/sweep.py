@@ -10,9 +10,11 @@ whichever way it ran.
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
-``table_*`` and ``simulation_*`` (seconds and bytes). A cost-driven family
-(``zb-auto``) gets one table per system, built for that system's costs, and its
-table level from the table it builds for unit costs.
+``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
+the task's slot lengths (``slot_lengths``, default all 1); the simulation
+with its parallelism (``parallel``, the non-default ModelCosts settings as JSON).
+A cost-driven family (``zb-auto``) gets one table per system, built for that
+system's costs, and its table level from the table it builds for the slot lengths.
 """
 
 import csv
@@ -23,9 +25,10 @@ import os
 from dataclasses import dataclass
 
 from tabsched._extras import require
-from tabsched.compare import generate_spec, model_costs_for, parse_spec
+from tabsched.compare import (describe_lengths, generate_spec, model_costs_for, parse_spec,
+                              slot_lengths, table_level_with)
 from tabsched.costs import UnitCosts
-from tabsched.evaluate import evaluate_many, table_level
+from tabsched.evaluate import evaluate_many
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
@@ -47,7 +50,7 @@ COLUMNS = (
     "simulation_makespan_s", "simulation_bubble_ratio",
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
-    "simulation_peak_memory_device",
+    "simulation_peak_memory_device", "slot_lengths", "parallel",
 )
 
 
@@ -64,6 +67,8 @@ class SweepTask:
     recompute: str = None
     contention: str = None
     grad_sync: str = "replicas"
+    lengths: tuple = None
+    parallel: tuple = ()
 
     @property
     def configurations(self):
@@ -71,8 +76,15 @@ class SweepTask:
 
 
 def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=SYSTEM_GRID,
-               global_batch=None, recompute=None, contention=None, grad_sync="replicas"):
-    """The tasks of a full grid (specs x devices x microbatches x models)."""
+               global_batch=None, recompute=None, contention=None, grad_sync="replicas",
+               lengths=None, parallel=None):
+    """The tasks of a full grid (specs x devices x microbatches x models).
+
+    ``lengths``: the table level's slot lengths ``(F, B, I, W)``; ``parallel``:
+    ModelCosts' parallelism keywords (``tensor_parallel=8``...) for every task.
+    """
+    lengths = slot_lengths(lengths)
+    parallel = tuple(sorted((parallel or {}).items()))
     specs = [parse_spec(spec).label for spec in specs]   # fail early on a bad spec
     for name, values in (("devices", devices), ("microbatches", microbatches),
                          ("models", models), ("systems", systems)):
@@ -84,7 +96,7 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
     for system in systems:
         load_system(system)
     return [SweepTask(spec, int(p), int(m), str(model), tuple(str(s) for s in systems),
-                      global_batch, recompute, contention, grad_sync)
+                      global_batch, recompute, contention, grad_sync, lengths, parallel)
             for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
 
 
@@ -93,7 +105,8 @@ def _base_row(task, system):
     row.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
             "devices": task.devices, "microbatches": task.microbatches, "model": task.model,
             "system": system, "global_batch": task.global_batch, "microbatch_size": None,
-            "status": "ok", "reason": ""})
+            "status": "ok", "reason": "", "slot_lengths": describe_lengths(task.lengths),
+            "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
     return row
 
 
@@ -113,7 +126,7 @@ def run_task(task):
             costs.append(model_costs_for(task.model, system, task.microbatches,
                                          global_batch=task.global_batch,
                                          recompute=task.recompute, contention=task.contention,
-                                         grad_sync=task.grad_sync))
+                                         grad_sync=task.grad_sync, **dict(task.parallel)))
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:
@@ -122,18 +135,20 @@ def run_task(task):
         return rows
     layers = costs[0].model.layers
     try:
+        sync = "all" if costs[0].grad_sync == "all" else task.grad_sync   # overlapped DP
         if get_family(spec.family).cost_driven:
-            # one table per system, built for its costs; the table level at unit costs
+            # one table per system, built for its costs; the table level for the slot lengths
             tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
                       for system in costs]
-            results = [evaluate_many(table, [system], grad_sync=task.grad_sync)[0]
+            results = [evaluate_many(table, [system], grad_sync=sync)[0]
                        for table, system in zip(tables, costs)]
-            level = table_level(generate_spec(spec, task.devices, task.microbatches, layers,
-                                              UnitCosts()))
+            level = table_level_with(generate_spec(spec, task.devices, task.microbatches,
+                                                   layers, UnitCosts(*task.lengths)),
+                                     task.lengths)
         else:
             table = generate_spec(spec, task.devices, task.microbatches, layers)
-            results = evaluate_many(table, costs, grad_sync=task.grad_sync)
-            level = table_level(table)
+            results = evaluate_many(table, costs, grad_sync=sync)
+            level = table_level_with(table, task.lengths)
     except TabschedError as error:
         return skip(str(error), live)
     for row, result in zip(live, results):
@@ -149,7 +164,9 @@ def run_task(task):
             "formula_exact": formula.get("exact"),
             "formula_peak_activation": (float(max(peaks)) if peaks else
                                         float(bounds[1]) if bounds else None),
-            "table_bubble_ratio": level["bubble_ratio"], "table_slots": level["slots"],
+            "table_bubble_ratio": level["bubble_ratio"],
+            "table_slots": (int(level["slots"]) if float(level["slots"]).is_integer()
+                            else level["slots"]),
             "simulation_makespan_s": result.makespan,
             "simulation_bubble_ratio": result.bubble_ratio,
             "simulation_peak_activation_bytes": max(activation),
@@ -251,7 +268,8 @@ def rows_to_csv(rows):
 
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
                     "simulation_peak_memory_device"}
-_TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason"}
+_TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
+                 "slot_lengths", "parallel"}
 
 
 def read_sweep_csv(path):
@@ -298,7 +316,9 @@ def read_sweep_csv(path):
                     row[key] = value == "true"
                 else:
                     try:
-                        row[key] = int(value) if key in _INTEGER_COLUMNS else float(value)
+                        row[key] = float(value)
+                        if key in _INTEGER_COLUMNS and row[key].is_integer():
+                            row[key] = int(row[key])
                     except ValueError:
                         raise InvalidParameterError(
                             f"{source}: line {line}, column {cut(key)}: {shown(value)} is "

@@ -83,7 +83,9 @@ def test_the_sample_mean_converges_as_the_cv_goes_to_zero():
         runs = monte_carlo(table, PAPER, Noise(cv) + SlowLink((3, 4), 3.0), samples=200, seed=4)
         gaps.append(abs(runs.mean - runs.nominal_makespan) / runs.nominal_makespan)
     assert gaps == sorted(gaps, reverse=True)
-    assert gaps[-2] < 1e-4 and gaps[-1] == 0.0
+    # cv = 0: every sample is the nominal makespan; their mean equals it up to the
+    # rounding of a sum of 200 equal floats
+    assert gaps[-2] < 1e-4 and gaps[-1] < 1e-15
 
 
 @settings(max_examples=30)

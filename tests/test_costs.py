@@ -60,3 +60,34 @@ def test_stage_count_mismatch_names_the_argument():
         evaluate(generate("1f1b", devices=4, microbatches=4), StageCosts([1.0, 1.0]))
     with pytest.raises(InvalidParameterError, match="comm is a 2x2 matrix but the table has 4"):
         evaluate(generate("1f1b", devices=4, microbatches=4), StageCosts(1.0, comm=np.ones((2, 2))))
+
+
+# ------------------------------------------------------------- ring collectives
+from tabsched.costs.collectives import ring_steps, ring_time  # noqa: E402
+
+
+def test_ring_collective_arithmetic():
+    """Patarasuk and Yuan 2009: n-1 steps of nbytes/n for reduce-scatter and all-gather,
+    twice that for an all-reduce; each step pays the link's latency."""
+    nbytes, bandwidth, latency = 8e9, 10e9, 1e-5
+    for n in (2, 4, 8):
+        step = latency + nbytes / n / bandwidth
+        assert ring_time("reduce_scatter", nbytes, n, bandwidth, latency) == pytest.approx(
+            (n - 1) * step)
+        assert ring_time("all_gather", nbytes, n, bandwidth, latency) == pytest.approx(
+            (n - 1) * step)
+        assert ring_time("all_reduce", nbytes, n, bandwidth, latency) == pytest.approx(
+            2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency)
+    assert ring_time("all_reduce", nbytes, 1, bandwidth, latency) == 0.0
+    assert ring_steps("all_reduce", 8) == 14 and ring_steps("all_gather", 8) == 7
+    np.testing.assert_allclose(ring_time("all_gather", np.array([8e9, 4e9]), 2, bandwidth, 0.0),
+                               [0.4, 0.2])
+    with pytest.raises(InvalidParameterError, match=r"collective 'broadcast' is not one of "
+                                                    r"all_reduce, reduce_scatter, all_gather"):
+        ring_time("broadcast", nbytes, 4, bandwidth, latency)
+
+
+def test_every_cost_model_states_no_working_memory_by_default():
+    table = generate("1f1b", devices=2, microbatches=3)
+    for costs in (UnitCosts(), StageCosts(1.0)):
+        assert costs.transient_sizes(table).tolist() == [0.0] * len(table)

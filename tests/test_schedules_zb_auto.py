@@ -279,8 +279,8 @@ def test_cli_eval_with_profiled_times_and_with_a_model(cli):
      "Error: zb-auto: memory_limit 0 is below one microbatch's activation"),
     (["eval", "zb-auto", "-p", "8", "-m", "8", "--model", "paper-128l", "--system",
       "slow_nw_mid_cp", "--memory-budget", "60GB"],
-     "Error: zb-auto: memory_budget 60GB leaves device 0 5.1 GB for activations, below one "
-     "microbatch's activation of its stage (9.14 GB)"),
+     "Error: zb-auto: memory_budget 60GB leaves device 0 206 MB for activations (after 4.9 GB "
+     "of working memory), below one microbatch's activation of its stage (9.14 GB)"),
 ])
 def test_cli_bad_input_is_one_line(cli, argv, message):
     code, out, err = cli(*argv)

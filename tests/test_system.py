@@ -163,3 +163,84 @@ def test_unknown_system_lists_the_valid_names():
                                                r"mean 'mid_nw_mid_cp'\?\); valid systems: "
                                                r"dgx-a100, dgx-h100, fast_nw_fast_cp, "):
         load_system("mid_nw_mid")
+
+
+# ------------------------------------------------- efficiency tables, waves, links
+def test_efficiency_tables_interpolate_in_log_work():
+    system = two_nodes(compute_efficiency=[["1GFLOP", 0.4], ["100GFLOP", 0.8]],
+                       memory_efficiency=[[1e6, 0.5], ["100MB", 0.9]])
+    assert system.compute_efficiency == ((1e9, 0.4), (1e11, 0.8))
+    np.testing.assert_allclose(system.compute_efficiency_at(1, [1e8, 1e10, 1e13]),
+                               [0.4, 0.6, 0.8])
+    np.testing.assert_allclose(system.memory_efficiency_at([1e5, 1e7, 1e9]), [0.5, 0.7, 0.9])
+    # a matrix kernel of 10 GFLOP and 1 MB: compute-bound at 60% of 100 TFLOP/s
+    assert system.kernel_times(True, 1e10, 1e6, 1) == pytest.approx(1e10 / 60e12)
+    # a vector kernel of 10 MB at 70% of 1 TB/s, whatever its FLOPs
+    assert system.kernel_times(False, 1e12, 1e7, 1) == pytest.approx(1e7 / 0.7e12)
+    assert system.summary()["compute_efficiency"] == [[1e9, 0.4], [1e11, 0.8]]
+
+
+def test_wave_quantization_loses_half_a_wave_on_average():
+    system = two_nodes(matrix_wave=1000)
+    np.testing.assert_allclose(system.wave_efficiency([250, 1000, 9500]),
+                               [1 / 3, 2 / 3, 19 / 20])
+    assert two_nodes().wave_efficiency([10]).tolist() == [1.0]
+    slow, fast = system.kernel_times(True, [1e12, 1e12], 0, 1, outputs=[500, 1e9])
+    assert slow == pytest.approx(1e12 / 100e12 * 2) and fast == pytest.approx(0.01, rel=1e-6)
+
+
+def test_link_efficiency_applies_to_transfers_and_collectives():
+    system = two_nodes(intra_node_efficiency=0.5, inter_node_efficiency=0.8)
+    bandwidth, _ = system.link_matrices(4)
+    assert bandwidth[0, 1] == 50e9 and bandwidth[1, 2] == 8e9
+    assert system.group_link(True) == (50e9, 1e-6)
+    assert system.group_link(False) == (8e9, 1e-5)
+    assert system.transfer_time(8e9, 1, 2) == pytest.approx(1e-5 + 1.0)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(compute_efficiency=[[1e9, 0.5], [1e10, 0.4]]),
+     r"compute_efficiency\[1\]: efficiency 0\.4 falls below 0\.5 of the smaller kernel before "
+     r"it \(the table must not fall as work grows\)"),
+    (dict(compute_efficiency=[[1e10, 0.5], [1e9, 0.6]]),
+     r"compute_efficiency\[1\]: work 1000000000\.0 does not grow"),
+    (dict(memory_efficiency=[[1e6, 1.2]]),
+     r"memory_efficiency\[0\] efficiency must be in \(0, 1\], not 1\.2"),
+    (dict(memory_efficiency=[[1e6, 0.0]]),
+     r"memory_efficiency\[0\] efficiency must be in \(0, 1\], not 0\.0"),
+    (dict(compute_efficiency=[[1e9]]),
+     r"compute_efficiency\[0\] must be a pair \[work, efficiency\], not \[1000000000\.0\]"),
+    (dict(compute_efficiency=[]),
+     r"compute_efficiency must be a number or a table of \[work, efficiency\] pairs"),
+    (dict(compute_efficiency=[["1GB", 0.5]]),
+     r"compute_efficiency\[0\] work: '1GB' is not an amount of compute"),
+    (dict(intra_node_efficiency=0), r"intra_node_efficiency must be in \(0, 1\], not 0"),
+    (dict(matrix_wave=-1), r"matrix_wave must be >= 0, not -1"),
+])
+def test_efficiency_errors_name_the_key_and_entry(changes, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        two_nodes(**changes)
+
+
+def test_a_toml_table_of_efficiencies(tmp_path):
+    path = tmp_path / "gpu.toml"
+    path.write_text('peak_flops = "1PFLOP/s"\nmemory_bandwidth = "3TB/s"\ndevices_per_node = 4\n'
+                    'intra_node_bandwidth = "100GB/s"\nintra_node_latency = "1us"\n'
+                    'inter_node_bandwidth = "10GB/s"\ninter_node_latency = "5us"\n'
+                    'compute_efficiency = [["1GFLOP", 0.5], ["1TFLOP", 0.7], ["10TFLOP", 0.6]]\n')
+    with pytest.raises(InvalidParameterError, match=r"gpu\.toml: compute_efficiency\[2\]: "
+                                                    r"efficiency 0\.6 falls below 0\.7"):
+        load_system(str(path))
+
+
+def test_dgx_a100_states_its_measured_numbers():
+    a100 = load_system("dgx-a100")
+    assert a100.peak_flops == 312e12 and a100.memory_bandwidth == pytest.approx(2.039e12)
+    assert a100.compute_efficiency == pytest.approx(267.9 / 312 * 698.6 / 823.9, abs=5e-4)
+    assert a100.memory_efficiency == pytest.approx(1724.8 / 2039, abs=5e-4)
+    assert a100.intra_node_efficiency == pytest.approx(200 / 300, abs=1e-3)
+    assert a100.matrix_wave == 108 * 256 * 128
+    assert (a100.devices_per_node, a100.intra_node_bandwidth, a100.inter_node_bandwidth) == \
+        (8, 300e9, 25e9)
+    grid = load_system("mid_nw_mid_cp")       # the paper grid stays flat
+    assert (grid.compute_efficiency, grid.memory_efficiency, grid.matrix_wave) == (1.0, 1.0, 0.0)

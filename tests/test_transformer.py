@@ -5,6 +5,7 @@ import pytest
 
 from tabsched import (InvalidParameterError, TransformerModel, UnknownNameError, load_model,
                       model_presets)
+from tabsched.costs.parallel import Parallelism
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 # A small GPT layer: h=64, a=4, s=16, V=100, bf16; b=2 samples, so T=32 tokens.
@@ -73,17 +74,84 @@ def test_activations_per_tensor_for_gqa_swiglu_without_dropout():
     assert model.embedding_activation(2) == 0
 
 
-def test_bytes_moved_by_hand():
+def test_bytes_moved_are_every_kernels_reads_and_writes():
+    """The forward's bytes (b=2): weights read once (d*P = 98,304) plus 93,184 per sample,
+    summed by hand over the kernels in tests/test_kernels.py."""
     model = small()
     _, nbytes = model.layer_work(2)
-    weights = 2 * 49152
-    intermediates = 79872                 # every activation, written once
-    assert nbytes[FORWARD, 0] == weights + intermediates + 2 * 32 * 64
-    assert nbytes[INPUT_GRAD, 0] == weights + intermediates + 2 * 2 * 32 * 64
+    assert nbytes[FORWARD, 0] == 2 * 49152 + 2 * 93184 == 284672
+    assert nbytes[BACKWARD, 0] == nbytes[INPUT_GRAD, 0] + nbytes[WEIGHT_GRAD, 0]
     kept = 32 * 16 * 2 * 64               # W's matmul inputs and output gradients: 32sbh
     assert model.weight_grad_kept(2) == kept
-    assert nbytes[WEIGHT_GRAD, 0] == weights + kept
-    assert nbytes[BACKWARD, 0] == nbytes[INPUT_GRAD, 0] + nbytes[WEIGHT_GRAD, 0]
+
+
+def test_flops_equal_narayanan_closed_form():
+    """Narayanan et al. 2021 (appendix): an iteration of B samples costs
+    96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) FLOPs with full recomputation and
+    72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) without; per tensor rank, t times less."""
+    B, s, l, h, V = 8, 64, 6, 128, 1000
+    for recompute, factor, vocab in (("full", 96, 16), ("none", 72, 12), ("selective", None, None)):
+        model = TransformerModel(layers=l, hidden=h, heads=8, sequence=s, vocab=V,
+                                 recompute=recompute)
+        for t in (1, 4):
+            parallel = Parallelism(tensor_parallel=t)
+            layer, _ = model.layer_work(B, parallel)
+            head, _ = model.output_work(B, parallel)
+            total = t * (l * (layer[FORWARD, 0] + layer[BACKWARD, 0])
+                         + head[FORWARD, 0] + head[BACKWARD, 0])
+            if factor is None:   # selective: no-recompute plus the attention core again
+                expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) \
+                    + l * 4 * B * s * s * h
+            else:
+                expected = factor * B * s * l * h * h * (1 + s / (6 * h) + V / (vocab * l * h))
+            assert total == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_activations_match_korthikanti_with_tensor_parallelism(sequence_parallel):
+    """Korthikanti et al. 2022, Table 2, per layer and tensor rank (d = 2, dropout, f = 4h)."""
+    s, b, h, a, t = 32, 2, 64, 8, 4
+    model = TransformerModel(layers=2, hidden=h, heads=a, sequence=s, vocab=100)
+    parallel = Parallelism(tensor_parallel=t, sequence_parallel=sequence_parallel)
+    sbh = s * b * h
+    if sequence_parallel:
+        expected = {"none": sbh * (34 + 5 * a * s / h) / t, "selective": 34 * sbh / t,
+                    "full": 2 * sbh / t}
+    else:
+        expected = {"none": sbh * (10 + 24 / t + 5 * a * s / (h * t)),
+                    "selective": sbh * (10 + 24 / t), "full": 2 * sbh}
+    for recompute, value in expected.items():
+        assert model.layer_activation(b, recompute, parallel=parallel) == pytest.approx(value)
+    # flash attention keeps no score tensors: "none" is "selective"
+    flash = parallel.replace(attention="flash")
+    assert model.layer_activation(b, "none", parallel=flash) == pytest.approx(
+        expected["selective"])
+    # section 4.3: the output layer's 4sbh/t*(1 + V/h) with sequence parallelism
+    output = model.output_activation(b, parallel)
+    assert output == pytest.approx(4 * sbh / t * (1 + 100 / h) if sequence_parallel
+                                   else 4 * sbh + 4 * s * b * 100 / t)
+
+
+def test_full_recompute_working_memory_is_one_layer_again():
+    """While a fully recomputed layer runs its backward, its whole activation exists again,
+    plus one layer's activation-gradient buffer (2*d*s*b*h and the score gradients)."""
+    model = small(recompute="full")
+    b, s, h, a, d = 2, 16, 64, 4, 2
+    buffer = 2 * d * s * b * h + max(2 * d * a * s * s * b, d * s * b * 2 * 256)
+    again = model.layer_activation(b, "none") - model.layer_activation(b, "full")
+    assert model.layer_transient(b) == pytest.approx(buffer + again)
+    assert small().layer_transient(b) == pytest.approx(buffer)
+    selective = small(recompute="selective")
+    assert selective.layer_transient(b) == pytest.approx(buffer + model._score_bytes(b))
+
+
+def test_optimizer_bytes_and_sharding():
+    model = small(dtype="fp16")
+    assert model.bytes_per_param == 16.0          # 2 weights + 2 gradients + 12 Adam state
+    assert model.optimizer_state_bytes(4) == 2 + 2 + 12 / 4
+    assert small(grad_bytes=4).bytes_per_param == 18.0
+    assert small(bytes_per_param=20).optimizer_state_bytes(2) == 2 + 2 + 16 / 2
+    assert model.optimizer_step_bytes == 2 * 2 + 2 + 24 + 24
 
 
 def test_input_grad_release():
@@ -111,6 +179,14 @@ def test_presets_have_the_published_sizes():
     assert (paper.layers, paper.hidden, paper.heads, paper.sequence, paper.dtype_bytes) == \
         (128, 4096, 32, 4096, 2)
     assert paper.layer_activation(1, "none") == 4096 * 4096 * (34 + 5 * 32)
+    # Narayanan et al. 2021, Table 1 (the embedding counted once): 529.6B and 1008.0B;
+    # Korthikanti et al. 2022, Table 3: 22B
+    for name, published, rel in (("megatron-22b", 22e9, 5e-3), ("turing-530b", 529.6e9, 1e-3),
+                                 ("megatron-1t", 1008.0e9, 1e-3)):
+        model = models[name]
+        assert (model.sequence, model.vocab, model.dtype) == (2048, 51200, "fp16")
+        assert model.parameters - model.output_parameters == pytest.approx(published, rel=rel)
+    assert not models["llama3-8b"].tied_embeddings and models["llama3-8b"].norm == "rmsnorm"
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -124,6 +200,10 @@ def test_presets_have_the_published_sizes():
     (dict(bytes_per_param=-1), r"bytes_per_param must be a number >= 0, not -1"),
     (dict(gated_ffn="yes"), r"gated_ffn must be true or false, not 'yes'"),
     (dict(microbatch_size=0), r"microbatch_size must be a positive integer, not 0"),
+    (dict(norm="batchnorm"), r"norm 'batchnorm' is not one of layernorm, rmsnorm"),
+    (dict(grad_bytes=3), r"grad_bytes must be 1, 2, 4 or 8, not 3"),
+    (dict(optimizer_bytes=-1), r"optimizer_bytes must be a number >= 0, not -1"),
+    (dict(tied_embeddings="no"), r"tied_embeddings must be true or false, not 'no'"),
 ])
 def test_model_errors(changes, message):
     with pytest.raises(InvalidParameterError, match=message):
@@ -160,7 +240,8 @@ def test_user_toml_errors_name_the_file_and_key(tmp_path, text, message):
 def test_unknown_preset_lists_the_valid_names():
     with pytest.raises(UnknownNameError, match=r"unknown model preset 'llama-3-8b' \(did you "
                                                r"mean 'llama3-8b'\?\); valid models: "
-                                               r"gpt3-175b, llama3-70b, llama3-8b, paper-128l"):
+                                               r"gpt3-175b, llama3-70b, llama3-8b, megatron-1t, "
+                                               r"megatron-22b, paper-128l, turing-530b"):
         load_model("llama-3-8b")
     with pytest.raises(OSError):
         load_model("no/such/model.toml")

@@ -15,6 +15,7 @@ import click
 
 from tabsched.cli.adapt import adapt_command
 from tabsched.cli.compare import compare_command, study_command, sweep_command
+from tabsched.cli.costs import costs_command
 from tabsched.cli.eval import eval_command
 from tabsched.cli.megatron import megatron_command
 from tabsched.cli.plot import plot_group, trace_command
@@ -24,8 +25,8 @@ from tabsched.cli.tables import convert_command, list_command, show_command
 __all__ = ["cli", "main"]
 
 COMMANDS = (list_command, show_command, eval_command, adapt_command, presets_command,
-            convert_command, compare_command, sweep_command, study_command, plot_group,
-            trace_command, megatron_command)
+            costs_command, convert_command, compare_command, sweep_command, study_command,
+            plot_group, trace_command, megatron_command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

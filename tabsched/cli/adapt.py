@@ -9,11 +9,12 @@ import click
 import numpy as np
 
 from tabsched.cli.format import echo_json, format_memory, format_time, translate_errors
-from tabsched.cli.options import (build_costs, build_model_costs, build_variation,
-                                  check_layer_options, check_samples, cost_options,
-                                  is_table_file, layers_from_model, load_schedule,
-                                  memory_budget_value, model_options, parse_grad_sync,
-                                  schedule_options, variation_options)
+from tabsched.cli.options import (PARALLEL_OPTIONS, build_costs, build_model_costs,
+                                  build_variation, check_layer_options,
+                                  check_parallel_without_model, check_samples, cost_options,
+                                  given_parallel, is_table_file, layers_from_model,
+                                  load_schedule, memory_budget_value, model_options,
+                                  parse_grad_sync, schedule_options, variation_options)
 from tabsched.io import check_output_path, render_grid, write_json
 
 
@@ -39,7 +40,7 @@ from tabsched.io import check_output_path, render_grid, write_json
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, show_log, as_json):
+                  out_path, show_log, as_json, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -64,16 +65,18 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
+    parallel = {name: parallel.get(name) for name in PARALLEL_OPTIONS}
     modelled = model is not None or system is not None
     if modelled:
         costs = build_model_costs(model, system, microbatch_size, recompute, contention,
                                   {"--f": forward, "--b": backward, "--i": input_grad,
-                                   "--w": weight_grad, "--comm": comm})
+                                   "--w": weight_grad, "--comm": comm}, given_parallel(parallel))
         schedule_params = layers_from_model(schedule_params, costs)
     else:
         for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
             if value is not None:
                 raise click.ClickException(f"{flag} needs --model and --system")
+        check_parallel_without_model(parallel)
         costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
     if not is_table_file(schedule):
         check_layer_options(schedule_params, modelled)

@@ -5,8 +5,35 @@ import click
 
 from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
                                  format_time, progress_reporter, translate_errors)
-from tabsched.cli.options import int_list, name_list
+from tabsched.cli.options import (PARALLEL_OPTIONS, build_model_costs, given_parallel, int_list,
+                                  name_list, parallel_options)
 from tabsched.lower import CONTENTION_MODES
+
+
+def slot_length_options(default_note):
+    """``--f/--b/--i/--w``: slot lengths of the table level."""
+    options = [click.option(f"--{kind}", f"length_{kind}", type=float,
+                            help=f"{name} slot length at the table level ({default_note}).")
+               for kind, name in (("f", "Forward"), ("b", "Full backward"),
+                                  ("i", "Input-grad"), ("w", "Weight-grad"))]
+
+    def decorator(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorator
+
+
+def _lengths(options):
+    """``{"f": ..., ...}`` of the slot-length options given (pops them from ``options``)."""
+    return {kind: options.pop(f"length_{kind}") for kind in "fbiw"
+            if options.get(f"length_{kind}") is not None} or None
+
+
+def _parallel(options):
+    """The parallelism options given (popped from ``options``)."""
+    values = {name: options.pop(name, None) for name in PARALLEL_OPTIONS}
+    return given_parallel(values)
 
 
 @click.command("compare")
@@ -21,19 +48,27 @@ from tabsched.lower import CONTENTION_MODES
               help="Samples per iteration; a microbatch holds global-batch / M.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
 @click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@parallel_options
+@slot_length_options("default 1")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
 @translate_errors
 def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
-                    contention, as_json):
+                    contention, as_json, **options):
     """Compare FAMILY... at the formula, table and simulation levels.
 
     A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
     Each level ranks the families (1 = best); a * marks a family whose rank
-    differs between levels.
+    differs between levels. The table level runs the table with the slot
+    lengths --f/--b/--i/--w (default 1) and no communication.
     """
-    from tabsched.compare import compare, disagreements
+    from tabsched.compare import compare, describe_lengths, disagreements
+    lengths = _lengths(options)
+    parallel = _parallel(options)
+    if parallel:  # check the options against the model and system up front (one line)
+        build_model_costs(model, system, None, recompute, contention, {}, parallel)
     rows = compare(families, devices, microbatches, model=model, system=system,
-                   global_batch=global_batch, recompute=recompute, contention=contention)
+                   global_batch=global_batch, recompute=recompute, contention=contention,
+                   lengths=lengths, parallel=parallel)
     if as_json:
         echo_json([row.to_dict() for row in rows])
         return
@@ -51,15 +86,18 @@ def compare_command(families, devices, microbatches, model, system, global_batch
             "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
             "-" if not peak else format_number(max(peak)),
             str(row.ranks["formula"] or "-"),
-            f"{t['bubble_ratio']:.1%}", str(t["slots"]), str(row.ranks["table"]),
+            f"{t['bubble_ratio']:.1%}", f"{t['slots']:g}", str(row.ranks["table"]),
             format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}",
             format_memory(max(sim["peak_activation"]), sim["memory_unit"]),
             format_memory(max(sim["peak_memory"]), sim["memory_unit"]),
             str(row.ranks["simulation"]), "*" if row.disagrees else ""])
+    setting = " ".join(f"{key}={value}" for key, value in parallel.items())
     click.echo(f"{devices} devices, {microbatches} microbatches; simulation: {model} on "
-               f"{system}" + (f", global batch {global_batch}" if global_batch else ""))
-    click.echo("levels: formula (closed form) | table (idle cells, unit slots) | simulation "
-               "(peak act / peak mem: the fullest device)")
+               f"{system}" + (f", global batch {global_batch}" if global_batch else "")
+               + (f", {setting}" if setting else ""))
+    click.echo(f"levels: formula (closed form) | table (idle share, slot lengths "
+               f"{describe_lengths(lengths)}, no communication) | simulation "
+               f"(peak act / peak mem: the fullest device)")
     if body:
         click.echo(format_columns([header] + body))
     for row in skipped:
@@ -88,27 +126,36 @@ def compare_command(families, devices, microbatches, model, system, global_batch
               help="Samples per iteration; a microbatch holds global-batch / M.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
 @click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@parallel_options
+@slot_length_options("default 1")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local",
               help="Run on a Dask cluster (needs the dask extra: pip install 'tabsched[dask]').")
 @click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
 @translate_errors
 def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
-                  contention, jobs, dask, out):
+                  contention, jobs, dask, out, **options):
     """Evaluate a grid of configurations into a tidy CSV (one row per configuration).
 
     Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
     Invalid combinations are kept as rows with status=skipped and a reason.
+    The table level uses the slot lengths --f/--b/--i/--w (default 1).
     """
     from tabsched.io import atomic_write, check_output_path
     from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
     if out:
         check_output_path(out)   # before the sweep, not after it
     chosen_systems = SYSTEM_GRID if systems == "grid" else name_list(systems)
+    lengths = _lengths(options)
+    parallel = _parallel(options)
+    if parallel:  # a bad -t or -d is a mistake, not a configuration to skip
+        for model in name_list(models):
+            for system in chosen_systems:
+                build_model_costs(model, system, None, recompute, contention, {}, parallel)
     tasks = grid_tasks(families, int_list("--devices", devices),
                        int_list("--microbatches", microbatches), models=name_list(models),
                        systems=chosen_systems, global_batch=global_batch, recompute=recompute,
-                       contention=contention)
+                       contention=contention, lengths=lengths, parallel=parallel)
     rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=progress_reporter("sweep"))
     text = rows_to_csv(rows)
     skipped = sum(row["status"] != "ok" for row in rows)
@@ -124,14 +171,28 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
 @click.option("--out", "-o", default="study", show_default=True, metavar="DIR",
               help="Folder for the CSV, the figures and report.md.")
 @click.option("--global-batch", type=int, help="Override the study's global batch.")
+@slot_length_options("tabular-paper default: F=1 B=2 I=1 W=1")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local", help="Run on a Dask cluster.")
 @translate_errors
-def study_command(name, out, global_batch, jobs, dask):
-    """Rerun a paper's experiment set (NAME: tabular-paper) and report its findings."""
-    from tabsched.study import run_study
+def study_command(name, out, global_batch, jobs, dask, **options):
+    """Rerun a paper's experiment set and report its findings.
+
+    NAME: tabular-paper (the tabular-schedule paper's comparison) or
+    megatron-recompute (Korthikanti et al. 2022, Table 5: measured iteration
+    times against tabsched's).
+    """
+    from tabsched.compare import slot_lengths
+    from tabsched.study import STUDIES, run_study
+    lengths = _lengths(options)
+    if lengths is not None:
+        if name == "megatron-recompute":
+            raise click.ClickException("--f/--b/--i/--w set the table level of "
+                                       "tabular-paper; megatron-recompute has no table level")
+        base = dict(zip("fbiw", STUDIES.get(name, {}).get("lengths", (1.0,) * 4)))
+        lengths = slot_lengths({**base, **lengths})
     report = run_study(name, out, jobs=jobs, dask=dask, global_batch=global_batch,
-                       progress=progress_reporter(name))
+                       progress=progress_reporter(name), lengths=lengths)
     click.echo(f"{report.configurations} configurations in {report.seconds:.2f} s; "
                f"wrote {', '.join(report.files)}", err=True)
     for number, finding in enumerate(report.findings, 1):

@@ -6,7 +6,9 @@ import os
 import click
 
 from tabsched.costs import ModelCosts, StageCosts, UnitCosts
+from tabsched.costs.parallel import ATTENTION_IMPLEMENTATIONS
 from tabsched.evaluate import evaluate
+from tabsched.exceptions import InvalidParameterError
 from tabsched.io import TABLE_SUFFIXES, read_table
 from tabsched.lower import CONTENTION_MODES
 from tabsched.pytorch import P2P_MODES, read_pytorch
@@ -172,6 +174,40 @@ def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
                       contention=contention or "none", time_unit="slots")
 
 
+#: Parallelism options: (option name, its flags, the keyword of ModelCosts).
+PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
+                  "sequence_parallel": "--sequence-parallel",
+                  "data_parallel": "--data-parallel/-d", "attention": "--attention",
+                  "optimizer_sharding": "--optimizer-sharding",
+                  "overlap_grad_reduce": "--overlap-grad-reduce"}
+PARALLEL_OPTIONS = tuple(PARALLEL_FLAGS) + ("blocking_sends",)
+
+
+def parallel_options(command):
+    """Tensor, sequence and data parallelism, attention, sends: options of model costs."""
+    options = [
+        click.option("--tensor-parallel", "-t", type=int,
+                     help="Tensor ranks per pipeline stage (Megatron-LM; inside a node)."),
+        click.option("--sequence-parallel", is_flag=True, default=None,
+                     help="Sequence parallelism (needs -t > 1)."),
+        click.option("--data-parallel", "-d", type=int,
+                     help="Replicas of the pipeline; their gradient all-reduce ends the "
+                          "iteration."),
+        click.option("--attention", type=click.Choice(ATTENTION_IMPLEMENTATIONS),
+                     help="eager: the s x s scores in memory; flash: fused (default eager)."),
+        click.option("--optimizer-sharding", is_flag=True, default=None,
+                     help="ZeRO-1: optimizer state divided over the -d replicas."),
+        click.option("--overlap-grad-reduce", is_flag=True, default=None,
+                     help="The data-parallel all-reduce runs beside the remaining backwards."),
+        click.option("--blocking-sends", is_flag=True, default=None,
+                     help="A transfer keeps its sender busy until it ends (Megatron-LM's "
+                          "pipeline sends)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def model_options(command):
     """Options for model-based costs (seconds and bytes), the memory budget and the tail."""
     options = [
@@ -191,13 +227,33 @@ def model_options(command):
                      help="Gradient sync at the end: 'replicas', 'all' or stages (0,3,5)."),
         click.option("--optimizer", is_flag=True, help="An optimizer step per device at the end."),
     ]
+    command = parallel_options(command)
     for option in reversed(options):
         command = option(command)
     return command
 
 
-def build_model_costs(model, system, microbatch_size, recompute, contention, unit_options):
-    """ModelCosts from the CLI's options; one-line errors for options that do not fit."""
+def given_parallel(options):
+    """The parallelism options the user gave: ``{name: value}``."""
+    return {name: options.get(name) for name in PARALLEL_OPTIONS
+            if options.get(name) is not None}
+
+
+def check_parallel_without_model(options):
+    """Parallelism options need --model and --system: one line naming the first one given."""
+    for name in PARALLEL_OPTIONS:
+        if options.get(name) is not None:
+            flag = PARALLEL_FLAGS.get(name, "--" + name.replace("_", "-"))
+            raise click.ClickException(f"{flag} needs --model and --system")
+
+
+def build_model_costs(model, system, microbatch_size, recompute, contention, unit_options,
+                      parallel=None):
+    """ModelCosts from the CLI's options; one-line errors for options that do not fit.
+
+    ``parallel``: ``{name: value}`` of the parallelism options given (see
+    ``PARALLEL_OPTIONS``).
+    """
     if model is None or system is None:
         given, missing = ("--model", "--system") if system is None else ("--system", "--model")
         raise click.ClickException(f"{given} needs {missing} (see `tabsched presets`)")
@@ -205,8 +261,23 @@ def build_model_costs(model, system, microbatch_size, recompute, contention, uni
     if clashing:
         raise click.ClickException(f"--model and --system replace {', '.join(clashing)}; "
                                    f"give one or the other")
-    return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
-                      contention=contention)
+    parallel = dict(parallel or {})
+    for name in ("tensor_parallel", "data_parallel"):
+        value = parallel.get(name)
+        if value is not None and value < 1:
+            raise click.ClickException(f"{PARALLEL_FLAGS[name]} must be >= 1, not {value}")
+    if parallel.get("sequence_parallel") and (parallel.get("tensor_parallel") or 1) == 1:
+        raise click.ClickException("--sequence-parallel needs --tensor-parallel/-t > 1 (it "
+                                   "splits the sequence over the tensor ranks)")
+    try:
+        return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
+                          contention=contention, **parallel)
+    except InvalidParameterError as error:
+        text = str(error)
+        for name, flag in PARALLEL_FLAGS.items():
+            if text.startswith(name):
+                raise click.ClickException(f"{flag}{text[len(name):]}") from None
+        raise
 
 
 def parse_grad_sync(text):
@@ -237,7 +308,7 @@ def evaluation_options(command):
     """
     names = ("forward", "backward", "input_grad", "weight_grad", "comm", "contention", "model",
              "system", "microbatch_size", "recompute", "memory_budget", "strict", "grad_sync",
-             "optimizer", "torch_legacy", "p2p")
+             "optimizer", "torch_legacy", "p2p") + PARALLEL_OPTIONS
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -290,13 +361,14 @@ def prepare_evaluation(schedule, schedule_params, options, level=None):
     if modelled:
         costs = build_model_costs(options["model"], options["system"],
                                   options["microbatch_size"], options["recompute"],
-                                  options["contention"], units)
+                                  options["contention"], units, given_parallel(options))
         schedule_params = layers_from_model(schedule_params, costs)
     else:
         for flag, name in (("--microbatch-size", "microbatch_size"),
                            ("--recompute", "recompute")):
             if options[name] is not None:
                 raise click.ClickException(f"{flag} needs --model and --system")
+        check_parallel_without_model(options)
         if options["contention"] == "nic":
             raise click.ClickException("--contention nic needs --system (it says which "
                                        "devices share a node)")

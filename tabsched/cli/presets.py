@@ -8,6 +8,14 @@ from tabsched.costs.units import format_quantity
 from tabsched.exceptions import UnknownNameError
 
 
+def _efficiency(system):
+    """The matrix efficiency: a number, or a table's range."""
+    value = system.compute_efficiency
+    if isinstance(value, tuple):
+        return f"{value[0][1]:g}..{value[-1][1]:g}"
+    return f"{value:g}"
+
+
 @click.command("presets")
 @click.option("--show", "name", help="Print the TOML of one preset (copy it to make your own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON (SI units).")
@@ -45,7 +53,7 @@ def presets_command(name, as_json):
         capacity = system.memory_capacity
         rows.append([
             system.name,
-            f"{format_quantity(system.peak_flops, 'FLOP/s')} x {system.compute_efficiency:g}",
+            f"{format_quantity(system.peak_flops, 'FLOP/s')} x {_efficiency(system)}",
             format_quantity(system.memory_bandwidth, "B/s"),
             "-" if capacity is None else format_quantity(capacity, "B"),
             str(system.devices_per_node),

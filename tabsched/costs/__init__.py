@@ -7,6 +7,7 @@ A cost model answers, vectorised over a table's operations:
 * ``activation_sizes(table)`` -- the activation each operation's
   (stage, microbatch) holds from the start of its ``F`` to the end of its
   backward (``I`` releases ``input_grad_release`` of it, ``W`` the rest);
+* ``transient_sizes(table)`` -- memory each operation holds only while it runs;
 * ``persistent_memory(table)`` -- memory each device holds all the time.
 
 The package holds the seam and what the models stand on:
@@ -16,19 +17,27 @@ The package holds the seam and what the models stand on:
 * :mod:`~tabsched.costs.model_costs` -- ``ModelCosts``: a transformer on a
   system, in seconds and bytes;
 * :mod:`~tabsched.costs.transformer` -- the transformer description (FLOPs,
-  bytes moved, activations, parameters);
-* :mod:`~tabsched.costs.system` -- the system description (roofline,
-  efficiency, links, collectives);
+  bytes moved, activations, working memory, parameters);
+* :mod:`~tabsched.costs.kernels` -- the kernels of a layer, the embedding and the
+  output layer per operation kind (FLOPs, bytes read and written, class);
+* :mod:`~tabsched.costs.parallel` -- ``Parallelism``: tensor, sequence and data
+  parallelism, the attention kernel, optimizer sharding;
+* :mod:`~tabsched.costs.system` -- the system description (a roofline per
+  kernel, efficiency tables, wave quantization, links);
+* :mod:`~tabsched.costs.collectives` -- ring all-reduce, reduce-scatter and
+  all-gather, used by tensor and data parallelism and replica syncs alike;
 * :mod:`~tabsched.costs.units` -- quantities with units (``80GB``, ``2us``);
 * ``_presets`` and ``presets/`` -- the built-in TOML presets (package data).
 """
 
 from tabsched.costs.base import CostModel, StageCosts, UnitCosts
 from tabsched.costs.model_costs import ModelCosts
+from tabsched.costs.parallel import Parallelism
 from tabsched.costs.system import System, load_system, system_presets
 from tabsched.costs.transformer import TransformerModel, load_model, model_presets
 from tabsched.costs.units import format_quantity, parse_quantity
 
-__all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "TransformerModel",
+__all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "Parallelism",
+           "TransformerModel",
            "load_model", "model_presets", "System", "load_system", "system_presets",
            "parse_quantity", "format_quantity"]

@@ -7,6 +7,8 @@ A cost model answers, vectorised over a table's operations:
 * ``activation_sizes(table)`` -- the activation each operation's
   (stage, microbatch) holds from the start of its ``F`` to the end of its
   backward (``I`` releases ``input_grad_release`` of it, ``W`` the rest);
+* ``transient_sizes(table)`` -- memory each operation holds only while it runs
+  (working memory; zeros unless the model states it);
 * ``persistent_memory(table)`` -- memory each device holds all the time.
 
 and carries the execution options that belong to the system it models:
@@ -118,6 +120,10 @@ class CostModel:
     def activation_sizes(self, table):
         """Activation memory of each operation's (stage, microbatch)."""
         return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
+
+    def transient_sizes(self, table):
+        """Memory each operation holds from its start to its end only (default none)."""
+        return np.zeros(len(table))
 
     def persistent_memory(self, table):
         return np.zeros(table.num_devices)

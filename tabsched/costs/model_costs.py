@@ -1,36 +1,49 @@
 """ModelCosts: a transformer on a system, in seconds and bytes.
 
 The transformer (:mod:`tabsched.costs.transformer`) gives each operation's
-FLOPs, bytes moved and activation bytes; the system
-(:mod:`tabsched.costs.system`) turns them into seconds with its roofline and
-prices every transfer on its link (Hockney).
+kernels (:mod:`tabsched.costs.kernels`) and activation bytes; the system
+(:mod:`tabsched.costs.system`) times each kernel by its own roofline and prices
+every transfer on its link (Hockney) and every collective on its ring
+(:mod:`tabsched.costs.collectives`); the parallelism
+(:mod:`tabsched.costs.parallel`) says how many tensor ranks share a stage and
+how many replicas of the pipeline sync their gradients.
 """
 
 import numpy as np
 
 from tabsched.costs.base import CostModel, _non_negative
+from tabsched.costs.kernels import KernelTable
+from tabsched.costs.parallel import Parallelism
 from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
 
 _INT64_MAX = 2**63 - 1
+_PARTS = ("layer", "embedding", "output")
+#: The kernel lists each kind of operation runs (R: the recompute forward).
+_KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
 
 
 class ModelCosts(CostModel):
-    """A transformer on a system: roofline compute, Hockney transfers, memory in bytes.
+    """A transformer on a system: per-kernel rooflines, Hockney transfers, memory in bytes.
 
-    Durations are seconds and memory is bytes. Each operation costs the
-    system's roofline (:meth:`tabsched.costs.system.System.compute_time`) of its
-    FLOPs and bytes moved (:mod:`tabsched.costs.transformer`): the layers of its stage, plus
-    the embedding on stage 0 and the output layer and loss on the last stage,
-    for its microbatch's samples. A transfer moves ``d*b*s*h`` bytes (the
-    activation forward, its gradient backward) over the link between its two
-    devices. A stage's activation is held from the start of its ``F`` to the end
-    of its backward; ``I`` frees ``input_grad_release`` of it. Each device holds
-    the parameters of its stages times ``bytes_per_param`` all the time.
+    Durations are seconds and memory is bytes, for one tensor rank of each
+    device (a device of the table is a pipeline rank: ``t`` GPUs with tensor
+    parallelism). An operation costs the sum over its kernels (the layers of
+    its stage, plus the embedding on stage 0 and the output layer and loss on
+    the last stage) of each kernel's roofline plus the launch latency, and of
+    the tensor-parallel collectives on the links inside a node (not overlapped
+    with compute). A transfer moves ``d*b*s*h`` bytes (the activation forward,
+    its gradient backward), ``/t`` per tensor rank with scatter-gather or
+    sequence parallelism, over the link between its two devices. A stage's
+    activation is held from the start of its ``F`` to the end of its
+    backward; ``I`` frees ``input_grad_release`` of it; a backward holds one
+    layer's working memory while it runs (``transient_sizes``). Each device
+    holds its stages' parameters times the persistent bytes per parameter.
 
     Parameters
     ----------
@@ -51,14 +64,22 @@ class ModelCosts(CostModel):
     blocking_sends : bool, optional
         Default the system's.
     grad_sync : None, "replicas", "all" or list of stages
-        The tail's gradient sync (a ring all-reduce of the stage's gradients,
-        in the model's dtype, among the devices of the table holding it);
-        default none. A stage on one device syncs in 0 s: data-parallel
-        replicas outside the table are not modelled.
+        The tail's gradient sync of replicated stages (a ring all-reduce of the
+        stage's gradients among the devices of the table holding it); default
+        none, or every stage when the data-parallel all-reduce overlaps the
+        backwards.
     optimizer : bool
-        Add an optimizer step per device to the tail: reading and writing every
-        persistent byte once, ``2 * bytes_per_param`` per parameter, at the
-        memory roofline, plus the launch latency.
+        Add the end-of-iteration step per device to the tail: the optimizer
+        update (the model's ``optimizer_step_bytes`` per parameter of its
+        shard, at the memory roofline),
+        after the data-parallel gradient all-reduce (when not overlapped), the
+        all-gather of the updated parameters (with optimizer sharding) and the
+        all-reduce of the tied embedding's gradients between the first and the
+        last stage. With ``data_parallel > 1`` the step is always there.
+    tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
+overlap_grad_reduce, scatter_gather
+        See :class:`~tabsched.costs.parallel.Parallelism`; or give ``parallel``.
+    parallel : Parallelism, optional
 
     Examples
     --------
@@ -67,9 +88,12 @@ class ModelCosts(CostModel):
     >>> table = generate("1f1b", devices=8, microbatches=32)
     >>> str(table.op(0)), int(costs.stage_layers(table)[0])
     ('0F0', 16)
-    >>> f = float(costs.op_durations(table)[0])  # 16 * (24Th^2 + 4Tsh) / 1 PFLOP/s + 5 us
+    >>> f = float(costs.op_durations(table)[0])  # 16 layers of kernels, each its own roofline
     >>> round(f * 1e3, 3)
-    30.791
+    64.503
+    >>> tp = ModelCosts("gpt3-175b", "dgx-a100", tensor_parallel=8, sequence_parallel=True)
+    >>> tp.describe()["tensor_parallel"], tp.devices_per_node
+    (8, 1)
     """
 
     level = "simulation"
@@ -77,24 +101,46 @@ class ModelCosts(CostModel):
     time_unit = "s"
 
     def __init__(self, model, system, *, microbatch_size=None, recompute=None, overlap=1.0,
-                 contention=None, blocking_sends=None, grad_sync=None, optimizer=False):
+                 contention=None, blocking_sends=None, grad_sync=None, optimizer=False,
+                 tensor_parallel=None, sequence_parallel=None, data_parallel=None,
+                 attention=None, optimizer_sharding=None, overlap_grad_reduce=None,
+                 scatter_gather=None, parallel=None):
         model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", microbatch_size),
                                                  ("recompute", recompute)) if value is not None}
         self.model = model.replace(**changes) if changes else model
         self.system = load_system(system)
+        given = {key: value for key, value in (
+            ("tensor_parallel", tensor_parallel), ("sequence_parallel", sequence_parallel),
+            ("data_parallel", data_parallel), ("attention", attention),
+            ("optimizer_sharding", optimizer_sharding),
+            ("overlap_grad_reduce", overlap_grad_reduce), ("scatter_gather", scatter_gather))
+            if value is not None}
+        base = Parallelism() if parallel is None else parallel
+        if not isinstance(base, Parallelism):
+            raise InvalidParameterError(f"parallel must be a Parallelism, not "
+                                        f"{type(base).__name__}")
+        self.parallel = (base.replace(**given) if given else base).check(self.model, self.system)
+        per_node = self.parallel.devices_per_node(self.system)
+        self.placement = (self.system if per_node == self.system.devices_per_node
+                          else self.system.replace(devices_per_node=per_node))
         self.overlap = _non_negative("overlap", overlap)
         contention = self.system.contention if contention is None else contention
         if contention not in CONTENTION_MODES:
             raise InvalidParameterError(f"contention {contention!r} is not one of "
                                         f"{', '.join(CONTENTION_MODES)}")
         self.contention = contention
-        self.devices_per_node = self.system.devices_per_node
+        self.devices_per_node = per_node
         self.blocking_sends = (self.system.blocking_sends if blocking_sends is None
                                else bool(blocking_sends))
-        self.grad_sync = grad_sync
-        self.optimizer_step = bool(optimizer)
-        self.input_grad_release = self.model.input_grad_release
+        replicas = self.parallel.data_parallel > 1
+        self.grad_sync = "all" if replicas and self.parallel.overlap_grad_reduce else grad_sync
+        self.optimizer = bool(optimizer)
+        self.optimizer_step = self.optimizer or (replicas and not self.parallel.overlap_grad_reduce)
+        self.input_grad_release = self.model.input_grad_release_for(self.parallel)
+        self._tables = {part: {phase: KernelTable(kernels) for phase, kernels in
+                               self.model.kernels(part, self.parallel).items()}
+                        for part in _PARTS}
 
     # ----------------------------------------------------------- the table's shape
     def stage_layers(self, table):
@@ -157,40 +203,90 @@ class ModelCosts(CostModel):
                 f"iteration {float(total):.3g} bytes, which overflows int64 "
                 f"({float(_INT64_MAX):.3g}); use a smaller microbatch_size")
 
+    def _per_stage(self, per_part, layers, first, last):
+        """``(kinds, stages, sizes)`` from ``{part: (kinds, sizes)}`` arrays."""
+        return (layers[None, :, None] * per_part["layer"][:, None, :]
+                + first[None, :, None] * per_part["embedding"][:, None, :]
+                + last[None, :, None] * per_part["output"][:, None, :])
+
     def _stage_work(self, table):
-        """FLOPs, bytes and tokens per (kind, stage, unique size), and the size index."""
+        """FLOPs and bytes per (kind, stage, unique size), and the size index."""
         layers, first, last, unique, inverse = self._shape(table)
         model = self.model
-        per_layer = model.layer_work(unique)
-        embedding = model.embedding_work(unique)
-        output = model.output_work(unique)
-        work = [layers[None, :, None] * per_layer[k][:, None, :]
-                + first[None, :, None] * embedding[k][:, None, :]
-                + last[None, :, None] * output[k][:, None, :] for k in (0, 1)]
-        tokens = unique * model.sequence
-        return work[0], work[1], tokens, inverse
+        parts = {"layer": model.layer_work(unique, self.parallel),
+                 "embedding": model.embedding_work(unique, self.parallel),
+                 "output": model.output_work(unique, self.parallel)}
+        work = [self._per_stage({part: parts[part][k] for part in _PARTS}, layers, first, last)
+                for k in (0, 1)]
+        return work[0], work[1], inverse
+
+    # --------------------------------------------------------------- kernel times
+    def _kernel_seconds(self, kernels, samples):
+        """``(seconds, work, matrix efficiency, memory efficiency)`` per kernel and size."""
+        samples = np.asarray(samples, dtype=np.float64)
+        work = kernels.work(samples)
+        system = self.system
+        nbytes = work["read"] + work["written"]
+        tokens = samples[None, :] * self.model.sequence
+        seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
+                                       work["outputs"]) + system.launch_latency)
+        bandwidth, latency = system.group_link(True)
+        t = self.parallel.tensor_parallel
+        for index in np.flatnonzero(kernels.collective):
+            seconds[index] = system.ring_time(kernels.kinds[index], work["message"][index], t,
+                                              bandwidth, latency)
+        return seconds, work
+
+    def part_times(self, samples):
+        """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output.
+
+        A collective that hides behind a kernel of the same operation (see
+        :class:`~tabsched.costs.kernels.Kernel`) costs only what it runs
+        longer than that kernel: its data-gradient all-reduce hides behind the
+        weight gradient in a full backward ``B``, not in a split ``I``.
+        """
+        result = {}
+        for part in _PARTS:
+            seconds = {phase: self._kernel_seconds(kernels, samples)[0]
+                       for phase, kernels in self._tables[part].items() if len(kernels)}
+            times = np.zeros((4, len(samples)))
+            for kind, phases in _KIND_PHASES.items():
+                present = [phase for phase in phases if phase in seconds]
+                if not present:
+                    continue
+                names = [name for phase in present for name in self._tables[part][phase].names]
+                hide = [hidden for phase in present
+                        for hidden in self._tables[part][phase].hides_behind]
+                cost = np.concatenate([seconds[phase] for phase in present])
+                where = {name: index for index, name in enumerate(names)}
+                for index, partner in enumerate(hide):
+                    if partner is not None and partner in where:
+                        cost[index] = np.maximum(cost[index] - cost[where[partner]], 0.0)
+                times[kind] = cost.sum(axis=0)
+            result[part] = times
+        return result
 
     # --------------------------------------------------------------- cost model
     def op_work(self, table):
-        """``(flops, nbytes)`` of every operation of ``table`` (float arrays)."""
-        flops, nbytes, _, inverse = self._stage_work(table)
+        """``(flops, nbytes)`` of every operation of ``table`` (float arrays, per tensor rank)."""
+        flops, nbytes, inverse = self._stage_work(table)
         index = (table.kind, table.stage, inverse[table.microbatch])
         return flops[index], nbytes[index]
 
     def op_durations(self, table):
-        """Roofline seconds of every operation (see ``System.compute_time``)."""
-        flops, nbytes, tokens, inverse = self._stage_work(table)
-        durations = self.system.compute_time(flops, nbytes, tokens[None, None, :])
+        """Seconds of every operation: the sum of its kernels' rooflines and collectives."""
+        layers, first, last, unique, inverse = self._shape(table)
+        durations = self._per_stage(self.part_times(unique), layers, first, last)
         return durations[table.kind, table.stage, inverse[table.microbatch]]
 
     def transfer_costs(self, table, transfers):
-        """``(seconds, bytes)`` per transfer: ``latency + d*b*s*h / bandwidth`` on its link."""
+        """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link."""
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
         _, _, _, unique, inverse = self._shape(table)
-        per_microbatch = self.model.transfer_bytes(unique)[inverse]
+        per_microbatch = self.model.transfer_bytes(unique, self.parallel)[inverse]
         nbytes = per_microbatch[transfers.microbatch]
-        bandwidth, latency = self.system.link_matrices(table.num_devices)
+        bandwidth, latency = self.placement.link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
         return latency[src, dst] + nbytes / bandwidth[src, dst], nbytes
 
@@ -199,54 +295,167 @@ class ModelCosts(CostModel):
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
         _, nbytes = self.transfer_costs(table, transfers)
-        bandwidth, latency = self.system.link_matrices(table.num_devices)
+        bandwidth, latency = self.placement.link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
         return latency[src, dst], nbytes / bandwidth[src, dst]
 
     def activation_sizes(self, table):
         """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
         layers, first, last, unique, inverse = self._shape(table)
-        model = self.model
-        per_stage = (layers[:, None] * model.layer_activation(unique)[None, :]
-                     + first[:, None] * model.embedding_activation(unique)[None, :]
-                     + last[:, None] * model.output_activation(unique)[None, :])
+        model, parallel = self.model, self.parallel
+        per_stage = (layers[:, None] * np.asarray(model.layer_activation(
+                        unique, parallel=parallel), dtype=np.float64)[None, :]
+                     + first[:, None] * model.embedding_activation(unique, parallel)[None, :]
+                     + last[:, None] * model.output_activation(unique, parallel)[None, :])
         return per_stage[table.stage, inverse[table.microbatch]]
 
+    def transient_sizes(self, table):
+        """Bytes each operation holds only while it runs: one layer's backward working memory."""
+        layers, _, _, unique, inverse = self._shape(table)
+        per_size = self.model.layer_transient(unique, self.parallel)
+        backward = (table.kind == BACKWARD) | (table.kind == INPUT_GRAD)
+        has_layers = layers[table.stage] > 0
+        return np.where(backward & has_layers, per_size[inverse[table.microbatch]], 0.0)
+
     def stage_parameters(self, table):
-        """Parameters of each stage (int64 array)."""
+        """Parameters of each stage (int64 array; all tensor ranks together)."""
         layers = self.stage_layers(table)
         S = len(layers)
         return np.array([self.model.stage_parameters(int(layers[s]), s == 0, s == S - 1)
                          for s in range(S)], dtype=np.int64)
 
+    def _device_parameters(self, table):
+        """Parameters of each device's stages, per tensor rank (float array)."""
+        D, S = table.num_devices, table.num_stages
+        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        key = table.stage.astype(np.int64) * D + table.device
+        pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
+        return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
+
     def persistent_memory(self, table):
-        """Bytes each device holds all the time: its stages' parameters x bytes_per_param."""
-        D = table.num_devices
-        per_stage = self.stage_parameters(table) * self.model.bytes_per_param
-        pairs = np.unique(table.stage.astype(np.int64) * D + table.device)
-        return np.bincount(pairs % D, weights=per_stage[pairs // D], minlength=D)
+        """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer state."""
+        shards = self.parallel.data_parallel if self.parallel.optimizer_sharding else 1
+        return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
+
+    def _data_parallel_time(self, collective, nbytes):
+        """A ring collective over the ``d`` replicas of a tensor rank."""
+        d = self.parallel.data_parallel
+        bandwidth, latency = self.system.group_link(
+            self.parallel.data_parallel_inside_node(self.system))
+        return self.system.ring_time(collective, nbytes, d, bandwidth, latency)
+
+    def _embedding_sync(self, table):
+        """Seconds each device spends all-reducing the tied embedding's gradient (Megatron-LM)."""
+        D, S = table.num_devices, table.num_stages
+        sync = np.zeros(D)
+        if not self.model.tied_embeddings or S < 2:
+            return sync
+        holders = {stage: sorted({int(d) for d in table.device[table.stage == stage]})
+                   for stage in (0, S - 1)}
+        pair = sorted({holders[0][0], holders[S - 1][0]})
+        if len(pair) < 2:
+            return sync
+        nbytes = (self.model.embedding_parameters / self.parallel.tensor_parallel
+                  * self.model.grad_bytes)
+        seconds = self.placement.all_reduce_time(nbytes, pair)
+        sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
+        return sync
 
     def tail_durations(self, table, lowered):
-        """Ring all-reduce of each synced stage's gradients; each device's optimizer step."""
-        params = self.stage_parameters(table)
-        gradient_bytes = params * float(self.model.dtype_bytes)
-        sync = np.array([self.system.all_reduce_time(gradient_bytes[int(stage)],
+        """Gradient syncs of synced stages; each device's end-of-iteration step.
+
+        A sync node all-reduces its stage's gradients among the table's
+        devices holding it, then (overlapped data parallelism) over the
+        replicas. The step of a device: the data-parallel all-reduce of its
+        gradients (reduce-scatter with optimizer sharding) when not
+        overlapped, the tied-embedding all-reduce, the optimizer update at the
+        memory roofline and, with optimizer sharding, the all-gather of the
+        updated parameters.
+        """
+        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        gradient_bytes = params * float(self.model.grad_bytes)
+        replicas = self.parallel.data_parallel > 1
+        sharded = self.parallel.optimizer_sharding and replicas
+        reduce = "reduce_scatter" if sharded else "all_reduce"
+        sync = []
+        for k, stage in enumerate(lowered.sync_stage):
+            seconds = self.placement.all_reduce_time(gradient_bytes[int(stage)],
                                                      lowered.sync_devices(k))
-                         for k, stage in enumerate(lowered.sync_stage)], dtype=np.float64)
+            if replicas and self.parallel.overlap_grad_reduce:
+                seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
+            sync.append(seconds)
+        sync = np.array(sync, dtype=np.float64)
         if not lowered.optimizer:
             return sync, np.zeros(0)
-        D = table.num_devices
-        pairs = np.unique(table.stage.astype(np.int64) * D + table.device)
-        device_params = np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
-        state_bytes = 2.0 * self.model.bytes_per_param * device_params
-        step = self.system.compute_time(np.zeros(D), state_bytes, np.ones(D))
+        device_params = self._device_parameters(table)
+        step = self._embedding_sync(table)
+        if replicas and not self.parallel.overlap_grad_reduce:
+            step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
+        shards = self.parallel.data_parallel if sharded else 1
+        state_bytes = self.model.optimizer_step_bytes * device_params / shards
+        step = step + self.system.compute_time(np.zeros(len(state_bytes)), state_bytes,
+                                               np.ones(len(state_bytes)))
+        if sharded:
+            step = step + self._data_parallel_time("all_gather",
+                                                   device_params * self.model.dtype_bytes)
         return sync, np.where(device_params > 0, step, 0.0)
+
+    # ------------------------------------------------------------------ report
+    def kernel_report(self, part="layer", samples=None):
+        """Every kernel of one layer (or the embedding, or the output) with its cost.
+
+        Returns a list of dicts, in the order the kinds run them (``F``, the
+        recompute forward ``R``, ``I``, ``W``): ``phase``, ``name``, ``class``,
+        ``flops``, ``bytes_read``, ``bytes_written`` (a collective's message in
+        ``bytes_read``), ``bound`` (``compute``, ``memory``, ``network``),
+        ``efficiency`` (of the binding resource; for a matrix kernel the table's
+        value times its wave quantization), ``seconds`` (its own, before any
+        hiding), ``beside`` (the kernel a collective runs beside, or None).
+        """
+        if part not in _PARTS:
+            raise InvalidParameterError(f"part {part!r} is not one of {', '.join(_PARTS)}")
+        samples = float(self.model.microbatch_size if samples is None else samples)
+        system = self.system
+        rows = []
+        for phase in ("F", "R", "I", "W"):
+            kernels = self._tables[part][phase]
+            if not len(kernels):
+                continue
+            seconds, work = self._kernel_seconds(kernels, np.array([samples]))
+            tokens = samples * self.model.sequence
+            for index, kernel in enumerate(kernels.kernels):
+                flops = float(work["flops"][index, 0])
+                read, written = float(work["read"][index, 0]), float(work["written"][index, 0])
+                if kernel.cls == "collective":
+                    bound, efficiency = "network", system.intra_node_efficiency
+                    read, written = float(work["message"][index, 0]), 0.0
+                else:
+                    e_c = float(system.compute_efficiency_at(tokens, flops)
+                                * system.wave_efficiency(work["outputs"][index, 0]))
+                    e_m = float(system.memory_efficiency_at(read + written))
+                    compute = flops / (system.peak_flops * e_c) if kernel.cls == "matrix" else 0.0
+                    memory = (read + written) / (system.memory_bandwidth * e_m)
+                    bound, efficiency = (("compute", e_c) if compute >= memory
+                                         else ("memory", e_m))
+                rows.append({"phase": phase, "name": kernel.name, "class": kernel.cls,
+                             "flops": flops, "bytes_read": read, "bytes_written": written,
+                             "bound": bound, "efficiency": efficiency,
+                             "seconds": float(seconds[index, 0]),
+                             "beside": kernel.hides_behind})
+        return rows
 
     def describe(self):
         """Names and settings for reports and JSON (the numbers live in the presets)."""
         info = {"model": "ModelCosts", "transformer": self.model.name,
                 "system": self.system.name, "microbatch_size": self.model.microbatch_size,
                 "recompute": self.model.recompute}
+        defaults = Parallelism().describe()
+        info.update({key: value for key, value in self.parallel.describe().items()
+                     if key in ("tensor_parallel", "data_parallel", "attention")
+                     or value != defaults[key]})
+        if self.optimizer:
+            info["optimizer"] = True
         if self.overlap != 1.0:
             info["overlap"] = self.overlap
         return info
+

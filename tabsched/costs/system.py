@@ -3,39 +3,60 @@
 A :class:`System` describes identical devices grouped into nodes of
 ``devices_per_node``: devices ``k*n .. k*n+n-1`` form node ``k``.
 
-Compute (a roofline per operation)
-    ``time = max(flops / (peak_flops * e(T)), bytes / (memory_bandwidth *
-    memory_efficiency)) + launch_latency``, where ``T`` is the number of tokens
-    the operation works on (the row count of its matrix products) and the
-    compute efficiency follows a saturating curve,
-    ``e(T) = compute_efficiency * T / (T + half_efficiency_tokens)``: the
-    efficiency is half its maximum at ``half_efficiency_tokens`` tokens and
-    approaches ``compute_efficiency`` for large products. The default,
-    ``half_efficiency_tokens = 0``, is flat: ``e = compute_efficiency``. It is
-    Hockney's ``n_1/2`` for matrix products: each operation behaves as if it
-    did ``half_efficiency_tokens`` more tokens of work. A microbatch of half
-    the samples therefore costs what the roofline says -- more than half when
-    the curve is not flat, the operation is memory-bound (the weights are read
-    whatever the batch), or the launch latency counts.
+Compute (a roofline per kernel; Williams, Waterman and Patterson 2009)
+    An operation is a list of kernels (:mod:`tabsched.costs.kernels`), each
+    with its FLOPs, bytes moved and class. Its time is the sum over kernels of
+    ``max(flops / (peak_flops * e_c), bytes / (memory_bandwidth * e_m)) +
+    launch_latency``, where ``e_c`` is the matrix efficiency and ``e_m`` the
+    memory (vector) efficiency. Vector kernels (element-wise work: norms,
+    softmax, dropout, activations) count no FLOPs, as Narayanan et al. count
+    none for them: they are timed by their bytes alone.
+Efficiency as a function of kernel size
+    ``compute_efficiency`` (matrix kernels) is a number or a table
+    ``[[flops, e], ...]`` over a kernel's FLOPs; ``memory_efficiency`` (the
+    bandwidth every kernel's memory traffic reaches) is a number or a table
+    ``[[bytes, e], ...]`` over its bytes moved. Between the points of a table
+    the efficiency is linear in ``log10(work)``; below the first point it is
+    the first value, above the last the last. A table's work must grow and its
+    efficiency must not fall from one entry to the next (a bigger kernel is
+    never less efficient), and every value lies in (0, 1]. Matrix kernels may
+    in addition follow a saturating curve in the tokens ``T`` of their
+    operation, ``T / (T + half_efficiency_tokens)`` (Hockney's ``n_1/2``; the
+    default, 0, is flat), so half a microbatch costs more than half.
+Wave quantization of matrix kernels (``matrix_wave``)
+    A GPU computes a matrix product in tiles of its output, one tile per
+    streaming multiprocessor at a time; the last wave of tiles leaves SMs idle
+    (NVIDIA, "Matrix Multiplication Background User's Guide", section 3.2). A
+    product of ``n`` output elements fills ``w = n / matrix_wave`` waves
+    (``matrix_wave`` = SMs x tile elements) and reaches ``w / ceil(w)`` of the
+    tiled rate; tabsched takes the expectation of that over the fractional
+    part, ``w / (w + 1/2)`` (half a wave lost on average), since libraries
+    choose among tile shapes. Default 0: no quantization. The efficiency
+    table's values then describe full waves.
 Transfers (Hockney)
-    ``time = latency + bytes / bandwidth`` on the link between two devices:
-    the intra-node link inside a node, the inter-node link between nodes.
-    Overrides make one link or one node slow: a ``link_overrides`` entry sets
-    bandwidth and/or latency of the link between two devices (both
+    ``time = latency + bytes / (bandwidth * efficiency)`` on the link between
+    two devices: the intra-node link inside a node, the inter-node link
+    between nodes; ``intra_node_efficiency`` and ``inter_node_efficiency``
+    (default 1) are the parts of the line rate a transfer reaches (protocol
+    overhead). Overrides make one link or one node slow: a ``link_overrides``
+    entry sets bandwidth and/or latency of the link between two devices (both
     directions); a ``node_overrides`` entry sets them for every link into or
     out of a node's devices (a transfer between two overridden nodes takes the
-    slower). Link overrides win over node overrides.
+    slower). Link overrides win over node overrides; the link's efficiency
+    applies to an overridden bandwidth too.
+Collectives
+    Ring all-reduce, reduce-scatter and all-gather
+    (:mod:`tabsched.costs.collectives`) on the slowest link of the ring.
 Contention
     ``none``: transfers never wait for each other; ``link``: each directed
     device pair is a FIFO; ``nic``: transfers between nodes also share the
     sending node's egress and the receiving node's ingress port (see
     :func:`tabsched.lower.lower`). ``blocking_sends``: a transfer keeps its
     sender's compute stream busy until it ends.
-Gradient sync (ring all-reduce) and optimizer step: see
-    :meth:`System.all_reduce_time` and :meth:`System.compute_time`.
 
 Every quantity may be given with a unit (``"450GB/s"``, ``"2us"``,
-``"1PFLOP/s"``, ``"80GB"``) or as a number in SI base units.
+``"1PFLOP/s"``, ``"80GB"``, and ``"100GFLOP"`` or ``"64MB"`` for the work of
+a table) or as a number in SI base units.
 
 >>> system = load_system("mid_nw_mid_cp")
 >>> system.peak_flops, system.intra_node_bandwidth, system.intra_node_latency
@@ -51,15 +72,17 @@ from typing import NamedTuple
 import numpy as np
 
 from tabsched.costs import _presets
+from tabsched.costs.collectives import ring_time
+from tabsched.costs.units import parse_quantity
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
-from tabsched.costs.units import parse_quantity
 
 __all__ = ["System", "LinkOverride", "NodeOverride", "load_system", "system_presets"]
 
 _REQUIRED = ("peak_flops", "memory_bandwidth", "devices_per_node", "intra_node_bandwidth",
              "intra_node_latency", "inter_node_bandwidth", "inter_node_latency")
 _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency",
+             "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
              "link_overrides", "node_overrides", "name")
 _QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
@@ -103,6 +126,62 @@ def _non_negative(name, value, unit=None):
     return number
 
 
+def _fraction(name, value):
+    """A number in (0, 1]."""
+    number = _non_negative(name, value)
+    if number == 0 or number > 1:
+        raise InvalidParameterError(f"{name} must be in (0, 1], not {value!r}")
+    return number
+
+
+def _efficiency(name, value, unit):
+    """A number in (0, 1], or a table ``((work, efficiency), ...)`` monotone in work.
+
+    Tables come from TOML as arrays of two-element arrays; ``work`` may carry
+    ``unit`` (``"100GFLOP"``, ``"64MB"``). Returns a float or a tuple of pairs.
+    """
+    if not isinstance(value, (list, tuple)):
+        return _fraction(name, value)
+    if not value:
+        raise InvalidParameterError(f"{name} must be a number or a table of [work, "
+                                    f"efficiency] pairs, not an empty table")
+    table = []
+    for k, entry in enumerate(value):
+        where = f"{name}[{k}]"
+        if isinstance(entry, (str, bytes)) or not hasattr(entry, "__len__") or len(entry) != 2:
+            raise InvalidParameterError(f"{where} must be a pair [work, efficiency], "
+                                        f"not {entry!r}")
+        work = _positive(f"{where} work", entry[0], unit)
+        efficiency = _fraction(f"{where} efficiency", entry[1])
+        if table and work <= table[-1][0]:
+            raise InvalidParameterError(f"{where}: work {entry[0]!r} does not grow from the "
+                                        f"entry before ({table[-1][0]:g}); list the table "
+                                        f"in increasing work")
+        if table and efficiency < table[-1][1]:
+            raise InvalidParameterError(f"{where}: efficiency {efficiency:g} falls below "
+                                        f"{table[-1][1]:g} of the smaller kernel before it "
+                                        f"(the table must not fall as work grows)")
+        if not np.isfinite(work):
+            raise InvalidParameterError(f"{where} work must be finite, not {entry[0]!r}")
+        table.append((work, efficiency))
+    return tuple(table)
+
+
+def _interpolate(efficiency, work):
+    """Efficiency (a number or a table) at ``work`` (array), linear in log10(work)."""
+    work = np.asarray(work, dtype=np.float64)
+    if not isinstance(efficiency, tuple):
+        return np.full(work.shape, efficiency)
+    points = np.log10([point for point, _ in efficiency])
+    values = np.array([value for _, value in efficiency])
+    return np.interp(np.log10(np.maximum(work, 1e-300)), points, values)
+
+
+def _top(efficiency):
+    """The efficiency of the largest kernels (a table's last value)."""
+    return efficiency[-1][1] if isinstance(efficiency, tuple) else efficiency
+
+
 def _override_fields(name, entry, index_key):
     if not isinstance(entry, (dict, LinkOverride, NodeOverride)):
         raise InvalidParameterError(f"{name} entries must be tables, not {entry!r}")
@@ -143,12 +222,22 @@ class System:
         Bandwidth of one direction of a device-to-device link (``"450GB/s"``).
     intra_node_latency, inter_node_latency : float or str
         Latency of a transfer (``"2us"``).
-    compute_efficiency, memory_efficiency : float
-        Parts of the peaks an operation reaches (0 < e <= 1; default 1).
+    compute_efficiency : float or table
+        Part of ``peak_flops`` a matrix kernel reaches (0 < e <= 1; default 1),
+        or a table ``[[flops, e], ...]`` over the kernel's FLOPs.
+    memory_efficiency : float or table
+        Part of ``memory_bandwidth`` a kernel's memory traffic reaches, or a
+        table ``[[bytes, e], ...]`` over its bytes moved (default 1).
     half_efficiency_tokens : float
-        Tokens at which the compute efficiency is half its maximum (default 0: flat).
+        Tokens at which a matrix kernel's efficiency is half its table value
+        (default 0: flat).
     launch_latency : float or str
-        Fixed time added to every operation (default 0).
+        Fixed time added to every kernel (default 0).
+    intra_node_efficiency, inter_node_efficiency : float
+        Part of a link's bandwidth a transfer or collective reaches (default 1).
+    matrix_wave : float
+        Output elements one wave of tiles covers (SMs x tile); 0: no wave
+        quantization (default).
     memory_capacity : float or str, optional
         Memory of one device (informational; ``--memory-budget capacity`` uses it).
     contention : {"none", "link", "nic"}
@@ -164,9 +253,12 @@ class System:
     intra_node_latency: float
     inter_node_bandwidth: float
     inter_node_latency: float
-    compute_efficiency: float = 1.0
+    compute_efficiency: object = 1.0
     half_efficiency_tokens: float = 0.0
-    memory_efficiency: float = 1.0
+    memory_efficiency: object = 1.0
+    intra_node_efficiency: float = 1.0
+    inter_node_efficiency: float = 1.0
+    matrix_wave: float = 0.0
     launch_latency: float = 0.0
     memory_capacity: float = None
     contention: str = "link"
@@ -184,12 +276,12 @@ class System:
             set_(key, _positive(key, getattr(self, key), _QUANTITIES[key]))
         for key in ("intra_node_latency", "inter_node_latency", "launch_latency"):
             set_(key, _non_negative(key, getattr(self, key), "s"))
-        for key in ("compute_efficiency", "memory_efficiency"):
-            value = getattr(self, key)
-            number = _non_negative(key, value)
-            if number == 0 or number > 1:
-                raise InvalidParameterError(f"{key} must be in (0, 1], not {value!r}")
-            set_(key, number)
+        set_("compute_efficiency", _efficiency("compute_efficiency", self.compute_efficiency,
+                                               "FLOP"))
+        set_("memory_efficiency", _efficiency("memory_efficiency", self.memory_efficiency, "B"))
+        for key in ("intra_node_efficiency", "inter_node_efficiency"):
+            set_(key, _fraction(key, getattr(self, key)))
+        set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave))
         set_("half_efficiency_tokens",
              _non_negative("half_efficiency_tokens", self.half_efficiency_tokens))
         if self.memory_capacity is not None:
@@ -232,36 +324,85 @@ class System:
         return dataclasses.replace(self, **changes)
 
     # ---------------------------------------------------------------- compute
-    def compute_efficiency_at(self, tokens):
-        """``e(T)``: the compute efficiency for products of ``tokens`` rows.
+    def compute_efficiency_at(self, tokens, flops=None):
+        """Matrix-kernel efficiency for kernels of ``flops`` in operations of ``tokens`` rows.
+
+        The table value at ``flops`` (the largest kernels' value when ``flops``
+        is None) times ``T / (T + half_efficiency_tokens)``.
 
         >>> System(1e15, 1e12, 8, 1e9, 0, 1e9, 0, compute_efficiency=0.5,
         ...        half_efficiency_tokens=1024).compute_efficiency_at([1024, 3072])
         array([0.25 , 0.375])
+        >>> table = System(1e15, 1e12, 8, 1e9, 0, 1e9, 0,
+        ...                compute_efficiency=[["1GFLOP", 0.4], ["100GFLOP", 0.8]])
+        >>> table.compute_efficiency_at(1, flops=[1e8, 1e9, 1e10, 1e12]).tolist()
+        [0.4, 0.4, 0.6000000000000001, 0.8]
         """
         tokens = np.asarray(tokens, dtype=np.float64)
+        top = (np.full(tokens.shape, _top(self.compute_efficiency)) if flops is None
+               else _interpolate(self.compute_efficiency, flops))
         if self.half_efficiency_tokens == 0:
-            return np.full(tokens.shape, self.compute_efficiency)
-        return self.compute_efficiency * tokens / (tokens + self.half_efficiency_tokens)
+            return top * np.ones(tokens.shape)
+        return top * tokens / (tokens + self.half_efficiency_tokens)
+
+    def memory_efficiency_at(self, nbytes):
+        """Memory (vector) efficiency for kernels moving ``nbytes`` (array)."""
+        return _interpolate(self.memory_efficiency, nbytes)
+
+    def wave_efficiency(self, outputs):
+        """``w / (w + 1/2)`` for products of ``outputs`` elements, ``w`` waves (1 without waves).
+
+        >>> system = System(1e15, 1e12, 8, 1e9, 0, 1e9, 0, matrix_wave=1000)
+        >>> system.wave_efficiency([500, 1000, 10000]).tolist()
+        [0.5, 0.6666666666666666, 0.9523809523809523]
+        """
+        outputs = np.asarray(outputs, dtype=np.float64)
+        if self.matrix_wave == 0:
+            return np.ones(outputs.shape)
+        waves = outputs / self.matrix_wave
+        return np.divide(waves, waves + 0.5, out=np.ones(outputs.shape), where=waves > 0)
+
+    def kernel_times(self, matrix, flops, nbytes, tokens, outputs=None):
+        """Roofline seconds of kernels, without launch latency (arrays broadcast together).
+
+        ``matrix``: True for matrix kernels (``peak_flops`` at the matrix
+        efficiency of their FLOPs and tokens, and of the waves their
+        ``outputs`` elements fill), False for vector kernels (timed by their
+        bytes alone); the memory term is ``nbytes / (memory_bandwidth *
+        memory_efficiency(nbytes))`` for both.
+        """
+        flops = np.asarray(flops, dtype=np.float64)
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        rate = self.peak_flops * self.compute_efficiency_at(tokens, flops)
+        if outputs is not None:
+            rate = rate * self.wave_efficiency(outputs)
+        compute = np.divide(flops, rate, out=np.zeros(np.broadcast(flops, rate).shape),
+                            where=(flops > 0) & np.asarray(matrix))
+        memory = nbytes / (self.memory_bandwidth * self.memory_efficiency_at(nbytes))
+        return np.maximum(compute, memory)
 
     def compute_time(self, flops, nbytes, tokens):
-        """Roofline time of operations of ``flops`` and ``nbytes`` over ``tokens`` (arrays)."""
-        flops = np.asarray(flops, dtype=np.float64)
-        compute = np.divide(flops, self.peak_flops * self.compute_efficiency_at(tokens),
-                            out=np.zeros(np.broadcast(flops, np.asarray(tokens)).shape),
-                            where=flops > 0)
-        memory = np.asarray(nbytes, dtype=np.float64) / (self.memory_bandwidth
-                                                         * self.memory_efficiency)
-        return np.maximum(compute, memory) + self.launch_latency
+        """Roofline time of single matrix kernels of ``flops`` and ``nbytes``, plus launch.
+
+        >>> system = System(1e12, 1e11, 8, 1e9, 0, 1e9, 0, launch_latency=1e-6)
+        >>> system.compute_time([1e9, 1e6], [1e6, 1e9], [1, 1]).tolist()   # compute, memory
+        [0.001001, 0.010001]
+        """
+        return self.kernel_times(True, flops, nbytes, tokens) + self.launch_latency
 
     # ---------------------------------------------------------------- network
     def link_matrices(self, num_devices):
-        """``(bandwidth, latency)``, each ``num_devices x num_devices``, for ``[src, dst]``."""
+        """``(bandwidth, latency)``, each ``num_devices x num_devices``, for ``[src, dst]``.
+
+        The bandwidth is what a transfer reaches: the link's (or its override's)
+        times the intra- or inter-node efficiency.
+        """
         device = np.arange(num_devices)
         node = device // self.devices_per_node
         same = node[:, None] == node[None, :]
         bandwidth = np.where(same, self.intra_node_bandwidth, self.inter_node_bandwidth)
         latency = np.where(same, self.intra_node_latency, self.inter_node_latency)
+        efficiency = np.where(same, self.intra_node_efficiency, self.inter_node_efficiency)
         node_bandwidth = np.full(int(node.max()) + 1 if num_devices else 0, np.inf)
         node_latency = np.full(len(node_bandwidth), -np.inf)
         node_set = np.zeros(len(node_bandwidth), dtype=bool)
@@ -291,7 +432,7 @@ class System:
                     bandwidth[a, b] = bandwidth[b, a] = override.bandwidth
                 if override.latency is not None:
                     latency[a, b] = latency[b, a] = override.latency
-        return bandwidth, latency
+        return bandwidth * efficiency, latency
 
     def transfer_time(self, nbytes, src, dst):
         """Hockney time of one transfer of ``nbytes`` from ``src`` to ``dst``."""
@@ -302,34 +443,54 @@ class System:
         """Ring all-reduce of ``nbytes`` among ``devices`` (sorted, in ring order).
 
         ``2*(n-1)`` steps, each moving ``nbytes/n`` over every link of the ring at
-        once, so each step takes the slowest link's Hockney time (Patarasuk and
-        Yuan 2009; Thakur et al. 2005): ``2*(n-1)*(latency + nbytes/(n*bandwidth))``.
-        One device needs no sync: 0.
+        once, so each step takes the slowest link's Hockney time
+        (:func:`tabsched.costs.collectives.ring_time`). One device needs no sync: 0.
 
         >>> load_system("mid_nw_mid_cp").all_reduce_time(4e9, [0, 1])   # 2*(500ns + 2GB/50GB/s)
         0.080001
         """
         devices = sorted(int(device) for device in devices)
-        n = len(devices)
-        if n < 2:
+        if len(devices) < 2:
             return 0.0
         bandwidth, latency = self.link_matrices(devices[-1] + 1)
         src = np.array(devices)
         dst = np.roll(src, -1)
-        step = np.max(latency[src, dst] + (nbytes / n) / bandwidth[src, dst])
-        return float(2 * (n - 1) * step)
+        return self.ring_time("all_reduce", nbytes, len(devices),
+                              float(np.min(bandwidth[src, dst])), float(np.max(latency[src, dst])))
+
+    def group_link(self, inside_node):
+        """``(bandwidth, latency)`` a collective of a group reaches on the ring's slowest link.
+
+        ``inside_node``: the group's devices share a node (NVLink), else the
+        ring crosses nodes (each device its own network port).
+        """
+        if inside_node:
+            return self.intra_node_bandwidth * self.intra_node_efficiency, self.intra_node_latency
+        return self.inter_node_bandwidth * self.inter_node_efficiency, self.inter_node_latency
+
+    @staticmethod
+    def ring_time(collective, nbytes, ranks, bandwidth, latency):
+        """See :func:`tabsched.costs.collectives.ring_time`."""
+        return ring_time(collective, nbytes, ranks, bandwidth, latency)
 
     def summary(self):
         """Key numbers, JSON-ready (SI units)."""
+        def plain(value):
+            return [list(pair) for pair in value] if isinstance(value, tuple) else value
         return {"name": self.name, "peak_flops": self.peak_flops,
-                "compute_efficiency": self.compute_efficiency,
+                "compute_efficiency": plain(self.compute_efficiency),
                 "memory_bandwidth": self.memory_bandwidth,
+                "memory_efficiency": plain(self.memory_efficiency),
                 "memory_capacity": self.memory_capacity,
                 "devices_per_node": self.devices_per_node,
                 "intra_node_bandwidth": self.intra_node_bandwidth,
                 "intra_node_latency": self.intra_node_latency,
                 "inter_node_bandwidth": self.inter_node_bandwidth,
                 "inter_node_latency": self.inter_node_latency,
+                "matrix_wave": self.matrix_wave,
+                "intra_node_efficiency": self.intra_node_efficiency,
+                "inter_node_efficiency": self.inter_node_efficiency,
+                "launch_latency": self.launch_latency,
                 "contention": self.contention, "description": self.description}
 
 
@@ -348,8 +509,10 @@ def load_system(reference):
 
     Required keys: ``peak_flops``, ``memory_bandwidth``, ``devices_per_node``,
     ``intra_node_bandwidth``, ``intra_node_latency``, ``inter_node_bandwidth``,
-    ``inter_node_latency``; optional: ``compute_efficiency``,
-    ``half_efficiency_tokens``, ``memory_efficiency``, ``launch_latency``,
+    ``inter_node_latency``; optional: ``compute_efficiency`` and
+    ``memory_efficiency`` (numbers or tables),
+    ``half_efficiency_tokens``, ``matrix_wave``, ``intra_node_efficiency``,
+    ``inter_node_efficiency``, ``launch_latency``,
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
     and ``node_overrides`` (arrays of tables), ``description``.
 

@@ -1,66 +1,85 @@
 """Transformer models: parameters, FLOPs, bytes moved and activation memory per layer.
 
-A :class:`TransformerModel` is a decoder-only transformer without tensor or
-sequence parallelism: ``layers`` identical layers (attention with ``heads``
-query heads and ``kv_heads`` key/value heads, then an MLP of width ``ffn``,
-each behind a norm), an input embedding on the first pipeline stage, and a
-final norm, output layer and loss on the last. Everything is per microbatch of
-``b`` samples of ``sequence`` tokens each (``T = b*s`` tokens).
+A :class:`TransformerModel` is a decoder-only transformer: ``layers``
+identical layers (attention with ``heads`` query heads and ``kv_heads``
+key/value heads, then an MLP of width ``ffn``, each behind a norm), an input
+embedding on the first pipeline stage, and a final norm, output layer and loss
+on the last. Everything is per microbatch of ``b`` samples of ``sequence``
+tokens each (``T = b*s``) and, under tensor parallelism
+(:class:`~tabsched.costs.parallel.Parallelism`), per tensor rank.
 
 Notation: ``h`` hidden, ``a`` heads, ``g`` kv_heads, ``dh = h/a``, ``hk = g*dh``
 (width of K and of V), ``f`` ffn, ``s`` sequence, ``V`` vocab, ``d`` bytes per
-element of the model's dtype.
+element of the model's dtype, ``t`` tensor ranks, ``sn = s/t`` with sequence
+parallelism, else ``s``.
 
-Parameters (weight matrices only; biases and norm scales, O(h) per layer, are
-left out: under 0.05% at h >= 1024)
+Parameters (weight matrices only; biases, norm scales and position
+embeddings, O(h) per layer, are left out: under 0.05% at h >= 1024)
     per layer ``2*h*h + 2*h*hk + k*h*f`` with ``k = 3`` for a gated MLP
     (SwiGLU) and 2 otherwise; ``V*h`` for the embedding on the first stage and
     another ``V*h`` for the output layer on the last (a pipeline keeps a copy
-    on each end even when the two are tied, as Megatron-LM does).
-FLOPs per layer (one multiply-add = 2 FLOPs; Narayanan et al. 2021, appendix;
-the zero-bubble paper's split of the backward, Qi et al. 2023, Table 1)
-    ``F = 2*T*P + 4*b*s*s*h``: the weight matmuls plus QK^T and attention over V
-    (the full s x s score matrix; a causal kernel skips about half of it).
-    For ``h = a*dh``, ``g = a``, ``f = 4h`` this is ``24*T*h^2 + 4*T*s*h``.
-    ``I = 2*T*P + 8*b*s*s*h`` (gradients of both inputs of both attention
-    products); ``W = 2*T*P``; ``B = I + W``.
-    Recomputation adds to ``I`` (and ``B``): ``selective`` the attention core
-    forward, ``4*b*s*s*h``; ``full`` a whole forward ``F``.
-    Output layer: ``2*T*h*V`` in each of F, I and W; the embedding (a gather)
-    and the element-wise work (norms, softmax, loss) count no FLOPs.
-Activation bytes per layer (Korthikanti et al. 2022, section 4.1, per tensor)
-    attention: ``d*T*(3h + 2hk) + m*T*h`` plus the score-sized tensors
-    ``(d + m*(d+1))*a*s*s*b`` (softmax output; with dropout its mask and
-    output); MLP: ``d*T*h + k'*d*T*f + m*T*h`` with ``k' = 2`` (activation
-    input and output) or 3 for a gated MLP (gate, up and their product); two
-    norm inputs ``2*d*T*h``. ``m = 1`` with dropout (1-byte masks), else 0.
-    With ``d = 2``, dropout, ``g = a``, ``f = 4h`` this is exactly the paper's
-    ``s*b*h*(34 + 5*a*s/h)`` for ``recompute="none"``; ``selective`` drops the
-    score-sized tensors (``34*s*b*h``); ``full`` keeps the layer input only,
-    ``d*s*b*h`` (``2*s*b*h``).
-    First stage: the embedding's dropout mask ``m*T*h``; last stage: the final
-    norm and output-layer inputs and the fp32 logits, ``2*d*T*h + 4*T*V``
-    (the paper's ``4*s*b*h*(1 + V/h)`` at ``d = 2``, section 4.3).
+    on each end even when the two are tied, as Megatron-LM does, and
+    all-reduces the two copies' gradients: ``tied_embeddings``).
+Work: a list of kernels per operation (:mod:`tabsched.costs.kernels`)
+    FLOPs of matrix products (one multiply-add = 2 FLOPs; Narayanan et al.
+    2021, appendix; the zero-bubble paper's split of the backward, Qi et al.
+    2023, Table 1): ``F = 2*T*P + 4*b*s*s*h`` (the weight products plus QK^T
+    and attention over V on the full s x s score matrix; for ``g = a``,
+    ``f = 4h`` this is ``24*T*h^2 + 4*T*s*h``); ``I = 2*T*P + 8*b*s*s*h``;
+    ``W = 2*T*P``; ``B = I + W``. Recomputation adds to ``I`` (and ``B``):
+    ``selective`` the attention core forward, ``4*b*s*s*h`` (eager attention
+    only), ``full`` a whole forward ``F``. Output layer: ``2*T*h*V`` in each
+    of F, I and W; the embedding (a gather) counts no FLOPs. Under tensor
+    parallelism every count is divided by ``t``.
+    Bytes moved: every kernel's reads (its inputs, and its weights once) and
+    writes; see :mod:`tabsched.costs.kernels`.
+Activation bytes per layer (Korthikanti et al. 2022, section 4, per tensor)
+    Kept whole by every tensor rank (divided by ``t`` with sequence
+    parallelism): the QKV input ``d*h``, the MLP input ``d*h``, two norm inputs
+    ``2*d*h`` and two dropout masks ``2*m*h`` per token. Split ``t`` ways:
+    Q, K, V ``d*(h + 2hk)``, the output-projection input ``d*h``, the MLP's
+    intermediates ``k'*d*f`` (``k' = 2``: activation input and output; 3 for a
+    gated MLP: gate, up and their product) per token, and with eager attention
+    the score-sized tensors ``(d + m*(d+1))*a*s*s*b`` (softmax output; with
+    dropout its mask and output). ``m = 1`` with dropout (1-byte masks), else
+    0. With ``d = 2``, dropout, ``g = a``, ``f = 4h`` this is exactly the
+    paper's ``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` (Table 2, tensor parallel),
+    ``s*b*h/t*(34 + 5*a*s/h)`` with sequence parallelism, and
+    ``s*b*h*(34 + 5*a*s/h)`` at ``t = 1`` for ``recompute="none"``;
+    ``selective`` (and ``flash`` attention, which keeps no score tensors)
+    drops the score-sized term (``34*s*b*h/t`` with sequence parallelism);
+    ``full`` keeps the layer input only, ``d*sn*b*h``.
+    First stage: the embedding's dropout mask ``m*sn*b*h``; last stage: the
+    final norm and output-layer inputs and the fp32 logits,
+    ``2*d*sn*b*h + 4*T*V/t`` (the paper's ``4*s*b*h/t*(1 + V/h)`` at ``d = 2``
+    with sequence parallelism, section 4.3).
+Working memory while an operation runs (``transient``; held only then)
+    one layer's activation-gradient buffer in every backward: the residual
+    stream's gradient in and out, ``2*d*s*b*h``, and the largest pair of
+    intermediate gradients, the score gradients ``2*d*a*s*s*b/t`` with eager
+    attention or the MLP's ``d*T*(1+k)*f/t``; with recomputation, the
+    recomputed part of one layer's activations too (``full``: the whole
+    ``recompute="none"`` activation less the kept input, as Megatron-LM
+    re-runs the layer's forward keeping everything before its backward;
+    ``selective``: the score-sized tensors).
 Split backward (``I`` then ``W``)
     ``W`` needs the input of each weight matmul and the gradient of its output:
     ``d*T*(3h + f) + d*T*(3h + 2hk + k''*f)`` with ``k'' = 2`` for a gated MLP,
-    else 1 (``32*s*b*h`` for a GPT layer). ``I`` releases the rest of the
-    stored activation: ``input_grad_release = 1 - kept / stored`` (at least 0;
-    under full recomputation the checkpoint is smaller than what W needs, so
-    it is all held until ``W``, which re-materialises the rest: 0).
-Bytes moved (the roofline's memory term; a lower bound on HBM traffic)
-    ``F``: weights read once ``d*P``, every intermediate activation written
-    once (the ``recompute="none"`` activation), the output ``d*T*h``;
-    ``I``: weights, every intermediate read once, the output gradient read and
-    the input gradient written ``2*d*T*h``, plus what recomputation writes
-    again (the score-sized tensors, or a whole forward); ``W``: weight
-    gradients written ``d*P`` and what it keeps read; ``B = I + W``.
-    Output layer: its weights ``d*V*h`` and its activation in each of F, I, W;
-    embedding: ``2*d*T*h`` (rows read and written) in F and W.
-Persistent bytes
-    parameters x ``bytes_per_param``: 16 by default, mixed-precision Adam
-    (bf16 weights 2 + gradients 2, fp32 master weights 4, momentum 4,
-    variance 4; Rajbhandari et al. 2020, ZeRO, section 3.1).
+    else 1 (``32*s*b*h`` for a GPT layer at ``t = 1``; tensor-parallel parts
+    divided by ``t``). ``I`` releases the rest of the stored activation:
+    ``input_grad_release = 1 - kept / stored`` (at least 0; under full
+    recomputation the checkpoint is smaller than what W needs, so it is all
+    held until ``W``, which re-materialises the rest: 0).
+Persistent bytes (mixed-precision Adam; Rajbhandari et al. 2020, ZeRO, section 3.1)
+    ``bytes_per_param`` per parameter, by default the weights in the model's
+    dtype (2 for fp16/bf16), the gradients in ``grad_bytes`` (default the
+    dtype, as Megatron-LM keeps fp16 gradients for fp16 training; set 4 for
+    fp32 gradient accumulation, Megatron-LM's choice for bf16) and the
+    optimizer state ``optimizer_bytes`` (default 12: fp32 master weights,
+    Adam's momentum and variance): 16 bytes for fp16/bf16. Optimizer-state
+    sharding divides the ``optimizer_bytes`` part by the data-parallel size.
+    The optimizer step moves ``optimizer_step_bytes`` per parameter of its
+    shard (54 for fp16 Adam, as Megatron-LM's step reads and writes them).
 
 Examples
 --------
@@ -68,6 +87,10 @@ Examples
 >>> gpt.layer_parameters == 12 * 64 * 64
 True
 >>> int(gpt.layer_activation(1)) == 16 * 64 * (34 + 5 * 4 * 16 // 64)
+True
+>>> from tabsched.costs.parallel import Parallelism
+>>> sp = Parallelism(tensor_parallel=4, sequence_parallel=True)
+>>> int(gpt.layer_activation(1, parallel=sp)) == 16 * 64 * (34 + 5 * 4 * 16 // 64) // 4
 True
 """
 
@@ -77,17 +100,33 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched.costs import _presets
+from tabsched.costs.kernels import KernelTable, embedding_kernels, layer_kernels, output_kernels
+from tabsched.costs.parallel import Parallelism
 from tabsched.exceptions import InvalidParameterError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
-__all__ = ["TransformerModel", "load_model", "model_presets", "RECOMPUTE_MODES", "DTYPES"]
+__all__ = ["TransformerModel", "load_model", "model_presets", "RECOMPUTE_MODES", "DTYPES",
+           "NORMS"]
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+NORMS = ("layernorm", "rmsnorm")
 #: Bytes per element of the dtypes a model may name.
 DTYPES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 _REQUIRED = ("layers", "hidden", "heads", "sequence", "vocab")
-_OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "dtype", "microbatch_size",
-             "recompute", "bytes_per_param", "name")
+_OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings", "dtype",
+             "microbatch_size", "recompute", "grad_bytes", "optimizer_bytes", "bytes_per_param",
+             "name")
+_SERIAL = Parallelism()
+
+
+def _non_negative_number(name, value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not np.isfinite(number) or number < 0:
+        raise InvalidParameterError(f"{name} must be a number >= 0, not {value!r}")
+    return number
 
 
 def _positive_int(name, value):
@@ -111,13 +150,23 @@ class TransformerModel:
         A gated MLP (SwiGLU: three matrices) instead of two matrices.
     dropout : bool
         Dropout after attention scores, attention and MLP (1-byte masks).
+    norm : {"layernorm", "rmsnorm"}
+    tied_embeddings : bool
+        The output layer shares the embedding's weights (GPT): with the two
+        on different devices, their gradients are all-reduced every iteration.
     dtype : str or int
         ``"bf16"``, ``"fp16"``, ``"fp32"``, ``"fp8"`` or bytes per element.
     microbatch_size : int
         Samples in a full microbatch (a table's relative size 1.0).
     recompute : {"none", "selective", "full"}
-    bytes_per_param : float
-        Persistent bytes per parameter: weights, gradients, optimizer state.
+    grad_bytes : int, optional
+        Bytes per gradient element; default the dtype's.
+    optimizer_bytes : float
+        Optimizer-state bytes per parameter (default 12: fp32 master weights,
+        Adam's two moments).
+    bytes_per_param : float, optional
+        Persistent bytes per parameter; default dtype + grad_bytes +
+        optimizer_bytes.
     name, description : str
     """
 
@@ -130,10 +179,14 @@ class TransformerModel:
     ffn: int = None
     gated_ffn: bool = False
     dropout: bool = True
+    norm: str = "layernorm"
+    tied_embeddings: bool = True
     dtype: object = "bf16"
     microbatch_size: int = 1
     recompute: str = "none"
-    bytes_per_param: float = 16.0
+    grad_bytes: int = None
+    optimizer_bytes: float = 12.0
+    bytes_per_param: float = None
     name: str = "custom"
     description: str = ""
 
@@ -151,7 +204,7 @@ class TransformerModel:
         if self.heads % self.kv_heads:
             raise InvalidParameterError(f"heads {self.heads} is not divisible by kv_heads "
                                         f"{self.kv_heads}")
-        for key in ("gated_ffn", "dropout"):
+        for key in ("gated_ffn", "dropout", "tied_embeddings"):
             if not isinstance(getattr(self, key), (bool, np.bool_)):
                 raise InvalidParameterError(f"{key} must be true or false, not "
                                             f"{getattr(self, key)!r}")
@@ -166,15 +219,21 @@ class TransformerModel:
         if self.recompute not in RECOMPUTE_MODES:
             raise InvalidParameterError(f"recompute {self.recompute!r} is not one of "
                                         f"{', '.join(RECOMPUTE_MODES)}")
-        try:
-            bytes_per_param = float(self.bytes_per_param)
-        except (TypeError, ValueError):
-            bytes_per_param = -1.0
-        if isinstance(self.bytes_per_param, bool) or not np.isfinite(bytes_per_param) \
-                or bytes_per_param < 0:
-            raise InvalidParameterError(f"bytes_per_param must be a number >= 0, not "
-                                        f"{self.bytes_per_param!r}")
-        set_("bytes_per_param", bytes_per_param)
+        if self.norm not in NORMS:
+            raise InvalidParameterError(f"norm {self.norm!r} is not one of {', '.join(NORMS)}")
+        if self.grad_bytes is None:
+            set_("grad_bytes", self.dtype_bytes)
+        elif isinstance(self.grad_bytes, bool) or self.grad_bytes not in (1, 2, 4, 8):
+            raise InvalidParameterError(f"grad_bytes must be 1, 2, 4 or 8, not "
+                                        f"{self.grad_bytes!r}")
+        set_("grad_bytes", int(self.grad_bytes))
+        set_("optimizer_bytes", _non_negative_number("optimizer_bytes", self.optimizer_bytes))
+        if self.bytes_per_param is None:
+            set_("bytes_per_param",
+                 float(self.dtype_bytes + self.grad_bytes + self.optimizer_bytes))
+        else:
+            set_("bytes_per_param",
+                 _non_negative_number("bytes_per_param", self.bytes_per_param))
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
@@ -224,129 +283,192 @@ class TransformerModel:
         return (layers * self.layer_parameters + bool(first) * self.embedding_parameters
                 + bool(last) * self.output_parameters)
 
-    # ------------------------------------------------------------ activations
-    def _score_bytes(self, samples):
-        """Score-sized activation bytes (softmax output; dropout mask and output)."""
-        d, mask = self.dtype_bytes, int(self.dropout)
-        return (d + mask * (d + 1)) * self.heads * self.sequence * self.sequence * samples
+    @property
+    def optimizer_step_bytes(self):
+        """Bytes the optimizer step reads and writes per parameter.
 
-    def _token_activation(self):
-        """Activation bytes per token of one layer that do not scale with s*s."""
-        d, mask, h, f = self.dtype_bytes, int(self.dropout), self.hidden, self.ffn
-        attention = d * (3 * h + 2 * self.kv_width) + mask * h
-        mlp = d * h + (self._mlp_matrices) * d * f + mask * h
-        norms = 2 * d * h
-        return attention + mlp + norms
+        Megatron-LM's mixed-precision step (megatron/optimizer/optimizer.py,
+        2022): copy the gradients to fp32 (read ``g``, write 4), unscale and
+        check for inf (read 4, write 4), the gradient norm (read 4), Adam (read
+        the fp32 gradient 4 and the state, write the state:
+        ``4 + 2*optimizer_bytes``), copy the master weights to the model's
+        (read 4, write ``d``), zero the gradients (write ``g``):
+        ``2*g + d + 24 + 2*optimizer_bytes``, 54 bytes for fp16 with Adam.
 
-    def layer_activation(self, samples, recompute=None):
-        """Bytes one layer keeps from its forward to its backward, per microbatch.
-
-        ``samples`` may be an int (exact integer arithmetic) or a numpy array.
-        ``recompute`` defaults to the model's.
+        >>> TransformerModel(1, 64, 4, 16, 100, dtype="fp16").optimizer_step_bytes
+        54.0
         """
+        return (2.0 * self.grad_bytes + self.dtype_bytes + 24.0 + 2.0 * self.optimizer_bytes)
+
+    def optimizer_state_bytes(self, shards=1):
+        """Persistent bytes per parameter with the optimizer state over ``shards`` replicas."""
+        state = max(0.0, self.bytes_per_param - self.dtype_bytes - self.grad_bytes)
+        return self.bytes_per_param - state + state / shards
+
+    # ------------------------------------------------------------ activations
+    def _score_bytes(self, samples, parallel=_SERIAL):
+        """Score-sized activation bytes (softmax output; dropout mask and output), per rank."""
+        if parallel.flash:
+            return 0 * samples
+        d, mask = self.dtype_bytes, int(self.dropout)
+        score = (d + mask * (d + 1)) * self.heads * self.sequence * self.sequence * samples
+        return score // parallel.tensor_parallel if isinstance(score, int) and \
+            score % parallel.tensor_parallel == 0 else score / parallel.tensor_parallel
+
+    @staticmethod
+    def _divide(value, parts):
+        """``value / parts``: exact for ints that divide, else a float."""
+        if isinstance(value, (int, np.integer)) and value % parts == 0:
+            return value // parts
+        return value / parts
+
+    def _token_activation(self, parallel=_SERIAL):
+        """Per-token activation bytes of one layer that do not scale with s*s: (kept whole, split).
+
+        ``kept whole`` is held by every tensor rank (split with sequence
+        parallelism), ``split`` is divided over the tensor ranks.
+        """
+        d, mask, h, f = self.dtype_bytes, int(self.dropout), self.hidden, self.ffn
+        whole = d * h + mask * h + d * h + mask * h + 2 * d * h
+        split = d * (h + 2 * self.kv_width) + d * h + self._mlp_matrices * d * f
+        return whole, split
+
+    def layer_activation(self, samples, recompute=None, *, parallel=None):
+        """Bytes one layer keeps from its forward to its backward, per microbatch and tensor rank.
+
+        ``samples`` may be an int (exact integer arithmetic where the parts
+        divide) or a numpy array. ``recompute`` defaults to the model's.
+        """
+        parallel = _SERIAL if parallel is None else parallel
         recompute = self.recompute if recompute is None else recompute
+        t = parallel.tensor_parallel
         tokens = samples * self.sequence
+        whole_parts = t if parallel.sequence_parallel else 1
         if recompute == "full":
-            return self.dtype_bytes * tokens * self.hidden
-        stored = self._token_activation() * tokens
+            return self._divide(self.dtype_bytes * tokens * self.hidden, whole_parts)
+        whole, split = self._token_activation(parallel)
+        stored = self._divide(whole * tokens, whole_parts) + self._divide(split * tokens, t)
         if recompute == "none":
-            stored = stored + self._score_bytes(samples)
+            stored = stored + self._score_bytes(samples, parallel)
         return stored
 
-    def embedding_activation(self, samples):
-        """Bytes the first stage keeps for its embedding (the dropout mask)."""
-        return int(self.dropout) * samples * self.sequence * self.hidden
+    def embedding_activation(self, samples, parallel=None):
+        """Bytes the first stage keeps for its embedding (the dropout mask), per rank."""
+        parallel = _SERIAL if parallel is None else parallel
+        parts = parallel.tensor_parallel if parallel.sequence_parallel else 1
+        return self._divide(int(self.dropout) * samples * self.sequence * self.hidden, parts)
 
-    def output_activation(self, samples):
-        """Bytes the last stage keeps for its norm, output layer and fp32 logits."""
+    def output_activation(self, samples, parallel=None):
+        """Bytes the last stage keeps for its norm, output layer and fp32 logits, per rank."""
+        parallel = _SERIAL if parallel is None else parallel
+        t = parallel.tensor_parallel
         tokens = samples * self.sequence
-        return 2 * self.dtype_bytes * tokens * self.hidden + 4 * tokens * self.vocab
+        parts = t if parallel.sequence_parallel else 1
+        return (self._divide(2 * self.dtype_bytes * tokens * self.hidden, parts)
+                + self._divide(4 * tokens * self.vocab, t))
 
-    def weight_grad_kept(self, samples):
-        """Bytes of one layer that ``W`` needs: matmul inputs and output gradients."""
-        d, h, f = self.dtype_bytes, self.hidden, self.ffn
+    def weight_grad_kept(self, samples, parallel=None):
+        """Bytes of one layer that ``W`` needs: matmul inputs and output gradients, per rank."""
+        parallel = _SERIAL if parallel is None else parallel
+        d, h, f, t = self.dtype_bytes, self.hidden, self.ffn, parallel.tensor_parallel
         tokens = samples * self.sequence
-        inputs = d * tokens * (3 * h + f)
-        output_grads = d * tokens * (3 * h + 2 * self.kv_width
-                                     + (2 if self.gated_ffn else 1) * f)
-        return inputs + output_grads
+        parts = t if parallel.sequence_parallel else 1
+        whole = d * tokens * 2 * h + d * tokens * 2 * h     # QKV, MLP inputs; their outputs' grads
+        split = d * tokens * (h + f) + d * tokens * (h + 2 * self.kv_width
+                                                     + (2 if self.gated_ffn else 1) * f)
+        return self._divide(whole, parts) + self._divide(split, t)
+
+    def input_grad_release_for(self, parallel=None):
+        """Part of a layer's stored activation that ``I`` frees (``W`` frees the rest)."""
+        kept = self.weight_grad_kept(1, parallel)
+        stored = self.layer_activation(1, parallel=parallel)
+        return max(0.0, 1.0 - kept / stored)
 
     @property
     def input_grad_release(self):
-        """Part of a layer's stored activation that ``I`` frees (``W`` frees the rest)."""
-        kept = self.weight_grad_kept(1)
-        stored = self.layer_activation(1)
-        return max(0.0, 1.0 - kept / stored)
+        """``input_grad_release_for`` without tensor parallelism."""
+        return self.input_grad_release_for(None)
 
-    def transfer_bytes(self, samples):
-        """Bytes of the activation (or its gradient) passed between stages: ``d*b*s*h``."""
-        return self.dtype_bytes * samples * self.sequence * self.hidden
+    def layer_transient(self, samples, parallel=None):
+        """Bytes one layer's backward holds only while it runs (see the module docstring).
+
+        Returns the bytes of the backward (``I`` or ``B``); forwards and ``W``
+        hold nothing beyond what is kept.
+        """
+        parallel = _SERIAL if parallel is None else parallel
+        b = np.asarray(samples, dtype=np.float64)
+        d, h, s, t = self.dtype_bytes, self.hidden, self.sequence, parallel.tensor_parallel
+        tokens = b * s
+        up = 2 if self.gated_ffn else 1
+        largest = d * tokens * (1 + up) * self.ffn / t
+        if not parallel.flash:
+            largest = np.maximum(largest, 2.0 * d * self.heads * s * s * b / t)
+        buffer = 2.0 * d * tokens * h + largest
+        recomputed = (np.asarray(self.layer_activation(b, "none", parallel=parallel), float)
+                      - np.asarray(self.layer_activation(b, parallel=parallel), float))
+        return buffer + np.maximum(recomputed, 0.0)
+
+    def transfer_bytes(self, samples, parallel=None):
+        """Bytes of the activation (or its gradient) passed between stages, per tensor rank.
+
+        ``d*b*s*h``, divided by ``t`` with scatter-gather or sequence parallelism.
+        """
+        parallel = _SERIAL if parallel is None else parallel
+        return self.dtype_bytes * samples * self.sequence * self.hidden / parallel.transfer_split
 
     # ------------------------------------------------------------------ work
-    def layer_work(self, samples):
-        """FLOPs and bytes moved of one layer for microbatches of ``samples`` samples.
+    def kernels(self, part="layer", parallel=None):
+        """``{"F", "I", "W", "R"}`` kernel lists of one layer, the embedding or the output."""
+        build = {"layer": layer_kernels, "embedding": embedding_kernels,
+                 "output": output_kernels}[part]
+        return build(self, _SERIAL if parallel is None else parallel)
 
-        Returns ``(flops, nbytes)``, each a float array of shape ``(4, n)``:
-        rows in the table's kind order (F, B, I, W), one column per entry of
-        ``samples``.
-        """
+    def _work(self, part, samples, parallel):
+        """FLOPs and bytes moved per kind (F, B, I, W) for ``samples``: sums over kernels."""
         b = np.atleast_1d(np.asarray(samples, dtype=np.float64))
-        d, h, s = self.dtype_bytes, self.hidden, self.sequence
-        tokens = b * s
-        weights = float(self.layer_parameters)
-        matmul = 2.0 * tokens * weights
-        scores = 4.0 * b * s * s * h
-        intermediates = self._token_activation() * tokens + self._score_bytes(b)
-        flops = np.empty((4, len(b)))
-        nbytes = np.empty((4, len(b)))
-        flops[FORWARD] = matmul + scores
-        nbytes[FORWARD] = d * weights + intermediates + d * tokens * h
-        flops[INPUT_GRAD] = matmul + 2.0 * scores
-        nbytes[INPUT_GRAD] = d * weights + intermediates + 2.0 * d * tokens * h
-        if self.recompute == "selective":
-            flops[INPUT_GRAD] += scores
-            nbytes[INPUT_GRAD] += self._score_bytes(b)
-        elif self.recompute == "full":
-            flops[INPUT_GRAD] += flops[FORWARD]
-            nbytes[INPUT_GRAD] += nbytes[FORWARD]
-        flops[WEIGHT_GRAD] = matmul
-        nbytes[WEIGHT_GRAD] = d * weights + self.weight_grad_kept(b)
+        lists = self.kernels(part, parallel)
+        flops = np.zeros((4, len(b)))
+        nbytes = np.zeros((4, len(b)))
+        for kind, phases in ((FORWARD, "F"), (INPUT_GRAD, "RI"), (WEIGHT_GRAD, "W")):
+            for phase in phases:
+                if not lists[phase]:
+                    continue
+                work = KernelTable(lists[phase]).work(b)
+                compute = ~KernelTable(lists[phase]).collective
+                flops[kind] += work["flops"][compute].sum(axis=0)
+                nbytes[kind] += (work["read"] + work["written"])[compute].sum(axis=0)
         flops[BACKWARD] = flops[INPUT_GRAD] + flops[WEIGHT_GRAD]
         nbytes[BACKWARD] = nbytes[INPUT_GRAD] + nbytes[WEIGHT_GRAD]
         return flops, nbytes
 
-    def embedding_work(self, samples):
-        """FLOPs and bytes of the input embedding (first stage), shaped as ``layer_work``."""
-        b = np.atleast_1d(np.asarray(samples, dtype=np.float64))
-        rows = 2.0 * self.dtype_bytes * b * self.sequence * self.hidden
-        flops = np.zeros((4, len(b)))
-        nbytes = np.zeros((4, len(b)))
-        nbytes[FORWARD] = rows + self.embedding_activation(b)
-        nbytes[WEIGHT_GRAD] = rows
-        nbytes[BACKWARD] = rows
-        return flops, nbytes
+    def layer_work(self, samples, parallel=None):
+        """FLOPs and bytes moved of one layer for microbatches of ``samples`` samples.
 
-    def output_work(self, samples):
+        Returns ``(flops, nbytes)``, each a float array of shape ``(4, n)``:
+        rows in the table's kind order (F, B, I, W), one column per entry of
+        ``samples``; sums over the kernels (:mod:`tabsched.costs.kernels`) of
+        one tensor rank, collectives left out.
+        """
+        return self._work("layer", samples, parallel)
+
+    def embedding_work(self, samples, parallel=None):
+        """FLOPs and bytes of the input embedding (first stage), shaped as ``layer_work``."""
+        return self._work("embedding", samples, parallel)
+
+    def output_work(self, samples, parallel=None):
         """FLOPs and bytes of the final norm, output layer and loss (last stage)."""
-        b = np.atleast_1d(np.asarray(samples, dtype=np.float64))
-        tokens = b * self.sequence
-        matmul = 2.0 * tokens * self.hidden * self.vocab
-        per_pass = self.dtype_bytes * float(self.output_parameters) + self.output_activation(b)
-        flops = np.empty((4, len(b)))
-        nbytes = np.empty((4, len(b)))
-        flops[[FORWARD, INPUT_GRAD, WEIGHT_GRAD]] = matmul
-        nbytes[[FORWARD, INPUT_GRAD, WEIGHT_GRAD]] = per_pass
-        flops[BACKWARD] = 2.0 * matmul
-        nbytes[BACKWARD] = 2.0 * per_pass
-        return flops, nbytes
+        return self._work("output", samples, parallel)
 
     # -------------------------------------------------------------- describe
     def summary(self):
         """Key numbers, JSON-ready."""
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
                 "heads": self.heads, "kv_heads": self.kv_heads, "ffn": self.ffn,
+                "gated_ffn": self.gated_ffn, "norm": self.norm,
+                "tied_embeddings": self.tied_embeddings,
                 "sequence": self.sequence, "vocab": self.vocab, "dtype": self.dtype,
                 "microbatch_size": self.microbatch_size, "recompute": self.recompute,
+                "bytes_per_param": self.bytes_per_param,
                 "parameters": self.parameters, "description": self.description}
 
 
@@ -364,8 +486,9 @@ def load_model(reference):
     """A :class:`TransformerModel` from a preset name or a TOML file with the same keys.
 
     Keys: ``layers``, ``hidden``, ``heads``, ``sequence``, ``vocab`` (required);
-    ``kv_heads``, ``ffn``, ``gated_ffn``, ``dropout``, ``dtype``,
-    ``microbatch_size``, ``recompute``, ``bytes_per_param``, ``description``.
+    ``kv_heads``, ``ffn``, ``gated_ffn``, ``dropout``, ``norm``,
+    ``tied_embeddings``, ``dtype``, ``microbatch_size``, ``recompute``,
+    ``grad_bytes``, ``optimizer_bytes``, ``bytes_per_param``, ``description``.
 
     >>> load_model("paper-128l").layers
     128

@@ -193,7 +193,12 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
         room = np.minimum(room, count * activation)
     if memory_budget is not None:
         budget = _budget_value(memory_budget, costs)
-        room = np.minimum(room, budget - persistent)
+        # an operation's working memory (a recomputed layer's activations while its backward
+        # runs) comes on top of what is held: leave room for the largest on each device
+        working = np.zeros(devices)
+        np.maximum.at(working, probe.device,
+                      np.asarray(costs.transient_sizes(probe), dtype=np.float64))
+        room = np.minimum(room, budget - persistent - working)
         short = np.flatnonzero(room < activation * (1 - _TOLERANCE))
         if len(short):
             d = int(short[0])
@@ -204,7 +209,9 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
                     f"optimizer state)")
             raise InvalidParameterError(
                 f"{NAME}: memory_budget {memory_budget} leaves device {d} "
-                f"{_amount(max(room[d], 0.0), costs)} for activations, below one "
+                f"{_amount(max(room[d], 0.0), costs)} for activations"
+                + (f" (after {_amount(working[d], costs)} of working memory)"
+                   if working[d] > 0 else "") + ", below one "
                 f"microbatch's activation of its stage ({_amount(activation[d], costs)})")
     if memory_limit is None and memory_budget is None:
         room = devices * activation

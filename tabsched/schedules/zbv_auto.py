@@ -166,7 +166,11 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
     if memory_budget is not None:
         budget = _budget_value(memory_budget, costs)
         persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
-        room = np.minimum(room, budget - persistent)
+        # room also for the largest working memory an operation on the device takes
+        working = np.zeros(p)
+        np.maximum.at(working, probe.device,
+                      np.asarray(costs.transient_sizes(probe), dtype=np.float64))
+        room = np.minimum(room, budget - persistent - working)
         need = np.maximum(activation[:p], activation[::-1][:p])
         short = np.flatnonzero(room < need * (1 - _TOLERANCE))
         if len(short):
@@ -178,8 +182,11 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
                     f"optimizer state)")
             raise InvalidParameterError(
                 f"{NAME}: memory_budget {memory_budget} leaves device {d} "
-                f"{_amount(room[d], costs)} for activations, below one microbatch's "
-                f"activation of its stages ({_amount(need[d], costs)})")
+                f"{_amount(room[d], costs)} for activations"
+                + (f" (after {_amount(working[d], costs)} of working memory)"
+                   if working[d] > 0 else "")
+                + f", below one microbatch's activation of its stages "
+                  f"({_amount(need[d], costs)})")
     return VProfile(per_kind, delay, activation, float(costs.input_grad_release), room)
 
 

@@ -1,0 +1,63 @@
+"""Collective operations on a ring: all-reduce, reduce-scatter, all-gather.
+
+One place for the cost of the collectives tabsched models, used alike by
+tensor parallelism (the all-reduces, or reduce-scatters and all-gathers, inside
+a layer), data parallelism (the gradient all-reduce at the end of an
+iteration, the parameter all-gather after a sharded optimizer step) and the
+gradient sync of replicated stages (Chimera's replicas).
+
+``n`` ranks hold ``nbytes`` each (all-reduce; the full buffer for
+reduce-scatter and all-gather). The ring algorithm (Patarasuk and Yuan 2009,
+"Bandwidth optimal all-reduce algorithms for clusters of workstations";
+Thakur, Rabenseifner and Gropp 2005, "Optimization of collective communication
+operations in MPICH", section 4) cuts the buffer into ``n`` chunks and passes
+one chunk per step to the next rank on the ring, every link busy at once:
+
+* reduce-scatter: ``n-1`` steps, ``(n-1)/n * nbytes / bandwidth + (n-1) * latency``;
+* all-gather: the same;
+* all-reduce = reduce-scatter + all-gather:
+  ``2(n-1)/n * nbytes / bandwidth + 2(n-1) * latency``.
+
+A step lasts as long as the slowest link of the ring needs, so ``bandwidth``
+and ``latency`` are the slowest link's (Hockney's model per step). One rank
+needs no communication: 0 s. NCCL's "bus bandwidth" is defined so that it
+equals the link bandwidth in these formulas (nccl-tests, ``doc/PERFORMANCE.md``).
+
+>>> round(ring_time("all_reduce", 8e9, 4, 10e9, 1e-5), 9)   # 2*3/4 * 8 GB / 10 GB/s + 6 * 10 us
+1.20006
+>>> round(ring_time("all_gather", 8e9, 4, 10e9, 1e-5), 9)
+0.60003
+>>> ring_time("all_reduce", 8e9, 1, 10e9, 1e-5)
+0.0
+"""
+
+import numpy as np
+
+from tabsched.exceptions import InvalidParameterError
+
+__all__ = ["COLLECTIVES", "ring_steps", "ring_time"]
+
+#: Per collective: (steps per rank beyond the first, as a multiple of ``n-1``).
+COLLECTIVES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+
+
+def ring_steps(collective, ranks):
+    """Steps of ``collective`` on a ring of ``ranks``: ``2(n-1)`` or ``n-1``."""
+    if collective not in COLLECTIVES:
+        raise InvalidParameterError(f"collective {collective!r} is not one of "
+                                    f"{', '.join(COLLECTIVES)}")
+    return COLLECTIVES[collective] * max(int(ranks) - 1, 0)
+
+
+def ring_time(collective, nbytes, ranks, bandwidth, latency):
+    """Seconds of ``collective`` of ``nbytes`` among ``ranks`` on a ring (see module docstring).
+
+    ``nbytes`` may be an array (one collective per entry); ``bandwidth`` and
+    ``latency`` are the slowest link's.
+    """
+    steps = ring_steps(collective, ranks)
+    if steps == 0:
+        return np.zeros(np.shape(nbytes)) if np.ndim(nbytes) else 0.0
+    chunk = np.asarray(nbytes, dtype=np.float64) / int(ranks)
+    time = steps * (latency + chunk / bandwidth)
+    return time if np.ndim(time) else float(time)

@@ -1,0 +1,365 @@
+"""The kernels of a transformer layer, of the embedding and of the output layer.
+
+Each operation of a table (``F``, ``I``, ``W``, and the recompute forward that
+``I`` runs first) is a list of kernels, each with its FLOPs, bytes read, bytes
+written and class, as Calculon lists them (Isaev et al. 2023, "Calculon: a
+methodology and tool for high-level co-design of systems and large language
+models", section 3): **matrix** kernels (matrix products, on tensor cores),
+**vector** kernels (element-wise work, timed by its bytes) and **collective**
+kernels (tensor-parallel all-reduce, reduce-scatter, all-gather: a message
+size and a ring). The system times each kernel by its own roofline
+(:meth:`tabsched.costs.system.System.kernel_times`) and the operation costs
+their sum (Williams, Waterman and Patterson 2009 define the roofline per
+kernel).
+
+Everything is for one tensor rank and one sample (``b = 1``) of ``s`` tokens,
+as ``fixed + per_sample * b``: weights are read once whatever ``b``, the rest
+grows with it. Notation: ``h`` hidden, ``a`` heads, ``hk`` width of K and of V
+(``kv_heads * h/a``), ``f`` ffn, ``k = 2`` matrices in the MLP's first product
+for a gated MLP (gate and up), else 1; ``V`` vocabulary; ``d`` bytes per
+element, ``g`` bytes per gradient element, ``m = 1`` byte per dropout-mask
+element with dropout, else 0; ``t`` tensor ranks; ``sn = s/t`` with sequence
+parallelism, else ``s`` (the tokens norms and dropouts touch).
+
+Forward of a layer (Megatron-LM's order and fusions: fused bias-GeLU, fused
+scale-mask-softmax, fused bias-dropout-add; Shoeybi et al. 2019, Fig. 3)
+    ``norm1`` (read and write ``d*sn*h``); with sequence parallelism
+    ``all_gather`` of ``d*s*h``; ``qkv`` (``2*s*h*(h+2hk)/t`` FLOPs; reads the
+    input ``d*s*h`` and its weights, writes ``d*s*(h+2hk)/t``); eager
+    attention: ``scores`` (``2*s*s*h/t``; reads Q and K, writes ``d*a*s*s/t``),
+    ``softmax`` (reads and writes the scores), ``attention_dropout`` (reads
+    them, writes them and a mask), ``attention_over_values`` (``2*s*s*h/t``;
+    reads the probabilities and V, writes ``d*s*h/t``), or ``flash_attention``
+    (``4*s*s*h/t``; reads Q, K, V, writes ``d*s*h/t``: no ``s*s`` traffic);
+    ``out_proj`` (``2*s*h*h/t``; writes the partial sums ``d*s*h``); the tensor
+    ``all_reduce`` (``reduce_scatter`` with sequence parallelism) of
+    ``d*s*h``; ``bias_dropout_add`` (reads the branch and the residual, writes
+    the sum and a mask); then the same for the MLP: ``norm2``, (``all_gather``),
+    ``mlp_up`` (``2*s*h*k*f/t``), ``activation`` (GeLU, or SwiGLU's
+    ``silu(gate) * up``; reads ``d*s*k*f/t``, writes ``d*s*f/t``),
+    ``mlp_down`` (``2*s*f*h/t``), ``all_reduce``, ``bias_dropout_add``.
+Input-grad ``I`` (the same kernels backwards)
+    each matrix product's data gradient (the same FLOPs as its forward; reads
+    the output gradient and the weights, writes the input gradient); eager
+    attention: ``attention_over_values_bwd`` (dP and dV, ``4*s*s*h/t``),
+    ``attention_dropout_bwd``, ``softmax_bwd`` (reads dP and the probabilities),
+    ``scores_bwd`` (dQ and dK, ``4*s*s*h/t``); flash: ``flash_attention_bwd``
+    (``8*s*s*h/t``, as eager; FlashAttention's backward also recomputes the
+    scores, which this count leaves out, as the FLOPs are kept the same);
+    the norms' backward (reads the gradient, the input and the residual
+    gradient it adds, writes one gradient), and the collectives that mirror
+    the forward's: an ``all_reduce`` after each column-parallel product
+    (``all_gather`` before each row-parallel product and ``reduce_scatter``
+    after each column-parallel one with sequence parallelism).
+Weight-grad ``W``
+    each matrix product's weight gradient (the same FLOPs; reads its input and
+    output gradient, reads and writes the accumulated gradient ``g*P``).
+Recompute forward (run before ``I``)
+    ``selective``: the attention core of the forward again (eager only: a
+    fused FlashAttention recomputes inside its own backward); ``full``: the
+    whole forward, collectives included.
+Embedding (first stage), vocabulary-parallel
+    ``embedding_lookup`` (reads ``d*s*h/t`` rows of its shard, writes
+    ``d*s*h``), the tensor ``all_reduce`` (``reduce_scatter``),
+    ``embedding_dropout``; ``I``: ``embedding_dropout_bwd`` (with sequence
+    parallelism, the ``all_gather`` of the gradient); ``W``:
+    ``embedding_wgrad`` (scatters ``d*s*h`` into the gradient rows).
+    Position embeddings (``s*h`` parameters) are left out.
+Output (last stage), vocabulary-parallel
+    ``final_norm``, (``all_gather``), ``logits`` (``2*s*h*V/t``, writes the
+    ``d*s*V/t`` logits), ``cross_entropy`` (reads them, keeps fp32
+    probabilities ``4*s*V/t``) with its two small all-reduces over the tensor
+    ranks (the maximum and the sum of each token, ``4*s`` bytes each);
+    backwards: ``cross_entropy_bwd``, ``logits_dgrad``, the ``all_reduce``
+    (``reduce_scatter``), ``final_norm_bwd``; ``W``: ``logits_wgrad``.
+
+FLOPs are counted for matrix products only (one multiply-add = 2 FLOPs), so
+the totals are Narayanan et al.'s closed form (2021, appendix); the bias adds
+and O(h) parameters are left out.
+
+>>> from tabsched.costs.transformer import TransformerModel
+>>> gpt = TransformerModel(layers=2, hidden=64, heads=4, sequence=16, vocab=100)
+>>> [kernel.name for kernel in layer_kernels(gpt)["F"]][:5]
+['layernorm1', 'qkv', 'scores', 'softmax', 'attention_dropout']
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from tabsched.costs.collectives import COLLECTIVES
+from tabsched.costs.parallel import Parallelism
+
+__all__ = ["Kernel", "KernelTable", "layer_kernels", "embedding_kernels", "output_kernels",
+           "CLASSES", "MATRIX", "VECTOR", "COLLECTIVE", "PHASES"]
+
+MATRIX, VECTOR, COLLECTIVE = "matrix", "vector", "collective"
+CLASSES = (MATRIX, VECTOR, COLLECTIVE)
+#: The kernel lists of an operation: forward, input-grad, weight-grad, and the
+#: recompute forward that the input-grad runs first.
+PHASES = ("F", "I", "W", "R")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel: ``(fixed, per_sample)`` pairs of FLOPs, bytes read and bytes written.
+
+    A matrix kernel's ``outputs`` is the number of elements it produces (what
+    its tiles cover; see ``matrix_wave`` in :mod:`tabsched.costs.system`). A
+    collective kernel's ``message`` is the buffer it reduces or gathers (the
+    full ``s*b*h`` activation, not one rank's part), in ``(fixed,
+    per_sample)`` bytes; its ``collective`` names the ring algorithm, and
+    ``hides_behind`` names the kernel it runs beside when both are in one
+    operation (Megatron-LM launches it asynchronously before that kernel).
+    """
+
+    name: str
+    cls: str
+    flops: tuple = (0.0, 0.0)
+    read: tuple = (0.0, 0.0)
+    written: tuple = (0.0, 0.0)
+    collective: str = None
+    message: tuple = (0.0, 0.0)
+    outputs: tuple = (0.0, 0.0)
+    hides_behind: str = None
+
+    def at(self, samples):
+        """``(flops, read, written, message)`` for microbatches of ``samples`` samples."""
+        samples = np.asarray(samples, dtype=np.float64)
+        return tuple(pair[0] + pair[1] * samples
+                     for pair in (self.flops, self.read, self.written, self.message))
+
+
+class KernelTable:
+    """A list of kernels as arrays, evaluated for many microbatch sizes at once."""
+
+    def __init__(self, kernels):
+        self.kernels = list(kernels)
+        self.names = [kernel.name for kernel in self.kernels]
+        cls = np.array([kernel.cls for kernel in self.kernels], dtype=object)
+        self.matrix = cls == MATRIX
+        self.vector = cls == VECTOR
+        self.collective = cls == COLLECTIVE
+        self.kinds = [kernel.collective for kernel in self.kernels]
+        self.hides_behind = [kernel.hides_behind for kernel in self.kernels]
+        self._coefficients = {
+            field: np.array([getattr(kernel, field) for kernel in self.kernels],
+                            dtype=np.float64).reshape(len(self.kernels), 2)
+            for field in ("flops", "read", "written", "message", "outputs")}
+
+    def __len__(self):
+        return len(self.kernels)
+
+    def work(self, samples):
+        """``{field: array (kernels x sizes)}``: flops, read, written, message, outputs."""
+        samples = np.atleast_1d(np.asarray(samples, dtype=np.float64))
+        return {field: coefficient[:, :1] + coefficient[:, 1:] * samples[None, :]
+                for field, coefficient in self._coefficients.items()}
+
+
+# ---------------------------------------------------------------- builders
+def _shape(model, parallel):
+    parallel = Parallelism() if parallel is None else parallel
+    t = parallel.tensor_parallel
+    return dict(
+        h=float(model.hidden), s=float(model.sequence), d=float(model.dtype_bytes),
+        g=float(model.grad_bytes), t=float(t), hk=float(model.kv_width), f=float(model.ffn),
+        k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
+        m=1.0 if model.dropout else 0.0,
+        sn=float(model.sequence) / t if parallel.sequence_parallel else float(model.sequence),
+        sp=parallel.sequence_parallel, flash=parallel.flash), parallel
+
+
+def _matrix(name, flops, weights, reads, writes, element):
+    """A matrix product: ``flops``, ``reads`` and ``writes`` per sample; ``weights`` bytes once.
+
+    Its output has ``writes / element`` elements.
+    """
+    return Kernel(name, MATRIX, (0.0, flops), (weights, reads), (0.0, writes),
+                  outputs=(0.0, writes / element))
+
+
+def _vector(name, reads, writes):
+    return Kernel(name, VECTOR, (0.0, 0.0), (0.0, reads), (0.0, writes))
+
+
+def _collective(name, collective, message, hides_behind=None):
+    assert collective in COLLECTIVES
+    return Kernel(name, COLLECTIVE, collective=collective, message=(0.0, message),
+                  hides_behind=hides_behind)
+
+
+def _forward(x, norm_name):
+    """Forward kernels of one layer (see the module docstring)."""
+    h, s, d, t, hk, f, k = x["h"], x["s"], x["d"], x["t"], x["hk"], x["f"], x["k"]
+    sn, m = x["sn"], x["m"]
+    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
+    combine = _combine(x)
+    residual = _vector("bias_dropout_add" if m else "residual_add", 2 * d * sn * h,
+                       d * sn * h + m * sn * h)
+    kernels = [_vector(f"{norm_name}1", d * sn * h, d * sn * h), *gather,
+               _matrix("qkv", 2 * s * h * (h + 2 * hk) / t, d * h * (h + 2 * hk) / t,
+                       d * s * h, d * s * (h + 2 * hk) / t, d)]
+    kernels += attention_forward(x)
+    kernels += [_matrix("out_proj", 2 * s * h * h / t, d * h * h / t, d * s * h / t, d * s * h, d),
+                combine, residual,
+                _vector(f"{norm_name}2", d * sn * h, d * sn * h), *gather,
+                _matrix("mlp_up", 2 * s * h * k * f / t, d * h * k * f / t, d * s * h,
+                        d * s * k * f / t, d),
+                _vector("activation", d * s * k * f / t, d * s * f / t),
+                _matrix("mlp_down", 2 * s * f * h / t, d * f * h / t, d * s * f / t, d * s * h, d),
+                combine, residual]
+    return kernels
+
+
+def _combine(x):
+    """The collective after a row-parallel product: all-reduce, or reduce-scatter with SP."""
+    name = "reduce_scatter" if x["sp"] else "all_reduce"
+    return _collective(name, name, x["d"] * x["s"] * x["h"])
+
+
+def attention_forward(x):
+    """The attention core's forward kernels (what selective recomputation runs again)."""
+    h, s, d, t, hk, m, a = x["h"], x["s"], x["d"], x["t"], x["hk"], x["m"], x["a"]
+    if x["flash"]:
+        return [_matrix("flash_attention", 4 * s * s * h / t, 0.0, d * s * (h + 2 * hk) / t,
+                        d * s * h / t, d)]
+    scores = d * a * s * s / t
+    kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d),
+               _vector("softmax", scores, scores)]
+    if m:
+        kernels.append(_vector("attention_dropout", scores, scores + m * a * s * s / t))
+    kernels.append(_matrix("attention_over_values", 2 * s * s * h / t, 0.0,
+                           scores + d * s * hk / t, d * s * h / t, d))
+    return kernels
+
+
+def _input_grad(x, norm_name):
+    """Input-grad kernels of one layer, in the order the backward runs them."""
+    h, s, d, t, hk, f, k = x["h"], x["s"], x["d"], x["t"], x["hk"], x["f"], x["k"]
+    sn, m, a = x["sn"], x["m"], x["a"]
+    # the forward's collectives mirrored: after a row-parallel product's data gradient,
+    # nothing (an all-gather of the gradient with sequence parallelism, synchronous); after a
+    # column-parallel one, an all-reduce (reduce-scatter) that Megatron-LM launches
+    # asynchronously beside the weight gradient; with sequence parallelism the input a
+    # column-parallel weight gradient needs is all-gathered again beside the data gradient
+    # (megatron/mpu/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward)
+    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
+    dropout_bwd = _vector("bias_dropout_add_bwd" if m else "residual_add_bwd",
+                          d * sn * h + m * sn * h, d * sn * h)
+    norm_bwd = [_vector(f"{norm_name}2_bwd", 3 * d * sn * h, d * sn * h),
+                _vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
+    kernels = [dropout_bwd, *gather,
+               _matrix("mlp_down_dgrad", 2 * s * f * h / t, d * f * h / t, d * s * h,
+                       d * s * f / t, d),
+               _vector("activation_bwd", d * s * f / t + d * s * k * f / t, d * s * k * f / t),
+               *_input_gather(x, "mlp_up_dgrad"),
+               _matrix("mlp_up_dgrad", 2 * s * k * f * h / t, d * h * k * f / t,
+                       d * s * k * f / t, d * s * h, d),
+               _backward_combine(x, "mlp_up_wgrad"), norm_bwd[0], dropout_bwd, *gather,
+               _matrix("out_proj_dgrad", 2 * s * h * h / t, d * h * h / t, d * s * h,
+                       d * s * h / t, d)]
+    if x["flash"]:
+        kernels.append(_matrix("flash_attention_bwd", 8 * s * s * h / t, 0.0,
+                               d * s * (3 * h + 2 * hk) / t, d * s * (h + 2 * hk) / t, d))
+    else:
+        scores = d * a * s * s / t
+        kernels.append(_matrix("attention_over_values_bwd", 4 * s * s * h / t, 0.0,
+                               d * s * (h + hk) / t + scores, scores + d * s * hk / t, d))
+        if m:
+            kernels.append(_vector("attention_dropout_bwd", scores + m * a * s * s / t, scores))
+        kernels += [_vector("softmax_bwd", 2 * scores, scores),
+                    _matrix("scores_bwd", 4 * s * s * h / t, 0.0, scores + d * s * (h + hk) / t,
+                            d * s * (h + hk) / t, d)]
+    kernels += [*_input_gather(x, "qkv_dgrad"),
+                _matrix("qkv_dgrad", 2 * s * (h + 2 * hk) * h / t, d * h * (h + 2 * hk) / t,
+                        d * s * (h + 2 * hk) / t, d * s * h, d),
+                _backward_combine(x, "qkv_wgrad"), norm_bwd[1]]
+    return kernels
+
+
+def _backward_combine(x, partner):
+    """The data gradient's all-reduce (reduce-scatter) after a column-parallel product."""
+    name = "reduce_scatter" if x["sp"] else "all_reduce"
+    return _collective(name, name, x["d"] * x["s"] * x["h"], hides_behind=partner)
+
+
+def _input_gather(x, partner):
+    """With sequence parallelism: the all-gather of a column-parallel product's input again."""
+    if not x["sp"]:
+        return []
+    return [_collective("all_gather_input", "all_gather", x["d"] * x["s"] * x["h"],
+                        hides_behind=partner)]
+
+
+def _weight_grad(x):
+    """Weight-grad kernels of one layer (each accumulates into the gradient buffer)."""
+    h, s, d, g, t, hk, f, k = x["h"], x["s"], x["d"], x["g"], x["t"], x["hk"], x["f"], x["k"]
+
+    def wgrad(name, rows, cols, inputs, grads):
+        params = rows * cols / t
+        return Kernel(name, MATRIX, (0.0, 2 * s * params), (g * params, d * s * (inputs + grads)),
+                      (g * params, 0.0), outputs=(params, 0.0))
+    return [wgrad("mlp_down_wgrad", f, h, f / t, h), wgrad("mlp_up_wgrad", h, k * f, h, k * f / t),
+            wgrad("out_proj_wgrad", h, h, h / t, h),
+            wgrad("qkv_wgrad", h, h + 2 * hk, h, (h + 2 * hk) / t)]
+
+
+def layer_kernels(model, parallel=None):
+    """``{"F", "I", "W", "R"}``: kernel lists of one layer for one tensor rank.
+
+    ``R`` is the recompute forward of the model's ``recompute`` mode.
+    """
+    x, parallel = _shape(model, parallel)
+    norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
+    forward = _forward(x, norm)
+    if model.recompute == "full":
+        recompute = forward
+    elif model.recompute == "selective" and not x["flash"]:
+        recompute = attention_forward(x)
+    else:
+        recompute = []
+    recompute = [dataclasses.replace(kernel, name=f"recompute_{kernel.name}")
+                 for kernel in recompute]
+    return {"F": forward, "I": _input_grad(x, norm), "W": _weight_grad(x), "R": recompute}
+
+
+def embedding_kernels(model, parallel=None):
+    """Kernel lists of the input embedding (first stage), as ``layer_kernels``."""
+    x, parallel = _shape(model, parallel)
+    h, s, d, g, t, sn, m = x["h"], x["s"], x["d"], x["g"], x["t"], x["sn"], x["m"]
+    combine = _combine(x)
+    forward = [_vector("embedding_lookup", d * s * h / t, d * s * h), combine]
+    backward = []
+    if m:
+        forward.append(_vector("embedding_dropout", d * sn * h, d * sn * h + m * sn * h))
+        backward.append(_vector("embedding_dropout_bwd", d * sn * h + m * sn * h, d * sn * h))
+    if x["sp"]:
+        backward.append(_collective("all_gather", "all_gather", d * s * h))
+    weight = [Kernel("embedding_wgrad", VECTOR, read=(0.0, d * s * h + g * s * h / t),
+                     written=(0.0, g * s * h / t))]
+    return {"F": forward, "I": backward, "W": weight, "R": []}
+
+
+def output_kernels(model, parallel=None):
+    """Kernel lists of the final norm, output layer and loss (last stage), as ``layer_kernels``."""
+    x, parallel = _shape(model, parallel)
+    h, s, d, g, t, sn, V = x["h"], x["s"], x["d"], x["g"], x["t"], x["sn"], x["V"]
+    norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
+    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
+    forward = [_vector(f"final_{norm}", d * sn * h, d * sn * h), *gather,
+               _matrix("logits", 2 * s * h * V / t, d * V * h / t, d * s * h, d * s * V / t, d),
+               _vector("cross_entropy", d * s * V / t, 4 * s * V / t),
+               _collective("cross_entropy_max", "all_reduce", 4 * s),
+               _collective("cross_entropy_sum", "all_reduce", 4 * s)]
+    backward = [_vector("cross_entropy_bwd", 4 * s * V / t, d * s * V / t),
+                *_input_gather(x, "logits_dgrad"),
+                _matrix("logits_dgrad", 2 * s * V * h / t, d * V * h / t, d * s * V / t,
+                        d * s * h, d),
+                _backward_combine(x, "logits_wgrad"),
+                _vector(f"final_{norm}_bwd", 3 * d * sn * h, d * sn * h)]
+    params = V * h / t
+    weight = [Kernel("logits_wgrad", MATRIX, (0.0, 2 * s * params),
+                     (g * params, d * s * (h + V / t)), (g * params, 0.0), outputs=(params, 0.0))]
+    return {"F": forward, "I": backward, "W": weight, "R": []}

@@ -1,0 +1,77 @@
+"""The megatron-recompute study: Korthikanti et al. 2022, Table 5, measured vs predicted."""
+
+import json
+import shlex
+
+import pytest
+
+from tabsched.study_megatron import (BEST_KNOWN, TABLE5, TARGET, predict, run_megatron_study,
+                                     table5_runs)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return run_megatron_study(tmp_path_factory.mktemp("megatron"))
+
+
+def test_the_eight_runs_of_table5():
+    runs = table5_runs()
+    assert len(runs) == 8 and len(TABLE5) == 4
+    assert [(run.model, run.mode, run.measured) for run in runs[:2]] == [
+        ("megatron-22b", "full", 1.42), ("megatron-22b", "selective", 1.10)]
+    gpt3 = runs[2]
+    assert (gpt3.family, gpt3.pipeline, gpt3.microbatches, gpt3.chunks) == \
+        ("interleaved-1f1b", 8, 64, 3)
+    assert runs[6].family == "1f1b" and runs[6].microbatches == 512
+    costs = runs[3].costs()
+    assert costs.describe()["sequence_parallel"] and costs.model.recompute == "selective"
+    assert costs.optimizer_step and costs.blocking_sends
+
+
+def test_table5_errors_are_what_tabsched_reaches(study):
+    """Asserted at the errors reached: mean 3.38%, max 6.81% on one dgx-a100. The issue's
+    target (mean <= 3%, max <= 6%) is not met; the best-known model's 3.65% and 8.87% are
+    beaten. The study's report says where the rest comes from."""
+    assert study.mean_error <= 0.0340 and study.max_error <= 0.0685
+    assert study.mean_error < BEST_KNOWN["mean"] and study.max_error < BEST_KNOWN["max"]
+    assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
+    assert study.verdict == "partly reproduced"
+    for row in study.rows:
+        assert abs(row["error"]) < 0.07, row["model"]
+    # full recomputation costs more than selective + sequence parallelism, as measured
+    by_model = {}
+    for row in study.rows:
+        by_model.setdefault(row["model"], {})[row["mode"]] = row["predicted_s"]
+    for model, _, _, _, _, _, _, full, selective in TABLE5:
+        assert by_model[model]["full"] / by_model[model]["selective"] == pytest.approx(
+            full / selective, rel=0.06)
+
+
+def test_the_study_writes_its_table_and_report(study):
+    table, report = study.files
+    lines = open(table).read().splitlines()
+    assert lines[0].startswith("model,gpus,t,p,chunks,global_batch,microbatch,mode,measured_s")
+    assert len(lines) == 9
+    text = open(report).read()
+    assert "| gpt3-175b | 64 | 8 | 8 | 3 | 64 | 1 | 18.13 |" in text
+    assert f"Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}" in text
+    assert "## Where the remaining error comes from" in text
+    assert "without wave quantization" in text            # the sensitivity table
+
+
+def test_the_cli_runs_the_study_and_each_row(cli, tmp_path, study):
+    code, out, err = cli("study", "megatron-recompute", "-o", str(tmp_path))
+    assert code == 0 and out.startswith("1. partly reproduced: Table 5 of Korthikanti")
+    assert (tmp_path / "report.md").exists() and (tmp_path / "table5.csv").exists()
+    row = study.rows[1]                                    # megatron-22b, selective
+    argv = shlex.split(row["command"])[1:] + ["--json"]
+    code, out, _ = cli(*argv)
+    assert code == 0
+    assert json.loads(out)["makespan"] == pytest.approx(row["predicted_s"], rel=1e-12)
+
+
+def test_predict_takes_another_system():
+    run = table5_runs()[:1]
+    ((_, on_h100),) = predict(run, "dgx-h100")
+    ((_, on_a100),) = predict(run)
+    assert on_h100.makespan < on_a100.makespan
