@@ -608,7 +608,9 @@ def to_compute_only(table):
     """The compute_only CSV text of ``table``, as PyTorch's ``csv.writer`` writes it.
 
     Raises ``InvalidScheduleError`` with :func:`pytorch_refusal`'s reason for a
-    table PyTorch cannot express. ``REDUCE_GRAD`` is not written: PyTorch's
+    table PyTorch cannot express, and ``DeadlockError`` naming a cycle for row
+    orders that cannot run (PyTorch's ``_load_csv`` would fail placing SEND/RECV:
+    "Malformed compute schedule"). ``REDUCE_GRAD`` is not written: PyTorch's
     runtime rejects it in compute_only files and adds it for every stage itself.
 
     >>> from tabsched.schedules import generate
@@ -616,7 +618,14 @@ def to_compute_only(table):
     '0F0,0F1,,0B0,,0B1\\r\\n,1F0,1B0,1F1,1B1,\\r\\n'
     """
     _check_expressible(table)
+    _check_runs(table)
     return _write_rows(table.rows)
+
+
+def _check_runs(table):
+    """Raise ``DeadlockError`` (naming a cycle) if the row orders contradict the dependencies."""
+    lowered = lower(table)
+    lowered.run_summary(np.ones((1, lowered.num_nodes)))
 
 
 def to_compute_comms(table, *, max_active_stages=3):
