@@ -20,7 +20,8 @@ Run it by hand::
 
 A job file lists several tables to run in one process group (``run_jobs``);
 each rank writes ``<name>.rank<r>.pt`` with its losses, gradients and
-iteration times, and, when asked, a Chrome/Kineto trace ``<name>.rank<r>.json``.
+iteration times, and, when asked, a profiler (Kineto) trace
+``<name>.traces/rank<r>.json`` (what ``tabsched eval --replay <name>.traces`` reads).
 """
 
 import argparse
@@ -259,7 +260,9 @@ def _run_job(job, rank, out, group):
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             for _ in range(job["iterations"]):
                 iteration()
-        profiler.export_chrome_trace(os.fspath(out / f"{job['name']}.rank{rank}.json"))
+        traces = out / f"{job['name']}.traces"
+        traces.mkdir(exist_ok=True)
+        profiler.export_chrome_trace(os.fspath(traces / f"rank{rank}.json"))
     else:
         for _ in range(job["iterations"]):
             iteration()

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch", reason="the execution tests need PyTorch: "
                                             "pip install torch==2.13.0 (.ci/run installs it)")
 
 from tabsched import (DeadlockError, InvalidScheduleError, ScheduleTable,  # noqa: E402
-                      StageCosts, generate)
+                      StageCosts, generate, read_kineto)
 from tabsched.adapt import SlowLink, adapt  # noqa: E402
 from tabsched.adapt.transforms import SplitMicrobatches  # noqa: E402
 from tabsched.pytorch import pytorch_refusal, to_compute_comms, to_compute_only  # noqa: E402
@@ -127,6 +127,21 @@ def _refusal_jobs(directory):
     return jobs
 
 
+PROFILED = ("zbv", "dualpipev")  # without and with overlapped F&B steps
+PROFILED_ITERATIONS = 2
+
+
+def _profiled_jobs(directory):
+    jobs = []
+    for family in PROFILED:
+        table = generate(family, devices=2, microbatches=MICROBATCHES)
+        path = directory / f"profiled-{family}.csv"
+        path.write_bytes(to_compute_only(table).encode())
+        jobs.append(pipeline.job_for(table, path, f"profiled-{family}", profile=True,
+                                     iterations=PROFILED_ITERATIONS))
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every case on 2 and 4 ranks, in one launch: ``(tables, jobs, results)``.
@@ -140,6 +155,7 @@ def runs(tmp_path_factory):
         tables[devices], more = _jobs(devices, directory)
         jobs.extend(more)
     jobs.extend(_refusal_jobs(directory))
+    jobs.extend(_profiled_jobs(directory))
     results = pipeline.run_jobs(jobs, directory / "out", timeout=SPAWN_TIMEOUT)
     return tables, {job["name"]: job for job in jobs}, results
 
@@ -221,3 +237,53 @@ def test_unequal_microbatches_are_refused_because_pytorch_splits_evenly():
     assert sum(torch_sizes) == sum(table_sizes) == len(tokens)
     # tensor_split gives the remainder to the last chunks; the table halves microbatch 0
     assert torch_sizes[0] == 2 and table_sizes[0] == 1
+
+
+@pytest.mark.parametrize("family", PROFILED)
+def test_a_real_profile_reads_as_the_tables_operations(runs, family):
+    """The trace reader on real traces: every operation, once per iteration, within the wall time."""
+    _, jobs, results = runs
+    job = jobs[f"profiled-{family}"]
+    table = generate(family, devices=2, microbatches=MICROBATCHES)
+    directory = pathlib.Path(job["path"]).parent / "out" / f"profiled-{family}.traces"
+    profile = read_kineto(directory)
+    labels = {str(part) for row in table.rows for cell in row if cell is not None
+              for part in getattr(cell, "parts", (cell,))}
+    assert set(profile.measurements) == labels
+    assert {len(values) for values in profile.measurements.values()} == {PROFILED_ITERATIONS}
+    assert all(value > 0 for values in profile.measurements.values() for value in values)
+    comms = to_compute_comms(table)
+    for action in ("SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD",
+                   "REDUCE_GRAD"):
+        assert profile.skipped[action] == PROFILED_ITERATIONS * comms.count(action), action
+    assert profile.waited > 0 and profile.notes == [], profile.notes
+    # the operations of a rank never overlap: their time fits in its iterations
+    for rank in range(2):
+        ops = {str(part) for cell in table.rows[rank] if cell is not None
+               for part in getattr(cell, "parts", (cell,))}
+        busy = sum(sum(profile.measurements[label]) for label in ops)
+        wall = sum(end - start for start, end in results[f"profiled-{family}", rank]["times"])
+        assert 0 < busy < wall
+
+
+def test_replayed_durations_never_predict_more_than_the_run_took(runs):
+    """Without overlapped steps, the replayed table is a lower bound of each profiled iteration.
+
+    The run satisfied every dependency of the table with operations that took
+    at least their measured compute time, so the earliest-start schedule of
+    those durations (no transfer cost) cannot end later than the run did. A
+    reader that left waits inside the durations would break this.
+    """
+    from tabsched.adapt import Replay, monte_carlo
+
+    _, jobs, results = runs
+    table = generate("zbv", devices=2, microbatches=MICROBATCHES)
+    directory = pathlib.Path(jobs["profiled-zbv"]["path"]).parent / "out" / "profiled-zbv.traces"
+    replay = Replay.from_kineto(directory, table=table)
+    predicted = monte_carlo(table, StageCosts(1.0), replay,
+                            samples=PROFILED_ITERATIONS).makespans
+    times = [results["profiled-zbv", rank]["times"] for rank in range(2)]
+    measured = [max(rank_times[i][1] for rank_times in times)
+                - min(rank_times[i][0] for rank_times in times)
+                for i in range(PROFILED_ITERATIONS)]
+    assert all(0 < p <= m for p, m in zip(predicted, measured)), (predicted, measured)

@@ -52,6 +52,7 @@ import os
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
 from tabsched.table import KINDS
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
@@ -757,6 +758,51 @@ class Replay(Variation):
             raise InvalidParameterError(f"{source}: no op,duration rows")
         return cls(measurements, source=source)
 
+    @classmethod
+    def from_kineto(cls, path, *, table=None, partial=False, max_bytes=DEFAULT_MAX_BYTES):
+        """Durations from PyTorch profiler (Kineto) traces of a pipeline run.
+
+        ``path`` is a ``.json``/``.json.gz`` trace or a directory of them (one
+        per rank); :mod:`tabsched.kineto` documents how its ``PP:`` events map
+        to operations. Each profiled iteration is one measurement, so sample
+        ``s`` replays iteration ``s mod k`` of ``k``.
+
+        Parameters
+        ----------
+        path : str or path
+        table : ScheduleTable, optional
+            The table the replay is for: a profiled operation it does not hold
+            is an error that lists the first few (a trace of another table, or
+            of other microbatch counts), unless ``partial``.
+        partial : bool
+            Ignore such operations, with a note in :meth:`describe`
+            (``--replay-partial``).
+        max_bytes : int
+            The largest trace file read.
+        """
+        profile = read_kineto(path, max_bytes=max_bytes)
+        source = os.fspath(path)
+        measurements, notes = profile.measurements, list(profile.notes)
+        if table is not None:
+            unmatched = unmatched_labels(profile, table)
+            if unmatched and not partial:
+                raise InvalidParameterError(
+                    f"{source}: {len(unmatched)} profiled operations are not in the table: "
+                    f"{describe_unmatched(unmatched)}; --replay-partial (partial=True) "
+                    f"ignores them")
+            if unmatched:
+                dropped = {label for label, _ in unmatched}
+                measurements = {label: values for label, values in measurements.items()
+                                if label not in dropped}
+                notes.append(f"ignored {len(unmatched)} profiled operations not in the table "
+                             f"(--replay-partial): {describe_unmatched(unmatched)}")
+            if not measurements:
+                raise InvalidParameterError(f"{source}: no profiled operation is in the table")
+        replay = cls(measurements, source=source)
+        replay.notes = notes
+        replay.profile = profile
+        return replay
+
     @property
     def random(self):
         return any(len(values) > 1 for values in self.measurements.values())
@@ -820,6 +866,8 @@ class Replay(Variation):
                 "measurements": int(sum(len(v) for v in self.measurements.values()))}
         if self.source:
             info["source"] = self.source
+        if getattr(self, "notes", None):
+            info["notes"] = list(self.notes)
         return info
 
 

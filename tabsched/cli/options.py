@@ -292,7 +292,12 @@ def variation_options(default_samples):
                      help="The link between devices A and B with its bandwidth divided by "
                           "FACTOR (latency unchanged), e.g. 3-4:3 (repeatable)."),
         click.option("--replay", metavar="FILE",
-                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms)."),
+                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms), or a "
+                          "PyTorch profiler trace of a pipeline run (.json, .json.gz, or a "
+                          "directory of them, one per rank)."),
+        click.option("--replay-partial", is_flag=True,
+                     help="Ignore replayed operations the table does not hold, with a note, "
+                          "instead of failing."),
         click.option("--samples", type=int, default=default_samples,
                      help="Monte Carlo samples" + (f" (default {default_samples})."
                                                    if default_samples else
@@ -300,7 +305,8 @@ def variation_options(default_samples):
         click.option("--seed", type=int, default=0, show_default=True,
                      help="Seed of the random draws; the same seed gives the same numbers."),
     ]
-    names = ("cv", "transfer_cv", "stragglers", "slow_links", "replay", "samples", "seed")
+    names = ("cv", "transfer_cv", "stragglers", "slow_links", "replay", "replay_partial",
+             "samples", "seed")
 
     def decorator(command):
         @functools.wraps(command)
@@ -330,13 +336,17 @@ def _split_pair(text, flag, separator, example):
 
 
 def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=(),
-                    replay=None, **_):
+                    replay=None, replay_partial=False, **_):
     """The variation model the options describe (None if they describe none)."""
     from tabsched.adapt import Noise, Replay, SlowLink, Straggler
     from tabsched.adapt.variation import Combined
+    from tabsched.kineto import TRACE_SUFFIXES
     parts = []
     if replay is not None:
-        parts.append(Replay.from_csv(replay))
+        if os.path.isdir(replay) or replay.endswith(TRACE_SUFFIXES):
+            parts.append(Replay.from_kineto(replay, table=table, partial=replay_partial))
+        else:
+            parts.append(Replay.from_csv(replay))
     for text in stragglers:
         device, factor = _split_pair(text, "--straggler", None, "DEVICE:FACTOR, e.g. 3:1.5")
         parts.append(Straggler(device, factor))
