@@ -15,8 +15,10 @@ itself never does.
 
 Run it by hand::
 
-    tabsched convert zbv -p 2 -m 8 /tmp/zbv.csv
-    python examples/torch_pipeline.py /tmp/zbv.csv          # 2 processes, loss vs reference
+    tabsched convert zbv -p 2 -m 8 zbv.csv
+    python examples/torch_pipeline.py zbv.csv            # 2 processes, loss vs one process
+    python examples/torch_pipeline.py zbv.csv --iterations 3 --profile --out zbv-run
+    tabsched eval zbv.csv --replay zbv-run/run.traces --samples 3
 
 A job file lists several tables to run in one process group (``run_jobs``);
 each rank writes ``<name>.rank<r>.pt`` with its losses, gradients and
@@ -192,6 +194,38 @@ def job_for(table, path, name, *, config=ModelConfig(), file_format="compute_onl
             "expect_error": expect_error}
 
 
+def pingpong_job(name, *, config=ModelConfig(), repeats=50):
+    """A job that times one activation (``microbatch_size x sequence x hidden``, fp32)
+    going 0 -> 1 -> 0 ``repeats`` times; :func:`one_way_time` reads the result."""
+    return {"name": name, "kind": "pingpong", "ranks": 2, "config": dataclasses.asdict(config),
+            "repeats": repeats}
+
+
+def one_way_time(results, job):
+    """Median round trip over two: the time of one activation transfer, in seconds."""
+    trips = sorted(results[job["name"], 0]["round_trips"])
+    return trips[len(trips) // 2] / 2
+
+
+def _pingpong(job, rank, out, group):
+    config = ModelConfig(**job["config"])
+    activation = torch.zeros(config.microbatch_size, config.sequence, config.hidden)
+    peer = 1 - rank  # sub-groups hold ranks 0..k-1: group ranks are global ranks
+    trips = []
+    dist.barrier(group=group)
+    for _ in range(job["repeats"]):
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(activation, peer, group=group)
+            dist.recv(activation, peer, group=group)
+        else:
+            dist.recv(activation, peer, group=group)
+            dist.send(activation, peer, group=group)
+        trips.append(time.perf_counter() - start)
+    torch.save({"name": job["name"], "rank": rank, "round_trips": trips},
+               out / f"{job['name']}.rank{rank}.pt")
+
+
 def _local_stages(job, rank):
     return [stage for stage, owner in enumerate(job["stage_to_rank"]) if owner == rank]
 
@@ -291,7 +325,8 @@ def worker(rank, world, rendezvous, jobs, out):
         for job in jobs:
             started = time.perf_counter()
             if rank < job["ranks"]:
-                _run_job(job, rank, out, groups[job["ranks"]])
+                run = _pingpong if job.get("kind") == "pingpong" else _run_job
+                run(job, rank, out, groups[job["ranks"]])
             dist.barrier()
             _log(f"rank {rank}: {job['name']} on {job['ranks']} ranks: "
                  f"{time.perf_counter() - started:.2f} s")
@@ -398,14 +433,18 @@ def main(argv=None):
                                      "and gradients with one process.")
     parser.add_argument("csv", help="the schedule (a compute_comms file if it has SEND/RECV)")
     parser.add_argument("--out", help="directory for results (default: a temporary one)")
+    parser.add_argument("--iterations", type=int, default=1, help="steps to run (default 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the steps: one trace per rank in OUT/run.traces/")
     arguments = parser.parse_args(argv)
     sys.path.insert(0, os.fspath(HERE.parent))
     from tabsched.pytorch import read_pytorch
 
     schedule = read_pytorch(arguments.csv)
     job = job_for(schedule.table, os.path.abspath(arguments.csv), "run",
-                  file_format=schedule.format)
-    out = arguments.out or tempfile.mkdtemp(prefix="tabsched-torch-")
+                  file_format=schedule.format, iterations=arguments.iterations,
+                  profile=arguments.profile)
+    out = pathlib.Path(arguments.out or tempfile.mkdtemp(prefix="tabsched-torch-"))
     results = run_jobs([job], out)
     loss, grads = gather(results, job)
     expected_loss, expected = reference(ModelConfig(), job["microbatches"])
@@ -413,6 +452,12 @@ def main(argv=None):
                 for name, grad in expected.items())
     print(f"loss {loss:.6f} (one process {expected_loss:.6f}); "
           f"largest relative gradient difference {worst:.2e}")
+    per_rank = [results["run", rank]["times"] for rank in range(job["ranks"])]
+    walls = [max(times[i][1] for times in per_rank) - min(times[i][0] for times in per_rank)
+             for i in range(arguments.iterations)]
+    print("iteration times: " + ", ".join(f"{wall * 1e3:.1f} ms" for wall in walls))
+    if arguments.profile:
+        print(f"profiler traces: {out.resolve() / 'run.traces'}")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,15 @@ Mapping from profiler events to table operations
     none). The cell's total, which is what a table with this cell
     evaluates, is exact; evaluate it with the cost model's ``overlap`` at 1.
 ``PP:1SEND_F3``, ``PP:2RECV_B0``, ``PP:0UNSHARD``, ``PP:0RESHARD``, ``PP:0REDUCE_GRAD``
-    Not operations of a table: counted in :attr:`KinetoProfile.skipped`. A RECV
-    event tells when its data arrived (below).
+    Not operations of a table (counted in :attr:`KinetoProfile.skipped`), but
+    on a CPU trace the rank can do nothing else while it posts a send or a
+    receive (with gloo a few hundred microseconds), so their time counts as
+    time of the operation the rank ran before them: the producer, for the SEND
+    that follows it. Between two iterations, REDUCE_GRAD, RESHARD and SEND
+    count for the operation before (they close its iteration) and UNSHARD and
+    RECV for none (they open the next while the rank waits for its first
+    input). ``attach_actions=False`` leaves operations their own time only. A
+    RECV event also tells when its data arrived (below).
 ``PP:`` followed by anything else
     An error naming the file and the event.
 Other events
@@ -62,8 +69,8 @@ Examples
 ...      "tid": 1},
 ...     {"ph": "X", "cat": "user_annotation", "name": "PP:0F1", "ts": 40, "dur": 25, "tid": 1}]}
 >>> profile = profile_from_trace(trace)
->>> profile.measurements
-{'0F0': [3e-05], '0F1': [2.5e-05]}
+>>> profile.measurements                   # 0F0 includes the SEND after it
+{'0F0': [3.2e-05], '0F1': [2.5e-05]}
 >>> profile.skipped
 {'SEND_F': 1}
 """
@@ -96,6 +103,7 @@ _OVERLAP = re.compile(r"\((" + _ID + r"[FIBW]" + _ID + r");(" + _ID + r"[FIBW]" 
 _COMMS = re.compile(_ID + r"(SEND_F|RECV_F|SEND_B|RECV_B)" + _ID)
 _STAGE_ACTION = re.compile(_ID + r"(UNSHARD|RESHARD|REDUCE_GRAD)")
 _RECV_EVENT = re.compile(r"recv", re.IGNORECASE)
+_CLOSING = ("REDUCE_GRAD", "RESHARD", "SEND_F", "SEND_B")  # count at an iteration's end
 _PER_SECOND = 1e6  # the trace's ts and dur are microseconds
 _SHOWN = 5  # unmatched labels listed in an error
 
@@ -118,6 +126,8 @@ class KinetoProfile:
         ``{action: count}`` of ``PP:`` events that are not operations (SEND_F, UNSHARD, ...).
     waited : float
         Seconds of waiting for inputs taken out of the operations' events.
+    attached, unattached : float
+        Seconds of those other actions counted in operations, and not counted.
     notes : list of str
     """
 
@@ -127,6 +137,8 @@ class KinetoProfile:
     timelines: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     waited: float = 0.0
+    attached: float = 0.0
+    unattached: float = 0.0
     notes: list = field(default_factory=list)
 
 
@@ -288,15 +300,29 @@ def _label(part):
     return f"{stage}{kind}{microbatch}"
 
 
+@dataclass
+class _Occurrence:
+    """One operation's event: its parts, its seconds so far, where and when it started."""
+
+    parts: tuple
+    seconds: float
+    thread: tuple
+    start: float
+    iteration: int = 0
+
+
 class _Reading:
     """Measurements gathered over files; overlapped steps are split at the end."""
 
-    def __init__(self):
+    def __init__(self, attach_actions=True):
+        self.attach_actions = attach_actions
         self.single = defaultdict(list)
         self.overlapped = []  # (parts, seconds)
         self.origins = {}
         self.skipped = defaultdict(int)
         self.waited = 0.0
+        self.attached = 0.0
+        self.unattached = 0.0
         self.timelines = {}
         self.notes = []
 
@@ -325,13 +351,58 @@ class _Reading:
         if recv_posted and not gpu and not arrivals:
             self.notes.append(f"{source}: no recv events inside the RECV actions; waits for "
                               f"inputs stay in the measured durations")
+        occurrences, others = [], []
         for kind, value, event in actions:
-            if kind == "skip":
-                self.skipped[value] += 1
-            elif kind == "recv":
-                self.skipped["RECV_" + value[0]] += 1
+            if kind == "op":
+                occurrences.append(self._measure(value, event, source, by_thread, starts,
+                                                 arrivals))
+                continue
+            action = value if kind == "skip" else "RECV_" + value[0]
+            self.skipped[action] += 1
+            others.append((action, event))
+        if not gpu and self.attach_actions:
+            self._attach(occurrences, others)
+        for occurrence in occurrences:
+            parts, seconds = occurrence.parts, occurrence.seconds
+            if len(parts) == 1:
+                self.single[_label(parts[0])].append(seconds)
             else:
-                self._measure(value, event, source, by_thread, starts, arrivals)
+                self.overlapped.append((parts, seconds))
+
+    def _attach(self, occurrences, others):
+        """Add each other action's time to the operation the rank ran before it.
+
+        Within an iteration, that is when the rank spent it. Between two
+        iterations (the operations before and after are from different ones),
+        REDUCE_GRAD, RESHARD and SEND close the earlier iteration and count; an
+        UNSHARD or RECV opens the next one while the rank waits for its first
+        input, and does not.
+        """
+        by_thread = defaultdict(list)
+        for occurrence in occurrences:
+            by_thread[occurrence.thread].append(occurrence)
+        begins = {}
+        for thread, listed in by_thread.items():
+            listed.sort(key=lambda occurrence: occurrence.start)
+            seen = defaultdict(int)
+            for occurrence in listed:
+                occurrence.iteration = seen[occurrence.parts]
+                seen[occurrence.parts] += 1
+            begins[thread] = [occurrence.start for occurrence in listed]
+        for action, event in others:
+            _, thread, _, _, start, end = event
+            seconds = (end - start) / _PER_SECOND
+            listed = by_thread.get(thread, ())
+            position = bisect_right(begins.get(thread, ()), start)
+            before = listed[position - 1] if position > 0 else None
+            after = listed[position] if position < len(listed) else None
+            same_iteration = (before is not None and after is not None
+                              and before.iteration == after.iteration)
+            if before is not None and (same_iteration or action in _CLOSING):
+                before.seconds += seconds
+                self.attached += seconds
+            else:
+                self.unattached += seconds
 
     @staticmethod
     def _arrivals(actions, by_thread, starts, arrivals):
@@ -379,14 +450,11 @@ class _Reading:
                     continue
                 began = max(began, other[5])
             waited += arrived - began
-        seconds = max(end - start - waited, 0.0) / _PER_SECOND
         self.waited += waited / _PER_SECOND
         for part in parts:
             self.origins.setdefault(_label(part), (source, index))
-        if len(parts) == 1:
-            self.single[_label(parts[0])].append(seconds)
-        else:
-            self.overlapped.append((parts, seconds))
+        return _Occurrence(tuple(parts), max(end - start - waited, 0.0) / _PER_SECOND,
+                           thread, start)
 
     def profile(self, files):
         measurements = {label: list(values) for label, values in self.single.items()}
@@ -420,12 +488,14 @@ class _Reading:
         return KinetoProfile(measurements=measurements, origins=dict(self.origins),
                              files=tuple(files), timelines=dict(self.timelines),
                              skipped=dict(self.skipped), waited=self.waited,
+                             attached=self.attached, unattached=self.unattached,
                              notes=list(self.notes))
 
 
-def profile_from_trace(document, *, source="<trace>"):
-    """A :class:`KinetoProfile` from one parsed trace (a dict with ``traceEvents``)."""
-    reading = _Reading()
+def profile_from_trace(document, *, source="<trace>", attach_actions=True):
+    """A :class:`KinetoProfile` from one parsed trace (a dict with ``traceEvents``);
+    ``attach_actions`` as in :func:`read_kineto`."""
+    reading = _Reading(attach_actions)
     reading.add_file(document, source)
     return _finished(reading, [source])
 
@@ -441,7 +511,7 @@ def _finished(reading, files):
     return profile
 
 
-def read_kineto(path, *, max_bytes=DEFAULT_MAX_BYTES):
+def read_kineto(path, *, max_bytes=DEFAULT_MAX_BYTES, attach_actions=True):
     """Read the profiler traces of a pipeline run: one file, or a directory of them (one per rank).
 
     Parameters
@@ -450,6 +520,10 @@ def read_kineto(path, *, max_bytes=DEFAULT_MAX_BYTES):
         A ``.json`` or ``.json.gz`` trace, or a directory of such files.
     max_bytes : int
         The largest file read (decompressed).
+    attach_actions : bool
+        Count the rank's time in SEND, RECV, UNSHARD, RESHARD and REDUCE_GRAD
+        actions as time of the operation it ran before them (CPU traces; see
+        the module docstring). False: operations hold their own compute only.
 
     Returns
     -------
@@ -464,7 +538,7 @@ def read_kineto(path, *, max_bytes=DEFAULT_MAX_BYTES):
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise InvalidParameterError(f"max_bytes must be a positive integer, not {max_bytes!r}")
     files = trace_files(path)
-    reading = _Reading()
+    reading = _Reading(attach_actions)
     for file in files:
         reading.add_file(_load(file, max_bytes), file)
     return _finished(reading, files)

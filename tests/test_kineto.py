@@ -34,15 +34,29 @@ def seconds(values):
 
 
 # ------------------------------------------------------------------ mapping
-def test_operations_become_labels_and_other_actions_are_counted():
-    profile = profile_from_trace(trace(
-        span("PP:0UNSHARD", 0, 1), span("PP:0F0", 1, 10), span("PP:0SEND_F0", 11, 1),
-        span("aten::linear", 2, 5), span("PP:0F1", 12, 12), span("PP:0REDUCE_GRAD", 30, 1),
-        span("PP:0F0", 100, 14)))
-    assert profile.measurements == {"0F0": seconds([10, 14]), "0F1": seconds([12])}
-    assert profile.skipped == {"UNSHARD": 1, "SEND_F": 1, "REDUCE_GRAD": 1}
+RUN = trace(
+    # iteration 0: UNSHARD opens it, a SEND follows 0F0, REDUCE_GRAD closes it
+    span("PP:0UNSHARD", 0, 1), span("PP:0F0", 1, 10), span("aten::linear", 2, 5),
+    span("PP:0SEND_F0", 11, 1), span("PP:0F1", 12, 12), span("PP:0REDUCE_GRAD", 30, 1),
+    # iteration 1: a RECV between two operations counts for the one before it
+    span("PP:1RECV_B0", 99, 2), span("PP:0F0", 101, 14), span("PP:1RECV_B1", 115, 4),
+    span("PP:0F1", 119, 10))
+
+
+def test_operations_become_labels_and_other_actions_count_for_the_operation_before():
+    profile = profile_from_trace(RUN)
+    assert profile.measurements == {"0F0": seconds([11, 18]), "0F1": seconds([13, 10])}
+    assert profile.skipped == {"UNSHARD": 1, "SEND_F": 1, "REDUCE_GRAD": 1, "RECV_B": 2}
+    assert profile.attached == pytest.approx(6e-6)  # SEND_F0, REDUCE_GRAD, RECV_B1
+    assert profile.unattached == pytest.approx(3e-6)  # UNSHARD, RECV_B0: iteration starts
     assert profile.origins == {"0F0": ("<trace>", 2), "0F1": ("<trace>", 5)}
     assert profile.timelines == {"<trace>": "cpu"} and profile.waited == 0
+
+
+def test_operations_can_keep_their_own_time_only():
+    profile = profile_from_trace(RUN, attach_actions=False)
+    assert profile.measurements == {"0F0": seconds([10, 14]), "0F1": seconds([12, 10])}
+    assert profile.attached == 0 and profile.unattached == 0
 
 
 def test_the_wait_for_an_input_is_not_compute():
@@ -79,7 +93,7 @@ def test_an_overlapped_step_is_split_by_stand_alone_times_and_its_inner_wait_rem
         span("PP:0F0", 0, 10), span("PP:3RECV_B0", 5, 2), span("gloo:recv", 6, 44),
         span("PP:(0F1;3B0)OVERLAP_F_B", 10, 65), span("aten::linear", 12, 18),
         span("autograd::engine::evaluate_function: AddmmBackward0", 50, 25),
-        span("PP:3B1", 80, 30)))
+        span("PP:3B1", 80, 30)), attach_actions=False)
     assert profile.waited == pytest.approx(20e-6)
     assert profile.measurements["0F1"] == seconds([45 / 4])
     assert profile.measurements["3B0"] == seconds([45 * 3 / 4])

@@ -759,7 +759,8 @@ class Replay(Variation):
         return cls(measurements, source=source)
 
     @classmethod
-    def from_kineto(cls, path, *, table=None, partial=False, max_bytes=DEFAULT_MAX_BYTES):
+    def from_kineto(cls, path, *, table=None, partial=False, max_bytes=DEFAULT_MAX_BYTES,
+                    attach_actions=True):
         """Durations from PyTorch profiler (Kineto) traces of a pipeline run.
 
         ``path`` is a ``.json``/``.json.gz`` trace or a directory of them (one
@@ -779,8 +780,12 @@ class Replay(Variation):
             (``--replay-partial``).
         max_bytes : int
             The largest trace file read.
+        attach_actions : bool
+            Count the time a rank spends posting sends and receives (and other
+            non-compute actions) in the operation before them; see
+            :func:`tabsched.kineto.read_kineto`.
         """
-        profile = read_kineto(path, max_bytes=max_bytes)
+        profile = read_kineto(path, max_bytes=max_bytes, attach_actions=attach_actions)
         source = os.fspath(path)
         measurements, notes = profile.measurements, list(profile.notes)
         if table is not None:
