@@ -91,8 +91,9 @@ __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
            "unmatched_labels", "describe_unmatched", "DEFAULT_MAX_BYTES", "TRACE_SUFFIXES"]
 
 #: Largest trace file read (decompressed), in bytes. A CPU trace of 8 pipeline
-#: steps of a small model is about 16 MB.
-DEFAULT_MAX_BYTES = 512 * 2**20
+#: steps of a small model is about 16 MB; parsed, a trace takes about five times
+#: its size in memory.
+DEFAULT_MAX_BYTES = 256 * 2**20
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 _PREFIX = "PP:"

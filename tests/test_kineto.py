@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tabsched import (InvalidParameterError, ScheduleTable, UnitCosts, generate, read_kineto)
 from tabsched.adapt import Replay, monte_carlo
@@ -220,6 +222,31 @@ def test_unreadable_paths(tmp_path):
     with pytest.raises(InvalidParameterError, match=r"empty: no trace files \(\*.json, "
                                                     r"\*.json.gz\) in this directory"):
         read_kineto(empty)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+NAMES = st.sampled_from(["PP:0F0", "PP:1B0", "PP:(0F1;1B0)OVERLAP_F_B", "PP:1RECV_B0",
+                         "PP:0SEND_F0", "PP:0UNSHARD", "PP:9X9", "gloo:recv", "aten::mm", ""])
+EVENTS = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "M", "i"]) | JSON},
+    optional={"name": NAMES | JSON, "cat": st.sampled_from(["user_annotation",
+                                                            "gpu_user_annotation"]) | JSON,
+              "ts": st.integers(0, 100) | st.floats() | JSON,
+              "dur": st.integers(0, 100) | st.floats() | JSON,
+              "tid": st.integers(0, 2) | JSON, "pid": st.just(1) | JSON})
+
+
+@given(st.one_of(JSON, st.lists(EVENTS, max_size=12).map(lambda events: {"traceEvents": events})))
+def test_any_document_gives_a_profile_or_the_readers_error(document):
+    try:
+        profile = profile_from_trace(document)
+    except InvalidParameterError as error:
+        assert "\n" not in str(error)
+        return
+    assert all(all(np.isfinite(value) and value >= 0 for value in values)
+               for values in profile.measurements.values())
 
 
 # ------------------------------------------------------------------ replay
