@@ -314,3 +314,5 @@ def test_eval_replays_a_trace(cli, tmp_path):
                          "--replay-partial")
     assert code == 0, err
     assert "note          ignored 4 profiled operations not in the table (--replay-partial)" in out
+    code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "1", "--replay-partial")
+    assert (code, err) == (1, "Error: --replay-partial needs --replay\n")

@@ -342,6 +342,8 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
     from tabsched.adapt.variation import Combined
     from tabsched.kineto import TRACE_SUFFIXES
     parts = []
+    if replay_partial and replay is None:
+        raise click.ClickException("--replay-partial needs --replay")
     if replay is not None:
         if os.path.isdir(replay) or replay.endswith(TRACE_SUFFIXES):
             parts.append(Replay.from_kineto(replay, table=table, partial=replay_partial))
