@@ -51,6 +51,11 @@ def _load_pipeline_module():
 pipeline = _load_pipeline_module()
 
 
+FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev",
+            "adapt"]
+FORMATS = ("compute_only", "compute_comms")
+
+
 def _adapted(devices):
     """An adapt result PyTorch can express: backward split, warm-up deepened on some devices.
 
@@ -82,11 +87,6 @@ def _families(devices):
     return tables
 
 
-FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zbv", "dualpipev",
-            "adapt"]
-FORMATS = ("compute_only", "compute_comms")
-
-
 def _raw_csv(table):
     """The rows as PyTorch's ``_dump_csv`` writes them, with no check at all."""
     buffer = io.StringIO(newline="")
@@ -97,7 +97,7 @@ def _raw_csv(table):
 
 
 def _refused_tables():
-    """Tables tabsched refuses to write for PyTorch, with what PyTorch itself says."""
+    """Tables tabsched refuses to write for PyTorch; PyTorch's own loader fails on each."""
     chimera = generate("chimera", devices=2, microbatches=2)
     idle = ScheduleTable([["0F0", "1F0", "1B0", "0B0"], []])
     deadlock = ScheduleTable([["0F0", "0B0", "0F1", "0B1"], ["1F1", "1B1", "1F0", "1B0"]])
