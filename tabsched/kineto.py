@@ -439,17 +439,18 @@ class _Reading:
             arrived = received[position][1]
             if not start < arrived < end:
                 continue
-            # the wait began where the last event nested before the arrival ended
+            # the wait began where the last event nested before the arrival ended;
+            # none if a nested event was running when the input arrived
             began = start
             events, begins = by_thread[thread], starts[thread]
             for position in range(max(bisect_right(begins, start) - 1, 0), len(events)):
                 other = events[position]
                 if other[4] >= arrived:
                     break
-                if other is event or other[4] < start or other[5] > arrived \
-                        or other[2].startswith(_PREFIX) or _RECV_EVENT.search(other[2]):
+                if other is event or other[4] < start or other[2].startswith(_PREFIX) \
+                        or _RECV_EVENT.search(other[2]):
                     continue
-                began = max(began, other[5])
+                began = max(began, min(other[5], arrived))
             waited += arrived - began
         self.waited += waited / _PER_SECOND
         for part in parts:

@@ -79,6 +79,13 @@ def test_an_input_that_arrived_before_the_operation_costs_no_wait():
     assert profile.measurements == {"1B0": seconds([30])} and profile.waited == 0
 
 
+def test_an_input_that_arrived_while_the_operation_computed_costs_no_wait():
+    profile = profile_from_trace(trace(
+        span("PP:1RECV_F0", 0, 5), span("gloo:recv", 2, 28), span("PP:1F0", 10, 40),
+        span("aten::linear", 11, 38)))
+    assert profile.measurements == {"1F0": seconds([40])} and profile.waited == 0
+
+
 def test_each_operation_waits_for_its_own_latest_receive():
     # two iterations: the second 1F0 waits for the second RECV, not the first
     profile = profile_from_trace(trace(
