@@ -47,6 +47,7 @@ from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidSc
 from tabsched.formulas import formula_for
 from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
                          to_csv, to_json, write_table)
+from tabsched.kineto import KinetoProfile, read_kineto
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
@@ -68,6 +69,7 @@ __all__ = [
     "system_presets", "Parallelism", "parse_quantity", "format_quantity",
     "lower", "LoweredSchedule",
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
+    "read_kineto", "KinetoProfile",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
     "adapt",

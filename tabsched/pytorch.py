@@ -552,9 +552,11 @@ def to_compute_only(table, *, drop_metadata=False):
     """The compute_only CSV text of ``table``, as PyTorch's ``csv.writer`` writes it.
 
     Raises ``InvalidScheduleError`` with :func:`pytorch_refusal`'s reason for a
-    table PyTorch cannot express, and for one whose metadata (layers per stage,
-    family) the file cannot hold unless ``drop_metadata`` (see
-    :func:`tabsched.io.csv_loss`). A table's ``grad_sync`` stages are written as
+    table PyTorch cannot express, for one whose layers per stage or microbatch
+    sizes the file cannot hold unless ``drop_metadata`` (see
+    :func:`tabsched.io.csv_loss`), and ``DeadlockError`` naming a cycle for row
+    orders that cannot run (PyTorch's ``_load_csv`` would fail placing SEND/RECV:
+    "Malformed compute schedule"). A table's ``grad_sync`` stages are written as
     ``REDUCE_GRAD`` cells after each stage's last backward, as PyTorch's
     single-stage classes (``ScheduleGPipe``, ``Schedule1F1B``) write them, so a
     file read from PyTorch is written back as it was. PyTorch's runtime
@@ -567,7 +569,14 @@ def to_compute_only(table, *, drop_metadata=False):
     """
     _check_expressible(table)
     refuse_loss(table, "PyTorch CSV", drop_metadata)
+    _check_runs(table)
     return write_rows(csv_row_texts(table))
+
+
+def _check_runs(table):
+    """Raise ``DeadlockError`` (naming a cycle) if the row orders contradict the dependencies."""
+    lowered = lower(table)
+    lowered.run_summary(np.ones((1, lowered.num_nodes)))
 
 
 def to_compute_comms(table, *, max_active_stages=3, drop_metadata=False):

@@ -248,6 +248,15 @@ def test_comms_writer_refuses_orders_that_cannot_run():
         to_compute_comms(stuck)
 
 
+def test_compute_only_writer_refuses_orders_that_cannot_run():
+    # PyTorch's _load_csv fails on these bytes ("Malformed compute schedule, can't
+    # schedule sends/recvs"; tests/test_torch_execution.py runs it)
+    stuck = ScheduleTable([["0F0", "0B0", "0F1", "0B1"], ["1F1", "1F0", "1B0", "1B1"]])
+    with pytest.raises(DeadlockError, match=r"^deadlock: the row orders contradict the "
+                                            r"dependencies; .*1F1 \(device 1, slot 0\)"):
+        to_compute_only(stuck)
+
+
 def test_write_pytorch_formats(tmp_path):
     table = generate("1f1b", devices=2, microbatches=2)
     write_pytorch(table, tmp_path / "a.csv", drop_metadata=True)

@@ -337,13 +337,14 @@ def test_what_pytorch_writes_tabsched_writes_back(cli, tmp_path):
     code, shown_csv, _ = cli("show", str(source), "--format", "csv")
     assert shown_csv == source.read_bytes().decode()
     # a REDUCE_GRAD that a compute cell follows keeps its idle slot; one at the end takes none
-    middle = from_csv("0F0,0F1,0B0,0B1,0REDUCE_GRAD,1F0,1B0,1F1,1B1\r\n")
-    assert middle.num_slots == 9 and middle.rows[0][4] is None
-    assert to_csv(middle) == "0F0,0F1,0B0,0B1,0REDUCE_GRAD,1F0,1B0,1F1,1B1\r\n"
-    end = from_pytorch_csv("0F0,0F1,0B0,0B1,,1F0,1B0,1F1,1B1,1REDUCE_GRAD,0REDUCE_GRAD\r\n")
+    # (one device running both stages, in an order that can run)
+    middle = from_csv("0F0,1F0,1B0,0B0,0F1,1F1,1B1,1REDUCE_GRAD,0B1\r\n")
+    assert middle.num_slots == 9 and middle.rows[0][7] is None
+    assert to_csv(middle) == "0F0,1F0,1B0,0B0,0F1,1F1,1B1,1REDUCE_GRAD,0B1\r\n"
+    end = from_pytorch_csv("0F0,1F0,1B0,0B0,0F1,1F1,1B1,,0B1,1REDUCE_GRAD,0REDUCE_GRAD\r\n")
     assert end.table.num_slots == 9 and end.table.grad_sync == (0, 1)
-    assert to_compute_only(end.table) == ("0F0,0F1,0B0,0B1,0REDUCE_GRAD,1F0,1B0,1F1,1B1,"
-                                          "1REDUCE_GRAD\r\n")
+    assert to_compute_only(end.table) == ("0F0,1F0,1B0,0B0,0F1,1F1,1B1,1REDUCE_GRAD,0B1,"
+                                          "0REDUCE_GRAD\r\n")
 
 
 # ------------------------------------------------------------ 8. smaller points

@@ -52,6 +52,7 @@ import os
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
 from tabsched.table import KINDS, cut, shown, shown_repr
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
@@ -854,6 +855,56 @@ class Replay(Variation):
         if self.unmatched is None:   # the first table met is the one measured
             self.check(table)
 
+    @classmethod
+    def from_kineto(cls, path, *, table=None, partial=False, max_bytes=DEFAULT_MAX_BYTES,
+                    attach_actions=True):
+        """Durations from PyTorch profiler (Kineto) traces of a pipeline run.
+
+        ``path`` is a ``.json``/``.json.gz`` trace or a directory of them (one
+        per rank); :mod:`tabsched.kineto` documents how its ``PP:`` events map
+        to operations. Each profiled iteration is one measurement, so sample
+        ``s`` replays iteration ``s mod k`` of ``k``.
+
+        Parameters
+        ----------
+        path : str or path
+        table : ScheduleTable, optional
+            The table the replay is for: a profiled operation it does not hold
+            is an error that lists the first few (a trace of another table, or
+            of other microbatch counts), unless ``partial``.
+        partial : bool
+            Ignore such operations, with a note in :meth:`describe`
+            (``--replay-partial``).
+        max_bytes : int
+            The largest trace file read.
+        attach_actions : bool
+            Count the time a rank spends posting sends and receives (and other
+            non-compute actions) in the operation before them; see
+            :func:`tabsched.kineto.read_kineto`.
+        """
+        profile = read_kineto(path, max_bytes=max_bytes, attach_actions=attach_actions)
+        source = os.fspath(path)
+        measurements, notes = profile.measurements, list(profile.notes)
+        if table is not None:
+            unmatched = unmatched_labels(profile, table)
+            if unmatched and not partial:
+                raise InvalidParameterError(
+                    f"{source}: {len(unmatched)} profiled operations are not in the table: "
+                    f"{describe_unmatched(unmatched)}; --replay-partial (partial=True) "
+                    f"ignores them")
+            if unmatched:
+                dropped = {label for label, _ in unmatched}
+                measurements = {label: values for label, values in measurements.items()
+                                if label not in dropped}
+                notes.append(f"ignored {len(unmatched)} profiled operations not in the table "
+                             f"(--replay-partial): {describe_unmatched(unmatched)}")
+            if not measurements:
+                raise InvalidParameterError(f"{source}: no profiled operation is in the table")
+        replay = cls(measurements, source=source)
+        replay.notes = notes
+        replay.profile = profile
+        return replay
+
     @property
     def random(self):
         return any(len(values) > 1 for values in self.measurements.values())
@@ -922,6 +973,8 @@ class Replay(Variation):
             info["unmatched_labels"] = self.unmatched[:self.LISTED]
             info["note"] = (f"{len(self.unmatched)} of {len(self.measurements)} labels match "
                             f"nothing in the table and were left out (partial replay)")
+        if getattr(self, "notes", None):
+            info["notes"] = list(self.notes)
         return info
 
 

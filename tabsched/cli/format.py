@@ -225,6 +225,9 @@ def monte_carlo_summary(runs):
              f"max {format_time(runs.max, unit)}",
              f"run-time bubble {format_time(runs.runtime_bubble, unit)} ({share:.2%} of the mean "
              f"makespan) over {format_time(runs.nominal_makespan, unit)} at mean durations"]
+    models = runs.variation if isinstance(runs.variation, list) else [runs.variation]
+    lines.extend(f"note          {note}" for model in models if isinstance(model, dict)
+                 for note in model.get("notes", ()))
     header = ["device", "mean busy", "mean idle", "idle at mean durations", "run-time bubble"]
     body = [[f"d{d.device}"] + [format_time(value, unit, with_unit=False) for value in
                                 (d.mean_busy, d.mean_idle, d.nominal_idle, d.runtime_bubble)]

@@ -411,8 +411,10 @@ def variation_options(default_samples):
                      help="The link between devices A and B with its bandwidth divided by "
                           "FACTOR (latency unchanged), e.g. 3-4:3 (repeatable)."),
         click.option("--replay", metavar="FILE",
-                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms). Every "
-                          "label must name an operation or transfer of the table."),
+                     help="Measured durations: CSV rows op,duration (e.g. 3F12,31ms), or a "
+                          "PyTorch profiler trace of a pipeline run (.json, .json.gz, or a "
+                          "directory of them, one per rank). Every label must name an "
+                          "operation or transfer of the table."),
         click.option("--replay-partial", is_flag=True,
                      help="Accept --replay labels that match nothing in the table (they are "
                           "listed in a note)."),
@@ -461,6 +463,7 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
     """
     from tabsched.adapt import Noise, Replay, SlowLink, Straggler
     from tabsched.adapt.variation import Combined
+    from tabsched.kineto import TRACE_SUFFIXES
     parts = []
     if replay_partial and replay is None:
         raise click.ClickException("--replay-partial needs --replay FILE")
@@ -470,9 +473,12 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
                                    f"add --comm (the time of a transfer) or --model and "
                                    f"--system")
     if replay is not None:
-        replayed = Replay.from_csv(replay, partial=replay_partial)
-        replayed.check(table)
-        parts.append(replayed)
+        if os.path.isdir(replay) or replay.endswith(TRACE_SUFFIXES):
+            parts.append(Replay.from_kineto(replay, table=table, partial=replay_partial))
+        else:
+            replayed = Replay.from_csv(replay, partial=replay_partial)
+            replayed.check(table)
+            parts.append(replayed)
     for text in stragglers:
         device, factor = _split_pair(text, "--straggler", None, "DEVICE:FACTOR, e.g. 3:1.5")
         parts.append(Straggler(device, factor))
