@@ -382,7 +382,7 @@ class _Evaluator:
 def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="mean",
           samples=256, seed=0, iteration=0, moves=None, max_rounds=24, significance=2.0,
           min_microbatch_size=0.25, max_microbatch_size=4.0, validation_seed=None,
-          validation_samples=None, references=ALL, start_from_reference=True):
+          validation_samples=None, references=ALL, start_from_reference=True, progress=None):
     """Search transforms of ``table`` for the fastest table that fits ``memory_budget``.
 
     Parameters
@@ -421,6 +421,9 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
     start_from_reference : bool
         Start the search from the best reference that fits, when it beats
         ``table`` on the search's samples.
+    progress : callable, optional
+        Called as ``progress(round, max_rounds, candidates)`` after each round (and
+        with ``round = max_rounds`` when the search stops early).
 
     Returns
     -------
@@ -508,6 +511,10 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
         for candidate in log:  # only the current table is measured again
             if candidate is not current:
                 candidate.context = None
+        if progress is not None and rounds < max_rounds:
+            progress(rounds, max_rounds, len(log))
+    if progress is not None:   # the last round, or an early stop: the bar completes
+        progress(max_rounds, max_rounds, len(log))
 
     for candidate in log:
         candidate.context = None
