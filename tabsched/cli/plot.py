@@ -91,7 +91,7 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
     One panel when the metric does not depend on the system (formula and table levels).
     """
     from tabsched.plot import check_picture_path, sweep_plot
-    from tabsched.sweep import COLUMNS, read_sweep_csv
+    from tabsched.sweeps import COLUMNS, read_sweep_csv
     check_picture_path(out)
     if metric not in COLUMNS:
         raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
