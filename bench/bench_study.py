@@ -11,7 +11,7 @@ import argparse
 from _timing import best_of
 
 from tabsched.study import STUDIES
-from tabsched.sweep import grid_tasks, rows_to_csv, run_sweep
+from tabsched.sweeps import grid_tasks, rows_to_csv, run_sweep
 
 
 

@@ -51,6 +51,7 @@ from tabsched.kineto import KinetoProfile, read_kineto
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
+from tabsched.sweeps import SweepResult, sweep
 from tabsched.table import Op, Overlap, ScheduleTable
 from tabsched import adapt  # noqa: E402  (run-time variation, transforms, search)
 
@@ -72,6 +73,7 @@ __all__ = [
     "read_kineto", "KinetoProfile",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "formula_for",
+    "sweep", "SweepResult",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError", "MissingDependencyError", "OutputError",

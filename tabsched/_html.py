@@ -2,20 +2,17 @@
 
 Jupyter shows an object's ``_repr_html_()``; ``ScheduleTable`` and ``Result``
 return what these functions build. Everything is escaped; large tables are cut
-to their first ``MAX_SLOTS`` slots with a note, and the Gantt chart (inline SVG,
-drawn only when matplotlib is installed) is left out above ``MAX_GANTT_CELLS``.
+to their first ``MAX_SLOTS`` slots with a note. The Gantt chart of a result is
+drawn by :func:`tabsched.plot.gantt_svg` and passed in, so this module imports
+nothing that imports a table (no cycle).
 """
 
 import html
-import io
-
-from tabsched.exceptions import MissingDependencyError
 
 __all__ = ["table_html", "result_html"]
 
 MAX_SLOTS = 160
 MAX_DEVICES = 64
-MAX_GANTT_CELLS = 20_000
 # the Gantt chart's colours (tabsched.plot), without importing matplotlib
 _KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "I": "#D55E00", "W": "#009E73",
                 "overlap": "#CC79A7"}
@@ -74,8 +71,9 @@ def _number(value):
     return f"{value:.4g}"
 
 
-def result_html(result):
-    """A result as an HTML summary (level, makespan, bubble, devices) and its Gantt chart."""
+def result_html(result, gantt=""):
+    """A result as an HTML summary (level, makespan, bubble, devices), then ``gantt``
+    (an inline SVG or a note)."""
     unit, memory_unit = result.time_unit, result.memory_unit
     formula = result.formula or {}
     header = ["device", f"busy ({unit})", f"idle ({unit})", f"warm-up ({unit})",
@@ -94,21 +92,6 @@ def result_html(result):
     if result.table.num_devices > MAX_DEVICES:
         parts.append(f"<i>... {result.table.num_devices - MAX_DEVICES} more devices</i>")
     parts.extend(f"<div><i>note: {html.escape(note)}</i></div>" for note in result.notes)
-    parts.append(_gantt_svg(result))
+    parts.append(gantt)
     parts.append("</div>")
     return "\n".join(parts)
-
-
-def _gantt_svg(result):
-    if len(result.table) > MAX_GANTT_CELLS:
-        return (f"<i>Gantt chart left out: {len(result.table)} operations (draw it with "
-                f"tabsched.plot.gantt)</i>")
-    from tabsched.plot import gantt
-    try:
-        figure = gantt(result, width=10)
-    except MissingDependencyError as error:
-        return f"<i>{html.escape(str(error))}</i>"
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
-    text = buffer.getvalue()
-    return text[text.find("<svg"):]

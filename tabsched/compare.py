@@ -28,8 +28,8 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import generate, get_family
 from tabsched.table import shown_repr
 
-__all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "rank", "model_costs_for",
-           "slot_lengths", "table_level_with", "describe_lengths"]
+__all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "Comparisons", "rank",
+           "model_costs_for", "slot_lengths", "table_level_with", "describe_lengths"]
 
 #: Parameters compare and sweep set for every family (their short CLI flags).
 SIZE_PARAMETERS = {"devices": "p", "microbatches": "m"}
@@ -226,6 +226,18 @@ def generate_spec(spec, devices, microbatches, model_layers=None, costs=None):
     return generate(spec.family, devices=devices, microbatches=microbatches, **params)
 
 
+class Comparisons(list):
+    """What :func:`compare` returns: a list of :class:`Comparison`, one per family, that
+    also turns into a pandas DataFrame (:func:`tabsched.frames.compare_frame`)."""
+
+    def to_dataframe(self):
+        from tabsched.frames import compare_frame
+        return compare_frame(self)
+
+    def to_dicts(self):
+        return [row.to_dict() for row in self]
+
+
 def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT_SYSTEM,
             costs=None, global_batch=None, recompute=None, contention=None,
             grad_sync="replicas", lengths=None, parallel=None):
@@ -251,7 +263,9 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
 
     Returns
     -------
-    list of Comparison, in the order of ``specs``.
+    Comparisons
+        A list of :class:`Comparison`, in the order of ``specs``, with
+        ``to_dataframe()``.
     """
     specs = [parse_spec(spec) for spec in specs]
     if not specs:
@@ -299,7 +313,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     for level, values in levels.items():
         for row, position in zip(rows, rank(values)):
             row.ranks[level] = position
-    return rows
+    return Comparisons(rows)
 
 
 def _grad_sync(costs, grad_sync):

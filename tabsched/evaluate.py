@@ -5,6 +5,8 @@ The Result says which level produced it (``"table"`` under ``UnitCosts``,
 where the family has one, carries the formula level's numbers beside it.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -153,6 +155,31 @@ class Result:
     @property
     def total_compute(self):
         return float(sum(device.busy for device in self.devices))
+
+    # ------------------------------------------------------------------ notebooks
+    def __repr__(self):
+        """One line: the table, the level, makespan, bubble and the fullest device."""
+        from tabsched.costs.units import format_quantity
+        top = max(self.devices, key=lambda d: d.peak_total_memory, default=None)
+        time = (format_quantity(self.makespan, "s") if self.time_unit == "s"
+                else f"{self.makespan:g} {self.time_unit}")
+        peak = "" if top is None else (
+            f", peak memory {format_quantity(top.peak_total_memory, 'B')} on d{top.device}"
+            if self.memory_unit == "bytes" else
+            f", peak {top.peak_total_memory:g} {self.memory_unit} on d{top.device}")
+        return (f"<Result {self.level}: {_label(self.table)}, makespan {time}, "
+                f"bubble {self.bubble_ratio:.1%}{peak}>")
+
+    def to_dataframe(self, *, ops=False):
+        """A pandas DataFrame: a row per device, or per operation with ``ops=True``
+        (see :func:`tabsched.frames.result_frame`; pandas is the ``notebook`` extra)."""
+        from tabsched.frames import result_frame
+        return result_frame(self, ops=ops)
+
+    def _repr_html_(self):
+        from tabsched._html import result_html
+        from tabsched.plot import gantt_svg
+        return result_html(self, gantt_svg(self))
 
     @property
     def peak_memory(self):
@@ -325,6 +352,14 @@ class Result:
         return data
 
 
+def _label(table):
+    """``1f1b devices=8 microbatches=32``, or the table's shape when it names no family."""
+    if table.family:
+        return " ".join([table.family] + [f"{key}={value}" for key, value in table.params.items()
+                                          if key != "transforms"])
+    return f"{table.num_devices} devices, {table.num_microbatches} microbatches"
+
+
 def checked_costs(table, costs):
     """``costs`` (default ``UnitCosts()``) after the checks every evaluation of ``table`` makes."""
     if not isinstance(table, ScheduleTable):
@@ -350,8 +385,11 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
                  transfer_after=transfer_after)
 
 
-def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=None,
-             formula=True, memory_budget=None, transfer_after=None):
+def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
+             contention: str | None = None, grad_sync: object = None,
+             optimizer: bool | None = None, formula: bool = True,
+             memory_budget: float | str | None = None,
+             transfer_after: tuple | None = None) -> Result:
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
 
     Parameters

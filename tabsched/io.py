@@ -21,6 +21,8 @@ in full, so a failed write (disk full, quota, ``ulimit -f``) leaves the previous
 file as it was and no partial file behind.
 """
 
+from __future__ import annotations
+
 import csv
 import io as _io
 import json
@@ -29,13 +31,14 @@ import os
 import re
 import shutil
 import tempfile
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tabsched.exceptions import InvalidScheduleError, OutputError
 from tabsched.table import (BACKWARD, SIMPLE_OP, WEIGHT_GRAD, Op, Overlap, ScheduleTable, cut,
                             parse_cell, parse_id, shown, shown_repr)
+
 
 __all__ = ["read_table", "write_table", "read_csv", "write_csv", "to_csv", "from_csv",
            "read_json", "write_json", "to_json", "from_json", "render_grid",
@@ -319,7 +322,7 @@ def write_rows(rows):
     return buffer.getvalue()
 
 
-def to_csv(table, *, drop_metadata=False):
+def to_csv(table: ScheduleTable, *, drop_metadata: bool = False) -> str:
     """The compute_only CSV text of ``table`` (PyTorch's bytes, ``\\r\\n`` endings).
 
     Parameters
@@ -341,7 +344,7 @@ def to_csv(table, *, drop_metadata=False):
     return write_rows(csv_row_texts(table))
 
 
-def from_csv(text, *, source="<csv>", **metadata):
+def from_csv(text: str, *, source: str = "<csv>", **metadata: Any) -> ScheduleTable:
     """Parse compute_only CSV text into a table (``source`` names it in errors).
 
     The number of microbatches is the number of forwards of stage 0 unless
@@ -397,7 +400,7 @@ _JSON_KEYS = ("format", "version", "family", "params", "num_stages", "microbatch
 _MAX_NAME = 200
 
 
-def to_json(table, *, indent=None):
+def to_json(table: ScheduleTable, *, indent: int | None = None) -> str:
     """JSON text: the rows and the metadata CSV cannot hold.
 
     Refuses a table with a device that runs nothing, which no reader takes back.
@@ -580,7 +583,7 @@ def _check_against_rows(table, metadata, source):
                                        f'{list(table.grad_sync)[:8]}')
 
 
-def from_json(text, *, source="<json>"):
+def from_json(text: str, *, source: str = "<json>") -> ScheduleTable:
     """Parse the JSON form of a table.
 
     The document is checked against one schema (each key's type and range, its
@@ -622,7 +625,7 @@ def _suffix(path):
     return os.path.splitext(os.fspath(path))[1].lower()
 
 
-def read_table(path, **options):
+def read_table(path: str | os.PathLike[str], **options: Any) -> ScheduleTable:
     """Read a ``.csv`` (PyTorch compute_only) or ``.json`` table."""
     suffix = _suffix(path)
     if suffix == ".csv":
@@ -633,7 +636,8 @@ def read_table(path, **options):
                                f"expected one of {', '.join(TABLE_SUFFIXES)}")
 
 
-def write_table(table, path, *, drop_metadata=False):
+def write_table(table: ScheduleTable, path: str | os.PathLike[str], *,
+                drop_metadata: bool = False) -> None:
     """Write ``table`` by the suffix of ``path``: ``.csv`` or ``.json``, atomically.
 
     A ``.csv`` refuses a table whose metadata it cannot hold unless
@@ -796,7 +800,7 @@ def _grid_token(cell):
     return str(cell)
 
 
-def render_grid(table, *, width=None):
+def render_grid(table: ScheduleTable, *, width: int | None = None) -> str:
     """The table as a text grid that wraps into bands to fit ``width`` columns.
 
     Idle slots show as ``.``; an overlapped cell as ``0F7+7B3``. A ruler above

@@ -30,13 +30,19 @@ Everything here is vectorised over operations; lowering a 500k-operation
 table takes no Python loop per operation.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tabsched import _kernel
 from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+
+if TYPE_CHECKING:
+    from tabsched.table import ScheduleTable
 
 __all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES"]
 
@@ -366,8 +372,10 @@ def _cycle_text(described):
     return " -> ".join(parts + [described[0][0]])
 
 
-def lower(table, *, contention="none", devices_per_node=None, blocking_sends=False,
-          grad_sync=None, optimizer=False, transfer_after=None):
+def lower(table: ScheduleTable, *, contention: str = "none",
+          devices_per_node: int | None = None, blocking_sends: bool = False,
+          grad_sync: object = None, optimizer: bool = False,
+          transfer_after: tuple | None = None) -> LoweredSchedule:
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters

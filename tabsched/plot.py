@@ -15,10 +15,11 @@ import re
 import numpy as np
 
 from tabsched._extras import require
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, MissingDependencyError
 from tabsched.io import atomic_write, check_output_path
 
-__all__ = ["gantt", "memory_plot", "save_figure", "check_picture_path", "KIND_COLORS"]
+__all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
+           "KIND_COLORS"]
 
 #: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
 #: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
@@ -39,6 +40,31 @@ DPI = 150
 #: Bars narrower than this many pixels are drawn this wide, so that no operation or
 #: transfer vanishes from a picture of a long iteration.
 MIN_BAR_PIXELS = 1.5
+
+
+#: Above this many operations a notebook shows no Gantt chart (drawing it takes seconds).
+MAX_INLINE_OPS = 20_000
+
+
+def gantt_svg(result):
+    """The Gantt chart of ``result`` as inline SVG for a notebook, or a one-line note.
+
+    The note says why there is no chart: matplotlib missing (with the command that
+    installs it) or a table above ``MAX_INLINE_OPS`` operations.
+    """
+    import html
+    import io as _text
+    if len(result.table) > MAX_INLINE_OPS:
+        return (f"<i>Gantt chart left out: {len(result.table)} operations (draw it with "
+                f"tabsched.plot.gantt)</i>")
+    try:
+        figure = gantt(result, width=10)
+    except MissingDependencyError as error:
+        return f"<i>{html.escape(str(error))}</i>"
+    buffer = _text.StringIO()
+    figure.savefig(buffer, format="svg")
+    text = buffer.getvalue()
+    return text[text.find("<svg"):]
 
 
 def matplotlib_module(name="matplotlib"):
@@ -402,7 +428,7 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
                logx=True, logy=False, capacity=None):
     """A metric against microbatches: a line per configuration, a panel per system.
 
-    ``rows`` are sweep rows (:mod:`tabsched.sweep`); skipped configurations are
+    ``rows`` are sweep rows (:mod:`tabsched.sweeps`); skipped configurations are
     left out. Systems named like the tabular paper's grid are laid out as the
     grid (network slow..fast down, compute slow..fast across); others in order.
     When the metric does not depend on the system (the formula and table levels,

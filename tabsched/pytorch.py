@@ -83,10 +83,13 @@ Traceback (most recent call last):
 tabsched.exceptions.InvalidScheduleError: <csv>: device 0, slot 2: "0BW1" is a full backward in PyTorch's legacy tokens; read the file with legacy=True (--torch-legacy)
 """
 
+from __future__ import annotations
+
 import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -99,6 +102,9 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, Op, Overlap, compound_parts,
                             cut, parse_id, parse_op, shown)
+
+if TYPE_CHECKING:
+    from tabsched.table import ScheduleTable
 
 __all__ = ["TorchSchedule", "read_pytorch", "from_pytorch_csv", "to_compute_only",
            "to_compute_comms", "write_pytorch", "pytorch_refusal", "stage_map",
@@ -202,7 +208,8 @@ class TorchSchedule:
         return result
 
 
-def read_pytorch(path, *, legacy=False, format=None, p2p="ordered"):
+def read_pytorch(path: str | os.PathLike[str], *, legacy: bool = False, format: str | None = None,
+                 p2p: str = "ordered") -> TorchSchedule:
     """Read a PyTorch schedule CSV (compute_only or compute_comms).
 
     Parameters
@@ -230,7 +237,8 @@ def read_pytorch(path, *, legacy=False, format=None, p2p="ordered"):
                             format=format, p2p=p2p)
 
 
-def from_pytorch_csv(text, *, source="<csv>", legacy=False, format=None, p2p="ordered"):
+def from_pytorch_csv(text: str, *, source: str = "<csv>", legacy: bool = False,
+                     format: str | None = None, p2p: str = "ordered") -> TorchSchedule:
     """Parse PyTorch schedule CSV text (see :func:`read_pytorch`)."""
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format {format!r} is not one of {', '.join(FORMATS)}")
@@ -738,7 +746,8 @@ def _add_send_recv(orders, stage_device, num_stages, table):
     return result
 
 
-def write_pytorch(table, path, *, format="compute_only", drop_metadata=False):
+def write_pytorch(table: ScheduleTable, path: str | os.PathLike[str], *,
+                  format: str = "compute_only", drop_metadata: bool = False) -> None:
     """Write ``table`` as PyTorch CSV (``format``: compute_only or compute_comms), atomically.
 
     ``drop_metadata``: write a table whose metadata the file cannot hold (see

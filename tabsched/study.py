@@ -26,7 +26,7 @@ from tabsched.compare import describe_lengths, slot_lengths
 from tabsched.exceptions import UnknownNameError
 from tabsched.io import atomic_write, check_output_folder, make_output_folder
 from tabsched.study_megatron import run_megatron_study
-from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
+from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
 
 __all__ = ["STUDIES", "run_study", "StudyReport", "Finding", "tabular_paper_findings"]
 

@@ -502,6 +502,11 @@ class ScheduleTable:
 
     __hash__ = None
 
+    def _repr_html_(self):
+        """The table as a coloured grid in a notebook (:mod:`tabsched._html`)."""
+        from tabsched._html import table_html
+        return table_html(self)
+
     def __repr__(self):
         family = f"{self.family!r}, " if self.family else ""
         return (f"<ScheduleTable {family}{self.num_devices} devices x {self.num_slots} slots, "

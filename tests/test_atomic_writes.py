@@ -165,8 +165,8 @@ def test_output_paths_are_checked_before_the_work(cli, tmp_path, monkeypatch):
     import tabsched.adapt
     import tabsched.cli.options
     import tabsched.study
-    import tabsched.sweep
-    refuse_work(monkeypatch, tabsched.sweep, "run_sweep")
+    import tabsched.sweeps
+    refuse_work(monkeypatch, tabsched.sweeps, "run_sweep")
     refuse_work(monkeypatch, tabsched.study, "run_sweep")
     refuse_work(monkeypatch, tabsched.adapt, "adapt")
     refuse_work(monkeypatch, tabsched.cli.options, "load_with_torch")

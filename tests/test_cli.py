@@ -64,19 +64,44 @@ def test_list_shows_families(cli):
 @pytest.mark.parametrize("argv,message", [
     (["eval", "lf1b", "-p", "2", "-m", "2"], "unknown schedule family 'lf1b'"),
     (["eval", "1f1b"], "1f1b needs --devices and --microbatches"),
-    (["eval", "1f1b", "-p", "x", "-m", "2"], "'x' is not a valid integer"),
     (["eval", "1f1b", "-p", "2", "-m", "2", "--chunks", "2"], "1f1b does not take --chunks"),
     (["eval", "1f1b", "-p", "2", "-m", "2", "--f", "-1"], "f must be finite and >= 0"),
     (["eval", "1f1b", "-p", "0", "-m", "2"], "devices must be >= 1"),
     (["eval", "missing.csv"], "missing.csv: cannot read"),
-    (["eval", "1f1b", "-p", "2", "-m", "2", "--contention", "bus"], "Invalid value for '--contention'"),
-    (["frobnicate"], "No such command 'frobnicate'"),
 ])
 def test_bad_input_is_one_line_and_exit_1(cli, argv, message):
     code, out, err = cli(*argv)
     assert code == 1
     assert err.count("\n") == 1 and err.startswith("Error: ")
     assert message in err
+
+
+@pytest.mark.parametrize("argv,usage,message", [
+    (["eval", "1f1b", "-p", "x", "-m", "2"], "tabsched eval [OPTIONS] SCHEDULE",
+     "Invalid value for '--devices' / '-p': 'x' is not a valid integer."),
+    (["eval", "1f1b", "-p", "2", "-m", "2", "--contention", "bus"],
+     "tabsched eval [OPTIONS] SCHEDULE", "Invalid value for '--contention'"),
+    (["eval", "1f1b", "--frob"], "tabsched eval [OPTIONS] SCHEDULE", "No such option '--frob'"),
+    (["eval"], "tabsched eval [OPTIONS] SCHEDULE", "Missing argument 'SCHEDULE'."),
+    (["frobnicate"], "tabsched [OPTIONS] COMMAND [ARGS]...", "No such command 'frobnicate'."),
+    (["convert", "1f1b", "-p", "2", "-m", "2"], "tabsched convert [OPTIONS] SCHEDULE [OUTPUT]",
+     "convert needs OUTPUT (or -o FILE; '-' for stdout)"),
+])
+def test_usage_errors_exit_2_with_the_usage_and_a_help_hint(cli, argv, usage, message):
+    code, out, err = cli(*argv)
+    lines = err.splitlines()
+    assert code == 2 and out == ""
+    assert lines[0] == f"Usage: {usage}"
+    assert lines[1].startswith("Try 'tabsched") and lines[1].endswith("for help.")
+    assert lines[-1].startswith("Error: ") and message in lines[-1]
+
+
+def test_exit_statuses_are_documented(cli):
+    _, out, _ = cli("--help")
+    text = " ".join(out.split())
+    assert ("Exit status: 0 success; 1 bad input or a failure (one 'Error:' line on stderr); 2 "
+            "a usage error (unknown option, missing argument); 3 --strict and a device over "
+            "--memory-budget.") in text
 
 
 def test_bad_file_and_deadlock_from_cli(cli, tmp_path):

@@ -78,7 +78,7 @@ def test_adapt_says_when_nothing_fits(cli):
     code, out, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "0.1",
                          "--max-rounds", "2", "--strict", "--json")
     data = json.loads(out)
-    assert code == 1 and data["feasible"] is False
+    assert code == 3 and data["feasible"] is False
     assert err.splitlines()[-1] == "Error: no table within the memory budget 0.1 activations " \
                                    "(--strict)"
 

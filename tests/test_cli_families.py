@@ -167,8 +167,6 @@ def test_eval_formula_of_a_file_without_family(cli, tmp_path):
      "simulation"),
     (["eval", "chimera", "-p", "4", "-m", "4", "--level", "simulation"],
      "--level simulation needs --comm"),
-    (["eval", "chimera", "-p", "4", "-m", "4", "--level", "roofline"],
-     "Invalid value for '--level'"),
     (["list", "chimaera"], "unknown schedule family 'chimaera' (did you mean 'chimera'?)"),
 ])
 def test_bad_family_input_is_one_line_and_exit_1(cli, argv, message):

@@ -29,12 +29,12 @@ def test_eval_json_is_in_si_units(cli):
     assert data["costs"]["transformer"] == "paper-128l"
 
 
-def test_memory_budget_reports_and_strict_exits_1(cli):
+def test_memory_budget_reports_and_strict_exits_3(cli):
     code, out, err = cli(*EVAL, *PAPER, "--memory-budget", "80GB")
     assert code == 0 and err == ""
     assert "memory budget 80 GB: 6 of 8 devices over (worst d0 by 52.9 GB at " in out
     code, out, err = cli(*EVAL, *PAPER, "--memory-budget", "80GB", "--strict")
-    assert code == 1 and "makespan" in out
+    assert code == 3 and "makespan" in out
     assert err.startswith("Error: memory budget 80 GB exceeded on 6 of 8 devices: d0 by 52.9 GB")
     assert err.count("\n") == 1
     code, out, err = cli(*EVAL, *PAPER, "--recompute", "full", "--memory-budget", "capacity",

@@ -44,8 +44,7 @@ def test_sweep_writes_csv_and_reports_progress(cli, tmp_path):
     code, out, err = cli("sweep", "gpipe", "chimera", "-p", "3,4", "-m", "4",
                          "--systems", "mid_nw_mid_cp,fast_nw_fast_cp", "-o", str(path), "-j", "2")
     assert code == 0 and out == ""
-    assert "sweep: 4/4 tables, 8 configurations" in err
-    assert f"wrote {path}: 8 configurations, 4 skipped" in err
+    assert err == f"wrote {path}: 8 configurations, 4 skipped\n"   # no bar when not a terminal
     lines = path.read_text().splitlines()
     assert len(lines) == 9 and lines[0].startswith("spec,family,params,devices")
     code, out, _ = cli("sweep", "gpipe", "-p", "2", "-m", "2", "--systems", "mid_nw_mid_cp")
@@ -82,7 +81,6 @@ def test_study_command(cli, tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["compare", "gpipe", "-m", "8"], "Missing option '--devices'"),
     (["compare", "gpipe", "chimaera", "-p", "4", "-m", "8"], "unknown schedule family 'chimaera'"),
     (["compare", "hanayo:waves", "-p", "4", "-m", "8"], "expected name:key=value"),
     (["sweep", "gpipe", "-p", "4,x", "-m", "8"], "--devices '4,x': expected integers"),
@@ -124,3 +122,28 @@ def test_unreachable_dask_scheduler(cli, monkeypatch):
                        "--dask", "tcp://127.0.0.1:9")
     assert code == 1
     assert "--dask tcp://127.0.0.1:9: cannot reach the scheduler" in err
+
+
+def test_repeated_list_options_accumulate(cli):
+    code, out, _ = cli("sweep", "gpipe", "-p", "2", "-p", "3,4", "-m", "4", "-m", "8",
+                       "--system", "mid_nw_mid_cp", "--model", "paper-128l", "--models",
+                       "gpt3-175b")
+    import csv
+    import io
+    records = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and len(records) == 3 * 2 * 2
+    assert {r["devices"] for r in records} == {"2", "3", "4"}
+    assert {r["microbatches"] for r in records} == {"4", "8"}
+    assert {r["model"] for r in records} == {"paper-128l", "gpt3-175b"}
+
+
+def test_progress_bar_on_a_terminal_only(cli, monkeypatch, tmp_path):
+    import sys
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    path = tmp_path / "s.csv"
+    code, _, err = cli("sweep", "gpipe", "1f1b", "-p", "3,4", "-m", "4", "--system",
+                       "mid_nw_mid_cp", "-o", str(path))
+    assert code == 0 and "sweep  [####" in err and "4/4  4 configurations" in err
+    code, _, err = cli("sweep", "gpipe", "1f1b", "-p", "3,4", "-m", "4", "--system",
+                       "mid_nw_mid_cp", "-o", str(path), "--quiet")
+    assert code == 0 and err == f"wrote {path}: 4 configurations, 2 skipped\n"

@@ -7,7 +7,7 @@ import pytest
 
 from tabsched import MissingDependencyError, TabschedError
 from tabsched._extras import install_command, require
-from tabsched.sweep import grid_tasks, run_sweep
+from tabsched.sweeps import grid_tasks, run_sweep
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_import_tabsched_needs_no_optional_dependency():
     code = ("import sys\n"
             "for name in ('matplotlib', 'distributed', 'dask', 'pandas', 'torch'):\n"
             "    sys.modules[name] = None\n"
-            "import tabsched, tabsched.cli, tabsched.plot, tabsched.sweep\n"
+            "import tabsched, tabsched.cli, tabsched.plot, tabsched.sweeps\n"
             "t = tabsched.generate('1f1b', devices=2, microbatches=2)\n"
             "print(tabsched.evaluate(t, tabsched.UnitCosts()).makespan)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

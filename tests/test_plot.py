@@ -110,7 +110,7 @@ def test_sweep_plot_needs_a_successful_configuration():
 
 # ---------------------------------------------------------------- pictures for a paper
 def sweep_rows(models=("paper-128l",), systems=("mid_nw_mid_cp", "slow_nw_mid_cp")):
-    from tabsched.sweep import grid_tasks, run_sweep
+    from tabsched.sweeps import grid_tasks, run_sweep
     return run_sweep(grid_tasks(["gpipe", "1f1b"], [4], [4, 8, 16], models=models,
                                 systems=systems, global_batch=16))
 
@@ -214,7 +214,7 @@ def test_gantt_legend_explains_the_labels():
 
 
 def test_cli_plot_options(cli, tmp_path):
-    from tabsched.sweep import rows_to_csv
+    from tabsched.sweeps import rows_to_csv
     csv_path = tmp_path / "s.csv"
     csv_path.write_text(rows_to_csv(sweep_rows()))
     code, _, err = cli("plot", "sweep", str(csv_path), "-o", str(tmp_path / "s.png"),

@@ -17,7 +17,7 @@ from tabsched import (InvalidParameterError, ModelCosts, StageCosts, UnitCosts, 
 from tabsched.compare import compare
 from tabsched.schedules import families, get_family
 from tabsched.schedules import zb_auto, zbv_auto
-from tabsched.sweep import grid_tasks, run_sweep
+from tabsched.sweeps import grid_tasks, run_sweep
 
 
 def paper_bubble_rate(result, microbatches, forward, input_grad, weight_grad):

@@ -21,7 +21,7 @@ from tabsched.adapt import Replay, SplitMicrobatches
 from tabsched.compare import parse_spec
 from tabsched.formulas import formula_for, formula_mismatch
 from tabsched.pytorch import from_pytorch_csv, read_pytorch, to_compute_only
-from tabsched.sweep import read_sweep_csv
+from tabsched.sweeps import read_sweep_csv
 
 PYTORCH_DATA = pathlib.Path(__file__).resolve().parent / "data" / "pytorch"
 #: No error line is longer than this, whatever the input.

@@ -31,8 +31,11 @@ Run-time bubble
     idle at mean durations``.
 """
 
+from __future__ import annotations
+
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +44,10 @@ from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
+
+if TYPE_CHECKING:
+    from tabsched.adapt.variation import Variation
+    from tabsched.costs.base import CostModel
 
 __all__ = ["monte_carlo", "MonteCarloResult", "DeviceRuntime", "link_chains"]
 
@@ -120,6 +127,26 @@ class MonteCarloResult:
     def runtime_bubble(self):
         return self.mean - self.nominal_makespan
 
+    def __repr__(self):
+        """One line of figures, not the makespan of every sample."""
+        unit = self.time_unit
+
+        def shown(value):
+            if unit == "s":
+                from tabsched.costs.units import format_quantity
+                return format_quantity(value, "s")
+            return f"{value:.4g} {unit}"
+        return (f"<MonteCarloResult {self.samples} samples (seed {self.seed}): mean "
+                f"{shown(self.mean)}, p95 {shown(self.p95)}, run-time bubble "
+                f"{shown(self.runtime_bubble)} over {shown(self.nominal_makespan)} at mean "
+                f"durations>")
+
+    def to_dataframe(self, *, samples=False):
+        """A pandas DataFrame: a row per device, or per sample with ``samples=True``
+        (see :func:`tabsched.frames.monte_carlo_frame`)."""
+        from tabsched.frames import monte_carlo_frame
+        return monte_carlo_frame(self, samples=samples)
+
     def statistic(self, objective):
         """``"mean"`` or ``"p95"`` (or ``"p50"``, ``"max"``) of the makespan."""
         if objective not in ("mean", "p50", "p95", "max"):
@@ -182,9 +209,11 @@ def _check_count(name, value, minimum=1):
     return int(value)
 
 
-def monte_carlo(table, costs=None, variation=None, *, samples=1000, seed=0, iteration=0,
-                contention=None, grad_sync=None, optimizer=None, transfer_after=None,
-                chunk_bytes=DEFAULT_CHUNK_BYTES):
+def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
+                variation: Variation | None = None, *, samples: int = 1000, seed: int = 0,
+                iteration: int = 0, contention: str | None = None, grad_sync: object = None,
+                optimizer: bool | None = None, transfer_after: tuple | None = None,
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> MonteCarloResult:
     """Makespan statistics of ``table`` over ``samples`` iterations drawn from ``variation``.
 
     Parameters

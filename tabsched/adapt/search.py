@@ -33,8 +33,11 @@ Report
     instead (``AdaptResult.returned_reference`` names it).
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -47,6 +50,12 @@ from tabsched.evaluate import _budget, checked_costs, evaluate
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
 from tabsched.table import BACKWARD, WEIGHT_GRAD, ScheduleTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    
+    from tabsched.adapt.variation import Variation
+    from tabsched.costs.base import CostModel
 
 __all__ = ["adapt", "AdaptResult", "Candidate", "TableReport", "default_moves", "OBJECTIVES",
            "check_budget"]
@@ -190,6 +199,23 @@ class AdaptResult:
     @property
     def transforms(self):
         return self.adapted.transforms
+
+    def __repr__(self):
+        """One line: the adapted table's objective, its gain, and whether it fits."""
+        unit = self.time_unit
+        value = self.adapted.statistic(self.objective)
+        shown = f"{value:.4g} {unit}"
+        gain = self.gain(self.baseline)
+        return (f"<AdaptResult {self.objective} makespan {shown}"
+                + (f" ({gain:+.1%} over the start)" if gain is not None else "")
+                + f", {len(self.transforms)} transforms, "
+                + ("fits the budget" if self.feasible else "INFEASIBLE") + ">")
+
+    def to_dataframe(self):
+        """A pandas DataFrame, a row per table: baseline, adapted and the references
+        (see :func:`tabsched.frames.adapt_frame`)."""
+        from tabsched.frames import adapt_frame
+        return adapt_frame(self)
 
     @property
     def best_reference(self):
@@ -379,10 +405,14 @@ class _Evaluator:
         return candidate.score()[:2] + (objective,)
 
 
-def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="mean",
-          samples=256, seed=0, iteration=0, moves=None, max_rounds=24, significance=2.0,
-          min_microbatch_size=0.25, max_microbatch_size=4.0, validation_seed=None,
-          validation_samples=None, references=ALL, start_from_reference=True):
+def adapt(table: ScheduleTable, costs: CostModel | None = None,
+          variation: Variation | None = None, memory_budget: float | str | None = None, *,
+          objective: str = "mean", samples: int = 256, seed: int = 0, iteration: int = 0,
+          moves: Callable | None = None, max_rounds: int = 24, significance: float = 2.0,
+          min_microbatch_size: float = 0.25, max_microbatch_size: float = 4.0,
+          validation_seed: int | None = None, validation_samples: int | None = None,
+          references: object = ALL, start_from_reference: bool = True,
+          progress: Callable[[int, int, int], None] | None = None) -> AdaptResult:
     """Search transforms of ``table`` for the fastest table that fits ``memory_budget``.
 
     Parameters
@@ -421,6 +451,9 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
     start_from_reference : bool
         Start the search from the best reference that fits, when it beats
         ``table`` on the search's samples.
+    progress : callable, optional
+        Called as ``progress(round, max_rounds, candidates)`` after each round (and
+        with ``round = max_rounds`` when the search stops early).
 
     Returns
     -------
@@ -508,6 +541,10 @@ def adapt(table, costs=None, variation=None, memory_budget=None, *, objective="m
         for candidate in log:  # only the current table is measured again
             if candidate is not current:
                 candidate.context = None
+        if progress is not None and rounds < max_rounds:
+            progress(rounds, max_rounds, len(log))
+    if progress is not None:   # the last round, or an early stop: the bar completes
+        progress(max_rounds, max_rounds, len(log))
 
     for candidate in log:
         candidate.context = None

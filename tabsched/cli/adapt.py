@@ -8,18 +8,19 @@ import textwrap
 import click
 import numpy as np
 
-from tabsched.cli.format import echo_json, format_memory, format_time, translate_errors
-from tabsched.cli.options import (PARALLEL_OPTIONS, build_costs, build_model_costs,
-                                  build_variation, check_layer_options,
-                                  check_parallel_without_model, check_samples, cost_options,
-                                  given_parallel, is_table_file, layers_from_model,
+from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_time,
+                                 progress_reporter, translate_errors)
+from tabsched.cli.options import (PARALLEL_OPTIONS, SectionedCommand, build_costs,
+                                  build_model_costs, build_variation, check_layer_options,
+                                  check_parallel_without_model, check_samples, complete_schedule,
+                                  cost_options, given_parallel, is_table_file, layers_from_model,
                                   load_schedule, memory_budget_value, model_options,
                                   parse_grad_sync, schedule_options, variation_options)
 from tabsched.io import check_output_path, render_grid, write_json
 
 
-@click.command("adapt")
-@click.argument("schedule")
+@click.command("adapt", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @schedule_options
 @cost_options
 @model_options
@@ -31,8 +32,9 @@ from tabsched.io import check_output_path, render_grid, write_json
                    "(default 2, tried where it divides).")
 @click.option("--max-rounds", type=int, default=24, show_default=True,
               help="Greedy steps at most.")
-@click.option("--out", "out_path", metavar="TABLE.json",
+@click.option("--out", "-o", "out_path", metavar="TABLE.json",
               help="Write the adapted table as JSON (it keeps the microbatch sizes of splits).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.option("--log", "show_log", is_flag=True,
               help="List every candidate the search tried (in JSON: search.log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -40,7 +42,7 @@ from tabsched.io import check_output_path, render_grid, write_json
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, show_log, as_json, **parallel):
+                  out_path, quiet, show_log, as_json, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -52,7 +54,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     built for the same costs and budget; on fresh samples), the best reference
     that fits, the headroom left and the table. The search starts from the best
     fitting reference when it beats SCHEDULE, and returns it when it cannot beat
-    it. With --strict, exit 1 when nothing fits the budget.
+    it. With --strict, exit 3 when nothing fits the budget.
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
     if out_path:
@@ -102,7 +104,8 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
 
     found = adapt(table, costs, variation, budget, objective=objective,
                   samples=variation_params["samples"], seed=variation_params["seed"],
-                  moves=moves, max_rounds=max_rounds)
+                  moves=moves, max_rounds=max_rounds,
+                  progress=progress_reporter("adapt", quiet=quiet, unit="candidates"))
     if out_path:
         write_json(found.table, out_path)
     if as_json:
@@ -121,9 +124,8 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
         click.echo("warning: no table fits the memory budget; the one shown is the closest "
                    "and is over it", err=True)
         if strict:
-            raise click.ClickException(f"no table within the memory budget "
-                                       f"{format_memory(found.budget, found.memory_unit)} "
-                                       f"(--strict)")
+            raise OverBudget(f"no table within the memory budget "
+                             f"{format_memory(found.budget, found.memory_unit)} (--strict)")
 
 
 def _with_factor(move, factor):
@@ -256,12 +258,13 @@ def _describe_variation(described):
             a, b = part["devices"]
             texts.append(f"link {a}-{b} bandwidth / {part['bandwidth_factor']:g}")
         else:
+            unmatched = ""
+            if part.get("unmatched"):
+                listed = part["unmatched_labels"]
+                more = ", ..." if part["unmatched"] > len(listed) else ""
+                unmatched = f", {part['unmatched']} matching nothing: {', '.join(listed)}{more}"
             texts.append(f"replay of {part.get('source') or 'measurements'} "
-                         f"({part['labels']} labels"
-                         + (f", {part['unmatched']} matching nothing: "
-                            f"{', '.join(part['unmatched_labels'])}"
-                            f"{', ...' if part['unmatched'] > len(part['unmatched_labels']) else ''}"
-                            if part.get("unmatched") else "") + ")")
+                         f"({part['labels']} labels{unmatched})")
     return "; ".join(texts)
 
 

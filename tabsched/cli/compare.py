@@ -5,7 +5,9 @@ import click
 
 from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
                                  format_time, progress_reporter, translate_errors)
-from tabsched.cli.options import (PARALLEL_OPTIONS, build_model_costs, given_parallel, int_list,
+from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
+                                  SectionedCommand, build_model_costs, complete_family,
+                                  complete_preset, complete_study, given_parallel, int_list,
                                   name_list, parallel_options)
 from tabsched.lower import CONTENTION_MODES
 
@@ -36,18 +38,22 @@ def _parallel(options):
     return given_parallel(values)
 
 
-@click.command("compare")
-@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
+@click.command("compare", cls=SectionedCommand)
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...",
+                shell_complete=complete_family)
 @click.option("--devices", "-p", type=int, required=True, help="Pipeline depth.")
 @click.option("--microbatches", "-m", type=int, required=True, help="Microbatches per iteration.")
 @click.option("--model", default="paper-128l", show_default=True, metavar="NAME|FILE",
+              shell_complete=complete_preset("model"),
               help="Transformer for the simulation level.")
 @click.option("--system", default="mid_nw_mid_cp", show_default=True, metavar="NAME|FILE",
+              shell_complete=complete_preset("system"),
               help="System for the simulation level.")
 @click.option("--global-batch", type=int,
               help="Samples per iteration; a microbatch holds global-batch / M.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
-@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+              help=RECOMPUTE_HELP)
+@click.option("--contention", type=click.Choice(CONTENTION_MODES), help=CONTENTION_HELP)
 @parallel_options
 @slot_length_options("default 1")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
@@ -114,27 +120,36 @@ def compare_command(families, devices, microbatches, model, system, global_batch
         click.echo("rankings agree at every level")
 
 
-@click.command("sweep")
-@click.argument("families", nargs=-1, required=True, metavar="FAMILY...")
-@click.option("--devices", "-p", required=True, metavar="P,...", help="Pipeline depths, e.g. 4,8.")
-@click.option("--microbatches", "-m", required=True, metavar="M,...",
-              help="Microbatch counts, e.g. 8,16,32.")
-@click.option("--models", default="paper-128l", show_default=True, metavar="NAME,...")
-@click.option("--systems", default="grid", show_default=True, metavar="NAME,...|grid",
-              help="Systems; 'grid' is the tabular paper's 3x3 grid.")
+@click.command("sweep", cls=SectionedCommand)
+@click.argument("families", nargs=-1, required=True, metavar="FAMILY...",
+                shell_complete=complete_family)
+@click.option("--devices", "-p", required=True, multiple=True, metavar="P,...",
+              help="Pipeline depths, e.g. 4,8 or -p 4 -p 8.")
+@click.option("--microbatches", "-m", required=True, multiple=True, metavar="M,...",
+              help="Microbatch counts, e.g. 8,16,32 or -m 8 -m 16.")
+@click.option("--model", "--models", "models", multiple=True, metavar="NAME,...",
+              shell_complete=complete_preset("model"),
+              help="Transformer presets or TOML files, e.g. paper-128l,gpt3-175b (repeatable; "
+                   "default paper-128l).")
+@click.option("--system", "--systems", "systems", multiple=True, metavar="NAME,...|grid",
+              shell_complete=complete_preset("system"),
+              help="Systems (repeatable); 'grid', the default, is the tabular paper's 3x3 "
+                   "grid.")
 @click.option("--global-batch", type=int,
               help="Samples per iteration; a microbatch holds global-batch / M.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]))
-@click.option("--contention", type=click.Choice(CONTENTION_MODES))
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+              help=RECOMPUTE_HELP)
+@click.option("--contention", type=click.Choice(CONTENTION_MODES), help=CONTENTION_HELP)
 @parallel_options
 @slot_length_options("default 1")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local",
               help="Run on a Dask cluster (needs the dask extra: pip install 'tabsched[dask]').")
 @click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
 def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
-                  contention, jobs, dask, out, **options):
+                  contention, jobs, dask, out, quiet, **options):
     """Evaluate a grid of configurations into a tidy CSV (one row per configuration).
 
     Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
@@ -142,21 +157,25 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     The table level uses the slot lengths --f/--b/--i/--w (default 1).
     """
     from tabsched.io import atomic_write, check_output_path
-    from tabsched.sweep import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
+    from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
     if out:
         check_output_path(out)   # before the sweep, not after it
-    chosen_systems = SYSTEM_GRID if systems == "grid" else name_list(systems)
+    models = name_list(",".join(models)) or ["paper-128l"]
+    systems = name_list(",".join(systems)) or ["grid"]
+    chosen_systems = [name for system in systems
+                      for name in (SYSTEM_GRID if system == "grid" else (system,))]
     lengths = _lengths(options)
     parallel = _parallel(options)
     if parallel:  # a bad -t or -d is a mistake, not a configuration to skip
-        for model in name_list(models):
+        for model in models:
             for system in chosen_systems:
                 build_model_costs(model, system, None, recompute, contention, {}, parallel)
-    tasks = grid_tasks(families, int_list("--devices", devices),
-                       int_list("--microbatches", microbatches), models=name_list(models),
+    tasks = grid_tasks(families, int_list("--devices", ",".join(devices)),
+                       int_list("--microbatches", ",".join(microbatches)), models=models,
                        systems=chosen_systems, global_batch=global_batch, recompute=recompute,
                        contention=contention, lengths=lengths, parallel=parallel)
-    rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=progress_reporter("sweep"))
+    rows = run_sweep(tasks, jobs=jobs, dask=dask,
+                     progress=progress_reporter("sweep", quiet=quiet))
     text = rows_to_csv(rows)
     skipped = sum(row["status"] != "ok" for row in rows)
     if out:
@@ -166,16 +185,17 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
         click.echo(text, nl=False)
 
 
-@click.command("study")
-@click.argument("name")
+@click.command("study", cls=SectionedCommand)
+@click.argument("name", shell_complete=complete_study)
 @click.option("--out", "-o", default="study", show_default=True, metavar="DIR",
               help="Folder for the CSV, the figures and report.md.")
 @click.option("--global-batch", type=int, help="Override the study's global batch.")
 @slot_length_options("tabular-paper default: F=1 B=2 I=1 W=1")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local", help="Run on a Dask cluster.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
-def study_command(name, out, global_batch, jobs, dask, **options):
+def study_command(name, out, global_batch, jobs, dask, quiet, **options):
     """Rerun a paper's experiment set and report its findings.
 
     NAME: tabular-paper (the tabular-schedule paper's comparison) or
@@ -192,7 +212,7 @@ def study_command(name, out, global_batch, jobs, dask, **options):
         base = dict(zip("fbiw", STUDIES.get(name, {}).get("lengths", (1.0,) * 4)))
         lengths = slot_lengths({**base, **lengths})
     report = run_study(name, out, jobs=jobs, dask=dask, global_batch=global_batch,
-                       progress=progress_reporter(name), lengths=lengths)
+                       progress=progress_reporter(name, quiet=quiet), lengths=lengths)
     click.echo(f"{report.configurations} configurations in {report.seconds:.2f} s; "
                f"wrote {', '.join(report.files)}", err=True)
     for number, finding in enumerate(report.findings, 1):

@@ -4,7 +4,8 @@ import click
 import numpy as np
 
 from tabsched.cli.format import echo_json, format_columns, translate_errors
-from tabsched.cli.options import build_model_costs, given_parallel, parallel_options
+from tabsched.cli.options import (SectionedCommand, build_model_costs, given_parallel,
+                                  parallel_options)
 from tabsched.costs.units import format_quantity
 
 KINDS = ("F", "B", "I", "W")
@@ -12,7 +13,7 @@ PHASE_NAMES = {"F": "forward", "R": "recompute forward (run before I)", "I": "in
                "W": "weight-grad"}
 
 
-@click.command("costs")
+@click.command("costs", cls=SectionedCommand)
 @click.argument("model", metavar="MODEL")
 @click.argument("system", metavar="SYSTEM")
 @click.option("--part", type=click.Choice(["layer", "embedding", "output"]), default="layer",

@@ -3,16 +3,17 @@
 
 import click
 
-from tabsched.cli.format import (echo_json, formula_summary, monte_carlo_summary, summary,
-                                 translate_errors)
-from tabsched.cli.options import (LEVELS, evaluation_options, monte_carlo_from_options,
-                                  parse_grad_sync, prepare_evaluation, run_evaluation,
-                                  variation_options)
+from tabsched.cli.format import (OverBudget, echo_json, formula_summary, monte_carlo_summary,
+                                 summary, translate_errors)
+from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
+                                  monte_carlo_from_options, parse_grad_sync, prepare_evaluation,
+                                  run_evaluation, variation_options)
+from tabsched.exceptions import MemoryBudgetError
 from tabsched.formulas import formula_level
 
 
-@click.command("eval")
-@click.argument("schedule")
+@click.command("eval", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @evaluation_options
 @click.option("--level", type=click.Choice(LEVELS),
               help="formula: only the family's closed forms; table: unit slots, no "
@@ -66,4 +67,7 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
         if runs is not None:
             click.echo(monte_carlo_summary(runs))
     if evaluation["strict"]:
-        result.check_memory()
+        try:
+            result.check_memory()
+        except MemoryBudgetError as error:
+            raise OverBudget(str(error)) from None

@@ -13,6 +13,21 @@ import click
 from tabsched.costs.units import format_quantity
 from tabsched.exceptions import TabschedError
 
+#: Exit status of every command (documented in ``tabsched --help`` and the README).
+EXIT_OK = 0
+EXIT_FAILURE = 1        # bad input or a failure: one ``Error:`` line on stderr
+EXIT_USAGE = 2          # the command line itself (click's usage errors, with a -h hint)
+EXIT_OVER_BUDGET = 3    # --strict, and a device over --memory-budget (or nothing fits it)
+EXIT_STATUS_HELP = ("Exit status: 0 success; 1 bad input or a failure (one 'Error:' line on "
+                    "stderr); 2 a usage error (unknown option, missing argument); 3 --strict "
+                    "and a device over --memory-budget.")
+
+
+class OverBudget(click.ClickException):
+    """``--strict``: a device went over the memory budget (exit status 3)."""
+
+    exit_code = EXIT_OVER_BUDGET
+
 
 def translate_errors(command):
     """Turn library errors into one-line ClickExceptions (exit 1)."""
@@ -240,16 +255,30 @@ def monte_carlo_summary(runs):
     return "\n".join(lines)
 
 
-def progress_reporter(label):
-    """Progress on stderr: one updated line on a terminal, a line per tenth in a log."""
-    interactive = sys.stderr.isatty()
-    shown = set()
+def progress_reporter(label, *, quiet=False, unit="tables"):
+    """Progress on stderr as a bar with an ETA (click's progress bar), or nothing.
+
+    The bar shows on a terminal only: with stderr redirected or ``quiet`` it stays
+    silent, so logs and pipes get the result alone. Returns ``report(done, total,
+    configurations)``, the callback :func:`tabsched.sweeps.run_sweep` and the search take.
+    """
+    if quiet or not sys.stderr.isatty():
+        return None
+    state = {}
 
     def report(done, total, configurations):
-        text = f"{label}: {done}/{total} tables, {configurations} configurations"
-        if interactive:
-            click.echo(f"\r{text}", err=True, nl=done == total)
-        elif done == total or (10 * done) // total not in shown:
-            shown.add((10 * done) // total)
-            click.echo(text, err=True)
+        bar = state.get("bar")
+        if bar is None:
+            bar = state["bar"] = click.progressbar(
+                length=total, label=label, file=sys.stderr, show_eta=True, show_pos=True,
+                item_show_func=lambda item: item)
+            bar.__enter__()
+            state["done"] = 0
+        what = "configurations" if unit == "tables" else unit
+        bar.update(done - state["done"],
+                   f"{configurations} {what if configurations != 1 else what[:-1]}")
+        state["done"] = done
+        if done >= total:
+            bar.__exit__(None, None, None)
+            state.pop("bar")
     return report

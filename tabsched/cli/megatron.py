@@ -3,11 +3,12 @@
 import click
 
 from tabsched.cli.format import echo_json, translate_errors
-from tabsched.cli.options import load_with_torch, schedule_options, torch_options
+from tabsched.cli.options import (SectionedCommand, complete_schedule, load_with_torch,
+                                  schedule_options, torch_options)
 
 
-@click.command("megatron")
-@click.argument("schedule")
+@click.command("megatron", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @schedule_options
 @click.option("--microbatch-size", type=int, default=1, show_default=True,
               help="Samples per microbatch (Megatron-LM's --micro-batch-size).")

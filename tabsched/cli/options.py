@@ -12,12 +12,105 @@ from tabsched.exceptions import InvalidParameterError
 from tabsched.io import TABLE_SUFFIXES, read_table
 from tabsched.lower import CONTENTION_MODES
 from tabsched.pytorch import P2P_MODES, read_pytorch
-from tabsched.schedules import describe_parameters, generate, get_family
+from tabsched.schedules import describe_parameters, families, generate, get_family
 
+#: Help sections: which heading each option is listed under in ``--help`` (by the
+#: option's parameter name; options not listed go under "Other options").
+HELP_SECTIONS = {
+    "Schedule": ("devices", "microbatches", "chunks", "waves", "variant", "pipelines",
+                 "group_size", "stage_layers", "stage_layers_ratio", "layers", "extra_params",
+                 "torch_legacy", "p2p"),
+    "Costs without a model (slots)": ("forward", "backward", "input_grad", "weight_grad",
+                                      "comm", "contention"),
+    "Model, system and parallelism": ("model", "system", "microbatch_size", "recompute",
+                                      "global_batch", "tensor_parallel", "sequence_parallel",
+                                      "data_parallel", "attention", "optimizer_sharding",
+                                      "overlap_grad_reduce", "blocking_sends"),
+    "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer"),
+    "Run-time variation (Monte Carlo)": ("cv", "transfer_cv", "stragglers", "slow_links",
+                                         "replay", "replay_partial", "samples", "seed"),
+    "Search": ("objective", "split_factor", "max_rounds"),
+    "Running": ("jobs", "dask", "quiet"),
+    "Output": ("level", "as_json", "out", "out_path", "output", "show_log", "width", "target",
+               "drop_metadata", "no_transfers", "labels", "time_range", "metric", "logx",
+               "logy", "capacity"),
+}
+_SECTION_OF = {name: section for section, names in HELP_SECTIONS.items() for name in names}
+
+
+class SectionedCommand(click.Command):
+    """A command whose ``--help`` lists its options under headings (``HELP_SECTIONS``).
+
+    A command with options in one section only keeps click's plain "Options" list.
+    """
+
+    def format_options(self, ctx, formatter):
+        sections = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(_SECTION_OF.get(param.name, "Other options"),
+                                    []).append(record)
+        if len(sections) <= 2:   # one section and --help: headings would only add noise
+            super().format_options(ctx, formatter)
+            return
+        order = list(HELP_SECTIONS) + ["Other options"]
+        for section in sorted(sections, key=order.index):
+            with formatter.section(section):
+                formatter.write_dl(sections[section])
+
+
+def complete_schedule(ctx, param, incomplete):
+    """Shell completion of SCHEDULE: family names, then table files."""
+    from click.shell_completion import CompletionItem
+    names = sorted({name for family in families() for name in (family.name, *family.aliases)})
+    items = [CompletionItem(name) for name in names if name.startswith(incomplete)]
+    return items + [CompletionItem(incomplete, type="file")]
+
+
+def complete_preset(kind):
+    """Shell completion of --model / --system: preset names, then TOML files."""
+    def complete(ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        from tabsched.costs._presets import preset_index
+        last = incomplete.rpartition(",")[0]   # sweep takes comma lists
+        prefix = f"{last}," if last else ""
+        typed = incomplete[len(prefix):]
+        items = [CompletionItem(prefix + name) for name in sorted(preset_index()[kind])
+                 if name.startswith(typed)]
+        return items + [CompletionItem(incomplete, type="file")]
+    return complete
+
+
+def complete_family(ctx, param, incomplete):
+    """Shell completion of FAMILY... (compare, sweep): family names."""
+    from click.shell_completion import CompletionItem
+    return [CompletionItem(family.name) for family in families()
+            if family.name.startswith(incomplete)]
+
+
+RECOMPUTE_HELP = ("Activation recomputation: none, selective (the attention core) or full "
+                  "(every layer; default: the model's).")
+CONTENTION_HELP = ("none: transfers never wait; link: one FIFO per directed device pair; nic: "
+                   "transfers between nodes also share each node's ports. Default: the "
+                   "system's.")
+
+
+def complete_study(ctx, param, incomplete):
+    """Shell completion of a study's NAME."""
+    from click.shell_completion import CompletionItem
+
+    from tabsched.study import STUDIES
+    return [CompletionItem(name) for name in STUDIES if name.startswith(incomplete)]
+
+
+#: Family parameters with an option of their own; any other goes through --param.
 NAMED_PARAMETERS = ("devices", "microbatches", "chunks", "waves", "variant", "pipelines",
                     "group_size")
 
 
+#: Parameters every family accepts: how the model's layers split over the stages.
 LAYER_PARAMETERS = ("stage_layers", "stage_layers_ratio", "layers")
 
 
@@ -30,7 +123,8 @@ def schedule_options(command):
     options = [
         click.option("--devices", "-p", type=int, help="Pipeline depth (number of devices)."),
         click.option("--microbatches", "-m", type=int, help="Microbatches per iteration."),
-        click.option("--chunks", "-v", type=int, help="Model chunks per device (multi-chunk families)."),
+        click.option("--chunks", "-v", type=int,
+                     help="Model chunks per device (multi-chunk families)."),
         click.option("--waves", type=int, help="Waves W (hanayo)."),
         click.option("--variant", help="Family variant (chimera: direct or doubling)."),
         click.option("--pipelines", type=int, help="Number of pipelines, 2f (chimera)."),
@@ -211,18 +305,20 @@ def parallel_options(command):
 def model_options(command):
     """Options for model-based costs (seconds and bytes), the memory budget and the tail."""
     options = [
-        click.option("--model", metavar="NAME|FILE", help="Transformer preset (see `tabsched presets`) or TOML "
-                                     "file; needs --system."),
-        click.option("--system", metavar="NAME|FILE", help="System preset or TOML file; needs --model."),
+        click.option("--model", metavar="NAME|FILE", shell_complete=complete_preset("model"),
+                     help="Transformer preset (see `tabsched presets`) or TOML file; needs "
+                          "--system."),
+        click.option("--system", metavar="NAME|FILE", shell_complete=complete_preset("system"),
+                     help="System preset or TOML file; needs --model."),
         click.option("--microbatch-size", type=int,
                      help="Samples per full microbatch (default: the model's)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
-                     help="Activation recomputation (default: the model's)."),
+                     help=RECOMPUTE_HELP),
         click.option("--memory-budget", metavar="SIZE",
                      help="Memory per device, e.g. 80GB (or 'capacity': the system's); "
                           "devices over it are reported."),
         click.option("--strict", is_flag=True,
-                     help="Exit 1 if a device goes over --memory-budget."),
+                     help="Exit 3 if a device goes over --memory-budget."),
         click.option("--grad-sync", metavar="WHICH",
                      help="Gradient sync at the end: 'replicas', 'all' or stages (0,3,5)."),
         click.option("--optimizer", is_flag=True, help="An optimizer step per device at the end."),

@@ -4,7 +4,8 @@
 import click
 
 from tabsched.cli.format import translate_errors
-from tabsched.cli.options import evaluation_options, prepare_evaluation, run_evaluation
+from tabsched.cli.options import (SectionedCommand, complete_schedule, evaluation_options,
+                                  prepare_evaluation, run_evaluation)
 
 
 @click.group("plot")
@@ -17,8 +18,8 @@ def _picture_output(command):
                         help="Picture to write: .png, .svg or .pdf.")(command)
 
 
-@plot_group.command("gantt")
-@click.argument("schedule")
+@plot_group.command("gantt", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @evaluation_options
 @_picture_output
 @click.option("--no-transfers", is_flag=True, help="Leave out the link lanes.")
@@ -56,8 +57,8 @@ def _parse_time_range(text, time_unit):
                                    f"{time_unit}, e.g. 0:2.5") from None
 
 
-@plot_group.command("memory")
-@click.argument("schedule")
+@plot_group.command("memory", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @evaluation_options
 @_picture_output
 @translate_errors
@@ -71,7 +72,7 @@ def plot_memory_command(schedule, schedule_params, evaluation, out):
     click.echo(f"wrote {out}", err=True)
 
 
-@plot_group.command("sweep")
+@plot_group.command("sweep", cls=SectionedCommand)
 @click.argument("csv_file", metavar="SWEEP.csv")
 @_picture_output
 @click.option("--devices", "-p", type=int, help="The pipeline depth to plot (if several).")
@@ -90,7 +91,7 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
     One panel when the metric does not depend on the system (formula and table levels).
     """
     from tabsched.plot import check_picture_path, sweep_plot
-    from tabsched.sweep import COLUMNS, read_sweep_csv
+    from tabsched.sweeps import COLUMNS, read_sweep_csv
     check_picture_path(out)
     if metric not in COLUMNS:
         raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
@@ -101,8 +102,8 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
     click.echo(f"wrote {out}", err=True)
 
 
-@click.command("trace")
-@click.argument("schedule")
+@click.command("trace", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @evaluation_options
 @click.option("--out", "-o", required=True, metavar="FILE.json",
               help="Chrome trace / Perfetto JSON to write.")

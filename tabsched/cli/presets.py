@@ -4,6 +4,7 @@
 import click
 
 from tabsched.cli.format import echo_json, format_columns, translate_errors
+from tabsched.cli.options import SectionedCommand
 from tabsched.costs.units import format_quantity
 from tabsched.exceptions import UnknownNameError
 
@@ -16,7 +17,7 @@ def _efficiency(system):
     return f"{value:g}"
 
 
-@click.command("presets")
+@click.command("presets", cls=SectionedCommand)
 @click.option("--show", "name", help="Print the TOML of one preset (copy it to make your own).")
 @click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON (SI units).")
 @translate_errors

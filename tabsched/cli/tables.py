@@ -7,11 +7,11 @@ import textwrap
 import click
 
 from tabsched.cli.format import echo_json, translate_errors
-from tabsched.cli.options import load_with_torch, schedule_options, torch_options
-from tabsched.io import (atomic_write, check_output_path, csv_loss, csv_omits, render_grid,
-                         to_csv, to_json)
-from tabsched.pytorch import (describe_stage_map, pytorch_refusal, to_compute_comms,
-                              to_compute_only)
+from tabsched.cli.options import (SectionedCommand, complete_schedule, load_with_torch,
+                                  schedule_options, torch_options)
+from tabsched.io import (atomic_write, check_output_path, csv_loss, csv_omits, render_grid, to_csv,
+                         to_json)
+from tabsched.pytorch import describe_stage_map, pytorch_refusal, to_compute_comms, to_compute_only
 
 DROP_METADATA_HELP = ("Write a CSV even if it cannot hold what the table's numbers depend on "
                       "(microbatch sizes, layers per stage): the cells alone.")
@@ -26,7 +26,7 @@ def refuse_csv_loss(table, what, keep, drop_metadata):
 from tabsched.schedules import describe_parameters, families, get_family
 
 
-@click.command("list")
+@click.command("list", cls=SectionedCommand)
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the families as JSON.")
 @translate_errors
@@ -77,8 +77,8 @@ def list_command(name, as_json):
         width=width))
 
 
-@click.command("show")
-@click.argument("schedule")
+@click.command("show", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
 @schedule_options
 @click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
               show_default=True, help="How to print the table.")
@@ -108,10 +108,12 @@ def show_command(schedule, schedule_params, output, width, drop_metadata, torch_
 CONVERT_TARGETS = ("csv", "json", "torch-comms")
 
 
-@click.command("convert")
-@click.argument("schedule")
-@click.argument("output")
+@click.command("convert", cls=SectionedCommand)
+@click.argument("schedule", shell_complete=complete_schedule)
+@click.argument("output", required=False, type=click.Path(dir_okay=False))
 @schedule_options
+@click.option("--out", "-o", "out", metavar="FILE", type=click.Path(dir_okay=False),
+              help="OUTPUT as an option, as every command that writes takes it.")
 @click.option("--to", "target", type=click.Choice(CONVERT_TARGETS),
               help="csv: PyTorch compute_only; json: tabsched's table with its metadata; "
                    "torch-comms: PyTorch compute_comms, lowered as PyTorch's runtime does. "
@@ -119,14 +121,19 @@ CONVERT_TARGETS = ("csv", "json", "torch-comms")
 @click.option("--drop-metadata", is_flag=True, help=DROP_METADATA_HELP)
 @torch_options
 @translate_errors
-def convert_command(schedule, output, schedule_params, target, drop_metadata, torch_legacy,
+def convert_command(schedule, output, schedule_params, out, target, drop_metadata, torch_legacy,
                     p2p):
-    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT ("-": stdout).
+    """Write SCHEDULE (a family or a .csv/.json file) to OUTPUT or -o FILE ("-": stdout).
 
     A CSV holds the cells only: a table with microbatch sizes or layers per stage
     is refused unless --drop-metadata, and the family label is left out with a
     note; .json keeps everything. The file is replaced only once written in full.
     """
+    if output is not None and out is not None and output != out:
+        raise click.UsageError(f"give the output once: OUTPUT {output!r} or -o {out!r}")
+    output = output if output is not None else out
+    if output is None:
+        raise click.UsageError("convert needs OUTPUT (or -o FILE; '-' for stdout)")
     if output != "-":
         check_output_path(output)
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)

@@ -148,6 +148,23 @@ class CostModel:
         """Parameters for reports and JSON."""
         return {"model": type(self).__name__}
 
+    def __repr__(self):
+        """``UnitCosts(F=1, B=2, I=1, W=1)``: the class and the settings of :meth:`describe`."""
+        info = dict(self.describe())
+        name = info.pop("model", type(self).__name__)
+        return f"{name}({', '.join(f'{key}={_short(value)}' for key, value in info.items())})"
+
+
+def _short(value, limit=4):
+    """A setting for a repr: numbers as %g, long lists cut."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(_short(item) for item in value[:limit])
+        more = f", ... {len(value)} in all" if len(value) > limit else ""
+        return f"[{shown}{more}]"
+    return repr(value) if isinstance(value, str) else str(value)
+
 
 class UnitCosts(CostModel):
     """The idealized-table level: a fixed length per kind, no communication.

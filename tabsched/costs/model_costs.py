@@ -444,6 +444,24 @@ overlap_grad_reduce, scatter_gather
                              "beside": kernel.hides_behind})
         return rows
 
+    def __repr__(self):
+        """The model and the system with their key numbers, and the run's settings.
+
+        >>> ModelCosts("paper-128l", "mid_nw_mid_cp")  # doctest: +ELLIPSIS
+        ModelCosts(paper-128l: 128 layers, hidden 4096, ... on mid_nw_mid_cp: 1 PFLOP/s, ...)
+        """
+        from tabsched.costs.units import format_quantity
+        model, system = self.model, self.system
+        settings = ", ".join(f"{key}={value}" for key, value in self.describe().items()
+                             if key not in ("model", "transformer", "system"))
+        return (f"ModelCosts({model.name}: {model.layers} layers, hidden {model.hidden}, "
+                f"{model.parameters / 1e9:.3g}B parameters on {system.name}: "
+                f"{format_quantity(system.peak_flops, 'FLOP/s')}, "
+                f"{format_quantity(system.memory_bandwidth, 'B/s')} memory, "
+                f"{format_quantity(system.intra_node_bandwidth, 'B/s')} / "
+                f"{format_quantity(system.inter_node_bandwidth, 'B/s')} links inside / "
+                f"between nodes; {settings})")
+
     def describe(self):
         """Names and settings for reports and JSON (the numbers live in the presets)."""
         info = {"model": "ModelCosts", "transformer": self.model.name,

@@ -65,7 +65,10 @@ a table) or as a number in SI base units.
 0.0010005
 """
 
+from __future__ import annotations
+
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -504,7 +507,7 @@ def _from_data(data, source):
         raise InvalidParameterError(f"{source}: {error}") from None
 
 
-def load_system(reference):
+def load_system(reference: str | os.PathLike[str] | System) -> System:
     """A :class:`System` from a preset name or a TOML file with the same keys.
 
     Required keys: ``peak_flops``, ``memory_bandwidth``, ``devices_per_node``,
@@ -525,6 +528,6 @@ def load_system(reference):
     return _from_data(data, source)
 
 
-def system_presets():
+def system_presets() -> dict[str, System]:
     """The system presets shipped with tabsched, ``{name: System}``."""
     return {name: load_system(name) for name in _presets.preset_index()["system"]}

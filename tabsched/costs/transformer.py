@@ -94,7 +94,10 @@ True
 True
 """
 
+from __future__ import annotations
+
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -482,7 +485,7 @@ def _from_data(data, source):
         raise InvalidParameterError(f"{source}: {error}") from None
 
 
-def load_model(reference):
+def load_model(reference: str | os.PathLike[str] | TransformerModel) -> TransformerModel:
     """A :class:`TransformerModel` from a preset name or a TOML file with the same keys.
 
     Keys: ``layers``, ``hidden``, ``heads``, ``sequence``, ``vocab`` (required);
@@ -503,6 +506,6 @@ def load_model(reference):
     return _from_data(data, source)
 
 
-def model_presets():
+def model_presets() -> dict[str, TransformerModel]:
     """The model presets shipped with tabsched, ``{name: TransformerModel}``."""
     return {name: load_model(name) for name in _presets.preset_index()["model"]}

@@ -27,6 +27,8 @@ forms per unit, and an error shows them.
 '1.2 ms'
 """
 
+from __future__ import annotations
+
 import math
 import re
 
@@ -139,7 +141,7 @@ def _multiplier(suffix, unit):
     raise ValueError(f"unknown unit {unit!r}")
 
 
-def parse_quantity(value, unit, *, name=None):
+def parse_quantity(value: float | str, unit: str, *, name: str | None = None) -> float:
     """``value`` (a number, or a string with an optional unit) in SI base units of ``unit``.
 
     Parameters
@@ -202,7 +204,7 @@ _FORMAT_PREFIXES = [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"
 _FORMAT_TIMES = [(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")]
 
 
-def format_quantity(value, unit, *, digits=3):
+def format_quantity(value: float, unit: str, *, digits: int = 3) -> str:
     """``value`` (SI base units of ``unit``) as a short human string, ``digits`` significant.
 
     >>> format_quantity(80e9, "B"), format_quantity(5e-7, "s"), format_quantity(1e15, "FLOP/s")

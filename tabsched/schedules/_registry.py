@@ -13,12 +13,18 @@ sizes give different tables under different costs. For such a family
 the generator as ``stage_layers``, because a model's costs depend on it.
 """
 
+from __future__ import annotations
+
 import difflib
 import inspect
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.schedules._layers import resolve_stage_layers
+
+if TYPE_CHECKING:
+    from tabsched.table import ScheduleTable
 
 __all__ = ["Family", "Parameter", "register", "generate", "families", "get_family"]
 
@@ -84,7 +90,7 @@ def register(family):
     return family
 
 
-def families():
+def families() -> list[Family]:
     """Registered families, sorted by name (aliases left out)."""
     unique = {id(family): family for family in _FAMILIES.values()}
     return sorted(unique.values(), key=lambda family: family.name)
@@ -121,7 +127,7 @@ INTEGER_PARAMETERS = {"devices": 1, "microbatches": 1, "chunks": 1, "waves": 1,
                       "group_size": 1, "pipelines": 1}
 
 
-def generate(name, **params):
+def generate(name: str, **params: Any) -> ScheduleTable:
     """Generate the table of family ``name``.
 
     Parameters not given take the family's defaults; ``None`` values count as

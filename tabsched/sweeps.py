@@ -1,5 +1,8 @@
 """Sweeps: a grid of configurations into a tidy table, on local processes or Dask.
 
+:func:`sweep` (``tabsched.sweep``) is the public entry point; it returns a
+:class:`SweepResult`, rows with ``to_dataframe()`` and ``to_csv()``.
+
 A configuration is (family spec, devices, microbatches, model, system). One
 *task* covers every system for one (spec, devices, microbatches, model): the
 table is generated and lowered once and all systems are evaluated as the
@@ -17,12 +20,15 @@ A cost-driven family (``zb-auto``) gets one table per system, built for that
 system's costs, and its table level from the table it builds for the slot lengths.
 """
 
+from __future__ import annotations
+
 import csv
 import io
 import itertools
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tabsched._extras import require
 from tabsched.compare import (describe_lengths, generate_spec, model_costs_for, parse_spec,
@@ -35,8 +41,11 @@ from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
 from tabsched.table import cut, shown
 
-__all__ = ["SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS", "SYSTEM_GRID",
-           "rows_to_csv", "read_sweep_csv"]
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+__all__ = ["sweep", "SweepResult", "SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS",
+           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv"]
 
 #: The tabular paper's 3x3 grid of systems: network (rows) x compute (columns).
 SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
@@ -256,14 +265,108 @@ def _cell(value):
     return repr(value) if isinstance(value, float) else str(value)
 
 
+class SweepResult(list):
+    """The rows of a sweep, one dict per configuration, with ``to_dataframe()``.
+
+    A row holds the configuration (``spec``, ``family``, ``params`` as a dict,
+    ``devices``, ``microbatches``, ``model``, ``system``, ``global_batch``,
+    ``microbatch_size``, ``slot_lengths``, ``parallel`` as a dict), ``status``
+    (``ok`` or ``skipped``) with its ``reason``, and the metrics named after
+    their level (:data:`COLUMNS`): seconds and bytes. :meth:`to_csv` gives the
+    CSV ``tabsched sweep`` writes.
+    """
+
+    def __init__(self, rows=()):
+        super().__init__(_typed_row(row) for row in rows)
+
+    @property
+    def ok(self):
+        """The rows that were evaluated."""
+        return [row for row in self if row["status"] == "ok"]
+
+    def to_csv(self):
+        return rows_to_csv(self)
+
+    def to_dataframe(self):
+        """A pandas DataFrame of the rows (:func:`tabsched.frames.sweep_frame`)."""
+        from tabsched.frames import sweep_frame
+        return sweep_frame(self)
+
+
+def _typed_row(row):
+    row = dict(row)
+    for column in ("params", "parallel"):
+        if isinstance(row.get(column), str):
+            row[column] = json.loads(row[column]) if row[column] else {}
+    return row
+
+
+def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequence[int], *,
+          models: Sequence[str] = ("paper-128l",), systems: Sequence[str] = SYSTEM_GRID,
+          global_batch: int | None = None, recompute: str | None = None,
+          contention: str | None = None, lengths: object = None, parallel: dict | None = None,
+          jobs: int = 1, dask: object = None,
+          progress: Callable[[int, int, int], None] | None = None) -> SweepResult:
+    """Evaluate a grid of configurations: every family x devices x microbatches x model x system.
+
+    The Python face of ``tabsched sweep``: the same rows, evaluated the same way
+    (a table is generated and lowered once per family, devices, microbatches and
+    model; its systems run as samples of one kernel call), serially, on ``jobs``
+    processes or on Dask. Invalid combinations come back as rows with
+    ``status="skipped"`` and a ``reason``.
+
+    Parameters
+    ----------
+    families : list of str
+        Family specs (``"gpipe"``, ``"hanayo:waves=2"``).
+    devices, microbatches : list of int
+    models, systems : list of str
+        Presets or TOML files (default ``paper-128l`` on the tabular paper's 3x3 grid).
+    global_batch : int, optional
+        Samples per iteration: a microbatch holds ``global_batch / M``.
+    recompute, contention : str, optional
+    lengths : (F, B, I, W) or dict, optional
+        Slot lengths of the table level.
+    parallel : dict, optional
+        ``tensor_parallel``, ``data_parallel``... for every configuration.
+    jobs : int
+    dask : str or distributed.Client, optional
+    progress : callable, optional
+        ``progress(tables_done, tables_total, configurations_done)``.
+
+    Returns
+    -------
+    SweepResult
+
+    Examples
+    --------
+    >>> rows = sweep(["gpipe", "1f1b"], [4], [8, 16], systems=["mid_nw_mid_cp"])
+    >>> [(row["spec"], row["microbatches"], round(row["table_bubble_ratio"], 3)) for row in rows]
+    [('gpipe', 8, 0.273), ('gpipe', 16, 0.158), ('1f1b', 8, 0.273), ('1f1b', 16, 0.158)]
+    >>> rows[0]["params"]
+    {'devices': 4, 'microbatches': 8}
+    """
+    tasks = grid_tasks(families, devices, microbatches, models=tuple(models),
+                       systems=tuple(systems), global_batch=global_batch, recompute=recompute,
+                       contention=contention, lengths=lengths, parallel=parallel)
+    return SweepResult(run_sweep(tasks, jobs=jobs, dask=dask, progress=progress))
+
+
 def rows_to_csv(rows):
     """CSV text (header + one line per row); floats keep every digit."""
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
     for row in rows:
-        writer.writerow([_cell(row.get(column)) for column in COLUMNS])
+        writer.writerow([_cell(_as_text(column, row.get(column))) for column in COLUMNS])
     return buffer.getvalue()
+
+
+def _as_text(column, value):
+    """A typed row's dict columns back in the CSV's JSON form."""
+    if column in ("params", "parallel") and isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return value
 
 
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",

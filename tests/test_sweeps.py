@@ -4,7 +4,7 @@ import pytest
 
 from tabsched import InvalidParameterError, evaluate, generate
 from tabsched.compare import model_costs_for
-from tabsched.sweep import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
+from tabsched.sweeps import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
                             run_sweep, run_task)
 
 

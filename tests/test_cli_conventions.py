@@ -1,0 +1,90 @@
+"""The command line's conventions: help everywhere, sections, completion, -o, progress."""
+
+import click
+import pytest
+from click.shell_completion import ShellComplete
+
+from tabsched.cli import cli as group
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def all_commands(command=group, path=("tabsched",)):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            yield from all_commands(sub, path + (name,))
+
+
+@pytest.mark.parametrize("path, command", list(all_commands()),
+                         ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
+def test_every_option_has_help(path, command):
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name not in ("help", "version"):
+            assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help"
+
+
+def test_eval_help_is_grouped_in_sections(cli):
+    code, out, _ = cli("eval", "--help")
+    headings = [line.rstrip(":") for line in out.splitlines()
+                if line and not line.startswith(" ") and line.endswith(":")]
+    assert code == 0 and headings == [
+        "Schedule", "Costs without a model (slots)", "Model, system and parallelism",
+        "Memory and the iteration's tail", "Run-time variation (Monte Carlo)", "Output",
+        "Other options"]
+    assert "Options:" not in out
+
+
+def test_a_small_command_keeps_one_options_list(cli):
+    _, out, _ = cli("presets", "--help")
+    assert "Options:" in out
+
+
+def test_every_command_that_writes_takes_o(cli, tmp_path):
+    for path, command in all_commands():
+        flags = {opt for param in command.params for opt in getattr(param, "opts", ())}
+        if "--out" in flags:
+            assert "-o" in flags, f"{' '.join(path)} has --out without -o"
+    for argv in (["convert", "1f1b", "-p", "2", "-m", "2", "-o", str(tmp_path / "a.json")],
+                 ["convert", "1f1b", "-p", "2", "-m", "2", str(tmp_path / "b.json")]):
+        code, _, err = cli(*argv)
+        assert code == 0, err
+    code, _, err = cli("convert", "1f1b", "-p", "2", "-m", "2", str(tmp_path / "c.json"), "-o",
+                       str(tmp_path / "d.json"))
+    assert code == 2 and "give the output once" in err
+
+
+def test_model_and_system_have_the_same_names_in_eval_compare_and_sweep():
+    for name in ("eval", "compare", "sweep"):
+        flags = {opt for param in group.commands[name].params for opt in param.opts}
+        assert {"--model", "--system"} <= flags, name
+
+
+def completions(args, incomplete):
+    complete = ShellComplete(group, {}, "tabsched", "_TABSCHED_COMPLETE")
+    return [item.value for item in complete.get_completions(args, incomplete)]
+
+
+def test_shell_completion_offers_families_presets_and_studies():
+    assert {"zb-h1", "zb-h2", "zbv", "zb-auto", "zbv-auto"} <= set(completions(["eval"], "zb"))
+    assert "dgx-h100" in completions(["eval", "1f1b", "--system"], "dgx")
+    assert "paper-128l" in completions(["eval", "1f1b", "--model"], "pap")
+    assert "paper-128l,gpt3-175b" in completions(["sweep", "gpipe", "--models"], "paper-128l,gpt")
+    assert completions(["study"], "tab") == ["tabular-paper"]
+    assert set(completions(["compare"], "chim")) == {"chimera"}
+
+
+def test_completion_is_documented(cli):
+    _, out, _ = cli("--help")
+    assert "_TABSCHED_COMPLETE=bash_source tabsched" in " ".join(out.split())
+
+
+def test_adapt_reports_progress_on_a_terminal(cli, monkeypatch):
+    import sys
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, _, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "12",
+                       "--max-rounds", "2", "--samples", "8")
+    assert code == 0 and "adapt  [" in err and "2/2" in err and "candidates" in err
+    code, _, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "12",
+                       "--max-rounds", "2", "--samples", "8", "-q")
+    assert code == 0 and "adapt  [" not in err
