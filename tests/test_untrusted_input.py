@@ -200,6 +200,10 @@ def test_a_family_tag_that_does_not_match_the_table_gets_no_formula_level(cli, t
 
 
 # ------------------------------------------------------------ 3. replay files
+#: Measured durations are seconds: they replay into costs that count seconds.
+SECONDS = ("--model", "paper-128l", "--system", "mid_nw_mid_cp")
+
+
 def replay_case(tmp_path, content):
     return write(tmp_path, "profile.csv", content)
 
@@ -219,13 +223,15 @@ def test_replay_files_are_untrusted(cli, tmp_path, content, message):
     with pytest.raises(InvalidParameterError, match=message):
         Replay.from_csv(path)
     assert re.search(message, one_error(
-        cli, "eval", "gpipe", "-p", "2", "-m", "2", "--replay", path, "--samples", "2"))
+        cli, "eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", path, "--samples",
+        "2"))
 
 
 def test_replay_with_a_byte_order_mark_reads_its_header(cli, tmp_path):
     path = replay_case(tmp_path, "\ufeffop,duration\r\n0F0,2\r\n".encode("utf-8"))
     assert Replay.from_csv(path).measurements["0F0"].tolist() == [2.0]
-    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", "--replay", str(path), "--samples",
+    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", str(path),
+                       "--samples",
                        "2")
     assert code == 0 and "monte carlo" in out
 
@@ -233,7 +239,7 @@ def test_replay_with_a_byte_order_mark_reads_its_header(cli, tmp_path):
 def test_unmatched_replay_labels_are_an_error_unless_partial(cli, tmp_path):
     path = replay_case(tmp_path, "0F0,2\n0F9,3\n1B0 d1->d0,1\n7W7,1\n0X0,1\n5F5,1\n6F6,1\n"
                                  "8F8,1\n1F0 d1->d0,1\n")
-    message = one_error(cli, "eval", "gpipe", "-p", "2", "-m", "2", "--comm", "1", "--replay",
+    message = one_error(cli, "eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay",
                         path, "--samples", "2")
     assert message == (f"{path}: 7 of 9 labels match no operation or transfer of the table: 0F9, "
                        f"7W7, 0X0, 5F5, 6F6 and 2 more; correct them, or accept them with "
@@ -243,11 +249,11 @@ def test_unmatched_replay_labels_are_an_error_unless_partial(cli, tmp_path):
         Replay.from_csv(path).check(table)
     partial = Replay.from_csv(path, partial=True)
     assert partial.check(table) == ["0F9", "7W7", "0X0", "5F5", "6F6", "8F8", "1F0 d1->d0"]
-    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", "--comm", "1", "--replay", str(path),
+    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", str(path),
                        "--replay-partial", "--samples", "2")
     assert code == 0 and ("note: replay: 7 of 9 labels match nothing in the table and were left "
                           "out (partial replay) (0F9, 7W7, 0X0, 5F5, 6F6, ...)") in out
-    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", "--comm", "1", "--replay", str(path),
+    code, out, _ = cli("eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", str(path),
                        "--replay-partial", "--samples", "2", "--json")
     variation = json.loads(out)["monte_carlo"]["variation"]
     variation = variation[0] if isinstance(variation, list) else variation
@@ -378,3 +384,12 @@ def test_out_of_memory_advice_fits_the_command(cli, monkeypatch):
 def test_every_reader_error_is_a_tabsched_error():
     assert issubclass(InvalidScheduleError, TabschedError)
     assert issubclass(InvalidParameterError, TabschedError)
+
+
+def test_replayed_seconds_do_not_mix_with_slots(cli, tmp_path):
+    path = replay_case(tmp_path, b"op,duration\n0F0,2ms\n")
+    for costs in (["--comm", "1"], ["--f", "1", "--comm", "0.5"]):
+        assert one_error(cli, "eval", "gpipe", "-p", "2", "-m", "2", *costs, "--replay", path) \
+            .endswith("measured durations are seconds, but --comm prices the transfers in "
+                      "slots; drop --comm, or evaluate with --model and --system, whose times "
+                      "are seconds")

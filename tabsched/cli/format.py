@@ -244,7 +244,9 @@ def monte_carlo_summary(runs):
     lines.extend(f"note          {note}" for model in models if isinstance(model, dict)
                  for note in model.get("notes", ()))
     header = ["device", "mean busy", "mean idle", "idle at mean durations", "run-time bubble"]
-    body = [[f"d{d.device}"] + [format_time(value, unit, with_unit=False) for value in
+    def clean(value):   # a difference of equal sums is float residue, not a bubble
+        return 0.0 if abs(value) <= 1e-12 * max(1.0, abs(mean)) else value
+    body = [[f"d{d.device}"] + [format_time(clean(value), unit, with_unit=False) for value in
                                 (d.mean_busy, d.mean_idle, d.nominal_idle, d.runtime_bubble)]
             for d in runs.devices]
     widths = [max(len(row[k]) for row in [header] + body) for k in range(len(header))]

@@ -569,6 +569,12 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
                                    f"add --comm (the time of a transfer) or --model and "
                                    f"--system")
     if replay is not None:
+        if isinstance(costs, StageCosts) and getattr(costs, "time_unit", "s") != "s":
+            # measured seconds would be added to transfers priced in slots
+            raise click.ClickException(
+                f"--replay {replay}: measured durations are seconds, but --comm prices the "
+                f"transfers in {costs.time_unit}; drop --comm, or evaluate with --model and "
+                f"--system, whose times are seconds")
         if os.path.isdir(replay) or replay.endswith(TRACE_SUFFIXES):
             parts.append(Replay.from_kineto(replay, table=table, partial=replay_partial))
         else:
