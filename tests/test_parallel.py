@@ -122,7 +122,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     grads = params * 2.0                                    # fp16 gradients
     # t*d = 8 = a node: the replicas of a tensor rank share it, the pipeline ranks do not
     expected_reduce = ring_time("all_reduce", grads, 4, 100e9, 1e-6)
-    update = 54 * params / 1e12 + 1e-6
+    update = (4 + 54) * params / 1e12 + 2e-6            # gradients / d, then the step
     embedding = 2 * (1e-5 + 1000 * 256 / 2 * 2 / 2 / 10e9)    # tied: first and last stage
     np.testing.assert_allclose(step, expected_reduce + update + embedding)
     across = ModelCosts(model(), system(), tensor_parallel=8, data_parallel=4)
@@ -130,7 +130,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     params = across._device_parameters(table)
     reduce = ring_time("all_reduce", params * 2.0, 4, 10e9, 1e-5)
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)     # one pipeline rank per node
-    np.testing.assert_allclose(step, reduce + 54 * params / 1e12 + 1e-6 + embedding)
+    np.testing.assert_allclose(step, reduce + (4 + 54) * params / 1e12 + 2e-6 + embedding)
 
 
 def test_overlapped_data_parallel_all_reduce_runs_beside_the_backwards():
@@ -160,7 +160,7 @@ def test_optimizer_sharding_divides_the_state_and_gathers_the_parameters():
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)
     expected = (ring_time("reduce_scatter", params * 2.0, 4, 10e9, 1e-5)
                 + ring_time("all_gather", params * 2.0, 4, 10e9, 1e-5)
-                + 54 * params / 4 / 1e12 + 1e-6 + embedding)
+                + 4 * params / 1e12 + 54 * params / 4 / 1e12 + 2e-6 + embedding)
     np.testing.assert_allclose(step, expected)
 
 

@@ -73,7 +73,8 @@ class ModelCosts(CostModel):
     optimizer : bool
         Add the end-of-iteration step per device to the tail: the optimizer
         update (the model's ``optimizer_step_bytes`` per parameter of its
-        shard, at the memory roofline),
+        shard, at the memory roofline, after the division of the whole gradient
+        buffer by the data-parallel size that Megatron-LM runs even at d = 1),
         after the data-parallel gradient all-reduce (when not overlapped), the
         all-gather of the updated parameters (with optimizer sharding) and the
         all-reduce of the tied embedding's gradients between the first and the
@@ -406,8 +407,9 @@ overlap_grad_reduce, scatter_gather
         replicas. The step of a device: the data-parallel all-reduce of its
         gradients (reduce-scatter with optimizer sharding) when not
         overlapped, the tied-embedding all-reduce, the optimizer update at the
-        memory roofline and, with optimizer sharding, the all-gather of the
-        updated parameters.
+        memory roofline (after the gradient buffer's division by ``d``: one
+        read and one write of the gradients) and, with optimizer sharding, the
+        all-gather of the updated parameters.
         """
         params = self.stage_parameters(table) / self.parallel.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
@@ -430,8 +432,13 @@ overlap_grad_reduce, scatter_gather
             step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
         shards = self.parallel.data_parallel if sharded else 1
         state_bytes = self.model.optimizer_step_bytes * device_params / shards
-        step = step + self.system.compute_time(np.zeros(len(state_bytes)), state_bytes,
-                                               np.ones(len(state_bytes)))
+        # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
+        # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
+        # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes
+        scale_bytes = 2.0 * self.model.grad_bytes * device_params
+        none, one = np.zeros(len(state_bytes)), np.ones(len(state_bytes))
+        step = (step + self.system.compute_time(none, scale_bytes, one)
+                + self.system.compute_time(none, state_bytes, one))
         if sharded:
             step = step + self._data_parallel_time("all_gather",
                                                    device_params * self.model.dtype_bytes)
