@@ -27,7 +27,7 @@ def test_costs_json_totals_are_the_operation_times(cli):
     data = json.loads(out)
     assert code == 0 and data["part"] == "output" and data["costs"]["tensor_parallel"] == 1
     names = [row["name"] for row in data["kernels"]]
-    assert names[:3] == ["final_layernorm", "logits", "cross_entropy"]
+    assert names[:3] == ["final_layernorm", "logits", "logits_to_fp32"]
     forward = sum(row["seconds"] for row in data["kernels"] if row["phase"] == "F")
     assert data["totals"]["F"] == pytest.approx(forward)
     row = data["kernels"][1]

@@ -118,8 +118,27 @@ def test_embedding_and_output_kernels():
     logits = next(kernel for kernel in output["F"] if kernel.name == "logits")
     assert logits.flops == (0.0, 2 * 16 * 64 * 100)
     assert logits.read == (2 * 100 * 64, 2 * 16 * 64)
-    loss = next(kernel for kernel in output["F"] if kernel.name == "cross_entropy")
-    assert loss.written == (0.0, 4 * 16 * 100)                # fp32 probabilities
+    # Megatron-LM's loss: an fp32 copy of the logits, then one pass per step (max, shift,
+    # exp, sum, normalize), three small all-reduces; the backward scales the probabilities
+    # in place and casts the gradient back to the model's dtype
+    names = [kernel.name for kernel in output["F"]]
+    assert names[names.index("logits") + 1:] == [
+        "logits_to_fp32", "logits_max", "cross_entropy_max", "logits_shift",
+        "cross_entropy_target", "logits_exp", "exp_sum", "cross_entropy_sum",
+        "softmax_normalize"]
+    passes = {kernel.name: (kernel.read[1], kernel.written[1]) for kernel in output["F"]}
+    logits = 16 * 100                                         # s*V/t elements, per sample
+    assert passes["logits_to_fp32"] == (2 * logits, 4 * logits)
+    assert passes["logits_shift"] == passes["softmax_normalize"] == (4 * logits, 4 * logits)
+    assert passes["logits_max"] == passes["exp_sum"] == (4 * logits, 0.0)
+    loss = names[names.index("logits") + 1:]
+    assert sum(sum(passes[name]) for name in loss) == 38 * logits   # collectives: messages
+    backward = {kernel.name: (kernel.read[1], kernel.written[1]) for kernel in output["I"]}
+    assert backward["cross_entropy_bwd"] == (4 * logits, 4 * logits)
+    assert backward["logits_grad_to_half"] == (4 * logits, 2 * logits)
+    fp32 = [kernel.name for phase in ("F", "I")
+            for kernel in output_kernels(small(dtype="fp32"))[phase]]
+    assert "logits_to_fp32" not in fp32 and "logits_grad_to_half" not in fp32
     assert output["W"][0].flops == (0.0, 2 * 16 * 64 * 100)
     llama = small(norm="rmsnorm")
     assert output_kernels(llama)["F"][0].name == "final_rmsnorm"

@@ -226,8 +226,9 @@ def test_replicated_stages_hold_their_parameters_on_every_device_and_sync():
     sync, optimizer = costs.tail_durations(table, lowered)
     expected_sync = 2 * 1 * (1e-6 + (stage * 2 / 2) / 1e9)    # ring of 2, intra-node
     np.testing.assert_allclose(sync, [expected_sync] * 2)
-    # the optimizer step: 54 bytes per parameter at the memory roofline, plus a launch
-    np.testing.assert_allclose(optimizer, [54 * 2 * stage / 1e11 + 1e-6] * 2)
+    # the optimizer step: the gradient buffer divided by d (read and write 2 bytes), then
+    # 54 bytes per parameter, each at the memory roofline plus a launch
+    np.testing.assert_allclose(optimizer, [(4 + 54) * 2 * stage / 1e11 + 2e-6] * 2)
     plain = evaluate(table, ModelCosts(small_model(), system))
     assert result.makespan == pytest.approx(plain.makespan + expected_sync + optimizer[0])
 

@@ -60,10 +60,25 @@ def test_a_node_holds_fewer_pipeline_ranks_with_tensor_and_data_parallelism():
     # scatter-gather: s*b*h*d / t per tensor rank; devices 0-1 and 2-3 share a node
     assert np.all(nbytes == 64 * 256 * 2 / 4)
     crossing = (transfers.src // 2) != (transfers.dst // 2)
+    # the receivers all-gather the whole tensor over their 4 tensor ranks (ring, NVLink):
+    # 3 steps of 1 us + (s*b*h*d / 4) / 100 GB/s
+    gather = 3 * (1e-6 + 64 * 256 * 2 / 4 / 100e9)
+    np.testing.assert_allclose(seconds, gather + np.where(crossing, 1e-5 + nbytes / 10e9,
+                                                          1e-6 + nbytes / 100e9))
+    latency, volume = costs.transfer_parts(table, transfers)
+    np.testing.assert_allclose(latency, gather + np.where(crossing, 1e-5, 1e-6))
+    np.testing.assert_allclose(latency + volume, seconds)
+    whole = ModelCosts(model(), system(), tensor_parallel=4, scatter_gather=False)
+    seconds, nbytes = whole.transfer_costs(table, transfers)
+    assert np.all(nbytes == 64 * 256 * 2)                 # no scatter, no gather
     np.testing.assert_allclose(seconds, np.where(crossing, 1e-5 + nbytes / 10e9,
                                                  1e-6 + nbytes / 100e9))
-    whole = ModelCosts(model(), system(), tensor_parallel=4, scatter_gather=False)
-    assert np.all(whole.transfer_costs(table, transfers)[1] == 64 * 256 * 2)
+    split = ModelCosts(model(), system(), tensor_parallel=4, sequence_parallel=True)
+    seconds, nbytes = split.transfer_costs(table, transfers)
+    assert np.all(nbytes == 64 * 256 * 2 / 4)             # already split: no gather
+    np.testing.assert_allclose(seconds, np.where(crossing, 1e-5 + nbytes / 10e9,
+                                                 1e-6 + nbytes / 100e9))
+    assert split.receive_gather_seconds([1.0, 2.0]).tolist() == [0.0, 0.0]
 
 
 def test_tensor_parallel_collectives_cost_a_ring_inside_the_node():
@@ -107,7 +122,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     grads = params * 2.0                                    # fp16 gradients
     # t*d = 8 = a node: the replicas of a tensor rank share it, the pipeline ranks do not
     expected_reduce = ring_time("all_reduce", grads, 4, 100e9, 1e-6)
-    update = 54 * params / 1e12 + 1e-6
+    update = (4 + 54) * params / 1e12 + 2e-6            # gradients / d, then the step
     embedding = 2 * (1e-5 + 1000 * 256 / 2 * 2 / 2 / 10e9)    # tied: first and last stage
     np.testing.assert_allclose(step, expected_reduce + update + embedding)
     across = ModelCosts(model(), system(), tensor_parallel=8, data_parallel=4)
@@ -115,7 +130,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     params = across._device_parameters(table)
     reduce = ring_time("all_reduce", params * 2.0, 4, 10e9, 1e-5)
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)     # one pipeline rank per node
-    np.testing.assert_allclose(step, reduce + 54 * params / 1e12 + 1e-6 + embedding)
+    np.testing.assert_allclose(step, reduce + (4 + 54) * params / 1e12 + 2e-6 + embedding)
 
 
 def test_overlapped_data_parallel_all_reduce_runs_beside_the_backwards():
@@ -145,7 +160,7 @@ def test_optimizer_sharding_divides_the_state_and_gathers_the_parameters():
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)
     expected = (ring_time("reduce_scatter", params * 2.0, 4, 10e9, 1e-5)
                 + ring_time("all_gather", params * 2.0, 4, 10e9, 1e-5)
-                + 54 * params / 4 / 1e12 + 1e-6 + embedding)
+                + 4 * params / 1e12 + 54 * params / 4 / 1e12 + 2e-6 + embedding)
     np.testing.assert_allclose(step, expected)
 
 

@@ -3,9 +3,11 @@
 import json
 import shlex
 
+import numpy as np
 import pytest
 
-from tabsched.study_megatron import (BEST_KNOWN, TABLE5, TARGET, predict, run_megatron_study,
+from tabsched.study_megatron import (BEST_KNOWN, TABLE4, TABLE5, TARGET,
+                                     implied_matrix_efficiency, predict, run_megatron_study,
                                      table5_runs)
 
 
@@ -29,15 +31,16 @@ def test_the_eight_runs_of_table5():
 
 
 def test_table5_errors_are_what_tabsched_reaches(study):
-    """Asserted at the errors reached: mean 3.38%, max 6.81% on one dgx-a100. The issue's
+    """Asserted at the errors reached: mean 3.59%, max 7.31% on one dgx-a100 (3.38% and 6.81%
+    before the audit's corrections, which all add time Megatron-LM spends). The issue's
     target (mean <= 3%, max <= 6%) is not met; the best-known model's 3.65% and 8.87% are
-    beaten. The study's report says where the rest comes from."""
-    assert study.mean_error <= 0.0340 and study.max_error <= 0.0685
+    beaten, the mean narrowly. The study's report says where the rest comes from."""
+    assert study.mean_error <= 0.0362 and study.max_error <= 0.0735
     assert study.mean_error < BEST_KNOWN["mean"] and study.max_error < BEST_KNOWN["max"]
     assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
     assert study.verdict == "partly reproduced"
     for row in study.rows:
-        assert abs(row["error"]) < 0.07, row["model"]
+        assert abs(row["error"]) < 0.075, row["model"]
     # full recomputation costs more than selective + sequence parallelism, as measured
     by_model = {}
     for row in study.rows:
@@ -45,6 +48,44 @@ def test_table5_errors_are_what_tabsched_reaches(study):
     for model, _, _, _, _, _, _, full, selective in TABLE5:
         assert by_model[model]["full"] / by_model[model]["selective"] == pytest.approx(
             full / selective, rel=0.06)
+
+
+def test_one_layer_of_the_22b_model_is_korthikanti_table4(study):
+    """Table 4 (measured, one layer, five configurations) is independent of Table 5: each
+    pass within 7%, forward + backward within 3.5%, full recomputation's extra forward and
+    the sequence-parallel forward's saving in the measured direction."""
+    assert [(recompute, sp) for recompute, sp, *_ in study.layer_times] == \
+        [(recompute, sp) for recompute, sp, _, _ in TABLE4]
+    for recompute, sp, forward, predicted_f, backward, predicted_b in study.layer_times:
+        assert predicted_f == pytest.approx(forward, rel=0.07), (recompute, sp)
+        assert predicted_b == pytest.approx(backward, rel=0.07), (recompute, sp)
+        assert predicted_f + predicted_b == pytest.approx(forward + backward, rel=0.035)
+    times = {(recompute, sp): (f, b) for recompute, sp, _, f, _, b in study.layer_times}
+    assert times[("none", True)][0] < times[("none", False)][0]          # SP: 7.2 < 7.7 ms
+    assert times[("full", False)][1] - times[("none", False)][1] == pytest.approx(
+        19.5e-3 - 11.9e-3, rel=0.05)                                    # the recompute, 7.6 ms
+
+
+def test_the_implied_matrix_efficiency_rises_with_model_size(study):
+    """The diagnostic behind the report's explanation: the flat matrix efficiency that would
+    make each run exact grows with the products' size, which one flat value cannot follow."""
+    implied = {}
+    for model, _, value in study.implied_efficiency:
+        implied.setdefault(model, []).append(value)
+    means = [np.mean(implied[model]) for model, *_ in TABLE5]
+    assert all(0.5 < value < 1.0 for values in implied.values() for value in values)
+    assert means == sorted(means) and means[-1] - means[0] > 0.05
+    ((run, value),) = implied_matrix_efficiency(runs=table5_runs()[6:7])
+    assert value == pytest.approx(implied["megatron-1t"][0])
+
+
+def test_the_data_parallel_all_reduce_is_checked_against_section_6_3(study):
+    """530B at d = 8: 1.32 s more, measured; tabsched's ring all-reduce adds less (0.30 s),
+    a gap the report states (it does not touch the eight d = 1 runs)."""
+    measured, predicted = study.data_parallel
+    assert measured == pytest.approx(39.15 - 37.83)
+    assert 0.1 < predicted < measured
+    assert "section 6.3: the 530B run with d = 8" in open(study.files[1]).read()
 
 
 def test_the_study_writes_its_table_and_report(study):
@@ -57,6 +98,10 @@ def test_the_study_writes_its_table_and_report(study):
     assert f"Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}" in text
     assert "## Where the remaining error comes from" in text
     assert "without wave quantization" in text            # the sensitivity table
+    for section in ("## Audit of the model", "## Corrections in this revision",
+                    "## Per-layer check: Table 4", "implied matrix efficiency"):
+        assert section in text
+    assert "| megatron-1t | full | +6.81% |" in text         # before the corrections
 
 
 def test_the_cli_runs_the_study_and_each_row(cli, tmp_path, study):

@@ -67,10 +67,21 @@ Embedding (first stage), vocabulary-parallel
     Position embeddings (``s*h`` parameters) are left out.
 Output (last stage), vocabulary-parallel
     ``final_norm``, (``all_gather``), ``logits`` (``2*s*h*V/t``, writes the
-    ``d*s*V/t`` logits), ``cross_entropy`` (reads them, keeps fp32
-    probabilities ``4*s*V/t``) with its two small all-reduces over the tensor
-    ranks (the maximum and the sum of each token, ``4*s`` bytes each);
-    backwards: ``cross_entropy_bwd``, ``logits_dgrad``, the ``all_reduce``
+    ``d*s*V/t`` logits), then the loss as Megatron-LM computes it
+    (``megatron/model/gpt_model.py``, ``post_language_model_processing``:
+    ``vocab_parallel_cross_entropy(output.float(), labels)`` unless
+    ``--fp16-lm-cross-entropy``; ``megatron/mpu/cross_entropy.py``,
+    ``_VocabParallelCrossEntropy``), one pass over the ``e = s*V/t`` logits of
+    a rank per step: ``logits_to_fp32`` (reads ``d*e``, writes ``4*e``; no
+    copy for an fp32 model), ``logits_max`` (reads ``4*e``), the all-reduce
+    of each token's maximum, ``logits_shift`` (subtracts it in place: reads
+    and writes ``4*e``), the all-reduce of the target logit, ``logits_exp``
+    (in place), ``exp_sum`` (reads ``4*e``), the all-reduce of the sums,
+    ``softmax_normalize`` (in place; the fp32 probabilities are kept for the
+    backward); the three all-reduces carry ``4*s`` bytes each. Backwards:
+    ``cross_entropy_bwd`` (scales the probabilities in place: reads and
+    writes ``4*e``), ``logits_grad_to_half`` (reads ``4*e``, writes ``d*e``;
+    none for fp32), ``logits_dgrad``, the ``all_reduce``
     (``reduce_scatter``), ``final_norm_bwd``; ``W``: ``logits_wgrad``.
 
 FLOPs are counted for matrix products only (one multiply-add = 2 FLOPs), so
@@ -342,6 +353,22 @@ def embedding_kernels(model, parallel=None):
     return {"F": forward, "I": backward, "W": weight, "R": []}
 
 
+def _cross_entropy(x):
+    """Megatron-LM's vocabulary-parallel cross entropy on fp32 logits (module docstring)."""
+    s, d, t, V = x["s"], x["d"], x["t"], x["V"]
+    logits = s * V / t                                    # elements of one rank, per sample
+    kernels = [_vector("logits_to_fp32", d * logits, 4 * logits)] if d != 4 else []
+    return kernels + [
+        _vector("logits_max", 4 * logits, 0.0),
+        _collective("cross_entropy_max", "all_reduce", 4 * s),
+        _vector("logits_shift", 4 * logits, 4 * logits),
+        _collective("cross_entropy_target", "all_reduce", 4 * s),
+        _vector("logits_exp", 4 * logits, 4 * logits),
+        _vector("exp_sum", 4 * logits, 0.0),
+        _collective("cross_entropy_sum", "all_reduce", 4 * s),
+        _vector("softmax_normalize", 4 * logits, 4 * logits)]
+
+
 def output_kernels(model, parallel=None):
     """Kernel lists of the final norm, output layer and loss (last stage), as ``layer_kernels``."""
     x, parallel = _shape(model, parallel)
@@ -350,10 +377,10 @@ def output_kernels(model, parallel=None):
     gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
     forward = [_vector(f"final_{norm}", d * sn * h, d * sn * h), *gather,
                _matrix("logits", 2 * s * h * V / t, d * V * h / t, d * s * h, d * s * V / t, d),
-               _vector("cross_entropy", d * s * V / t, 4 * s * V / t),
-               _collective("cross_entropy_max", "all_reduce", 4 * s),
-               _collective("cross_entropy_sum", "all_reduce", 4 * s)]
-    backward = [_vector("cross_entropy_bwd", 4 * s * V / t, d * s * V / t),
+               *_cross_entropy(x)]
+    backward = [_vector("cross_entropy_bwd", 4 * s * V / t, 4 * s * V / t),
+                *([_vector("logits_grad_to_half", 4 * s * V / t, d * s * V / t)]
+                  if d != 4 else []),
                 *_input_gather(x, "logits_dgrad"),
                 _matrix("logits_dgrad", 2 * s * V * h / t, d * V * h / t, d * s * V / t,
                         d * s * h, d),

@@ -39,7 +39,9 @@ class ModelCosts(CostModel):
     the tensor-parallel collectives on the links inside a node (not overlapped
     with compute). A transfer moves ``d*b*s*h`` bytes (the activation forward,
     its gradient backward), ``/t`` per tensor rank with scatter-gather or
-    sequence parallelism, over the link between its two devices. A stage's
+    sequence parallelism, over the link between its two devices (with
+    scatter-gather alone, plus the receivers' all-gather of the whole tensor
+    inside their node). A stage's
     activation is held from the start of its ``F`` to the end of its
     backward; ``I`` frees ``input_grad_release`` of it; a backward holds one
     layer's working memory while it runs (``transient_sizes``). Each device
@@ -71,7 +73,8 @@ class ModelCosts(CostModel):
     optimizer : bool
         Add the end-of-iteration step per device to the tail: the optimizer
         update (the model's ``optimizer_step_bytes`` per parameter of its
-        shard, at the memory roofline),
+        shard, at the memory roofline, after the division of the whole gradient
+        buffer by the data-parallel size that Megatron-LM runs even at d = 1),
         after the data-parallel gradient all-reduce (when not overlapped), the
         all-gather of the updated parameters (with optimizer sharding) and the
         all-reduce of the tied embedding's gradients between the first and the
@@ -280,24 +283,59 @@ overlap_grad_reduce, scatter_gather
         return durations[table.kind, table.stage, inverse[table.microbatch]]
 
     def transfer_costs(self, table, transfers):
-        """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link."""
+        """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link.
+
+        With scatter-gather and no sequence parallelism, each tensor rank sends
+        ``1/t`` of the tensor and the receiving ranks all-gather it inside their
+        node before it is used (:meth:`receive_gather_seconds`): that gather is
+        part of the transfer's time.
+        """
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
+        latency, volume, nbytes = self._transfer_parts(table, transfers)
+        return latency + volume, nbytes
+
+    def transfer_parts(self, table, transfers):
+        """``(latency, bytes / bandwidth)`` per transfer, on its link (Hockney).
+
+        The receivers' all-gather of a scattered tensor counts as latency: it
+        runs on the links inside a node, whatever the link between the stages.
+        """
+        if len(transfers) == 0:
+            return np.zeros(0), np.zeros(0)
+        latency, volume, _ = self._transfer_parts(table, transfers)
+        return latency, volume
+
+    def _transfer_parts(self, table, transfers):
         _, _, _, unique, inverse = self._shape(table)
         per_microbatch = self.model.transfer_bytes(unique, self.parallel)[inverse]
+        gather = self.receive_gather_seconds(unique)[inverse]
         nbytes = per_microbatch[transfers.microbatch]
         bandwidth, latency = self.placement.link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
-        return latency[src, dst] + nbytes / bandwidth[src, dst], nbytes
+        return (latency[src, dst] + gather[transfers.microbatch], nbytes / bandwidth[src, dst],
+                nbytes)
 
-    def transfer_parts(self, table, transfers):
-        """``(latency, bytes / bandwidth)`` per transfer, on its link (Hockney)."""
-        if len(transfers) == 0:
-            return np.zeros(0), np.zeros(0)
-        _, nbytes = self.transfer_costs(table, transfers)
-        bandwidth, latency = self.placement.link_matrices(table.num_devices)
-        src, dst = transfers.src, transfers.dst
-        return latency[src, dst], nbytes / bandwidth[src, dst]
+    def receive_gather_seconds(self, samples):
+        """Seconds the receiving tensor ranks spend re-assembling a scattered transfer.
+
+        Megatron-LM's scatter-gather (``--scatter-gather-tensors-in-pipeline``,
+        on by default; off with sequence parallelism, whose tensors are already
+        split) sends ``1/t`` of the ``d*b*s*h`` activation or gradient from each
+        tensor rank; after the receive, ``gather_split_1d_tensor`` all-gathers the
+        whole tensor over the tensor group (megatron/p2p_communication.py,
+        ``_communicate``, 2021-2022): a ring all-gather on the links inside the
+        node. 0 without tensor parallelism or with sequence parallelism.
+        """
+        samples = np.asarray(samples, dtype=np.float64)
+        parallel = self.parallel
+        t = parallel.tensor_parallel
+        if t == 1 or parallel.sequence_parallel or not parallel.scatter_gather:
+            return np.zeros(samples.shape)
+        whole = self.model.transfer_bytes(samples, parallel.replace(scatter_gather=False))
+        bandwidth, latency = self.system.group_link(True)
+        return np.asarray(self.system.ring_time("all_gather", whole, t, bandwidth, latency),
+                          dtype=np.float64) * np.ones(samples.shape)
 
     def activation_sizes(self, table):
         """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
@@ -369,8 +407,9 @@ overlap_grad_reduce, scatter_gather
         replicas. The step of a device: the data-parallel all-reduce of its
         gradients (reduce-scatter with optimizer sharding) when not
         overlapped, the tied-embedding all-reduce, the optimizer update at the
-        memory roofline and, with optimizer sharding, the all-gather of the
-        updated parameters.
+        memory roofline (after the gradient buffer's division by ``d``: one
+        read and one write of the gradients) and, with optimizer sharding, the
+        all-gather of the updated parameters.
         """
         params = self.stage_parameters(table) / self.parallel.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
@@ -393,8 +432,13 @@ overlap_grad_reduce, scatter_gather
             step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
         shards = self.parallel.data_parallel if sharded else 1
         state_bytes = self.model.optimizer_step_bytes * device_params / shards
-        step = step + self.system.compute_time(np.zeros(len(state_bytes)), state_bytes,
-                                               np.ones(len(state_bytes)))
+        # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
+        # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
+        # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes
+        scale_bytes = 2.0 * self.model.grad_bytes * device_params
+        none, one = np.zeros(len(state_bytes)), np.ones(len(state_bytes))
+        step = (step + self.system.compute_time(none, scale_bytes, one)
+                + self.system.compute_time(none, state_bytes, one))
         if sharded:
             step = step + self._data_parallel_time("all_gather",
                                                    device_params * self.model.dtype_bytes)

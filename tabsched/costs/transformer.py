@@ -19,7 +19,8 @@ embeddings, O(h) per layer, are left out: under 0.05% at h >= 1024)
     (SwiGLU) and 2 otherwise; ``V*h`` for the embedding on the first stage and
     another ``V*h`` for the output layer on the last (a pipeline keeps a copy
     on each end even when the two are tied, as Megatron-LM does, and
-    all-reduces the two copies' gradients: ``tied_embeddings``).
+    all-reduces the two copies' gradients: ``tied_embeddings``; a single
+    stage holding both keeps one).
 Work: a list of kernels per operation (:mod:`tabsched.costs.kernels`)
     FLOPs of matrix products (one multiply-add = 2 FLOPs; Narayanan et al.
     2021, appendix; the zero-bubble paper's split of the backward, Qi et al.
@@ -282,9 +283,19 @@ class TransformerModel:
                 + self.output_parameters)
 
     def stage_parameters(self, layers, first, last):
-        """Parameters of a stage of ``layers`` layers (first/last: embedding/output)."""
+        """Parameters of a stage of ``layers`` layers (first/last: embedding/output).
+
+        A stage that is both first and last holds one copy of tied embeddings:
+        its output layer uses the embedding's weights (Megatron-LM's
+        ``word_embeddings_weight()``); only a pipeline keeps a copy on each end.
+
+        >>> gpt = TransformerModel(layers=2, hidden=64, heads=4, sequence=16, vocab=100)
+        >>> gpt.stage_parameters(2, True, True) == 2 * gpt.layer_parameters + 100 * 64
+        True
+        """
+        tied_here = bool(first) and bool(last) and self.tied_embeddings
         return (layers * self.layer_parameters + bool(first) * self.embedding_parameters
-                + bool(last) * self.output_parameters)
+                + (bool(last) and not tied_here) * self.output_parameters)
 
     @property
     def optimizer_step_bytes(self):
