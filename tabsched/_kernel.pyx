@@ -25,7 +25,7 @@ from cython cimport boundscheck, wraparound
 from libc.math cimport INFINITY
 
 from tabsched._types cimport (
-    index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE,
+    index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE, BLOCK,
     STATUS_OK, STATUS_DEADLOCK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
 )
 
@@ -124,19 +124,29 @@ cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] su
     return tail
 
 
-cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
-                      const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
-    """Bounds of every id the kernel will dereference (bounds checks are off)."""
+cdef int _check_csr(const index_t[::1] indptr, const index_t[::1] targets) noexcept nogil:
+    """A CSR whose offsets run from 0 to len(targets) without falling and whose
+    targets are node ids (``0 <= t < len(indptr) - 1``)."""
     cdef index_t n = indptr.shape[0] - 1
-    cdef index_t v, e, k, r
-    if indptr[0] != 0 or indptr[n] != successors.shape[0]:
+    cdef index_t v, e
+    if n < 0 or indptr[0] != 0 or indptr[n] != targets.shape[0]:
         return STATUS_BAD_SHAPE
     for v in range(n):
         if indptr[v + 1] < indptr[v]:
             return STATUS_BAD_SHAPE
-    for e in range(successors.shape[0]):
-        if successors[e] < 0 or successors[e] >= n:
+    for e in range(targets.shape[0]):
+        if targets[e] < 0 or targets[e] >= n:
             return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
+                      const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
+    """Bounds of every id the kernel will dereference (bounds checks are off)."""
+    cdef index_t v, k, r
+    cdef int status = _check_csr(indptr, successors)
+    if status != STATUS_OK:
+        return status
     for v in range(resources.shape[0]):
         for k in range(resources.shape[1]):
             r = resources[v, k]
@@ -343,12 +353,13 @@ def find_cycle(const index_t[::1] pred_indptr not None,
         The cycle's length, 0 if no node is unfinished, -1 on inconsistent input.
     """
     cdef index_t n = pred_indptr.shape[0] - 1
-    cdef index_t length
+    cdef index_t length = -1
     if (n < 0 or remaining.shape[0] != n or cycle.shape[0] != n
-            or position.shape[0] != n or pred_indptr[n] != predecessors.shape[0]):
+            or position.shape[0] != n):
         return -1
     with nogil:
-        length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
+        if _check_csr(pred_indptr, predecessors) == STATUS_OK:
+            length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
     return length
 
 
@@ -357,9 +368,6 @@ cdef index_t _find_cycle(const index_t[::1] pred_indptr, const index_t[::1] pred
                          index_t[::1] position) noexcept nogil:
     cdef index_t n = pred_indptr.shape[0] - 1
     cdef index_t v, p, e, steps, first, length, i
-    for e in range(predecessors.shape[0]):
-        if predecessors[e] < 0 or predecessors[e] >= n:
-            return -1
     v = NO_NODE
     for i in range(n):
         position[i] = NO_NODE
@@ -596,4 +604,314 @@ cdef index_t _summary_fifo(const index_t[::1] indptr, const index_t[::1] success
         if done < n:
             return STATUS_DEADLOCK
         makespan[s] = longest
+    return STATUS_OK
+
+
+# ------------------------------------------------------ topological layout
+# A lowering is validated and ordered once: ``topological`` checks the CSR,
+# finds Kahn's order (the same FIFO order ``evaluate`` uses) and writes the
+# predecessor lists in *positions* of that order, so that every edge points
+# backwards. The passes below then pull each node's start from its
+# predecessors in one forward sweep, with no indegree count, no queue and no
+# data-dependent write to another node. They still check every id they
+# dereference (one compare per edge), so a bad array returns a status instead
+# of reading out of bounds.
+
+@boundscheck(False)
+@wraparound(False)
+def topological(const index_t[::1] indptr not None,
+                const index_t[::1] successors not None,
+                index_t[::1] order not None,
+                index_t[::1] pred_indptr not None,
+                index_t[::1] predecessors not None,
+                index_t[::1] scratch not None):
+    """Kahn's order of a DAG and its predecessor CSR in positions of that order.
+
+    Parameters
+    ----------
+    indptr, successors : int32 arrays
+        The DAG in CSR form, by node id.
+    order : int32 array, shape (nodes,)
+        Output: ``order[i]`` is the node at position ``i`` (Kahn's order with a
+        FIFO queue, the order :func:`evaluate` processes nodes in).
+    pred_indptr : int32 array, shape (nodes + 1,)
+    predecessors : int32 array, shape (edges,)
+        Output: the positions of the predecessors of the node at position ``i``
+        are ``predecessors[pred_indptr[i]:pred_indptr[i+1]]``, ascending, all
+        below ``i``.
+    scratch : int32 array, shape (nodes,)
+        On DEADLOCK, ``scratch[v] > 0`` marks the nodes on or behind a cycle.
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t status
+    if (n < 0 or order.shape[0] != n or pred_indptr.shape[0] != n + 1
+            or scratch.shape[0] != n or predecessors.shape[0] != successors.shape[0]):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _check_csr(indptr, successors)
+        if status == STATUS_OK:
+            status = _topological(indptr, successors, order, pred_indptr, predecessors,
+                                  scratch)
+    return status
+
+
+cdef index_t _topological(const index_t[::1] indptr, const index_t[::1] successors,
+                          index_t[::1] order, index_t[::1] pred_indptr,
+                          index_t[::1] predecessors, index_t[::1] scratch) noexcept nogil:
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t i, v, u, e, p, cursor, previous
+    if _topological_order(indptr, successors, scratch, order) < n:
+        return STATUS_DEADLOCK
+    # scratch: position of every node
+    for i in range(n):
+        scratch[order[i]] = i
+    for i in range(n + 1):
+        pred_indptr[i] = 0
+    for e in range(successors.shape[0]):
+        pred_indptr[scratch[successors[e]] + 1] += 1
+    for i in range(n):
+        pred_indptr[i + 1] += pred_indptr[i]
+    # fill by ascending source position, using pred_indptr[p] as p's cursor ...
+    for i in range(n):
+        v = order[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            p = scratch[successors[e]]
+            predecessors[pred_indptr[p]] = i
+            pred_indptr[p] += 1
+    # ... which leaves pred_indptr shifted by one list
+    previous = 0
+    for i in range(n):
+        cursor = pred_indptr[i]
+        pred_indptr[i] = previous
+        previous = cursor
+    return STATUS_OK
+
+
+cdef inline bint _bad_lists(const index_t[::1] pred_indptr,
+                            const index_t[::1] predecessors) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    return n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != predecessors.shape[0]
+
+
+@boundscheck(False)
+@wraparound(False)
+def longest_path(const index_t[::1] pred_indptr not None,
+                 const index_t[::1] predecessors not None,
+                 const index_t[::1] order not None,
+                 const time_t[:, ::1] durations not None,
+                 time_t[:, ::1] start not None,
+                 index_t[::1] binding not None,
+                 time_t[::1] finish not None):
+    """Earliest starts over a DAG laid out by :func:`topological`: one pull pass a sample.
+
+    The node at position ``i`` starts at the latest end of its predecessors
+    (0 without any). The result is the same as :func:`evaluate` without
+    resources, to the bit, binding included: both take the predecessor whose
+    end is strictly latest, the first in Kahn's order on ties.
+
+    Parameters
+    ----------
+    pred_indptr, predecessors : int32 arrays
+        From :func:`topological`.
+    order : int32 array, shape (nodes,) or (0,)
+        From :func:`topological`: ``durations`` and ``start`` are then by node
+        id. Empty: they are by position (the arrays already renumbered).
+    durations : float64 array, shape (samples, nodes)
+    start : float64 array, shape (samples, nodes)
+        Output.
+    binding : int32 array, shape (nodes,) or (0,)
+        Output for sample 0 (skipped when empty): the node (id, or position
+        without ``order``) that decided each node's start, or NO_NODE_ID.
+    finish : float64 scratch, shape (nodes,)
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE, or BAD_INDEX for a predecessor that is not an
+        earlier position or an order entry that is not a node.
+    """
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t status
+    if (_bad_lists(pred_indptr, predecessors) or (order.shape[0] != 0 and order.shape[0] != n)
+            or durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
+            or (binding.shape[0] != 0 and binding.shape[0] != n) or finish.shape[0] != n):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _longest_path(pred_indptr, predecessors, order, order.shape[0] != 0,
+                               durations, start, binding, binding.shape[0] != 0, finish)
+    return status
+
+
+cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] predecessors,
+                           const index_t[::1] order, bint ordered,
+                           const time_t[:, ::1] durations, time_t[:, ::1] start,
+                           index_t[::1] binding, bint record,
+                           time_t[::1] finish) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t edges = predecessors.shape[0]
+    cdef index_t s, i, v, e, p, low, high, bound
+    cdef time_t begin, candidate
+    for s in range(samples):
+        low = 0
+        for i in range(n):
+            high = pred_indptr[i + 1]
+            if high < low or high > edges:
+                return STATUS_BAD_SHAPE
+            v = order[i] if ordered else i
+            if v < 0 or v >= n:
+                return STATUS_BAD_INDEX
+            begin = 0.0
+            bound = NO_NODE
+            for e in range(low, high):
+                p = predecessors[e]
+                if p < 0 or p >= i:
+                    return STATUS_BAD_INDEX
+                candidate = finish[p]
+                if candidate > begin:
+                    begin = candidate
+                    bound = p
+            low = high
+            finish[i] = begin + durations[s, v]
+            start[s, v] = begin
+            if record and s == 0:
+                binding[v] = NO_NODE if bound == NO_NODE else (order[bound] if ordered
+                                                                else bound)
+    return STATUS_OK
+
+
+# Samples a summary pass carries at once, node-major (BLOCK, _types.pxd).
+SUMMARY_BLOCK = BLOCK
+
+
+@boundscheck(False)
+@wraparound(False)
+def longest_path_summary(const index_t[::1] pred_indptr not None,
+                         const index_t[::1] predecessors not None,
+                         const index_t[::1] order not None,
+                         const index_t[::1] node_device not None,
+                         const time_t[:, ::1] durations not None,
+                         time_t[::1] makespan not None,
+                         time_t[:, ::1] busy not None,
+                         time_t[:, ::1] first_start not None,
+                         time_t[:, ::1] last_end not None,
+                         time_t[::1] finish not None):
+    """Per-sample makespan and per-device busy time, first start and last end.
+
+    The same numbers as :func:`evaluate_summary` without resources (busy time
+    summed in Kahn's order), from a pull pass over blocks of
+    ``SUMMARY_BLOCK`` samples laid out node-major: memory is ``finish``, one
+    block of ends per node, whatever the number of samples.
+
+    Parameters
+    ----------
+    pred_indptr, predecessors, order : int32 arrays
+        From :func:`topological` (``order`` may be empty: arrays by position).
+    node_device : int32 array, shape (nodes,)
+        By node id: the device whose compute stream runs the node, or NO_DEVICE_ID.
+    durations : float64 array, shape (samples, nodes)
+    makespan : float64 array, shape (samples,)
+    busy, first_start, last_end : float64 arrays, shape (samples, devices)
+        Outputs, as in :func:`evaluate_summary`.
+    finish : float64 scratch, shape (nodes * SUMMARY_BLOCK,)
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t status
+    if (_bad_lists(pred_indptr, predecessors) or (order.shape[0] != 0 and order.shape[0] != n)
+            or node_device.shape[0] != n or durations.shape[1] != n
+            or makespan.shape[0] != samples or busy.shape[0] != samples
+            or first_start.shape[0] != samples or first_start.shape[1] != devices
+            or last_end.shape[0] != samples or last_end.shape[1] != devices
+            or finish.shape[0] != <Py_ssize_t>n * BLOCK):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _longest_path_summary(pred_indptr, predecessors, order, order.shape[0] != 0,
+                                       node_device, durations, makespan, busy, first_start,
+                                       last_end, finish)
+    return status
+
+
+cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
+                                   const index_t[::1] predecessors,
+                                   const index_t[::1] order, bint ordered,
+                                   const index_t[::1] node_device,
+                                   const time_t[:, ::1] durations, time_t[::1] makespan,
+                                   time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                                   time_t[:, ::1] last_end, time_t[::1] finish) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t edges = predecessors.shape[0]
+    cdef index_t first, width, b, i, v, e, p, d, low, high
+    cdef time_t begin[BLOCK]
+    cdef time_t length[BLOCK]
+    cdef time_t longest[BLOCK]
+    cdef time_t value
+    cdef time_t *row
+    cdef time_t *ends = &finish[0] if n > 0 else NULL
+    for v in range(n):
+        if node_device[v] < NO_DEVICE or node_device[v] >= devices:
+            return STATUS_BAD_INDEX
+    first = 0
+    while first < samples:
+        width = samples - first if samples - first < BLOCK else BLOCK
+        for b in range(width):
+            makespan[first + b] = 0.0
+            for d in range(devices):
+                busy[first + b, d] = 0.0
+                first_start[first + b, d] = INFINITY
+                last_end[first + b, d] = 0.0
+        for b in range(BLOCK):
+            longest[b] = 0.0
+            length[b] = 0.0
+        low = 0
+        for i in range(n):
+            high = pred_indptr[i + 1]
+            if high < low or high > edges:
+                return STATUS_BAD_SHAPE
+            v = order[i] if ordered else i
+            if v < 0 or v >= n:
+                return STATUS_BAD_INDEX
+            d = node_device[v]
+            for b in range(BLOCK):
+                begin[b] = 0.0
+            for e in range(low, high):
+                p = predecessors[e]
+                if p < 0 or p >= i:
+                    return STATUS_BAD_INDEX
+                row = ends + <Py_ssize_t>p * BLOCK
+                for b in range(BLOCK):
+                    value = row[b]
+                    begin[b] = value if value > begin[b] else begin[b]
+            low = high
+            for b in range(width):
+                length[b] = durations[first + b, v]
+            row = ends + <Py_ssize_t>i * BLOCK
+            for b in range(BLOCK):
+                value = begin[b] + length[b]
+                row[b] = value
+                longest[b] = value if value > longest[b] else longest[b]
+            if d != NO_DEVICE:
+                for b in range(width):
+                    busy[first + b, d] += length[b]
+                    if begin[b] < first_start[first + b, d]:
+                        first_start[first + b, d] = begin[b]
+                    if row[b] > last_end[first + b, d]:
+                        last_end[first + b, d] = row[b]
+        for b in range(width):
+            makespan[first + b] = longest[b]
+        first += BLOCK
     return STATUS_OK

@@ -7,8 +7,10 @@ in the library calls this module at run time.
 
 import heapq
 
+import numpy as np
+
 from tabsched._kernel import (BAD_INDEX, BAD_SHAPE, DEADLOCK, NO_DEVICE_ID, NO_NODE_ID,
-                              NO_RESOURCE_ID, OK)
+                              NO_RESOURCE_ID, OK, SUMMARY_BLOCK)
 
 
 def _indegree(indptr, successors, n):
@@ -248,7 +250,11 @@ def evaluate_summary(indptr, successors, durations, resources, n_resources, node
 def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
     """Twin of ``tabsched._kernel.find_cycle``."""
     n = len(pred_indptr) - 1
-    if len(remaining) != n or pred_indptr[n] != len(predecessors):
+    if n < 0 or len(remaining) != n or len(cycle) != n or len(position) != n:
+        return -1
+    if pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+        return -1
+    if any(pred_indptr[v + 1] < pred_indptr[v] for v in range(n)):
         return -1
     if any(p < 0 or p >= n for p in predecessors):
         return -1
@@ -269,3 +275,113 @@ def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
     loop = path[seen[v]:][::-1]
     cycle[:len(loop)] = loop
     return len(loop)
+
+
+def topological(indptr, successors, order, pred_indptr, predecessors, scratch):
+    """Twin of ``tabsched._kernel.topological``."""
+    n = len(indptr) - 1
+    if (n < 0 or len(order) != n or len(pred_indptr) != n + 1 or len(scratch) != n
+            or len(predecessors) != len(successors)):
+        return BAD_SHAPE
+    checked = _checked_graph(indptr, successors, np.empty((n, 0)), 0, n)
+    if isinstance(checked, int):
+        return checked
+    indptr, successors, _ = checked
+    queue, remaining = _topological_order(indptr, successors, n)
+    scratch[:] = remaining
+    if len(queue) < n:
+        return DEADLOCK
+    position = {v: i for i, v in enumerate(queue)}
+    lists = [[] for _ in range(n)]
+    for i, v in enumerate(queue):
+        for e in range(indptr[v], indptr[v + 1]):
+            lists[position[successors[e]]].append(i)
+    order[:] = queue
+    pred_indptr[0] = 0
+    pred_indptr[1:] = np.cumsum([len(items) for items in lists])
+    predecessors[:] = [p for items in lists for p in items]
+    scratch[:] = [position[v] for v in range(n)]
+    return OK
+
+
+def _lists(pred_indptr, predecessors, order, n):
+    """Per position ``(node, predecessor positions)``, or a status for bad arrays."""
+    if n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+        return BAD_SHAPE
+    if len(order) not in (0, n):
+        return BAD_SHAPE
+    lists = []
+    for i in range(n):
+        low, high = int(pred_indptr[i]), int(pred_indptr[i + 1])
+        if high < low or high > len(predecessors):
+            return BAD_SHAPE
+        v = int(order[i]) if len(order) else i
+        items = [int(p) for p in predecessors[low:high]]
+        if not 0 <= v < n or any(not 0 <= p < i for p in items):
+            return BAD_INDEX
+        lists.append((v, items))
+    return lists
+
+
+def longest_path(pred_indptr, predecessors, order, durations, start, binding, finish):
+    """Twin of ``tabsched._kernel.longest_path``: a pull pass over positions."""
+    n = len(pred_indptr) - 1
+    samples = durations.shape[0]
+    if (durations.shape[1] != n or start.shape != (samples, n) or len(binding) not in (0, n)
+            or len(finish) != n):
+        return BAD_SHAPE
+    lists = _lists(pred_indptr, predecessors, order, n)
+    if isinstance(lists, int):
+        return lists
+    node = [v for v, _ in lists]
+    for s in range(samples):
+        ends = [0.0] * n
+        for i, (v, items) in enumerate(lists):
+            begin, bound = 0.0, NO_NODE_ID
+            for p in items:
+                if ends[p] > begin:
+                    begin, bound = ends[p], p
+            ends[i] = begin + float(durations[s, v])
+            start[s, v] = begin
+            if len(binding) and s == 0:
+                binding[v] = NO_NODE_ID if bound == NO_NODE_ID else node[bound]
+        finish[:] = ends
+    return OK
+
+
+def longest_path_summary(pred_indptr, predecessors, order, node_device, durations, makespan,
+                         busy, first_start, last_end, finish):
+    """Twin of ``tabsched._kernel.longest_path_summary``, one sample at a time
+    (the kernel's blocks of samples change no number)."""
+    n = len(pred_indptr) - 1
+    samples = durations.shape[0]
+    devices = busy.shape[1]
+    if (len(node_device) != n or durations.shape[1] != n or len(makespan) != samples
+            or busy.shape[0] != samples or first_start.shape != (samples, devices)
+            or last_end.shape != (samples, devices) or len(finish) != n * SUMMARY_BLOCK):
+        return BAD_SHAPE
+    if n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+        return BAD_SHAPE
+    if len(order) not in (0, n):
+        return BAD_SHAPE
+    if any(not NO_DEVICE_ID <= int(d) < devices for d in node_device):
+        return BAD_INDEX
+    lists = _lists(pred_indptr, predecessors, order, n)
+    if isinstance(lists, int):
+        return lists
+    for s in range(samples):
+        busy[s, :] = 0.0
+        first_start[s, :] = float("inf")
+        last_end[s, :] = 0.0
+        ends = [0.0] * n
+        for i, (v, items) in enumerate(lists):
+            begin = max([0.0] + [ends[p] for p in items])
+            length = float(durations[s, v])
+            ends[i] = begin + length
+            d = int(node_device[v])
+            if d != NO_DEVICE_ID:
+                busy[s, d] += length
+                first_start[s, d] = min(first_start[s, d], begin)
+                last_end[s, d] = max(last_end[s, d], ends[i])
+        makespan[s] = max(ends, default=0.0)
+    return OK

@@ -30,6 +30,7 @@ Everything here is vectorised over operations; lowering a 500k-operation
 table takes no Python loop per operation.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +122,87 @@ class LoweredSchedule:
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
+    #: Kahn's order of the nodes (``topo_order[i]`` is the node at position ``i``)
+    #: and the predecessor lists in positions of that order, every edge pointing
+    #: backwards (``_kernel.topological``); None when the row orders deadlock.
+    topo_order: np.ndarray = None
+    topo_pred_indptr: np.ndarray = None
+    topo_predecessors: np.ndarray = None
+    #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
+    unfinished: np.ndarray = None
+
+    def __post_init__(self):
+        if self.topo_order is None and self.unfinished is None:
+            self._order()
+
+    def _order(self):
+        """Validate the DAG and lay it out in Kahn's order, once per lowering."""
+        n = self.num_nodes
+        order = np.empty(n, dtype=INDEX)
+        pred_indptr = np.empty(n + 1, dtype=INDEX)
+        predecessors = np.empty(len(self.successors), dtype=INDEX)
+        scratch = np.empty(n, dtype=INDEX)
+        status = _kernel.topological(self.indptr, self.successors, order, pred_indptr,
+                                     predecessors, scratch)
+        if status == _kernel.DEADLOCK:
+            self.unfinished = scratch
+            return
+        _check_status(status)
+        self.topo_order, self.topo_pred_indptr, self.topo_predecessors = \
+            order, pred_indptr, predecessors
+
+    def link_chains(self):
+        """This lowering under contention ``link`` as a DAG without resources, or None.
+
+        Under contention ``link`` each directed link serves its transfers first
+        come, first served. They are ready when their producers end, and the
+        producers of one link all run on its sending device, one after the
+        other: when every cell lasts longer than zero, the serving order is the
+        sending row's order (transfers of one cell by node id, as the event
+        heap breaks ties), whatever the durations. The FIFO is then the same as
+        an edge from each transfer to the next on its link, which this adds
+        (after the node's other successors), so the pull pass gives the event
+        heap's starts to the bit. Returns None when there is nothing to chain
+        or the chains are not exact whatever the durations: not under ``link``,
+        or with ``transfer_after`` edges (a transfer may then wait for more
+        than its producer).
+        """
+        if (self.contention != "link" or len(self.transfers) == 0
+                or self.extra_transfer_edges):
+            return None
+        n, first_transfer = self.num_nodes, self.num_cells
+        D = self.table.num_devices
+        sources = np.repeat(np.arange(first_transfer, dtype=INDEX),
+                            np.diff(self.indptr[:first_transfer + 1]))
+        targets = self.successors[:len(sources)]
+        sends = (targets >= first_transfer) & (targets < self.first_sync)
+        # (cell, transfer) pairs in cell order, a cell's transfers by ascending id
+        sent = targets[sends]
+        link = self.transfers.src[sent - first_transfer].astype(np.int64) * D \
+            + self.transfers.dst[sent - first_transfer]
+        del sources, targets, sends
+        by_link = np.argsort(link.astype(np.uint16) if D * D <= 2**16 else link, kind="stable")
+        chain = sent[by_link]
+        same = link[by_link][1:] == link[by_link][:-1]
+        before, after = chain[:-1][same], chain[1:][same]
+        extra = np.zeros(n, dtype=INDEX)
+        extra[before] = 1          # a transfer has one successor on its link at most
+        indptr = self.indptr.copy()
+        indptr[1:] += np.cumsum(extra, dtype=INDEX)
+        successors = np.empty(len(self.successors) + len(before), dtype=INDEX)
+        old_sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
+        successors[np.arange(len(self.successors), dtype=INDEX)
+                   + (indptr[:-1] - self.indptr[:-1])[old_sources]] = self.successors
+        successors[indptr[1:][before] - 1] = after
+        return dataclasses.replace(self, indptr=indptr, successors=successors,
+                                   resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
+                                   topo_order=None, topo_pred_indptr=None,
+                                   topo_predecessors=None, unfinished=None)
+
+    def check_acyclic(self):
+        """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
+        if self.unfinished is not None:
+            raise self._deadlock(self.unfinished)
 
     @property
     def num_nodes(self):
@@ -162,8 +244,9 @@ class LoweredSchedule:
         """Bytes held by the DAG's arrays (not the table)."""
         arrays = [self.cell_of_op, self.cell_device, self.indptr, self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
-                  self.transfers.gradient]
-        return sum(array.nbytes for array in arrays)
+                  self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
+                  self.topo_predecessors]
+        return sum(array.nbytes for array in arrays if array is not None)
 
     def _checked_durations(self, durations):
         """``durations`` as a C-contiguous (samples, nodes) float64 array, checked."""
@@ -202,9 +285,16 @@ class LoweredSchedule:
             operations on one cycle with their devices and slots.
         """
         durations = self._checked_durations(durations)
+        self.check_acyclic()
         n = self.num_nodes
         samples = durations.shape[0]
         start = np.empty((samples, n), dtype=np.float64)
+        if self.resources.shape[1] == 0:
+            bound = np.empty(n if binding else 0, dtype=INDEX)
+            _check_status(_kernel.longest_path(self.topo_pred_indptr, self.topo_predecessors,
+                                               self.topo_order, durations, start, bound,
+                                               np.empty(n, dtype=np.float64)))
+            return start, (start + durations if end else None), (bound if binding else None)
         no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
         bound = np.empty(n if binding else 0, dtype=INDEX)
         indegree = np.empty(n, dtype=INDEX)
@@ -260,19 +350,27 @@ class LoweredSchedule:
             As :meth:`run`.
         """
         durations = self._checked_durations(durations)
+        self.check_acyclic()
         n = self.num_nodes
         if node_devices is None:
             node_devices = self.node_devices()
+        node_devices = np.ascontiguousarray(node_devices, dtype=INDEX)
         samples, devices = durations.shape[0], self.table.num_devices
         makespan = np.empty(samples, dtype=np.float64)
         busy = np.empty((samples, devices), dtype=np.float64)
         first_start = np.empty((samples, devices), dtype=np.float64)
         last_end = np.empty((samples, devices), dtype=np.float64)
+        if self.resources.shape[1] == 0:
+            _check_status(_kernel.longest_path_summary(
+                self.topo_pred_indptr, self.topo_predecessors, self.topo_order, node_devices,
+                durations, makespan, busy, first_start, last_end,
+                np.empty(n * _kernel.SUMMARY_BLOCK, dtype=np.float64)))
+            return makespan, busy, first_start, last_end
         fifo = self.resources.shape[1] > 0
         indegree = np.empty(n, dtype=INDEX)
         status = _kernel.evaluate_summary(
             self.indptr, self.successors, durations, self.resources, self.num_resources,
-            np.ascontiguousarray(node_devices, dtype=INDEX), makespan, busy, first_start,
+            node_devices, makespan, busy, first_start,
             last_end, np.empty(n, dtype=np.float64), indegree, np.empty(n, dtype=INDEX),
             np.empty(n if fifo else 0, dtype=np.float64), np.empty(n if fifo else 0, dtype=INDEX),
             np.empty(self.num_resources, dtype=np.float64),
@@ -336,6 +434,13 @@ class LoweredSchedule:
         k = node - self.num_cells
         t = self.transfers
         return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
+
+
+def _check_status(status):
+    """Raise for a kernel status other than OK (the lowering validated the arrays)."""
+    if status != _kernel.OK:
+        raise TabschedError(f"internal error: the kernel returned status {status} "
+                            f"for a lowered table (please report this)")
 
 
 def _cycle_text(described):

@@ -31,7 +31,6 @@ Run-time bubble
     idle at mean durations``.
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +38,6 @@ import numpy as np
 from tabsched.adapt.variation import VariationContext, check_variation
 from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
 
 __all__ = ["monte_carlo", "MonteCarloResult", "DeviceRuntime", "link_chains"]
@@ -141,32 +139,12 @@ class MonteCarloResult:
 
 
 def link_chains(lowered):
-    """``lowered`` under contention ``link`` as a DAG without resources (see the module
-    docstring), or ``None`` if it is not under contention ``link``.
+    """``lowered`` under contention ``link`` as a DAG without resources, or ``None``
+    (:meth:`tabsched.lower.LoweredSchedule.link_chains`).
 
-    Valid for durations whose cells all last longer than zero, and only when a
-    transfer is ready as its producer ends (no ``transfer_after`` edges).
+    Valid for durations whose cells all last longer than zero.
     """
-    if (lowered.contention != "link" or len(lowered.transfers) == 0
-            or lowered.extra_transfer_edges):
-        return None
-    transfers = lowered.transfers
-    D = lowered.table.num_devices
-    node = lowered.num_cells + np.arange(len(transfers), dtype=np.int64)
-    producer = lowered.cell_of_op[transfers.producer].astype(np.int64)
-    link = transfers.src.astype(np.int64) * D + transfers.dst
-    order = np.lexsort((node, producer, link))
-    same = link[order][1:] == link[order][:-1]
-    n = lowered.num_nodes
-    sources = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(lowered.indptr)),
-                              node[order][:-1][same]])
-    targets = np.concatenate([lowered.successors.astype(np.int64), node[order][1:][same]])
-    by_source = np.argsort(sources, kind="stable")
-    indptr = np.zeros(n + 1, dtype=INDEX)
-    np.cumsum(np.bincount(sources, minlength=n), out=indptr[1:])
-    return dataclasses.replace(lowered, indptr=indptr,
-                               successors=targets[by_source].astype(INDEX),
-                               resources=np.empty((n, 0), dtype=INDEX), num_resources=0)
+    return lowered.link_chains()
 
 
 def _summary(lowered, chained, durations, node_devices):
