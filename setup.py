@@ -21,10 +21,11 @@ directives = {
 
 extensions = [
     Extension(
-        "tabsched._kernel",
-        ["tabsched/_kernel.pyx"],
+        f"tabsched.{name}",
+        [f"tabsched/{name}.pyx"],
         extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],
     )
+    for name in ("_kernel", "_build")
 ]
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives))

@@ -758,31 +758,48 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
     cdef index_t edges = predecessors.shape[0]
     cdef index_t s, i, v, e, p, low, high, bound
     cdef time_t begin, candidate
+    # raw pointers: the loops below index nothing a check above has not bounded
+    cdef const index_t *offsets = &pred_indptr[0]
+    cdef const index_t *lists = &predecessors[0] if edges > 0 else NULL
+    cdef time_t *ends = &finish[0] if n > 0 else NULL
+    cdef const time_t *length
+    cdef time_t *begins
     for s in range(samples):
+        if n == 0:
+            break
+        length = &durations[s, 0]
+        begins = &start[s, 0]
         low = 0
         for i in range(n):
-            high = pred_indptr[i + 1]
+            high = offsets[i + 1]
             if high < low or high > edges:
                 return STATUS_BAD_SHAPE
             v = order[i] if ordered else i
-            if v < 0 or v >= n:
+            if <size_t>v >= <size_t>n:
                 return STATUS_BAD_INDEX
             begin = 0.0
-            bound = NO_NODE
-            for e in range(low, high):
-                p = predecessors[e]
-                if p < 0 or p >= i:
-                    return STATUS_BAD_INDEX
-                candidate = finish[p]
-                if candidate > begin:
-                    begin = candidate
-                    bound = p
-            low = high
-            finish[i] = begin + durations[s, v]
-            start[s, v] = begin
             if record and s == 0:
+                bound = NO_NODE
+                for e in range(low, high):
+                    p = lists[e]
+                    if <size_t>p >= <size_t>i:     # p < 0 or p >= i: one compare
+                        return STATUS_BAD_INDEX
+                    candidate = ends[p]
+                    if candidate > begin:
+                        begin = candidate
+                        bound = p
                 binding[v] = NO_NODE if bound == NO_NODE else (order[bound] if ordered
                                                                 else bound)
+            else:
+                for e in range(low, high):
+                    p = lists[e]
+                    if <size_t>p >= <size_t>i:     # p < 0 or p >= i: one compare
+                        return STATUS_BAD_INDEX
+                    candidate = ends[p]
+                    begin = candidate if candidate > begin else begin
+            low = high
+            ends[i] = begin + length[v]
+            begins[v] = begin
     return STATUS_OK
 
 

@@ -385,3 +385,63 @@ def longest_path_summary(pred_indptr, predecessors, order, node_device, duration
                 last_end[s, d] = max(last_end[s, d], ends[i])
         makespan[s] = max(ends, default=0.0)
     return OK
+
+
+# ------------------------------------------------------------- tabsched._build
+def dependencies(kind, stage, microbatch, num_stages, num_microbatches, forward_of,
+                 backward_of, input_of, producer, consumer, group):
+    """Twin of ``tabsched._build.dependencies`` (the scratch arrays are not used)."""
+    ops = len(kind)
+    S, M = num_stages, num_microbatches
+    if (S < 0 or M < 0 or len(stage) != ops or len(microbatch) != ops
+            or len(producer) != 2 * ops or len(consumer) != 2 * ops or len(group) != 2 * ops
+            or len(forward_of) != S * M or len(backward_of) != S * M
+            or len(input_of) != S * M):
+        return -1 - BAD_SHAPE
+    kinds = [int(code) for code in kind]
+    stages = [int(s) for s in stage]
+    mbs = [int(m) for m in microbatch]
+    if any(not (0 <= s < S and 0 <= m < M and 0 <= k <= 3)
+           for k, s, m in zip(kinds, stages, mbs)):
+        return -1 - BAD_INDEX
+    forward, backward, input_grad = {}, {}, {}
+    for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)):
+        if code == 0:
+            forward[s, m] = k
+        elif code in (1, 2):
+            backward[s, m] = k
+            if code == 2:
+                input_grad[s, m] = k
+    rules = [  # (consumes?, producer lookup) per group
+        (lambda code, s: code == 0 and s > 0, lambda s, m: forward.get((s - 1, m))),
+        (lambda code, s: code in (1, 2), lambda s, m: forward.get((s, m))),
+        (lambda code, s: code in (1, 2) and s < S - 1, lambda s, m: backward.get((s + 1, m))),
+        (lambda code, s: code == 3, lambda s, m: input_grad.get((s, m))),
+    ]
+    count = 0
+    for g, (consumes, lookup) in enumerate(rules):
+        for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)):
+            if not consumes(code, s):
+                continue
+            source = lookup(s, m)
+            if source is None:
+                return -1
+            producer[count], consumer[count], group[count] = source, k, g
+            count += 1
+    return count
+
+
+def csr(sources, targets, indptr, successors):
+    """Twin of ``tabsched._build.csr``."""
+    n = len(indptr) - 1
+    if n < 0 or len(targets) != len(sources) or len(successors) != len(sources):
+        return BAD_SHAPE
+    if any(not (0 <= int(v) < n and 0 <= int(u) < n) for v, u in zip(sources, targets)):
+        return BAD_INDEX
+    lists = [[] for _ in range(n)]
+    for v, u in zip(sources, targets):
+        lists[int(v)].append(int(u))
+    indptr[0] = 0
+    indptr[1:] = np.cumsum([len(items) for items in lists])
+    successors[:] = [u for items in lists for u in items]
+    return OK

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tabsched import _kernel
+from tabsched import _build, _kernel
 from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, WEIGHT_GRAD
 
 __all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES"]
 
@@ -503,72 +503,36 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
 
     D = table.num_devices
-    S, M = table.num_stages, table.num_microbatches
-    device, kind = table.device, table.kind
-    num_ops = len(device)
-    op_index = np.arange(num_ops, dtype=INDEX)
+    device = table.device
 
     fresh = table.cell_starts()
     cell_of_op = (np.cumsum(fresh, dtype=INDEX) - 1).astype(INDEX)
     num_cells = int(fresh.sum())
     cell_device = device[fresh].astype(INDEX)
 
-    key_type = np.int32 if S * M < np.iinfo(np.int32).max else np.int64
-    pair = table.stage.astype(key_type) * M + table.microbatch
-    is_f = kind == FORWARD
-    is_bwd = (kind == BACKWARD) | (kind == INPUT_GRAD)
-    is_i = kind == INPUT_GRAD
-    is_w = kind == WEIGHT_GRAD
-    forward_of = np.full(S * M, -1, dtype=INDEX)
-    forward_of[pair[is_f]] = op_index[is_f]
-    backward_of = np.full(S * M, -1, dtype=INDEX)
-    backward_of[pair[is_bwd]] = op_index[is_bwd]
-    input_grad_of = np.full(S * M, -1, dtype=INDEX)
-    input_grad_of[pair[is_i]] = op_index[is_i]
-
-    # Dependencies between operations, one group per type: (producer, consumer).
-    # Within a group every producer has at most one consumer, and an overlapped
-    # cell holds one forward and one backward, so every *cell* is the source of
-    # at most one edge per group; the CSR can then be filled without sorting.
-    f_next = is_f & (table.stage > 0)
-    b_next = is_bwd & (table.stage < S - 1)
-    groups = [
-        (forward_of[pair[f_next] - M], op_index[f_next], False),      # activation
-        (forward_of[pair[is_bwd]], op_index[is_bwd], True),           # own forward
-        (backward_of[pair[b_next] + M], op_index[b_next], True),      # input gradient
-        (input_grad_of[pair[is_w]], op_index[is_w], True),            # weight grad after I
-    ]
-    del forward_of, backward_of, input_grad_of, pair, f_next, b_next, is_f, is_bwd, is_i, is_w
-    if any(np.any(producers < 0) for producers, _, _ in groups):
-        raise TabschedError("internal error: lowering met a dependency the table lacks "
-                            "(tables validate when built; please report this)")
-
-    crossing = [device[producers] != device[consumers] for producers, consumers, _ in groups]
-    num_transfers = int(sum(int(mask.sum()) for mask in crossing))
-    tr_producer = np.concatenate([producers[mask] for (producers, _, _), mask
-                                  in zip(groups, crossing)]).astype(INDEX)
-    tr_consumer = np.concatenate([consumers[mask] for (_, consumers, _), mask
-                                  in zip(groups, crossing)]).astype(INDEX)
-    tr_gradient = np.concatenate([np.full(int(mask.sum()), gradient) for (_, _, gradient), mask
-                                  in zip(groups, crossing)]).astype(bool)
+    # Dependencies between operations (producer, consumer), group by group:
+    # activation, own forward, input gradient, weight grad after I (_build).
+    producers, consumers, gradient = _dependencies(table)
+    crossing = device[producers] != device[consumers]
+    tr_producer = producers[crossing]
+    tr_consumer = consumers[crossing]
+    tr_gradient = gradient[crossing]
     transfers = Transfers(table=table, producer=tr_producer, consumer=tr_consumer,
                           gradient=tr_gradient)
+    num_transfers = len(tr_producer)
     num_nodes = num_cells + num_transfers
 
-    # Edge groups (sources, targets), each with distinct sources.
+    # Edge groups (sources, targets), each node's successors listed group by group:
+    # its next cell, its dependencies (a crossing one through its transfer node),
+    # then whatever the options add.
     edge_groups = []
     same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(INDEX)
     edge_groups.append((same_row, same_row + 1))
-    first_transfer = num_cells
-    for (producers, consumers, _), mask in zip(groups, crossing):
-        local = ~mask
-        edge_groups.append((cell_of_op[producers[local]], cell_of_op[consumers[local]]))
-        count = int(mask.sum())
-        nodes = np.arange(first_transfer, first_transfer + count, dtype=INDEX)
-        edge_groups.append((cell_of_op[producers[mask]], nodes))
-        first_transfer += count
-    del groups, crossing
     transfer_node = np.arange(num_cells, num_nodes, dtype=INDEX)
+    dependency_targets = cell_of_op[consumers]
+    dependency_targets[crossing] = transfer_node
+    edge_groups.append((cell_of_op[producers], dependency_targets))
+    del producers, consumers, gradient, crossing, dependency_targets
     edge_groups.append((transfer_node, cell_of_op[tr_consumer]))
     if blocking_sends and num_transfers:
         sender_cell = cell_of_op[tr_producer]
@@ -610,18 +574,13 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
         raise InvalidParameterError(
             f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
             f"int32 ids hold at most {MAX_IDS}")
-    degree = np.zeros(num_nodes, dtype=INDEX)
-    for sources, _ in edge_groups:
-        degree[sources] += 1
-    indptr = np.zeros(num_nodes + 1, dtype=INDEX)
-    np.cumsum(degree, out=indptr[1:])
-    del degree
-    successors = np.empty(int(indptr[-1]), dtype=INDEX)
-    fill = indptr[:-1].copy()
-    for sources, targets in edge_groups:
-        successors[fill[sources]] = targets
-        fill[sources] += 1
-    del fill, edge_groups
+    sources = np.concatenate([group for group, _ in edge_groups]).astype(INDEX, copy=False)
+    targets = np.concatenate([group for _, group in edge_groups]).astype(INDEX, copy=False)
+    del edge_groups
+    indptr = np.empty(num_nodes + 1, dtype=INDEX)
+    successors = np.empty(num_edges, dtype=INDEX)
+    _check_status(_build.csr(sources, targets, indptr, successors))
+    del sources, targets
 
     resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
                                           devices_per_node)
@@ -631,6 +590,30 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage, optimizer=bool(optimizer),
                            extra_transfer_edges=transfer_after is not None)
+
+
+def _dependencies(table):
+    """``(producer, consumer, gradient)`` operation arrays of every data dependency,
+    group by group (activation, own forward, input gradient, W after I), each
+    group in the consumer's order (``_build.dependencies``)."""
+    S, M = table.num_stages, table.num_microbatches
+    num_ops = len(table)
+    pairs = S * M
+    limit = int(np.iinfo(INDEX).max)
+    if pairs > limit or 2 * num_ops > limit:
+        raise InvalidParameterError(f"the table has {S} stages x {M} microbatches and "
+                                    f"{num_ops} operations; the kernel's int32 ids hold at "
+                                    f"most {limit}")
+    producer = np.empty(2 * num_ops, dtype=INDEX)
+    consumer = np.empty(2 * num_ops, dtype=INDEX)
+    group = np.empty(2 * num_ops, dtype=np.int8)
+    count = _build.dependencies(table.kind, table.stage, table.microbatch, S, M,
+                                np.empty(pairs, INDEX), np.empty(pairs, INDEX),
+                                np.empty(pairs, INDEX), producer, consumer, group)
+    if count < 0:
+        raise TabschedError("internal error: lowering met a dependency the table lacks "
+                            "(tables validate when built; please report this)")
+    return producer[:count], consumer[:count], group[:count] != _build.ACTIVATION
 
 
 def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):

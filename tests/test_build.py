@@ -1,0 +1,74 @@
+"""The compiled construction steps (tabsched._build) against their plain-Python twins."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tabsched import _build, _reference
+from tabsched._testing import random_table
+
+I32 = np.int32
+
+
+def dependencies_both(kind, stage, microbatch, S, M):
+    outputs = []
+    ops = len(kind)
+    for module in (_build, _reference):
+        producer, consumer = np.full(2 * ops, -9, I32), np.full(2 * ops, -9, I32)
+        group = np.full(2 * ops, -9, np.int8)
+        count = module.dependencies(np.asarray(kind, np.int8), np.asarray(stage, I32),
+                                    np.asarray(microbatch, I32), S, M, np.zeros(S * M, I32),
+                                    np.zeros(S * M, I32), np.zeros(S * M, I32), producer,
+                                    consumer, group)
+        outputs.append((count, producer[:max(count, 0)], consumer[:max(count, 0)],
+                        group[:max(count, 0)]))
+    return outputs
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_dependencies_equal_reference(seed):
+    table = random_table(seed)
+    mine, theirs = dependencies_both(table.kind, table.stage, table.microbatch,
+                                     table.num_stages, table.num_microbatches)
+    assert mine[0] == theirs[0] > 0
+    for a, b in zip(mine[1:], theirs[1:]):
+        np.testing.assert_array_equal(a, b)
+    producer, consumer, group = mine[1:]
+    assert np.all(np.diff(group) >= 0)
+    assert np.all(table.stage[producer[group == _build.ACTIVATION]] + 1
+                  == table.stage[consumer[group == _build.ACTIVATION]])
+
+
+def test_dependencies_report_missing_producers_and_bad_ids():
+    # 0B0 without 0F0
+    assert [out[0] for out in dependencies_both([1], [0], [0], 1, 1)] == [_build.MISSING] * 2
+    counts = [out[0] for out in dependencies_both([0], [3], [0], 1, 1)]   # stage out of range
+    assert counts[0] == counts[1] == -1 - _build.BAD_INDEX
+    counts = [out[0] for out in dependencies_both([7], [0], [0], 1, 1)]   # not a kind
+    assert counts[0] == counts[1] < -1
+
+
+@given(edges=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=30))
+def test_csr_keeps_each_nodes_successors_in_list_order(edges):
+    sources = np.array([v for v, _ in edges], I32)
+    targets = np.array([u for _, u in edges], I32)
+    outputs = []
+    for module in (_build, _reference):
+        indptr, successors = np.zeros(7, I32), np.zeros(len(edges), I32)
+        assert module.csr(sources, targets, indptr, successors) == _build.OK
+        outputs.append((indptr, successors))
+    for a, b in zip(*outputs):
+        np.testing.assert_array_equal(a, b)
+    indptr, successors = outputs[0]
+    for v in range(6):
+        assert successors[indptr[v]:indptr[v + 1]].tolist() == [u for s, u in edges if s == v]
+
+
+def test_csr_checks_ids():
+    for module in (_build, _reference):
+        assert module.csr(np.array([0, 9], I32), np.array([1, 1], I32), np.zeros(3, I32),
+                          np.zeros(2, I32)) == _build.BAD_INDEX
+        assert module.csr(np.array([0], I32), np.array([-1], I32), np.zeros(3, I32),
+                          np.zeros(1, I32)) == _build.BAD_INDEX
+        assert module.csr(np.array([0], I32), np.array([1], I32), np.zeros(3, I32),
+                          np.zeros(2, I32)) == _build.BAD_SHAPE
