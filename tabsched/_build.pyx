@@ -205,3 +205,137 @@ cdef index_t _csr(const index_t[::1] sources, const index_t[::1] targets,
         indptr[v] = previous
         previous = cursor
     return STATUS_OK
+
+
+# ------------------------------------------------------------ memory peaks
+@boundscheck(False)
+@wraparound(False)
+def activation_peaks(const index_t[::1] device not None,
+                     const int8_t[::1] kind not None,
+                     const index_t[::1] cell_of_op not None,
+                     const time_t[::1] node_start not None,
+                     const time_t[::1] node_durations not None,
+                     const time_t[::1] activation not None,
+                     time_t release,
+                     time_t[::1] peaks not None):
+    """Each device's peak of held activations, without sorting its events.
+
+    An operation's event is an allocation of its activation at the start of an
+    ``F``, or a free at the end of a backward: all of it for ``B``, ``release``
+    of it for ``I``, the rest for ``W``. Events come per device in row order
+    (the table's order), which is their time order: a device runs its row one
+    cell after another. Only events at equal times need ordering -- frees
+    before allocations, as :meth:`Result.memory_timeline` sorts them, by delta
+    then row order -- and such runs are short, so each is put in order by
+    insertion. The running sum then adds exactly what the timeline's
+    cumulative sum adds, in the same order, so the peaks are the same to the
+    bit. Events with a zero delta change nothing and are skipped, as the
+    timeline drops them.
+
+    Parameters
+    ----------
+    device, kind, cell_of_op : arrays (operations,)
+        The table's columns (``device`` non-decreasing) and each operation's cell.
+    node_start, node_durations : float64 arrays (nodes,)
+    activation : float64 array (operations,)
+    release : float
+        The part of an activation ``I`` frees.
+    peaks : float64 array (devices,)
+        Output: ``max(0, largest running sum)`` per device.
+
+    Returns
+    -------
+    int
+        A status: OK; BAD_SHAPE if lengths differ or a device's event times
+        fall (the caller then sorts); BAD_INDEX for an id out of range or a
+        device out of order.
+    """
+    cdef Py_ssize_t events = device.shape[0]
+    cdef index_t status
+    if (kind.shape[0] != events or cell_of_op.shape[0] != events
+            or activation.shape[0] != events or node_durations.shape[0] != node_start.shape[0]):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _activation_peaks(device, kind, cell_of_op, node_start, node_durations,
+                                   activation, release, peaks)
+    return status
+
+
+cdef inline int _event(const int8_t[::1] kind, const index_t[::1] cell_of_op,
+                       const time_t[::1] node_start, const time_t[::1] node_durations,
+                       const time_t[::1] activation, time_t release, Py_ssize_t k,
+                       time_t *time, time_t *delta) noexcept nogil:
+    cdef index_t cell = cell_of_op[k]
+    cdef int8_t code = kind[k]
+    if <size_t>cell >= <size_t>node_start.shape[0]:
+        return -1
+    if code == KIND_F:
+        time[0] = node_start[cell]
+        delta[0] = activation[k]
+        return 0
+    time[0] = node_start[cell] + node_durations[cell]
+    delta[0] = -activation[k]
+    if code == KIND_I:
+        delta[0] *= release
+    elif code == KIND_W:
+        delta[0] *= 1.0 - release
+    return 0
+
+
+cdef index_t _activation_peaks(const index_t[::1] device, const int8_t[::1] kind,
+                               const index_t[::1] cell_of_op, const time_t[::1] node_start,
+                               const time_t[::1] node_durations,
+                               const time_t[::1] activation, time_t release,
+                               time_t[::1] peaks) noexcept nogil:
+    cdef Py_ssize_t events = device.shape[0]
+    cdef index_t devices = peaks.shape[0]
+    cdef Py_ssize_t k, run_end, a, b, count
+    cdef index_t d, previous = 0
+    cdef time_t level, peak, value, time, next_time, delta
+    cdef time_t run[64]
+    for d in range(devices):
+        peaks[d] = 0.0
+    if events == 0:
+        return STATUS_OK
+    if _event(kind, cell_of_op, node_start, node_durations, activation, release, 0,
+              &time, &delta) < 0:
+        return STATUS_BAD_INDEX
+    k = 0
+    while k < events:
+        d = device[k]
+        if d < previous or d >= devices:
+            return STATUS_BAD_INDEX
+        previous = d
+        level = 0.0
+        peak = 0.0
+        while k < events and device[k] == d:
+            # the run of events at this time, zero deltas left out, frees first
+            run_end = k
+            count = 0
+            while True:
+                if delta != 0.0:
+                    if count == 64:
+                        return STATUS_BAD_SHAPE      # an implausibly long run: sort instead
+                    b = count
+                    while b > 0 and run[b - 1] > delta:   # stable: equal deltas keep order
+                        run[b] = run[b - 1]
+                        b -= 1
+                    run[b] = delta
+                    count += 1
+                run_end += 1
+                if run_end == events:
+                    break
+                if _event(kind, cell_of_op, node_start, node_durations, activation, release,
+                          run_end, &next_time, &delta) < 0:
+                    return STATUS_BAD_INDEX
+                if device[run_end] != d or next_time != time:
+                    if device[run_end] == d and next_time < time:
+                        return STATUS_BAD_SHAPE
+                    break
+            for a in range(count):
+                level += run[a]
+                peak = level if level > peak else peak
+            k = run_end
+            time = next_time
+        peaks[d] = peak
+    return STATUS_OK

@@ -24,6 +24,21 @@ decided when ``v`` started: the predecessor whose end came strictly latest
 from cython cimport boundscheck, wraparound
 from libc.math cimport INFINITY
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define TABSCHED_PREFETCH(address) __builtin_prefetch((address))
+    #else
+    #define TABSCHED_PREFETCH(address) ((void)0)
+    #endif
+    """
+    void TABSCHED_PREFETCH(const void *address) noexcept nogil
+
+# How far ahead (in positions) a pass with an order asks for the durations and
+# starts it will touch: the nodes of one position step lie far apart by id.
+cdef enum:
+    PREFETCH_AHEAD = 16
+
 from tabsched._types cimport (
     index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE, BLOCK,
     STATUS_OK, STATUS_DEADLOCK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
@@ -774,7 +789,17 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
             high = offsets[i + 1]
             if high < low or high > edges:
                 return STATUS_BAD_SHAPE
-            v = order[i] if ordered else i
+            if ordered:
+                v = order[i]
+                if i + PREFETCH_AHEAD < n:
+                    p = order[i + PREFETCH_AHEAD]
+                    if <size_t>p < <size_t>n:
+                        TABSCHED_PREFETCH(length + p)
+                        TABSCHED_PREFETCH(begins + p)
+                        if record and s == 0:
+                            TABSCHED_PREFETCH(&binding[p])
+            else:
+                v = i
             if <size_t>v >= <size_t>n:
                 return STATUS_BAD_INDEX
             begin = 0.0
@@ -785,9 +810,8 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
                     if <size_t>p >= <size_t>i:     # p < 0 or p >= i: one compare
                         return STATUS_BAD_INDEX
                     candidate = ends[p]
-                    if candidate > begin:
-                        begin = candidate
-                        bound = p
+                    bound = p if candidate > begin else bound     # branch-free: the
+                    begin = candidate if candidate > begin else begin   # ties are data
                 binding[v] = NO_NODE if bound == NO_NODE else (order[bound] if ordered
                                                                 else bound)
             else:

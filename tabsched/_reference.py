@@ -445,3 +445,30 @@ def csr(sources, targets, indptr, successors):
     indptr[1:] = np.cumsum([len(items) for items in lists])
     successors[:] = [u for items in lists for u in items]
     return OK
+
+
+def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activation,
+                     release, peaks):
+    """Twin of ``tabsched._build.activation_peaks``: each device's events sorted by
+    (time, delta), stable, as ``Result.memory_timeline`` sorts them, then the peak."""
+    events = len(device)
+    if (len(kind) != events or len(cell_of_op) != events or len(activation) != events
+            or len(node_durations) != len(node_start)):
+        return BAD_SHAPE
+    if (any(not 0 <= int(d) < len(peaks) for d in device) or np.any(np.diff(device) < 0)
+            or any(not 0 <= int(c) < len(node_start) for c in cell_of_op)):
+        return BAD_INDEX
+    kind = np.asarray(kind)
+    start = np.asarray(node_start)[cell_of_op]
+    is_f = kind == 0
+    times = np.where(is_f, start, start + np.asarray(node_durations)[cell_of_op])
+    deltas = np.where(is_f, activation, -np.asarray(activation, dtype=np.float64))
+    deltas = np.where(kind == 2, deltas * release, np.where(kind == 3, deltas * (1.0 - release),
+                                                             deltas))
+    peaks[:] = 0.0
+    for d in range(len(peaks)):
+        mine = np.flatnonzero((np.asarray(device) == d) & (deltas != 0))
+        order = np.lexsort((deltas[mine], times[mine]))
+        values = np.cumsum(deltas[mine][order])
+        peaks[d] = max(0.0, float(values.max())) if len(values) else 0.0
+    return OK

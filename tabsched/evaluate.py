@@ -10,6 +10,7 @@ from functools import cached_property
 
 import numpy as np
 
+from tabsched import _build
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
@@ -464,8 +465,7 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
         time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
         contention=contention, _lowered=lowered, _node_start=node_start,
         _node_durations=durations, _binding=binding, _cost_model=costs)
-    peaks = [max(0.0, float(values.max())) if len(values) else 0.0
-             for _, values in result.memory_timeline()]
+    peaks = activation_peaks(result)
     for d in range(D):
         idle = makespan - float(busy[d])
         warmup = float(first[d]) if has_ops[d] else makespan
@@ -476,6 +476,22 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
             peak_memory=float(peaks[d]),
             persistent_memory=float(persistent[d]) if len(persistent) > d else 0.0))
     return result
+
+
+def activation_peaks(result):
+    """Each device's activation peak: the largest value of its memory timeline (or 0),
+    computed without building the timelines (``_build.activation_peaks``)."""
+    table, lowered, costs = result.table, result._lowered, result._cost_model
+    activation = np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64)
+    peaks = np.zeros(table.num_devices)
+    status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
+                                     np.ascontiguousarray(result._node_start),
+                                     np.ascontiguousarray(result._node_durations),
+                                     activation, float(costs.input_grad_release), peaks)
+    if status == _build.OK:
+        return peaks.tolist()
+    return [max(0.0, float(values.max())) if len(values) else 0.0
+            for _, values in result.memory_timeline()]
 
 
 def _lowering_key(table, costs, contention, grad_sync, optimizer):

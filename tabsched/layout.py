@@ -16,10 +16,10 @@ depend on the lowering.
 import numpy as np
 
 from tabsched.exceptions import InvalidScheduleError
-from tabsched.lower import INDEX, lower
+from tabsched.lower import INDEX, lower, offer_lowering
 from tabsched.table import KIND_CODES, Overlap, ScheduleTable, coerce_cell
 
-__all__ = ["from_order", "from_order_arrays", "unit_layout"]
+__all__ = ["from_order", "from_order_arrays", "unit_layout", "certainly_valid"]
 
 
 def from_order(orders, **metadata):
@@ -69,24 +69,59 @@ def from_order_arrays(device, position, kind, stage, microbatch, *, num_devices=
         np.maximum.at(lengths, device, position + 1)
     order = ScheduleTable.from_arrays(device, position, kind, stage, microbatch, lengths,
                                       validate=False, **metadata)
-    order.validate(place="position")
-    slots, lengths = unit_layout(order)
-    return ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,
-                                     order.microbatch, lengths, validate=False,
-                                     **order.metadata)
+    if not certainly_valid(order):
+        order.validate(place="position")   # raises with the first problem's place
+    lowered = lower(order)
+    slots, lengths = unit_layout(order, lowered)
+    table = ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,
+                                      order.microbatch, lengths, validate=False,
+                                      **order.metadata)
+    # Lowering reads the row orders, not the slots: the table's plain lowering is
+    # the one just made; the next lower(table) takes it instead of redoing it.
+    offer_lowering(table, lowered)
+    return table
 
 
-def unit_layout(table):
+def certainly_valid(table):
+    """True if ``table`` passes :meth:`ScheduleTable.validate`, decided in linear time.
+
+    Counts the kinds of every (stage, microbatch) directly: exactly one ``F``,
+    and one ``B`` or one ``I`` and one ``W``, all on one device. ``False``
+    means "look closer" (``validate`` names the first problem), also for a
+    table whose stage x microbatch grid is much larger than its operations.
+    """
+    S, M, count = table.num_stages, table.num_microbatches, len(table)
+    if count == 0 or S * M > count + 1024:
+        return False
+    stage, microbatch = table.stage, table.microbatch
+    if (int(stage.min()) < 0 or int(stage.max()) >= S or int(microbatch.min()) < 0
+            or int(microbatch.max()) >= M):
+        return False
+    pair = stage.astype(np.int64) * M + microbatch
+    kinds = np.bincount(pair * 4 + table.kind, minlength=S * M * 4).reshape(S * M, 4)
+    forward, backward, input_grad, weight_grad = kinds.T
+    whole = (backward == 1) & (input_grad == 0) & (weight_grad == 0)
+    split = (backward == 0) & (input_grad == 1) & (weight_grad == 1)
+    if not np.all((forward == 1) & (whole | split)):
+        return False
+    home = np.empty(S * M, dtype=table.device.dtype)
+    home[pair] = table.device          # one of each pair's devices ...
+    return bool(np.array_equal(home[pair], table.device))   # ... is all of them
+
+
+def unit_layout(table, lowered=None):
     """Slots of every operation and row lengths under unit-length execution.
 
     Every cell lasts one slot, communication is free: each cell's slot is the
     earliest at which its device is free and its dependencies are done. Every row
     is as long as the whole table (the last end), so cool-down idle shows.
+    ``lowered``: ``lower(table)``, if at hand.
     """
-    lowered = lower(table)
+    lowered = lower(table) if lowered is None else lowered
     durations = np.zeros(lowered.num_nodes)
     durations[:lowered.num_cells] = 1.0
-    start, end, _ = lowered.run(durations, binding=False)
-    makespan = int(end[0].max()) if lowered.num_nodes else 0
-    slots = start[0, :lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
+    start, _, _ = lowered.run(durations, binding=False, end=False)
+    start = start[0]
+    makespan = int(start[:lowered.num_cells].max()) + 1 if lowered.num_cells else 0
+    slots = start[:lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
     return slots, np.full(table.num_devices, makespan, dtype=INDEX)

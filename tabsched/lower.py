@@ -501,6 +501,13 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
+    if (contention == "none" and not blocking_sends and not optimizer
+            and transfer_after is None and (grad_sync is None or grad_sync is False
+                                            or (isinstance(grad_sync, (list, tuple))
+                                                and not grad_sync))):
+        offered = _take_offered(table)
+        if offered is not None:
+            return offered
 
     D = table.num_devices
     device = table.device
@@ -614,6 +621,27 @@ def _dependencies(table):
         raise TabschedError("internal error: lowering met a dependency the table lacks "
                             "(tables validate when built; please report this)")
     return producer[:count], consumer[:count], group[:count] != _build.ACTIVATION
+
+
+# The lowering a layout made of a table's row orders, offered to the next lower()
+# of that table (generate() then evaluate() lowers once). One slot: a table
+# nobody evaluates holds nothing beyond the next layout.
+_offered = [None]
+
+
+def offer_lowering(table, lowered):
+    """Let the next plain ``lower(table)`` (contention none, no tail, no extra edges)
+    take ``lowered``, a plain lowering of a table with the same row orders."""
+    transfers = dataclasses.replace(lowered.transfers, table=table)
+    _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
+
+
+def _take_offered(table):
+    offered = _offered[0]
+    if offered is None or offered.table is not table:
+        return None
+    _offered[0] = None
+    return offered
 
 
 def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):

@@ -72,3 +72,49 @@ def test_csr_checks_ids():
                           np.zeros(1, I32)) == _build.BAD_INDEX
         assert module.csr(np.array([0], I32), np.array([1], I32), np.zeros(3, I32),
                           np.zeros(2, I32)) == _build.BAD_SHAPE
+
+
+@given(seed=st.integers(0, 2**32 - 1), release=st.sampled_from([0.0, 0.3, 1.0]),
+       integer=st.booleans())
+def test_activation_peaks_equal_the_timelines(seed, release, integer):
+    from tabsched import StageCosts, evaluate
+    from tabsched.evaluate import activation_peaks
+    table = random_table(seed)
+    rng = np.random.default_rng(seed)
+    forward = rng.integers(0, 3, table.num_stages) * 1.0 if integer else \
+        rng.exponential(1.0, table.num_stages)
+    costs = StageCosts(forward, comm=0.5, input_grad_release=release,
+                       activation=rng.exponential(1.0, table.num_stages))
+    result = evaluate(table, costs, formula=False)
+    expected = [max(0.0, float(values.max())) if len(values) else 0.0
+                for _, values in result.memory_timeline()]
+    assert activation_peaks(result) == expected          # to the bit
+    assert [d.peak_memory for d in result.devices] == expected
+    lowered = result._lowered
+    activation = rng.integers(0, 3, len(table)) * 1.0
+    durations = result._node_durations.copy()
+    durations[rng.integers(0, lowered.num_nodes, 3)] = 0.0     # zero-length cells: ties
+    start, _, _ = lowered.run(durations, binding=False, end=False)
+    outputs = []
+    for module in (_build, _reference):
+        peaks = np.full(table.num_devices, np.nan)
+        assert module.activation_peaks(table.device, table.kind, lowered.cell_of_op, start[0],
+                                       durations, activation, release, peaks) == _build.OK
+        outputs.append(peaks)
+    np.testing.assert_array_equal(*outputs)
+
+
+def _peaks(module, device, kind, cells, start, durations):
+    n = len(device)
+    return module.activation_peaks(np.array(device, I32), np.array(kind, np.int8),
+                                   np.array(cells, I32), np.array(start, float),
+                                   np.array(durations, float), np.ones(n), 0.0, np.zeros(2))
+
+
+def test_activation_peaks_refuse_what_they_cannot_order():
+    for module in (_build, _reference):
+        assert _peaks(module, [1, 0], [0, 1], [0, 1], [0, 1], [1, 1]) == _build.BAD_INDEX
+        assert _peaks(module, [0, 2], [0, 1], [0, 1], [0, 1], [1, 1]) == _build.BAD_INDEX
+        assert _peaks(module, [0, 0], [0, 1], [0, 5], [0, 1], [1, 1]) == _build.BAD_INDEX
+    # device 0's times fall (F at 2, then B ending at 1): the kernel leaves it to a sort
+    assert _peaks(_build, [0, 0], [0, 1], [0, 1], [2, 0], [1, 1]) == _build.BAD_SHAPE

@@ -44,6 +44,9 @@ class OrderBuilder:
 
 def table_from_columns(columns, num_devices, **metadata):
     """Lay out orders given as numpy columns (device, position, kind, stage, microbatch)."""
-    device, position, kind, stage, microbatch = (np.concatenate(column) for column in columns)
+    device, position, kind, stage, microbatch = (
+        np.concatenate(column, dtype=dtype, casting="same_kind") if len(column)
+        else np.zeros(0, dtype=dtype)
+        for column, dtype in zip(columns, (np.int32, np.int32, np.int8, np.int32, np.int32)))
     return from_order_arrays(device, position, kind, stage, microbatch,
                                            num_devices=num_devices, **metadata)
