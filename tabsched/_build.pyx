@@ -339,3 +339,61 @@ cdef index_t _activation_peaks(const index_t[::1] device, const int8_t[::1] kind
             time = next_time
         peaks[d] = peak
     return STATUS_OK
+
+
+# ------------------------------------------------------------- CSR editing
+@boundscheck(False)
+@wraparound(False)
+def append_one(const index_t[::1] indptr not None, const index_t[::1] items not None,
+               const index_t[::1] extra not None, index_t[::1] new_indptr not None,
+               index_t[::1] new_items not None):
+    """A CSR with ``extra[row]`` appended to each row where it is not NO_NODE.
+
+    Parameters
+    ----------
+    indptr, items : int32 arrays
+        The CSR (offsets from 0 to ``len(items)``, not falling).
+    extra : int32 array, shape (rows,)
+    new_indptr : int32 array, shape (rows + 1,)
+    new_items : int32 array, shape (len(items) + appended,)
+        Outputs.
+
+    Returns
+    -------
+    int
+        A status: OK or BAD_SHAPE.
+    """
+    cdef index_t rows = indptr.shape[0] - 1
+    cdef index_t status
+    if rows < 0 or extra.shape[0] != rows or new_indptr.shape[0] != rows + 1:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _append_one(indptr, items, extra, new_indptr, new_items)
+    return status
+
+
+cdef index_t _append_one(const index_t[::1] indptr, const index_t[::1] items,
+                         const index_t[::1] extra, index_t[::1] new_indptr,
+                         index_t[::1] new_items) noexcept nogil:
+    cdef index_t rows = indptr.shape[0] - 1
+    cdef Py_ssize_t size = items.shape[0], room = new_items.shape[0]
+    cdef Py_ssize_t cursor = 0
+    cdef index_t row, e
+    if indptr[0] != 0 or indptr[rows] != size:
+        return STATUS_BAD_SHAPE
+    for row in range(rows):
+        if indptr[row + 1] < indptr[row]:
+            return STATUS_BAD_SHAPE
+        if cursor + (indptr[row + 1] - indptr[row]) + (extra[row] != NO_NODE) > room:
+            return STATUS_BAD_SHAPE
+        new_indptr[row] = <index_t>cursor
+        for e in range(indptr[row], indptr[row + 1]):
+            new_items[cursor] = items[e]
+            cursor += 1
+        if extra[row] != NO_NODE:
+            new_items[cursor] = extra[row]
+            cursor += 1
+    if cursor != room:
+        return STATUS_BAD_SHAPE
+    new_indptr[rows] = <index_t>cursor
+    return STATUS_OK

@@ -472,3 +472,20 @@ def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activ
         values = np.cumsum(deltas[mine][order])
         peaks[d] = max(0.0, float(values.max())) if len(values) else 0.0
     return OK
+
+
+def append_one(indptr, items, extra, new_indptr, new_items):
+    """Twin of ``tabsched._build.append_one``."""
+    rows = len(indptr) - 1
+    if rows < 0 or len(extra) != rows or len(new_indptr) != rows + 1:
+        return BAD_SHAPE
+    if indptr[0] != 0 or indptr[rows] != len(items) or np.any(np.diff(indptr) < 0):
+        return BAD_SHAPE
+    lists = [list(items[indptr[row]:indptr[row + 1]])
+             + ([int(extra[row])] if extra[row] != NO_NODE_ID else []) for row in range(rows)]
+    if sum(len(items) for items in lists) != len(new_items):
+        return BAD_SHAPE
+    new_indptr[0] = 0
+    new_indptr[1:] = np.cumsum([len(items) for items in lists])
+    new_items[:] = [item for items in lists for item in items]
+    return OK

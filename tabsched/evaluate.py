@@ -383,7 +383,7 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
-    start, _, binding = lowered.run(durations, end=False)
+    start, _, binding = run_lowered(lowered, durations)
     result = build_result(table, costs, lowered, start[0], binding, durations,
                           lowered.contention)
     if formula:
@@ -393,6 +393,24 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
     return result
+
+
+def run_lowered(lowered, durations):
+    """``lowered.run(durations, end=False)``, by the link-chain rewrite where it is exact.
+
+    Under contention ``link`` a link's FIFO order is its sending row's order
+    whenever every cell lasts longer than zero
+    (:meth:`~tabsched.lower.LoweredSchedule.link_chains`): the pull pass then
+    gives the event heap's starts to the bit, several times faster. Elsewhere
+    (a zero-length cell, ``nic`` ports, ``transfer_after`` edges) the event heap runs.
+    """
+    if lowered.contention == "link":
+        durations = np.asarray(durations, dtype=np.float64)
+        if np.all(durations[..., :lowered.num_cells] > 0):
+            chained = lowered.link_chains()
+            if chained is not None:
+                return chained.run(durations, end=False)
+    return lowered.run(durations, end=False)
 
 
 def _budget(value, memory_unit):
@@ -537,7 +555,7 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
         durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
-        start, _, binding = lowered.run(durations, end=False)
+        start, _, binding = run_lowered(lowered, durations)
         # the binding array describes sample 0; the others compute theirs when asked
         for row, index in enumerate(members):
             costs = cost_models[index]

@@ -168,36 +168,43 @@ class LoweredSchedule:
         than its producer).
         """
         if (self.contention != "link" or len(self.transfers) == 0
-                or self.extra_transfer_edges):
+                or self.extra_transfer_edges or self.topo_order is None):
             return None
         n, first_transfer = self.num_nodes, self.num_cells
         D = self.table.num_devices
-        sources = np.repeat(np.arange(first_transfer, dtype=INDEX),
-                            np.diff(self.indptr[:first_transfer + 1]))
-        targets = self.successors[:len(sources)]
-        sends = (targets >= first_transfer) & (targets < self.first_sync)
         # (cell, transfer) pairs in cell order, a cell's transfers by ascending id
-        sent = targets[sends]
+        sends = self.successors[:self.indptr[first_transfer]]
+        sent = sends[(sends >= first_transfer) & (sends < self.first_sync)]
         link = self.transfers.src[sent - first_transfer].astype(np.int64) * D \
             + self.transfers.dst[sent - first_transfer]
-        del sources, targets, sends
         by_link = np.argsort(link.astype(np.uint16) if D * D <= 2**16 else link, kind="stable")
         chain = sent[by_link]
         same = link[by_link][1:] == link[by_link][:-1]
         before, after = chain[:-1][same], chain[1:][same]
-        extra = np.zeros(n, dtype=INDEX)
-        extra[before] = 1          # a transfer has one successor on its link at most
-        indptr = self.indptr.copy()
-        indptr[1:] += np.cumsum(extra, dtype=INDEX)
+        del sends, sent, link, by_link, chain, same
+        # the chain edges go last in each list; a transfer has one of each at most
+        successor_of = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        successor_of[before] = after
+        indptr = np.empty(n + 1, dtype=INDEX)
         successors = np.empty(len(self.successors) + len(before), dtype=INDEX)
-        old_sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
-        successors[np.arange(len(self.successors), dtype=INDEX)
-                   + (indptr[:-1] - self.indptr[:-1])[old_sources]] = self.successors
-        successors[indptr[1:][before] - 1] = after
+        _check_status(_build.append_one(self.indptr, self.successors, successor_of, indptr,
+                                        successors))
+        # Kahn's order stays topological: a transfer is queued when its producer is
+        # taken, and producers of one link leave in row order. So the pull pass keeps
+        # it, a chained transfer getting the previous one on its link as its last
+        # predecessor: the producer binds on ties, as in the event heap.
+        position = np.empty(n, dtype=INDEX)
+        position[self.topo_order] = np.arange(n, dtype=INDEX)
+        predecessor_at = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        predecessor_at[position[after]] = position[before]
+        pred_indptr = np.empty(n + 1, dtype=INDEX)
+        predecessors = np.empty(len(self.topo_predecessors) + len(before), dtype=INDEX)
+        _check_status(_build.append_one(self.topo_pred_indptr, self.topo_predecessors,
+                                        predecessor_at, pred_indptr, predecessors))
         return dataclasses.replace(self, indptr=indptr, successors=successors,
                                    resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
-                                   topo_order=None, topo_pred_indptr=None,
-                                   topo_predecessors=None, unfinished=None)
+                                   topo_pred_indptr=pred_indptr,
+                                   topo_predecessors=predecessors)
 
     def check_acyclic(self):
         """Raise the DeadlockError of a table whose row orders contradict its dependencies."""

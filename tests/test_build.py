@@ -118,3 +118,27 @@ def test_activation_peaks_refuse_what_they_cannot_order():
         assert _peaks(module, [0, 0], [0, 1], [0, 5], [0, 1], [1, 1]) == _build.BAD_INDEX
     # device 0's times fall (F at 2, then B ending at 1): the kernel leaves it to a sort
     assert _peaks(_build, [0, 0], [0, 1], [0, 1], [2, 0], [1, 1]) == _build.BAD_SHAPE
+
+
+@given(lists=st.lists(st.lists(st.integers(0, 9), max_size=4), min_size=1, max_size=6),
+       extra=st.lists(st.integers(-1, 9), min_size=6, max_size=6))
+def test_append_one_equals_reference(lists, extra):
+    indptr = np.concatenate([[0], np.cumsum([len(items) for items in lists])]).astype(I32)
+    items = np.array([item for row in lists for item in row], I32)
+    extra = np.array(extra[:len(lists)], I32)
+    size = len(items) + int(np.sum(extra != -1))
+    outputs = []
+    for module in (_build, _reference):
+        new_indptr, new_items = np.zeros(len(lists) + 1, I32), np.zeros(size, I32)
+        assert module.append_one(indptr, items, extra, new_indptr, new_items) == _build.OK
+        outputs.append((new_indptr, new_items))
+        # too little room is refused, not overrun
+        assert module.append_one(indptr, items, extra, np.zeros(len(lists) + 1, I32),
+                                 np.zeros(max(size - 1, 0), I32)) in (
+            _build.BAD_SHAPE, _build.OK if size == 0 else _build.BAD_SHAPE)
+    for a, b in zip(*outputs):
+        np.testing.assert_array_equal(a, b)
+    new_indptr, new_items = outputs[0]
+    for row, items_of_row in enumerate(lists):
+        expected = items_of_row + ([int(extra[row])] if extra[row] != -1 else [])
+        assert new_items[new_indptr[row]:new_indptr[row + 1]].tolist() == expected

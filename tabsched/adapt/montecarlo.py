@@ -12,16 +12,12 @@ samples of a large table never hold a 1.6 GB matrix. Chunking does not change
 any number: draws are keyed by sample index, not by chunk.
 
 Link contention without a heap
-    Under contention ``link`` each directed link serves its transfers first
-    come, first served. They are ready when their producers end, and the
-    producers of one link all run on its sending device, one after the other:
-    when every cell lasts longer than zero, the serving order is the sending
-    row's order (transfers of one cell by node id, as the kernel breaks ties),
-    whatever the durations. The FIFO is then the same as an edge from each
-    transfer to the next on its link, and :func:`link_chains` adds those edges
-    so that Monte Carlo runs the kernel's longest-path pass, several times
-    faster than its event heap, with the same starts to the bit. A chunk with a
-    cell of zero duration runs the heap.
+    Under contention ``link`` a link's FIFO serves its transfers in the
+    sending row's order whenever every cell lasts longer than zero, so Monte
+    Carlo runs :meth:`tabsched.lower.LoweredSchedule.link_chains` (an edge from
+    each transfer to the next on its link) through the pull pass, with the same
+    starts to the bit; a chunk with a cell of zero duration runs the heap.
+    ``evaluate()`` does the same (:func:`tabsched.evaluate.run_lowered`).
 
 Run-time bubble
     ``mean makespan under variation - makespan at mean durations``: the time
