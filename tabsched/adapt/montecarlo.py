@@ -31,9 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.adapt.variation import VariationContext, check_variation
+from tabsched import _kernel
+from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_variation,
+                                      lognormal_parameters)
 from tabsched.evaluate import checked_costs, lower_for
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
 
 __all__ = ["monte_carlo", "MonteCarloResult", "DeviceRuntime", "link_chains"]
@@ -200,33 +203,99 @@ def monte_carlo(table, costs=None, variation=None, *, samples=1000, seed=0, iter
     return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes)
 
 
+def _fused(context, variation, chained, samples, node_devices):
+    """Makespans, busy time and last ends of ``samples`` from the fused kernel pass
+    (``_kernel.monte_carlo_summary``: noise drawn while the pass runs, no
+    duration matrix), or None where it does not apply: a model that draws
+    something other than lognormal noise (random spikes, replayed
+    measurements), two noise models, or resources the pull pass cannot hold."""
+    parts = [] if variation is None else (
+        list(variation.parts) if isinstance(variation, Combined) else [variation])
+    noises = [part for part in parts if isinstance(part, Noise)]
+    fixed = [part for part in parts if not isinstance(part, Noise)]
+    if len(noises) > 1 or any(part.random for part in fixed):
+        return None
+    lowered = context.lowered
+    draw = context.new_draw([0])       # what every sample shares: the models but noise
+    for part in fixed:
+        part.validate(context.table)
+        part.apply(context, draw)
+    base = context.node_durations(draw)[0]
+    cells = base[:lowered.num_cells]
+    if lowered.resources.shape[1] > 0:
+        if chained is None or not np.all(cells > 0):   # factors are > 0: so are the cells
+            return None
+        lowered = chained
+    num_ops = context.num_ops
+    op_sigma = op_shift = np.zeros(num_ops, dtype=np.float32)
+    transfer_sigma = transfer_shift = np.float32(0.0)
+    if noises and noises[0].active(context):
+        noise = noises[0]
+        noise.validate(context.table)
+        cv = noise.op_cv(context.table)
+        if np.any(cv > 0):
+            op_sigma, op_shift = lognormal_parameters(cv, num_ops)
+        if noise.transfers > 0 and context.num_transfers:
+            (transfer_sigma,), (transfer_shift,) = lognormal_parameters(noise.transfers, 1)
+    transfer_base = np.empty((1, context.num_transfers))
+    draw.transfer_durations(transfer_base)
+    D = context.table.num_devices
+    makespans = np.empty(samples)
+    busy = np.empty((samples, D))
+    first_start = np.empty((samples, D))
+    finish = np.empty((samples, D))
+    cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
+    status = _kernel.monte_carlo_summary(
+        lowered.topo_pred_indptr, lowered.topo_predecessors, lowered.topo_order,
+        node_devices, cell_first_op, np.ascontiguousarray(draw.op[0]), context.op_keys,
+        op_sigma, op_shift, float(context.costs.overlap), transfer_base[0],
+        context.transfer_keys, float(transfer_sigma), float(transfer_shift),
+        np.ascontiguousarray(base[lowered.first_sync:]), context.stream_key("noise"),
+        context.stream_key("transfer-noise"), makespans, busy, first_start, finish,
+        np.empty((lowered.num_nodes + 3 * D) * _kernel.SUMMARY_BLOCK))
+    if status != _kernel.OK:
+        raise TabschedError(f"internal error: the kernel returned status {status} for a "
+                            f"lowered table (please report this)")
+    return makespans, busy, finish
+
+
 def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BYTES,
-                    keep_busy=False):
-    """:func:`monte_carlo` on a prepared :class:`VariationContext` (the search reuses one)."""
+                    keep_busy=False, fused=True):
+    """:func:`monte_carlo` on a prepared :class:`VariationContext` (the search reuses one).
+
+    ``fused=False`` draws every chunk's durations with numpy and runs them through
+    the kernel's summary pass, even where the fused pass applies (the same numbers).
+    """
     samples = _check_count("samples", samples)
     chunk_bytes = _check_count("chunk_bytes", chunk_bytes)
     lowered = context.lowered
     table = context.table
     D = table.num_devices
+    lowered.check_acyclic()
     node_devices = lowered.node_devices()
     chained = link_chains(lowered)
     nominal_durations = context.mean_durations(variation)[None, :]
     nominal, nominal_busy, _, _ = _summary(lowered, chained, nominal_durations, node_devices)
-    # a sample holds its durations, their parts, and the noise's temporaries
-    per_sample = 8 * (lowered.num_nodes + 4 * context.num_ops + 5 * context.num_transfers)
-    chunk = max(1, min(samples, chunk_bytes // max(per_sample, 1)))
-    makespans = np.empty(samples)
-    busy = np.empty((samples, D))
-    finish = np.empty((samples, D))
-    chunks = 0
-    for first in range(0, samples, chunk):
-        indices = np.arange(first, min(samples, first + chunk))
-        durations = context.sample_durations(variation, indices)
-        rows = slice(first, first + len(indices))
-        makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained, durations,
-                                                                node_devices)
-        del durations
-        chunks += 1
+    fused = _fused(context, variation, chained, samples, node_devices) if fused else None
+    if fused is not None:
+        makespans, busy, finish = fused
+        chunks = 1
+    else:
+        # a sample holds its durations, their parts, and the noise's temporaries
+        per_sample = 8 * (lowered.num_nodes + 4 * context.num_ops + 5 * context.num_transfers)
+        chunk = max(1, min(samples, chunk_bytes // max(per_sample, 1)))
+        makespans = np.empty(samples)
+        busy = np.empty((samples, D))
+        finish = np.empty((samples, D))
+        chunks = 0
+        for first in range(0, samples, chunk):
+            indices = np.arange(first, min(samples, first + chunk))
+            durations = context.sample_durations(variation, indices)
+            rows = slice(first, first + len(indices))
+            makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained,
+                                                                    durations, node_devices)
+            del durations
+            chunks += 1
     nominal_makespan = float(nominal[0])
     mean_makespan = float(makespans.mean())
     devices = [DeviceRuntime(device=d, mean_busy=float(busy[:, d].mean()),
