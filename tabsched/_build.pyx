@@ -12,6 +12,7 @@ property tests assert that both agree.
 
 from cython cimport boundscheck, wraparound
 from libc.stdint cimport int8_t
+from libc.stdlib cimport calloc, free, malloc, realloc
 
 from tabsched._types cimport (
     index_t, time_t, NO_NODE, STATUS_OK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
@@ -30,6 +31,7 @@ cdef enum:
     GROUP_WEIGHT_AFTER_INPUT = 3
     GROUPS = 4
     MISSING_PRODUCER = -1
+    FILL_NO_MEMORY = -1
 
 OK = STATUS_OK
 BAD_SHAPE = STATUS_BAD_SHAPE
@@ -397,3 +399,363 @@ cdef index_t _append_one(const index_t[::1] indptr, const index_t[::1] items,
         return STATUS_BAD_SHAPE
     new_indptr[rows] = <index_t>cursor
     return STATUS_OK
+
+
+# -------------------------------------------------- list scheduler (W in idle time)
+cdef struct Events:
+    time_t *time
+    Py_ssize_t *seq
+    index_t *device
+    Py_ssize_t size
+    Py_ssize_t room
+    Py_ssize_t next_seq
+
+
+cdef inline bint _event_less(time_t time_a, Py_ssize_t seq_a, time_t time_b,
+                             Py_ssize_t seq_b) noexcept nogil:
+    return time_a < time_b or (time_a == time_b and seq_a < seq_b)
+
+
+cdef int _event_push(Events *events, time_t time, index_t device) noexcept nogil:
+    """Add (time, next sequence number, device); -1 if memory runs out."""
+    cdef Py_ssize_t child, parent, room
+    cdef Py_ssize_t seq = events.next_seq
+    cdef void *grown
+    if events.size == events.room:
+        room = 2 * events.room
+        grown = realloc(events.time, room * sizeof(time_t))
+        if grown == NULL:
+            return -1
+        events.time = <time_t *>grown
+        grown = realloc(events.seq, room * sizeof(Py_ssize_t))
+        if grown == NULL:
+            return -1
+        events.seq = <Py_ssize_t *>grown
+        grown = realloc(events.device, room * sizeof(index_t))
+        if grown == NULL:
+            return -1
+        events.device = <index_t *>grown
+        events.room = room
+    events.next_seq += 1
+    child = events.size
+    while child > 0:
+        parent = (child - 1) >> 1
+        if _event_less(time, seq, events.time[parent], events.seq[parent]):
+            events.time[child] = events.time[parent]
+            events.seq[child] = events.seq[parent]
+            events.device[child] = events.device[parent]
+            child = parent
+        else:
+            break
+    events.time[child] = time
+    events.seq[child] = seq
+    events.device[child] = device
+    events.size += 1
+    return 0
+
+
+cdef void _event_pop(Events *events) noexcept nogil:
+    cdef Py_ssize_t last = events.size - 1, parent = 0, child
+    cdef time_t time = events.time[last]
+    cdef Py_ssize_t seq = events.seq[last]
+    cdef index_t device = events.device[last]
+    while True:
+        child = 2 * parent + 1
+        if child >= last:
+            break
+        if child + 1 < last and _event_less(events.time[child + 1], events.seq[child + 1],
+                                            events.time[child], events.seq[child]):
+            child += 1
+        if _event_less(events.time[child], events.seq[child], time, seq):
+            events.time[parent] = events.time[child]
+            events.seq[parent] = events.seq[child]
+            events.device[parent] = events.device[child]
+            parent = child
+        else:
+            break
+    events.time[parent] = time
+    events.seq[parent] = seq
+    events.device[parent] = device
+    events.size = last
+
+
+#: ``fill_idle`` could not get the memory it needed.
+NO_MEMORY = FILL_NO_MEMORY
+
+
+@boundscheck(False)
+@wraparound(False)
+def fill_idle(const time_t[::1] length not None,
+              const index_t[::1] cell_device not None,
+              const int8_t[::1] filler not None,
+              const index_t[::1] dep_indptr not None,
+              const index_t[::1] dep_producer not None,
+              const time_t[::1] dep_wait not None,
+              const index_t[::1] release_indptr not None,
+              const index_t[::1] released not None,
+              const index_t[::1] main_indptr not None,
+              const index_t[::1] main_cells not None,
+              const index_t[::1] cap not None,
+              index_t[::1] rows not None,
+              index_t[::1] row_count not None):
+    """Row orders with filler cells (split backward's ``W``) run in idle time.
+
+    A list-scheduling simulation in time order (see
+    ``tabsched.adapt.transforms._fill_idle``): a device runs its next main cell
+    as soon as its inputs have arrived; while it would wait, it runs its oldest
+    pending filler if the wait is known to last at least that long (a producer
+    that has not started ends no earlier than now plus its length, its output
+    arrives ``dep_wait`` after that), and it runs one anyway when more than
+    its cap are pending. Events at equal times go in the order they were made;
+    the devices waiting for a producer are woken, when it starts, in ascending
+    order.
+
+    Parameters
+    ----------
+    length, cell_device, filler : arrays (cells,)
+    dep_indptr, dep_producer, dep_wait :
+        Each main cell's dependencies (CSR over cells; fillers have none).
+    release_indptr, released :
+        The fillers each cell releases when it runs (CSR over cells), all on
+        that cell's device.
+    main_indptr, main_cells :
+        Each device's main cells in order (CSR over devices).
+    cap : int32 array (devices,)
+        Most fillers a device lets wait (-1: no limit).
+    rows : int32 array (cells,)
+        Output: device by device, the cells in the order the device runs them.
+    row_count : int32 array (devices,)
+        Output: how many cells each device ran.
+
+    Returns
+    -------
+    int
+        The number of cells placed (all of them unless the orders cannot run),
+        NO_MEMORY, or -1 - STATUS for bad arrays.
+    """
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = cap.shape[0]
+    cdef index_t status
+    if (cell_device.shape[0] != cells or filler.shape[0] != cells
+            or dep_indptr.shape[0] != cells + 1 or dep_wait.shape[0] != dep_producer.shape[0]
+            or release_indptr.shape[0] != cells + 1 or main_indptr.shape[0] != devices + 1
+            or rows.shape[0] != cells or row_count.shape[0] != devices):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        status = _check_fill_idle(length, cell_device, filler, dep_indptr, dep_producer,
+                                  release_indptr, released, main_indptr, main_cells)
+        if status == STATUS_OK:
+            status = _fill_idle(length, cell_device, filler, dep_indptr, dep_producer,
+                                dep_wait, release_indptr, released, main_indptr, main_cells,
+                                cap, rows, row_count)
+        else:
+            status = -1 - status
+    return status
+
+
+cdef index_t _check_csr_ids(const index_t[::1] indptr, const index_t[::1] items,
+                            index_t limit) noexcept nogil:
+    cdef index_t count = indptr.shape[0] - 1
+    cdef Py_ssize_t e
+    cdef index_t row
+    if indptr[0] != 0 or indptr[count] != items.shape[0]:
+        return STATUS_BAD_SHAPE
+    for row in range(count):
+        if indptr[row + 1] < indptr[row]:
+            return STATUS_BAD_SHAPE
+    for e in range(items.shape[0]):
+        if <size_t>items[e] >= <size_t>limit:
+            return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef index_t _check_fill_idle(const time_t[::1] length, const index_t[::1] cell_device,
+                              const int8_t[::1] filler, const index_t[::1] dep_indptr,
+                              const index_t[::1] dep_producer,
+                              const index_t[::1] release_indptr,
+                              const index_t[::1] released, const index_t[::1] main_indptr,
+                              const index_t[::1] main_cells) noexcept nogil:
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = main_indptr.shape[0] - 1
+    cdef index_t c, e, status
+    for c in range(cells):
+        if <size_t>cell_device[c] >= <size_t>devices:
+            return STATUS_BAD_INDEX
+    status = _check_csr_ids(dep_indptr, dep_producer, cells)
+    if status == STATUS_OK:
+        status = _check_csr_ids(release_indptr, released, cells)
+    if status == STATUS_OK:
+        status = _check_csr_ids(main_indptr, main_cells, cells)
+    if status != STATUS_OK:
+        return status
+    # a released filler waits in its releasing cell's device's queue; a main cell is
+    # listed under its own device
+    for c in range(cells):
+        for e in range(release_indptr[c], release_indptr[c + 1]):
+            if cell_device[released[e]] != cell_device[c] or not filler[released[e]]:
+                return STATUS_BAD_INDEX
+    for c in range(devices):
+        for e in range(main_indptr[c], main_indptr[c + 1]):
+            if cell_device[main_cells[e]] != c or filler[main_cells[e]]:
+                return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device,
+                        const int8_t[::1] filler, const index_t[::1] dep_indptr,
+                        const index_t[::1] dep_producer, const time_t[::1] dep_wait,
+                        const index_t[::1] release_indptr, const index_t[::1] released,
+                        const index_t[::1] main_indptr, const index_t[::1] main_cells,
+                        const index_t[::1] cap, index_t[::1] rows,
+                        index_t[::1] row_count) noexcept nogil:
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = cap.shape[0]
+    cdef index_t placed = 0
+    cdef index_t d, c, e, k, blocker, entry, count, waiting, queued, head
+    cdef time_t now, ready, candidate
+    cdef Events events
+    cdef bint failed = False
+    # per cell: its end (NAN-free: `started` says whether it ran) and the devices
+    # waiting for it (a linked list of entries); per device: its pointer into its
+    # main cells, its free time, its queue of pending fillers (a segment of
+    # `queue`, one slot per filler of the device), and its row segment
+    cdef time_t *end = <time_t *>malloc(max(cells, 1) * sizeof(time_t))
+    cdef char *started = <char *>calloc(max(cells, 1), 1)
+    cdef index_t *waiting_head = <index_t *>malloc(max(cells, 1) * sizeof(index_t))
+    cdef Py_ssize_t entry_room = 4 * (<Py_ssize_t>cells + devices) + 16
+    cdef index_t *entry_device = <index_t *>malloc(entry_room * sizeof(index_t))
+    cdef index_t *entry_next = <index_t *>malloc(entry_room * sizeof(index_t))
+    cdef Py_ssize_t entries = 0
+    cdef index_t *pointer = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef time_t *free_at = <time_t *>calloc(max(devices, 1), sizeof(time_t))
+    cdef index_t *queue = <index_t *>malloc(max(cells, 1) * sizeof(index_t))
+    cdef index_t *queue_first = <index_t *>calloc(max(devices, 1) + 1, sizeof(index_t))
+    cdef index_t *queue_head = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef index_t *queue_tail = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef index_t *row_first = <index_t *>calloc(max(devices, 1) + 1, sizeof(index_t))
+    cdef index_t *woken = <index_t *>malloc(max(devices, 1) * sizeof(index_t))
+    events.room = 2 * (<Py_ssize_t>devices + 8)
+    events.size = 0
+    events.next_seq = 0
+    events.time = <time_t *>malloc(events.room * sizeof(time_t))
+    events.seq = <Py_ssize_t *>malloc(events.room * sizeof(Py_ssize_t))
+    events.device = <index_t *>malloc(events.room * sizeof(index_t))
+    if (end == NULL or started == NULL or waiting_head == NULL or entry_device == NULL
+            or entry_next == NULL or pointer == NULL or free_at == NULL or queue == NULL
+            or queue_first == NULL or queue_head == NULL or queue_tail == NULL
+            or row_first == NULL or woken == NULL or events.time == NULL
+            or events.seq == NULL or events.device == NULL):
+        failed = True
+    else:
+        for c in range(cells):
+            waiting_head[c] = NO_NODE
+            queue_first[cell_device[c] + 1] += filler[c] != 0
+            row_first[cell_device[c] + 1] += 1
+        for d in range(devices):
+            queue_first[d + 1] += queue_first[d]
+            row_first[d + 1] += row_first[d]
+            queue_head[d] = queue_first[d]
+            queue_tail[d] = queue_first[d]
+            row_count[d] = 0
+        for d in range(devices):
+            if _event_push(&events, 0.0, d) < 0:
+                failed = True
+                break
+    while not failed and events.size > 0:
+        now = events.time[0]
+        d = events.device[0]
+        _event_pop(&events)
+        if now < free_at[d]:
+            continue
+        queued = queue_tail[d] - queue_head[d]
+        c = NO_NODE
+        if cap[d] >= 0 and queued > cap[d]:
+            c = queue[queue_head[d]]                 # too many waiting: run the oldest
+            queue_head[d] += 1
+        elif pointer[d] == main_indptr[d + 1] - main_indptr[d]:
+            if queued > 0:
+                c = queue[queue_head[d]]
+                queue_head[d] += 1
+            else:
+                continue
+        else:
+            k = main_cells[main_indptr[d] + pointer[d]]
+            ready = now
+            blocker = NO_NODE
+            for e in range(dep_indptr[k], dep_indptr[k + 1]):
+                if started[dep_producer[e]]:
+                    candidate = end[dep_producer[e]] + dep_wait[e]
+                else:
+                    candidate = now + length[dep_producer[e]] + dep_wait[e]
+                    blocker = dep_producer[e]
+                ready = candidate if candidate > ready else ready
+            if blocker == NO_NODE and ready <= now:
+                pointer[d] += 1
+                for e in range(release_indptr[k], release_indptr[k + 1]):
+                    queue[queue_tail[d]] = released[e]
+                    queue_tail[d] += 1
+                c = k
+            elif queued > 0 and ready - now >= length[queue[queue_head[d]]]:
+                c = queue[queue_head[d]]
+                queue_head[d] += 1
+            elif blocker == NO_NODE:
+                if _event_push(&events, ready, d) < 0:
+                    failed = True
+                continue
+            else:
+                # wait for the blocker to start (once per blocker and device)
+                entry = waiting_head[blocker]
+                while entry != NO_NODE and entry_device[entry] != d:
+                    entry = entry_next[entry]
+                if entry == NO_NODE:
+                    if entries == entry_room:
+                        failed = True
+                        continue
+                    entry_device[entries] = d
+                    entry_next[entries] = waiting_head[blocker]
+                    waiting_head[blocker] = <index_t>entries
+                    entries += 1
+                continue
+        # run c on d now
+        end[c] = now + length[c]
+        started[c] = 1
+        free_at[d] = end[c]
+        rows[row_first[d] + row_count[d]] = c
+        row_count[d] += 1
+        placed += 1
+        if _event_push(&events, end[c], d) < 0:
+            failed = True
+            continue
+        count = 0
+        entry = waiting_head[c]
+        while entry != NO_NODE:
+            # insertion into the ascending list of woken devices
+            waiting = count
+            while waiting > 0 and woken[waiting - 1] > entry_device[entry]:
+                woken[waiting] = woken[waiting - 1]
+                waiting -= 1
+            woken[waiting] = entry_device[entry]
+            count += 1
+            entry = entry_next[entry]
+        waiting_head[c] = NO_NODE
+        for head in range(count):
+            if _event_push(&events, now, woken[head]) < 0:
+                failed = True
+                break
+    free(end)
+    free(started)
+    free(waiting_head)
+    free(entry_device)
+    free(entry_next)
+    free(pointer)
+    free(free_at)
+    free(queue)
+    free(queue_first)
+    free(queue_head)
+    free(queue_tail)
+    free(row_first)
+    free(woken)
+    free(events.time)
+    free(events.seq)
+    free(events.device)
+    return FILL_NO_MEMORY if failed else placed

@@ -489,3 +489,77 @@ def append_one(indptr, items, extra, new_indptr, new_items):
     new_indptr[1:] = np.cumsum([len(items) for items in lists])
     new_items[:] = [item for items in lists for item in items]
     return OK
+
+
+def fill_idle(length, cell_device, filler, dep_indptr, dep_producer, dep_wait, release_indptr,
+              released, main_indptr, main_cells, cap, rows, row_count):
+    """Twin of ``tabsched._build.fill_idle``: the list scheduler in plain Python."""
+    cells, devices = len(length), len(cap)
+    if (len(cell_device) != cells or len(filler) != cells or len(dep_indptr) != cells + 1
+            or len(dep_wait) != len(dep_producer) or len(release_indptr) != cells + 1
+            or len(main_indptr) != devices + 1 or len(rows) != cells
+            or len(row_count) != devices):
+        return -1 - BAD_SHAPE
+    deps = [[(int(dep_producer[e]), float(dep_wait[e]))
+             for e in range(dep_indptr[c], dep_indptr[c + 1])] for c in range(cells)]
+    releases = [[int(x) for x in released[release_indptr[c]:release_indptr[c + 1]]]
+                for c in range(cells)]
+    main = [[int(x) for x in main_cells[main_indptr[d]:main_indptr[d + 1]]]
+            for d in range(devices)]
+    limit = [float("inf") if value < 0 else int(value) for value in cap]
+    end = [None] * cells
+    pointer = [0] * devices
+    free = [0.0] * devices
+    pending = [[] for _ in range(devices)]
+    placed_rows = [[] for _ in range(devices)]
+    waiting = {}
+    events = [(0.0, d, d) for d in range(devices)]
+    sequence = devices
+
+    def push(time, device):
+        nonlocal sequence
+        heapq.heappush(events, (time, sequence, device))
+        sequence += 1
+
+    def run(d, c, now):
+        end[c] = now + float(length[c])
+        free[d] = end[c]
+        placed_rows[d].append(c)
+        push(end[c], d)
+        for other in sorted(waiting.pop(c, ())):
+            push(now, other)
+
+    while events:
+        now, _, d = heapq.heappop(events)
+        if now < free[d]:
+            continue
+        queue = pending[d]
+        if len(queue) > limit[d]:
+            run(d, queue.pop(0), now)
+            continue
+        if pointer[d] == len(main[d]):
+            if queue:
+                run(d, queue.pop(0), now)
+            continue
+        c = main[d][pointer[d]]
+        ready, blocker = now, None
+        for producer, wait in deps[c]:
+            if end[producer] is not None:
+                ready = max(ready, end[producer] + wait)
+            else:
+                ready = max(ready, now + float(length[producer]) + wait)
+                blocker = producer
+        if blocker is None and ready <= now:
+            pointer[d] += 1
+            queue.extend(releases[c])
+            run(d, c, now)
+        elif queue and ready - now >= float(length[queue[0]]):
+            run(d, queue.pop(0), now)
+        elif blocker is None:
+            push(ready, d)
+        else:
+            waiting.setdefault(blocker, set()).add(d)
+    flat = [c for row in placed_rows for c in row]
+    rows[:len(flat)] = flat
+    row_count[:] = [len(row) for row in placed_rows]
+    return len(flat)

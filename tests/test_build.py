@@ -142,3 +142,50 @@ def test_append_one_equals_reference(lists, extra):
     for row, items_of_row in enumerate(lists):
         expected = items_of_row + ([int(extra[row])] if extra[row] != -1 else [])
         assert new_items[new_indptr[row]:new_indptr[row + 1]].tolist() == expected
+
+
+@given(seed=st.integers(0, 2**32 - 1), cap=st.sampled_from([None, 0, 1, 3, "mixed"]))
+def test_fill_idle_equals_reference(seed, cap):
+    from tabsched import StageCosts
+    from tabsched.adapt.transforms import SplitBackward, _fill_idle_arrays
+    table = random_table(seed, split=0.0)
+    rng = np.random.default_rng(seed)
+    costs = StageCosts(rng.exponential(1.0, table.num_stages),
+                       comm=rng.exponential(0.3, (table.num_devices,) * 2))
+    chosen = rng.random(table.num_devices) < 0.7
+    staged = SplitBackward()._staged(table, np.ones(table.num_devices, dtype=bool))
+    caps = ([None if rng.random() < 0.3 else int(rng.integers(0, 3))
+             for _ in range(table.num_devices)] if cap == "mixed"
+            else [cap] * table.num_devices)
+    arrays = _fill_idle_arrays(staged, costs, chosen, caps)
+    outputs = []
+    for module in (_build, _reference):
+        rows = np.full(len(arrays[0]), -9, I32)
+        count = np.full(table.num_devices, -9, I32)
+        placed = module.fill_idle(*arrays, rows, count)
+        outputs.append((placed, rows, count))
+    assert outputs[0][0] == outputs[1][0] == len(arrays[0])
+    for a, b in zip(outputs[0][1:], outputs[1][1:]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fill_idle_checks_its_arrays():
+    f64, i8 = np.float64, np.int8
+    base = [np.ones(2, f64), np.array([0, 0], I32), np.zeros(2, i8),
+            np.array([0, 0, 1], I32), np.array([0], I32), np.zeros(1, f64),
+            np.zeros(3, I32), np.zeros(0, I32), np.array([0, 2], I32), np.array([0, 1], I32),
+            np.array([-1], I32)]
+    for module in (_build, _reference):
+        rows, count = np.zeros(2, I32), np.zeros(1, I32)
+        assert module.fill_idle(*base, rows, count) == 2
+        assert rows.tolist() == [0, 1]
+    bad = list(base)
+    bad[4] = np.array([5], I32)                 # a producer that is not a cell
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_INDEX
+    bad = list(base)
+    bad[3] = np.array([0, 3, 1], I32)           # offsets past the end
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_SHAPE
+    bad = list(base)
+    bad[9] = np.array([1, 0], I32)              # the row is fine; a main cell on the wrong
+    bad[1] = np.array([0, 1], I32)              # device is not
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_INDEX
