@@ -19,7 +19,8 @@ from tabsched.exceptions import InvalidScheduleError
 from tabsched.lower import INDEX, lower, offer_lowering
 from tabsched.table import KIND_CODES, Overlap, ScheduleTable, coerce_cell
 
-__all__ = ["from_order", "from_order_arrays", "unit_layout", "certainly_valid"]
+__all__ = ["from_order", "from_order_arrays", "order_table", "lay_out", "unit_layout",
+           "certainly_valid"]
 
 
 def from_order(orders, **metadata):
@@ -60,6 +61,17 @@ def from_order_arrays(device, position, kind, stage, microbatch, *, num_devices=
     ``position`` orders the operations of one device; operations sharing a
     device and position form one overlapped cell.
     """
+    return lay_out(order_table(device, position, kind, stage, microbatch,
+                               num_devices=num_devices, **metadata))
+
+
+def order_table(device, position, kind, stage, microbatch, *, num_devices=None, **metadata):
+    """The valid table whose slots are the positions of ``from_order_arrays``'s orders
+    (no idle cell), before :func:`lay_out` places its cells.
+
+    Row orders are all that evaluation reads, so this table evaluates as its layout
+    does; only the idealized table level (idle cells) needs :func:`lay_out`.
+    """
     device = np.asarray(device, dtype=np.int32)
     if num_devices is None:
         num_devices = int(device.max()) + 1 if len(device) else 0
@@ -71,6 +83,14 @@ def from_order_arrays(device, position, kind, stage, microbatch, *, num_devices=
                                       validate=False, **metadata)
     if not certainly_valid(order):
         order.validate(place="position")   # raises with the first problem's place
+    return order
+
+
+def lay_out(order):
+    """``order`` (a valid table) with its cells in the slots of unit-length execution.
+
+    Raises ``DeadlockError`` if the row orders contradict the dependencies.
+    """
     lowered = lower(order)
     slots, lengths = unit_layout(order, lowered)
     table = ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,

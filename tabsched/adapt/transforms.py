@@ -47,6 +47,8 @@ Transforms
 (0.5, 0.5, 1.0)
 """
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +56,7 @@ import numpy as np
 from tabsched import _build as _compiled
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.layout import from_order_arrays
+from tabsched.layout import lay_out, order_table
 from tabsched.lower import Transfers
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -107,6 +109,23 @@ def _derived(table, transform):
             "family": None, "params": params}
 
 
+#: True while transforms should build row orders, not layouts (``Transform.orders``).
+_ORDERS_ONLY = contextvars.ContextVar("tabsched_orders_only", default=False)
+
+
+@contextlib.contextmanager
+def _orders_only():
+    token = _ORDERS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _ORDERS_ONLY.reset(token)
+
+
+def _laid_out(*columns, **metadata):
+    return lay_out(order_table(*columns, **metadata))
+
+
 def _build(table, transform, device, primary, secondary, kind, stage, microbatch, sizes):
     """Lay out new row orders: operations sort by (device, primary, secondary), and
     operations with equal keys on one device share a cell (an overlap)."""
@@ -121,7 +140,8 @@ def _build(table, transform, device, primary, secondary, kind, stage, microbatch
     cell = np.cumsum(fresh) - 1
     first = np.searchsorted(device, device)
     position = cell - cell[first]
-    return from_order_arrays(
+    build = order_table if _ORDERS_ONLY.get() else _laid_out
+    return build(
         device, position, np.asarray(kind)[order], np.asarray(stage)[order],
         np.asarray(microbatch)[order], num_devices=table.num_devices,
         microbatch_sizes=tuple(float(size) for size in sizes), **_derived(table, transform))
@@ -214,6 +234,15 @@ class Transform:
     def apply(self, table, costs=None):
         """The transformed table (``costs``: the cost model it will be priced with)."""
         raise NotImplementedError
+
+    def orders(self, table, costs=None):
+        """The transformed table's row orders, as a table whose slots are positions
+        (:func:`tabsched.layout.order_table`), without laying it out: what makes two
+        candidates the same table, and all that evaluating one needs.
+        ``lay_out(transform.orders(table))`` is ``transform.apply(table)``.
+        """
+        with _orders_only():
+            return self.apply(table, costs)
 
     def memory_effect(self, table, costs=None):
         """The :class:`MemoryEffect` of applying this transform to ``table``."""
@@ -689,7 +718,12 @@ class SplitBackward(Transform):
         return chosen
 
     def _staged(self, table, chosen):
-        """The table with the chosen devices' B split into I and W right after it."""
+        """The table with the chosen devices' B split into I and W right after it
+        (row orders: nothing reads its slots)."""
+        with _orders_only():
+            return self._staged_orders(table, chosen)
+
+    def _staged_orders(self, table, chosen):
         split = (table.kind == BACKWARD) & chosen[table.device]
         if not np.any(split) and not np.any((table.kind == WEIGHT_GRAD) & chosen[table.device]):
             raise InvalidParameterError(f"{self.describe()}: the chosen devices run no B or W")
@@ -716,7 +750,9 @@ class SplitBackward(Transform):
         costs = UnitCosts() if costs is None else costs
         staged = self._staged(table, self._chosen(table))
         rows = _fill_idle(staged, costs, self._chosen(table), [0] * D)
-        result = evaluate(_from_rows(table, self, staged, rows), costs, formula=False)
+        with _orders_only():      # evaluation reads row orders, not slots
+            filled = _from_rows(table, self, staged, rows)
+        result = evaluate(filled, costs, formula=False)
         durations = np.asarray(costs.op_durations(staged), dtype=np.float64)
         weight = staged.kind == WEIGHT_GRAD
         total = np.bincount(staged.device[weight], weights=durations[weight], minlength=D)
