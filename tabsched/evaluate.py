@@ -16,7 +16,8 @@ from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
 
-__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation"]
+__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
+           "Summary", "evaluate_summaries"]
 
 
 @dataclass
@@ -395,7 +396,7 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     return result
 
 
-def run_lowered(lowered, durations):
+def run_lowered(lowered, durations, *, binding=True):
     """``lowered.run(durations, end=False)``, by the link-chain rewrite where it is exact.
 
     Under contention ``link`` a link's FIFO order is its sending row's order
@@ -409,8 +410,8 @@ def run_lowered(lowered, durations):
         if np.all(durations[..., :lowered.num_cells] > 0):
             chained = lowered.link_chains()
             if chained is not None:
-                return chained.run(durations, end=False)
-    return lowered.run(durations, end=False)
+                return chained.run(durations, end=False, binding=binding)
+    return lowered.run(durations, end=False, binding=binding)
 
 
 def _budget(value, memory_unit):
@@ -452,9 +453,10 @@ def _default_grad_sync(table, costs):
     return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
-def build_result(table, costs, lowered, node_start, binding, durations, contention):
-    """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
-    D = table.num_devices
+def _device_times(lowered, node_start, durations):
+    """``(busy, first, last, has_ops, makespan, bubble_ratio)`` of one sample: what a
+    Result's devices and totals are made of (one place, so summaries agree to the bit)."""
+    D = lowered.table.num_devices
     # Cells are numbered device by device in row order, and a device runs its row in
     # order: its first cell starts first and its last cell ends last.
     bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
@@ -477,6 +479,14 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     last = np.where(has_ops, last, makespan)
     total = float(busy.sum())
     bubble = 1.0 - total / (D * makespan) if makespan > 0 and D else 0.0
+    return busy, first, last, has_ops, makespan, bubble
+
+
+def build_result(table, costs, lowered, node_start, binding, durations, contention):
+    """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
+    D = table.num_devices
+    busy, first, last, has_ops, makespan, bubble = _device_times(lowered, node_start,
+                                                                 durations)
     persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
     result = Result(
         table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
@@ -499,17 +509,39 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
 def activation_peaks(result):
     """Each device's activation peak: the largest value of its memory timeline (or 0),
     computed without building the timelines (``_build.activation_peaks``)."""
-    table, lowered, costs = result.table, result._lowered, result._cost_model
+    peaks = _peaks(result.table, result._cost_model, result._lowered, result._node_start,
+                   result._node_durations)
+    if peaks is not None:
+        return peaks
+    return [max(0.0, float(values.max())) if len(values) else 0.0
+            for _, values in result.memory_timeline()]
+
+
+def _peaks(table, costs, lowered, node_start, durations):
+    """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
+    order the events (then the timelines decide)."""
     activation = np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64)
     peaks = np.zeros(table.num_devices)
     status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
-                                     np.ascontiguousarray(result._node_start),
-                                     np.ascontiguousarray(result._node_durations),
-                                     activation, float(costs.input_grad_release), peaks)
-    if status == _build.OK:
-        return peaks.tolist()
-    return [max(0.0, float(values.max())) if len(values) else 0.0
-            for _, values in result.memory_timeline()]
+                                     np.ascontiguousarray(node_start),
+                                     np.ascontiguousarray(durations), activation,
+                                     float(costs.input_grad_release), peaks)
+    return peaks.tolist() if status == _build.OK else None
+
+
+@dataclass
+class Summary:
+    """What a sweep row needs of an evaluation: :func:`evaluate_summaries` returns one
+    per cost model, with the numbers the full :class:`Result` would hold, to the bit.
+
+    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device.
+    """
+
+    makespan: float
+    bubble_ratio: float
+    peak_activation: list
+    peak_memory: list
+    formula: dict = None
 
 
 def _lowering_key(table, costs, contention, grad_sync, optimizer):
@@ -566,6 +598,60 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
                 result.formula = formula_for(table, costs, lowered)
             results[index] = result
     return results
+
+
+def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, optimizer=None,
+                       formula=True):
+    """:func:`evaluate_many` reduced to what a sweep writes: one :class:`Summary` each.
+
+    The same lowerings and kernel calls, the same numbers to the bit, without the
+    Results: no binding for the critical path, no per-device records, no memory
+    timelines (the peaks come from one compiled pass). A sweep spends most of its
+    time building what it does not write, so ``tabsched sweep`` takes this path.
+
+    >>> from tabsched import StageCosts, generate
+    >>> table = generate("1f1b", devices=4, microbatches=8)
+    >>> [s.makespan for s in evaluate_summaries(table, [StageCosts(1.0), StageCosts(2.0)])]
+    [33.0, 66.0]
+    """
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    cost_models = list(cost_models)
+    for costs in cost_models:
+        if not isinstance(costs, CostModel):
+            raise InvalidParameterError(f"cost_models must hold cost models, not "
+                                        f"{type(costs).__name__}")
+    groups = {}
+    for index, costs in enumerate(cost_models):
+        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
+        groups.setdefault(key, []).append(index)
+    summaries = [None] * len(cost_models)
+    for (mode, per_node, blocking, sync, step), members in groups.items():
+        lowered = lower(table, contention=mode, devices_per_node=per_node,
+                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        start, _, _ = run_lowered(lowered, durations, binding=False)
+        for row, index in enumerate(members):
+            costs = cost_models[index]
+            _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            peaks = _peaks(table, costs, lowered, start[row], durations[row])
+            if peaks is None:
+                result = build_result(table, costs, lowered, start[row], None, durations[row],
+                                      mode)
+                peaks = [d.peak_memory for d in result.devices]
+            persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+            totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
+                      for d, peak in enumerate(peaks)]
+            summary = Summary(makespan=makespan, bubble_ratio=bubble,
+                              peak_activation=[float(peak) for peak in peaks],
+                              peak_memory=totals)
+            if formula:
+                from tabsched.formulas import formula_for
+                summary.formula = formula_for(
+                    table, costs, lowered,
+                    transfer_times=durations[row, lowered.num_cells:lowered.first_sync])
+            summaries[index] = summary
+    return summaries
 
 
 def table_level(table):

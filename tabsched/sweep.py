@@ -14,13 +14,14 @@ Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 """
 
 import csv
+import functools
 import io
 import itertools
 import json
 from dataclasses import dataclass
 
 from tabsched.compare import generate_spec, model_costs_for, parse_spec
-from tabsched.evaluate import evaluate_many, table_level
+from tabsched.evaluate import evaluate_summaries, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
@@ -90,6 +91,20 @@ def _base_row(task, system):
     return row
 
 
+# Presets are parsed once per process, and a cost model is built once per
+# (model, system, microbatch size, options): a sweep meets the same ones in task
+# after task. Cost models are not changed after they are built.
+_load_model = functools.lru_cache(maxsize=None)(load_model)
+_load_system = functools.lru_cache(maxsize=None)(load_system)
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_costs(model, system, microbatches, global_batch, recompute, contention, grad_sync):
+    return model_costs_for(_load_model(model), _load_system(system), microbatches,
+                           global_batch=global_batch, recompute=recompute,
+                           contention=contention, grad_sync=grad_sync)
+
+
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
     rows = [_base_row(task, system) for system in task.systems]
@@ -103,10 +118,11 @@ def run_task(task):
     costs, live = [], []
     for row, system in zip(rows, task.systems):
         try:
-            costs.append(model_costs_for(task.model, system, task.microbatches,
-                                         global_batch=task.global_batch,
-                                         recompute=task.recompute, contention=task.contention,
-                                         grad_sync=task.grad_sync))
+            grad_sync = task.grad_sync
+            if isinstance(grad_sync, list):
+                grad_sync = tuple(grad_sync)
+            costs.append(_model_costs(task.model, system, task.microbatches, task.global_batch,
+                                      task.recompute, task.contention, grad_sync))
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:
@@ -115,7 +131,7 @@ def run_task(task):
         return rows
     try:
         table = generate_spec(spec, task.devices, task.microbatches, costs[0].model.layers)
-        results = evaluate_many(table, costs, grad_sync=task.grad_sync)
+        results = evaluate_summaries(table, costs, grad_sync=task.grad_sync)
     except TabschedError as error:
         return skip(str(error), live)
     level = table_level(table)
@@ -124,8 +140,8 @@ def run_task(task):
         formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")
-        activation = [d.peak_memory for d in result.devices]
-        total = [d.peak_total_memory for d in result.devices]
+        activation = result.peak_activation
+        total = result.peak_memory
         row.update({
             "params": params,
             "formula_bubble_ratio": formula.get("bubble_ratio"),
@@ -178,11 +194,13 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         for index, task in enumerate(tasks):
             record(index, run_task(task), index + 1)
     else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import ProcessPoolExecutor
+        # tasks go out in chunks (a task is a few milliseconds: one round trip each
+        # would cost as much), a few chunks per worker so that they finish together
+        chunk = max(1, len(tasks) // (8 * jobs))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(run_task, task): index for index, task in enumerate(tasks)}
-            for done, future in enumerate(as_completed(futures), 1):
-                record(futures[future], future.result(), done)
+            for index, rows in enumerate(pool.map(run_task, tasks, chunksize=chunk)):
+                record(index, rows, index + 1)
     return [row for rows in results for row in rows]
 
 
