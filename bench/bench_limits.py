@@ -31,7 +31,6 @@ numbers and the load the machine had (``os.getloadavg``). Not collected by pytes
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -186,16 +185,38 @@ def cli(*args):
     return [sys.executable, "-m", "tabsched", *args]
 
 
+# Runs the command line in this child and reports the child's own peak resident
+# memory: /proc's VmHWM belongs to the process image after exec (getrusage's
+# ru_maxrss would count the benchmark's own memory, copied at fork).
+PEAK_RSS_RUNNER = """
+import resource, runpy, sys
+sys.argv = ["tabsched"] + sys.argv[1:]
+try:
+    runpy.run_module("tabsched", run_name="__main__")
+except SystemExit as stop:
+    code = stop.code
+else:
+    code = 0
+try:
+    with open("/proc/self/status") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+except (OSError, StopIteration):
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.stderr.write(f"peak-rss-kib {peak}\\n")
+sys.exit(code)
+"""
+
+
 def adapt_search():
     began = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    completed = subprocess.run(cli(*ADAPT_COMMAND, "--json"), capture_output=True, text=True)
+    completed = subprocess.run([sys.executable, "-c", PEAK_RSS_RUNNER, *ADAPT_COMMAND, "--json"],
+                               capture_output=True, text=True)
     seconds = time.perf_counter() - began
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss   # KiB, the largest child
     if completed.returncode != 0:
         raise RuntimeError(completed.stderr)
+    peak = int(completed.stderr.rsplit("peak-rss-kib", 1)[1].split()[0])   # KiB
     report = json.loads(completed.stdout)
-    return {"seconds": seconds, "peak_rss_bytes": max(peak, before) * 1024,
+    return {"seconds": seconds, "peak_rss_bytes": peak * 1024,
             "candidates": report["search"]["candidates"], "rounds": report["search"]["rounds"],
             "statuses": report["search"]["statuses"], "gain_baseline": report["gain"]["baseline"],
             "target_seconds": 60, "target_bytes": 2**30,

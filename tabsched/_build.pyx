@@ -759,3 +759,72 @@ cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device
     free(events.seq)
     free(events.device)
     return FILL_NO_MEMORY if failed else placed
+
+
+# ------------------------------------------------------------- validity
+@boundscheck(False)
+@wraparound(False)
+def table_is_valid(const index_t[::1] device not None, const int8_t[::1] kind not None,
+                   const index_t[::1] stage not None, const index_t[::1] microbatch not None,
+                   index_t num_stages, index_t num_microbatches,
+                   int8_t[::1] seen not None, index_t[::1] home not None):
+    """1 if every (stage, microbatch) has exactly one ``F`` and one ``B`` or one ``I``
+    and one ``W``, all on one device, and nothing else is in the table; else 0.
+
+    Parameters
+    ----------
+    device, kind, stage, microbatch : the table's columns
+    num_stages, num_microbatches : int
+    seen : int8 scratch, shape (stages * microbatches * 4,)
+    home : int32 scratch, shape (stages * microbatches,)
+
+    Returns
+    -------
+    int
+        1 or 0; -1 - BAD_SHAPE for arrays of the wrong sizes.
+    """
+    cdef Py_ssize_t ops = device.shape[0]
+    cdef Py_ssize_t pairs = <Py_ssize_t>num_stages * num_microbatches
+    cdef index_t answer
+    if (num_stages < 0 or num_microbatches < 0 or kind.shape[0] != ops
+            or stage.shape[0] != ops or microbatch.shape[0] != ops
+            or seen.shape[0] != 4 * pairs or home.shape[0] != pairs):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        answer = _table_is_valid(device, kind, stage, microbatch, num_stages,
+                                 num_microbatches, seen, home)
+    return answer
+
+
+cdef index_t _table_is_valid(const index_t[::1] device, const int8_t[::1] kind,
+                             const index_t[::1] stage, const index_t[::1] microbatch,
+                             index_t S, index_t M, int8_t[::1] seen,
+                             index_t[::1] home) noexcept nogil:
+    cdef Py_ssize_t ops = device.shape[0]
+    cdef Py_ssize_t pairs = home.shape[0]
+    cdef Py_ssize_t k, pair
+    for pair in range(pairs):
+        home[pair] = NO_NODE
+    for pair in range(4 * pairs):
+        seen[pair] = 0
+    for k in range(ops):
+        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
+                or kind[k] < KIND_F or kind[k] > KIND_W or device[k] < 0):
+            return 0
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        if seen[4 * pair + kind[k]]:
+            return 0                                 # listed twice
+        seen[4 * pair + kind[k]] = 1
+        if home[pair] == NO_NODE:
+            home[pair] = device[k]
+        elif home[pair] != device[k]:
+            return 0                                 # on two devices
+    for pair in range(pairs):
+        if not seen[4 * pair + KIND_F]:
+            return 0
+        if seen[4 * pair + KIND_B]:
+            if seen[4 * pair + KIND_I] or seen[4 * pair + KIND_W]:
+                return 0
+        elif not (seen[4 * pair + KIND_I] and seen[4 * pair + KIND_W]):
+            return 0
+    return 1

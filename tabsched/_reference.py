@@ -563,3 +563,28 @@ def fill_idle(length, cell_device, filler, dep_indptr, dep_producer, dep_wait, r
     rows[:len(flat)] = flat
     row_count[:] = [len(row) for row in placed_rows]
     return len(flat)
+
+
+def table_is_valid(device, kind, stage, microbatch, num_stages, num_microbatches, seen, home):
+    """Twin of ``tabsched._build.table_is_valid``."""
+    S, M = num_stages, num_microbatches
+    ops = len(device)
+    if (S < 0 or M < 0 or len(kind) != ops or len(stage) != ops or len(microbatch) != ops
+            or len(seen) != 4 * S * M or len(home) != S * M):
+        return -1 - BAD_SHAPE
+    kinds, devices = {}, {}
+    for d, k, s, m in zip(device, kind, stage, microbatch):
+        if not (0 <= s < S and 0 <= m < M and 0 <= k <= 3 and d >= 0):
+            return 0
+        if (s, m, k) in kinds:
+            return 0
+        kinds[s, m, k] = True
+        if devices.setdefault((s, m), d) != d:
+            return 0
+    for s in range(S):
+        for m in range(M):
+            has = [(s, m, k) in kinds for k in range(4)]
+            if not has[0] or not (has[1] and not has[2] and not has[3]
+                                  or not has[1] and has[2] and has[3]):
+                return 0
+    return 1

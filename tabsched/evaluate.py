@@ -166,7 +166,7 @@ class Result:
         lowered = self._lowered
         if lowered.num_nodes == 0:
             return []
-        if self._binding is None:  # batched runs record sample 0 only; rerun this one
+        if self._binding is None:  # found on first use: rerun this sample with it
             self._binding = lowered.run(self._node_durations, end=False)[2]
         node = int(np.argmax(self._node_start + self._node_durations))
         nodes = []
@@ -384,8 +384,9 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
-    start, _, binding = run_lowered(lowered, durations)
-    result = build_result(table, costs, lowered, start[0], binding, durations,
+    # the binding (for the critical path) is found when the path is first asked for
+    start, _, _ = run_lowered(lowered, durations, binding=False)
+    result = build_result(table, costs, lowered, start[0], None, durations,
                           lowered.contention)
     if formula:
         from tabsched.formulas import formula_for
@@ -587,12 +588,12 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
         durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
-        start, _, binding = run_lowered(lowered, durations)
-        # the binding array describes sample 0; the others compute theirs when asked
+        start, _, _ = run_lowered(lowered, durations, binding=False)
+        # each result finds its binding (the critical path) when it is asked for
         for row, index in enumerate(members):
             costs = cost_models[index]
-            result = build_result(table, costs, lowered, start[row],
-                                  binding if row == 0 else None, durations[row], mode)
+            result = build_result(table, costs, lowered, start[row], None, durations[row],
+                                  mode)
             if formula:
                 from tabsched.formulas import formula_for
                 result.formula = formula_for(table, costs, lowered)

@@ -15,6 +15,7 @@ depend on the lowering.
 
 import numpy as np
 
+from tabsched import _build
 from tabsched.exceptions import InvalidScheduleError
 from tabsched.lower import INDEX, lower, offer_lowering
 from tabsched.table import KIND_CODES, Overlap, ScheduleTable, coerce_cell
@@ -77,7 +78,12 @@ def order_table(device, position, kind, stage, microbatch, *, num_devices=None, 
         num_devices = int(device.max()) + 1 if len(device) else 0
     position = np.asarray(position, dtype=np.int32)
     lengths = np.zeros(num_devices, dtype=np.int32)
-    if len(device):
+    if len(device) and np.all(device[1:] >= device[:-1]):
+        # sorted by device, as generators give them: a maximum per row segment
+        starts = np.searchsorted(device, np.arange(num_devices, dtype=np.int32))
+        busy = np.flatnonzero(np.append(starts[1:], len(device)) > starts)
+        lengths[busy] = np.maximum.reduceat(position, starts[busy]) + 1
+    elif len(device):
         np.maximum.at(lengths, device, position + 1)
     order = ScheduleTable.from_arrays(device, position, kind, stage, microbatch, lengths,
                                       validate=False, **metadata)
@@ -113,20 +119,10 @@ def certainly_valid(table):
     S, M, count = table.num_stages, table.num_microbatches, len(table)
     if count == 0 or S * M > count + 1024:
         return False
-    stage, microbatch = table.stage, table.microbatch
-    if (int(stage.min()) < 0 or int(stage.max()) >= S or int(microbatch.min()) < 0
-            or int(microbatch.max()) >= M):
-        return False
-    pair = stage.astype(np.int64) * M + microbatch
-    kinds = np.bincount(pair * 4 + table.kind, minlength=S * M * 4).reshape(S * M, 4)
-    forward, backward, input_grad, weight_grad = kinds.T
-    whole = (backward == 1) & (input_grad == 0) & (weight_grad == 0)
-    split = (backward == 0) & (input_grad == 1) & (weight_grad == 1)
-    if not np.all((forward == 1) & (whole | split)):
-        return False
-    home = np.empty(S * M, dtype=table.device.dtype)
-    home[pair] = table.device          # one of each pair's devices ...
-    return bool(np.array_equal(home[pair], table.device))   # ... is all of them
+    answer = _build.table_is_valid(table.device, table.kind, table.stage, table.microbatch,
+                                   S, M, np.empty(4 * S * M, dtype=np.int8),
+                                   np.empty(S * M, dtype=np.int32))
+    return answer == 1
 
 
 def unit_layout(table, lowered=None):

@@ -189,3 +189,43 @@ def test_fill_idle_checks_its_arrays():
     bad[9] = np.array([1, 0], I32)              # the row is fine; a main cell on the wrong
     bad[1] = np.array([0, 1], I32)              # device is not
     assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_INDEX
+
+
+@given(seed=st.integers(0, 2**32 - 1), damage=st.sampled_from(
+    ["none", "drop", "twice", "move", "kind", "stage", "split"]))
+def test_table_is_valid_equals_reference_and_validate(seed, damage):
+    from tabsched import ScheduleTable
+    from tabsched.exceptions import InvalidScheduleError
+    table = random_table(seed)
+    rng = np.random.default_rng(seed)
+    device, kind = table.device.copy(), table.kind.copy()
+    stage, microbatch = table.stage.copy(), table.microbatch.copy()
+    k = int(rng.integers(len(table)))
+    keep = np.ones(len(table), dtype=bool)
+    if damage == "drop":
+        keep[k] = False
+    elif damage == "twice":
+        j = (k + 1) % len(table)
+        kind[j], stage[j], microbatch[j] = kind[k], stage[k], microbatch[k]
+    elif damage == "move":
+        device[k] = (device[k] + 1) % max(table.num_devices, 2)
+    elif damage == "kind":
+        kind[k] = (kind[k] + 1) % 4
+    elif damage == "stage":
+        stage[k] = table.num_stages + 3
+    elif damage == "split":
+        kind[kind == 1] = 2
+    columns = [np.ascontiguousarray(c[keep]) for c in (device, kind, stage, microbatch)]
+    S, M = table.num_stages, table.num_microbatches
+    answers = [module.table_is_valid(*columns, S, M, np.zeros(4 * S * M, np.int8),
+                                     np.zeros(S * M, I32)) for module in (_build, _reference)]
+    assert answers[0] == answers[1]
+    lengths = np.full(max(table.num_devices, int(columns[0].max()) + 1), 10**6, dtype=I32)
+    try:
+        ScheduleTable.from_arrays(columns[0], np.arange(len(columns[0])), columns[1],
+                                  columns[2], columns[3], lengths, num_stages=S,
+                                  num_microbatches=M)
+        valid = True
+    except InvalidScheduleError:
+        valid = False
+    assert answers[0] == int(valid)
