@@ -107,8 +107,9 @@ def kernel_pass(c_dir, repeat):
     nothing = np.empty(0, dtype=np.int32)
 
     def kernel():
-        status = _kernel.longest_path(lowered.topo_pred_indptr, lowered.topo_predecessors,
-                                      nothing, renumbered[None, :], start, nothing, finish)
+        # the layout's lists over durations renumbered into its order
+        status = _kernel.longest_path(lowered.layout, False, renumbered[None, :], start,
+                                      nothing, finish)
         assert status == _kernel.OK
         return float(finish.max())
     seconds, makespan = best_of(10 * repeat, kernel)

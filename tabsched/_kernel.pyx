@@ -709,22 +709,87 @@ cdef index_t _topological(const index_t[::1] indptr, const index_t[::1] successo
     return STATUS_OK
 
 
-cdef inline bint _bad_lists(const index_t[::1] pred_indptr,
-                            const index_t[::1] predecessors) noexcept nogil:
-    cdef index_t n = pred_indptr.shape[0] - 1
-    return n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != predecessors.shape[0]
+cdef class Layout:
+    """A DAG's Kahn order and predecessor lists, checked once, for the pull passes.
+
+    Built by :func:`make_layout`, which checks that every offset stays within
+    the lists and never falls, every predecessor is an earlier position and
+    every order entry a node; the passes then index without checking. The
+    arrays are the caller's, made read-only (a view, not a copy).
+
+    Attributes
+    ----------
+    order, pred_indptr, predecessors : int32 arrays (read-only)
+    num_nodes : int
+    """
+
+    cdef readonly object order
+    cdef readonly object pred_indptr
+    cdef readonly object predecessors
+    cdef readonly index_t num_nodes
+    cdef const index_t[::1] _order
+    cdef const index_t[::1] _offsets
+    cdef const index_t[::1] _lists
+
+    def __reduce__(self):
+        return (make_layout, (self.order, self.pred_indptr, self.predecessors))
 
 
 @boundscheck(False)
 @wraparound(False)
-def longest_path(const index_t[::1] pred_indptr not None,
-                 const index_t[::1] predecessors not None,
-                 const index_t[::1] order not None,
+def make_layout(order not None, pred_indptr not None, predecessors not None):
+    """A :class:`Layout` of these arrays (from :func:`topological`), or a status.
+
+    Returns
+    -------
+    Layout, or int
+        BAD_SHAPE for offsets that do not run from 0 to ``len(predecessors)``
+        without falling or an order of the wrong length; BAD_INDEX for a
+        predecessor that is not an earlier position or an order entry that is
+        not a node.
+    """
+    cdef const index_t[::1] offsets = pred_indptr
+    cdef const index_t[::1] lists = predecessors
+    cdef const index_t[::1] nodes = order
+    cdef index_t n = offsets.shape[0] - 1
+    cdef index_t status = STATUS_OK
+    cdef index_t i, e
+    cdef Layout layout
+    if n < 0 or (nodes.shape[0] != n) or offsets[0] != 0 or offsets[n] != lists.shape[0]:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for i in range(n):
+            if offsets[i + 1] < offsets[i] or offsets[i + 1] > lists.shape[0]:
+                status = STATUS_BAD_SHAPE
+                break
+            if <size_t>nodes[i] >= <size_t>n:
+                status = STATUS_BAD_INDEX
+                break
+            for e in range(offsets[i], offsets[i + 1]):
+                if <size_t>lists[e] >= <size_t>i:      # lists[e] < 0 or lists[e] >= i
+                    status = STATUS_BAD_INDEX
+                    break
+            if status != STATUS_OK:
+                break
+    if status != STATUS_OK:
+        return status
+    layout = Layout.__new__(Layout)
+    for array in (order, pred_indptr, predecessors):
+        array.flags.writeable = False
+    layout.order, layout.pred_indptr, layout.predecessors = order, pred_indptr, predecessors
+    layout._order, layout._offsets, layout._lists = nodes, offsets, lists
+    layout.num_nodes = n
+    return layout
+
+
+@boundscheck(False)
+@wraparound(False)
+def longest_path(Layout layout not None, bint ordered,
                  const time_t[:, ::1] durations not None,
                  time_t[:, ::1] start not None,
                  index_t[::1] binding not None,
                  time_t[::1] finish not None):
-    """Earliest starts over a DAG laid out by :func:`topological`: one pull pass a sample.
+    """Earliest starts over a laid-out DAG: one pull pass a sample.
 
     The node at position ``i`` starts at the latest end of its predecessors
     (0 without any). The result is the same as :func:`evaluate` without
@@ -733,34 +798,31 @@ def longest_path(const index_t[::1] pred_indptr not None,
 
     Parameters
     ----------
-    pred_indptr, predecessors : int32 arrays
-        From :func:`topological`.
-    order : int32 array, shape (nodes,) or (0,)
-        From :func:`topological`: ``durations`` and ``start`` are then by node
-        id. Empty: they are by position (the arrays already renumbered).
+    layout : Layout
+    ordered : bool
+        True: ``durations`` and ``start`` are by node id (the pass follows the
+        layout's order). False: they are by position (the arrays renumbered).
     durations : float64 array, shape (samples, nodes)
     start : float64 array, shape (samples, nodes)
         Output.
     binding : int32 array, shape (nodes,) or (0,)
         Output for sample 0 (skipped when empty): the node (id, or position
-        without ``order``) that decided each node's start, or NO_NODE_ID.
+        when not ``ordered``) that decided each node's start, or NO_NODE_ID.
     finish : float64 scratch, shape (nodes,)
 
     Returns
     -------
     int
-        A status: OK, BAD_SHAPE, or BAD_INDEX for a predecessor that is not an
-        earlier position or an order entry that is not a node.
+        A status: OK or BAD_SHAPE.
     """
-    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t n = layout.num_nodes
     cdef index_t samples = durations.shape[0]
     cdef index_t status
-    if (_bad_lists(pred_indptr, predecessors) or (order.shape[0] != 0 and order.shape[0] != n)
-            or durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
+    if (durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
             or (binding.shape[0] != 0 and binding.shape[0] != n) or finish.shape[0] != n):
         return STATUS_BAD_SHAPE
     with nogil:
-        status = _longest_path(pred_indptr, predecessors, order, order.shape[0] != 0,
+        status = _longest_path(layout._offsets, layout._lists, layout._order, ordered,
                                durations, start, binding, binding.shape[0] != 0, finish)
     return status
 
@@ -775,7 +837,7 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
     cdef index_t edges = predecessors.shape[0]
     cdef index_t s, i, v, e, p, low, high, bound
     cdef time_t begin, candidate
-    # raw pointers: the loops below index nothing a check above has not bounded
+    # raw pointers: the layout was checked when it was made
     cdef const index_t *offsets = &pred_indptr[0]
     cdef const index_t *lists = &predecessors[0] if edges > 0 else NULL
     cdef time_t *ends = &finish[0] if n > 0 else NULL
@@ -789,28 +851,21 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
         low = 0
         for i in range(n):
             high = offsets[i + 1]
-            if high < low or high > edges:
-                return STATUS_BAD_SHAPE
             if ordered:
                 v = order[i]
                 if i + PREFETCH_AHEAD < n:
                     p = order[i + PREFETCH_AHEAD]
-                    if <size_t>p < <size_t>n:
-                        TABSCHED_PREFETCH(length + p)
-                        TABSCHED_PREFETCH(begins + p)
-                        if record and s == 0:
-                            TABSCHED_PREFETCH(&binding[p])
+                    TABSCHED_PREFETCH(length + p)
+                    TABSCHED_PREFETCH(begins + p)
+                    if record and s == 0:
+                        TABSCHED_PREFETCH(&binding[p])
             else:
                 v = i
-            if <size_t>v >= <size_t>n:
-                return STATUS_BAD_INDEX
             begin = 0.0
             if record and s == 0:
                 bound = NO_NODE
                 for e in range(low, high):
                     p = lists[e]
-                    if <size_t>p >= <size_t>i:     # p < 0 or p >= i: one compare
-                        return STATUS_BAD_INDEX
                     candidate = ends[p]
                     bound = p if candidate > begin else bound     # branch-free: the
                     begin = candidate if candidate > begin else begin   # ties are data
@@ -819,8 +874,6 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
             else:
                 for e in range(low, high):
                     p = lists[e]
-                    if <size_t>p >= <size_t>i:     # p < 0 or p >= i: one compare
-                        return STATUS_BAD_INDEX
                     candidate = ends[p]
                     begin = candidate if candidate > begin else begin
             low = high
@@ -835,9 +888,7 @@ SUMMARY_BLOCK = BLOCK
 
 @boundscheck(False)
 @wraparound(False)
-def longest_path_summary(const index_t[::1] pred_indptr not None,
-                         const index_t[::1] predecessors not None,
-                         const index_t[::1] order not None,
+def longest_path_summary(Layout layout not None, bint ordered,
                          const index_t[::1] node_device not None,
                          const time_t[:, ::1] durations not None,
                          time_t[::1] makespan not None,
@@ -854,8 +905,8 @@ def longest_path_summary(const index_t[::1] pred_indptr not None,
 
     Parameters
     ----------
-    pred_indptr, predecessors, order : int32 arrays
-        From :func:`topological` (``order`` may be empty: arrays by position).
+    layout, ordered :
+        As in :func:`longest_path`.
     node_device : int32 array, shape (nodes,)
         By node id: the device whose compute stream runs the node, or NO_DEVICE_ID.
     durations : float64 array, shape (samples, nodes)
@@ -869,19 +920,18 @@ def longest_path_summary(const index_t[::1] pred_indptr not None,
     int
         A status: OK, BAD_SHAPE or BAD_INDEX.
     """
-    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t n = layout.num_nodes
     cdef index_t samples = durations.shape[0]
     cdef index_t devices = busy.shape[1]
     cdef index_t status
-    if (_bad_lists(pred_indptr, predecessors) or (order.shape[0] != 0 and order.shape[0] != n)
-            or node_device.shape[0] != n or durations.shape[1] != n
+    if (node_device.shape[0] != n or durations.shape[1] != n
             or makespan.shape[0] != samples or busy.shape[0] != samples
             or first_start.shape[0] != samples or first_start.shape[1] != devices
             or last_end.shape[0] != samples or last_end.shape[1] != devices
             or finish.shape[0] != <Py_ssize_t>n * BLOCK):
         return STATUS_BAD_SHAPE
     with nogil:
-        status = _longest_path_summary(pred_indptr, predecessors, order, order.shape[0] != 0,
+        status = _longest_path_summary(layout._offsets, layout._lists, layout._order, ordered,
                                        node_device, durations, makespan, busy, first_start,
                                        last_end, finish)
     return status
@@ -923,18 +973,12 @@ cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
         low = 0
         for i in range(n):
             high = pred_indptr[i + 1]
-            if high < low or high > edges:
-                return STATUS_BAD_SHAPE
             v = order[i] if ordered else i
-            if v < 0 or v >= n:
-                return STATUS_BAD_INDEX
             d = node_device[v]
             for b in range(BLOCK):
                 begin[b] = 0.0
             for e in range(low, high):
                 p = predecessors[e]
-                if p < 0 or p >= i:
-                    return STATUS_BAD_INDEX
                 row = ends + <Py_ssize_t>p * BLOCK
                 for b in range(BLOCK):
                     value = row[b]
@@ -1126,9 +1170,7 @@ cdef inline void _draw_block(const uint64_t *pair_keys, uint64_t key, float sigm
 
 @boundscheck(False)
 @wraparound(False)
-def monte_carlo_summary(const index_t[::1] pred_indptr not None,
-                        const index_t[::1] predecessors not None,
-                        const index_t[::1] order not None,
+def monte_carlo_summary(Layout layout not None,
                         const index_t[::1] node_device not None,
                         const index_t[::1] cell_first_op not None,
                         const time_t[::1] op_base not None,
@@ -1160,8 +1202,8 @@ def monte_carlo_summary(const index_t[::1] pred_indptr not None,
 
     Parameters
     ----------
-    pred_indptr, predecessors, order, node_device :
-        As in :func:`longest_path_summary`. Cells are nodes ``0 ..
+    layout, node_device :
+        As in :func:`longest_path_summary` (by node id). Cells are nodes ``0 ..
         len(cell_first_op) - 2``, transfers follow, then the tail.
     cell_first_op : int32 array (cells + 1,)
         Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1]-1``.
@@ -1184,15 +1226,14 @@ def monte_carlo_summary(const index_t[::1] pred_indptr not None,
     int
         A status: OK, BAD_SHAPE or BAD_INDEX.
     """
-    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t n = layout.num_nodes
     cdef index_t samples = makespan.shape[0]
     cdef index_t devices = busy.shape[1]
     cdef index_t cells = cell_first_op.shape[0] - 1
     cdef index_t transfers = transfer_base.shape[0]
     cdef index_t ops = op_base.shape[0]
     cdef index_t status, v, c
-    if (_bad_lists(pred_indptr, predecessors) or (order.shape[0] != 0 and order.shape[0] != n)
-            or node_device.shape[0] != n or cells < 0
+    if (node_device.shape[0] != n or cells < 0
             or cells + transfers + tail.shape[0] != n
             or op_key.shape[0] != ops or op_sigma.shape[0] != ops or op_shift.shape[0] != ops
             or transfer_key.shape[0] != transfers
@@ -1210,7 +1251,7 @@ def monte_carlo_summary(const index_t[::1] pred_indptr not None,
         if node_device[v] < NO_DEVICE or node_device[v] >= devices:
             return STATUS_BAD_INDEX
     with nogil:
-        status = _monte_carlo_summary(pred_indptr, predecessors, order, order.shape[0] != 0,
+        status = _monte_carlo_summary(layout._offsets, layout._lists, layout._order, True,
                                       node_device, cell_first_op, op_base, op_key, op_sigma,
                                       op_shift, overlap, transfer_base, transfer_key,
                                       transfer_sigma, transfer_shift, tail, noise_stream,
@@ -1270,11 +1311,7 @@ cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
         low = 0
         for i in range(n):
             high = pred_indptr[i + 1]
-            if high < low or high > edges:
-                return STATUS_BAD_SHAPE
             v = order[i] if ordered else i
-            if v < 0 or v >= n:
-                return STATUS_BAD_INDEX
             # this node's durations for the block
             if v < cells:
                 o = cell_first_op[v]
@@ -1305,8 +1342,6 @@ cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
                 begin[b] = 0.0
             for e in range(low, high):
                 p = predecessors[e]
-                if p < 0 or p >= i:
-                    return STATUS_BAD_INDEX
                 row = ends + <Py_ssize_t>p * BLOCK
                 for b in range(BLOCK):
                     value = row[b]

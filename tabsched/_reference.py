@@ -304,35 +304,44 @@ def topological(indptr, successors, order, pred_indptr, predecessors, scratch):
     return OK
 
 
-def _lists(pred_indptr, predecessors, order, n):
-    """Per position ``(node, predecessor positions)``, or a status for bad arrays."""
-    if n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+def make_layout(order, pred_indptr, predecessors):
+    """Twin of ``tabsched._kernel.make_layout``: the checks, and a plain object."""
+    n = len(pred_indptr) - 1
+    if n < 0 or len(order) != n or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
         return BAD_SHAPE
-    if len(order) not in (0, n):
-        return BAD_SHAPE
-    lists = []
     for i in range(n):
         low, high = int(pred_indptr[i]), int(pred_indptr[i + 1])
         if high < low or high > len(predecessors):
             return BAD_SHAPE
-        v = int(order[i]) if len(order) else i
-        items = [int(p) for p in predecessors[low:high]]
-        if not 0 <= v < n or any(not 0 <= p < i for p in items):
+        if not 0 <= int(order[i]) < n:
             return BAD_INDEX
-        lists.append((v, items))
-    return lists
+        if any(not 0 <= int(p) < i for p in predecessors[low:high]):
+            return BAD_INDEX
+    return _Layout(order, pred_indptr, predecessors, n)
 
 
-def longest_path(pred_indptr, predecessors, order, durations, start, binding, finish):
+class _Layout:
+    def __init__(self, order, pred_indptr, predecessors, num_nodes):
+        self.order, self.pred_indptr, self.predecessors = order, pred_indptr, predecessors
+        self.num_nodes = num_nodes
+
+
+def _lists(layout, ordered):
+    """Per position ``(node, predecessor positions)``."""
+    return [(int(layout.order[i]) if ordered else i,
+             [int(p) for p in layout.predecessors[layout.pred_indptr[i]:
+                                                  layout.pred_indptr[i + 1]]])
+            for i in range(layout.num_nodes)]
+
+
+def longest_path(layout, ordered, durations, start, binding, finish):
     """Twin of ``tabsched._kernel.longest_path``: a pull pass over positions."""
-    n = len(pred_indptr) - 1
+    n = layout.num_nodes
     samples = durations.shape[0]
     if (durations.shape[1] != n or start.shape != (samples, n) or len(binding) not in (0, n)
             or len(finish) != n):
         return BAD_SHAPE
-    lists = _lists(pred_indptr, predecessors, order, n)
-    if isinstance(lists, int):
-        return lists
+    lists = _lists(layout, ordered)
     node = [v for v, _ in lists]
     for s in range(samples):
         ends = [0.0] * n
@@ -349,26 +358,20 @@ def longest_path(pred_indptr, predecessors, order, durations, start, binding, fi
     return OK
 
 
-def longest_path_summary(pred_indptr, predecessors, order, node_device, durations, makespan,
-                         busy, first_start, last_end, finish):
+def longest_path_summary(layout, ordered, node_device, durations, makespan, busy, first_start,
+                         last_end, finish):
     """Twin of ``tabsched._kernel.longest_path_summary``, one sample at a time
     (the kernel's blocks of samples change no number)."""
-    n = len(pred_indptr) - 1
+    n = layout.num_nodes
     samples = durations.shape[0]
     devices = busy.shape[1]
     if (len(node_device) != n or durations.shape[1] != n or len(makespan) != samples
             or busy.shape[0] != samples or first_start.shape != (samples, devices)
             or last_end.shape != (samples, devices) or len(finish) != n * SUMMARY_BLOCK):
         return BAD_SHAPE
-    if n < 0 or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
-        return BAD_SHAPE
-    if len(order) not in (0, n):
-        return BAD_SHAPE
     if any(not NO_DEVICE_ID <= int(d) < devices for d in node_device):
         return BAD_INDEX
-    lists = _lists(pred_indptr, predecessors, order, n)
-    if isinstance(lists, int):
-        return lists
+    lists = _lists(layout, ordered)
     for s in range(samples):
         busy[s, :] = 0.0
         first_start[s, :] = float("inf")

@@ -122,17 +122,16 @@ class LoweredSchedule:
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
-    #: Kahn's order of the nodes (``topo_order[i]`` is the node at position ``i``)
-    #: and the predecessor lists in positions of that order, every edge pointing
-    #: backwards (``_kernel.topological``); None when the row orders deadlock.
-    topo_order: np.ndarray = None
-    topo_pred_indptr: np.ndarray = None
-    topo_predecessors: np.ndarray = None
+    #: Kahn's order of the nodes and the predecessor lists in positions of that
+    #: order, every edge pointing backwards, checked once (a ``_kernel.Layout``:
+    #: ``topo_order``, ``topo_pred_indptr``, ``topo_predecessors``); None when the
+    #: row orders deadlock.
+    layout: object = None
     #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
     unfinished: np.ndarray = None
 
     def __post_init__(self):
-        if self.topo_order is None and self.unfinished is None:
+        if self.layout is None and self.unfinished is None:
             self._order()
 
     def _order(self):
@@ -148,8 +147,21 @@ class LoweredSchedule:
             self.unfinished = scratch
             return
         _check_status(status)
-        self.topo_order, self.topo_pred_indptr, self.topo_predecessors = \
-            order, pred_indptr, predecessors
+        self.layout = _layout(order, pred_indptr, predecessors)
+
+    @property
+    def topo_order(self):
+        """``topo_order[i]``: the node at position ``i`` of Kahn's order (read-only)."""
+        return None if self.layout is None else self.layout.order
+
+    @property
+    def topo_pred_indptr(self):
+        return None if self.layout is None else self.layout.pred_indptr
+
+    @property
+    def topo_predecessors(self):
+        """The positions of each position's predecessors, ascending (CSR, read-only)."""
+        return None if self.layout is None else self.layout.predecessors
 
     def link_chains(self):
         """This lowering under contention ``link`` as a DAG without resources, or None.
@@ -168,7 +180,7 @@ class LoweredSchedule:
         than its producer).
         """
         if (self.contention != "link" or len(self.transfers) == 0
-                or self.extra_transfer_edges or self.topo_order is None):
+                or self.extra_transfer_edges or self.layout is None):
             return None
         n, first_transfer = self.num_nodes, self.num_cells
         D = self.table.num_devices
@@ -203,8 +215,7 @@ class LoweredSchedule:
                                         predecessor_at, pred_indptr, predecessors))
         return dataclasses.replace(self, indptr=indptr, successors=successors,
                                    resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
-                                   topo_pred_indptr=pred_indptr,
-                                   topo_predecessors=predecessors)
+                                   layout=_layout(self.topo_order, pred_indptr, predecessors))
 
     def check_acyclic(self):
         """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
@@ -298,8 +309,7 @@ class LoweredSchedule:
         start = np.empty((samples, n), dtype=np.float64)
         if self.resources.shape[1] == 0:
             bound = np.empty(n if binding else 0, dtype=INDEX)
-            _check_status(_kernel.longest_path(self.topo_pred_indptr, self.topo_predecessors,
-                                               self.topo_order, durations, start, bound,
+            _check_status(_kernel.longest_path(self.layout, True, durations, start, bound,
                                                np.empty(n, dtype=np.float64)))
             return start, (start + durations if end else None), (bound if binding else None)
         no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
@@ -369,8 +379,8 @@ class LoweredSchedule:
         last_end = np.empty((samples, devices), dtype=np.float64)
         if self.resources.shape[1] == 0:
             _check_status(_kernel.longest_path_summary(
-                self.topo_pred_indptr, self.topo_predecessors, self.topo_order, node_devices,
-                durations, makespan, busy, first_start, last_end,
+                self.layout, True, node_devices, durations, makespan, busy, first_start,
+                last_end,
                 np.empty(n * _kernel.SUMMARY_BLOCK, dtype=np.float64)))
             return makespan, busy, first_start, last_end
         fifo = self.resources.shape[1] > 0
@@ -441,6 +451,14 @@ class LoweredSchedule:
         k = node - self.num_cells
         t = self.transfers
         return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
+
+
+def _layout(order, pred_indptr, predecessors):
+    """A ``_kernel.Layout`` of these arrays (checked), or an internal error."""
+    layout = _kernel.make_layout(order, pred_indptr, predecessors)
+    if not isinstance(layout, _kernel.Layout):
+        _check_status(layout)
+    return layout
 
 
 def _check_status(status):

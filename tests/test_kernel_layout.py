@@ -68,15 +68,19 @@ def test_layout_deadlocks_like_the_event_kernel(seed):
         np.testing.assert_array_equal(kernel[4] > 0, reference[4] > 0)
 
 
+def layouts(lowered):
+    """The lowering's layout in the kernel's and the twin's form."""
+    arrays = (lowered.topo_order, lowered.topo_pred_indptr, lowered.topo_predecessors)
+    return lowered.layout, _reference.make_layout(*arrays)
+
+
 def pull_both(lowered, durations, *, ordered=True, binding=True):
     outputs = []
     n = lowered.num_nodes
-    order = lowered.topo_order if ordered else np.empty(0, I32)
-    for module in (_kernel, _reference):
+    for module, layout in zip((_kernel, _reference), layouts(lowered)):
         start = np.full(durations.shape, np.nan)
         bound = np.full(n if binding else 0, -7, I32)
-        status = module.longest_path(lowered.topo_pred_indptr, lowered.topo_predecessors,
-                                     order, durations, start, bound, np.zeros(n))
+        status = module.longest_path(layout, ordered, durations, start, bound, np.zeros(n))
         outputs.append((status, start, bound))
     return outputs
 
@@ -110,8 +114,7 @@ def test_pull_pass_equals_reference_and_the_event_kernel(seed, samples, integer,
     order = lowered.topo_order
     renumbered = np.ascontiguousarray(durations[:, order])
     start = np.zeros(durations.shape)
-    assert _kernel.longest_path(lowered.topo_pred_indptr, lowered.topo_predecessors,
-                                np.empty(0, I32), renumbered, start, np.empty(0, I32),
+    assert _kernel.longest_path(lowered.layout, False, renumbered, start, np.empty(0, I32),
                                 np.zeros(lowered.num_nodes)) == _kernel.OK
     np.testing.assert_array_equal(start, start_k[:, order])
 
@@ -120,12 +123,12 @@ def summary_pull_both(lowered, durations):
     outputs = []
     devices = lowered.table.num_devices
     samples, n = durations.shape
-    for module in (_kernel, _reference):
+    for module, layout in zip((_kernel, _reference), layouts(lowered)):
         out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
                np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
         status = module.longest_path_summary(
-            lowered.topo_pred_indptr, lowered.topo_predecessors, lowered.topo_order,
-            lowered.node_devices(), durations, *out, np.zeros(n * _kernel.SUMMARY_BLOCK))
+            layout, True, lowered.node_devices(), durations, *out,
+            np.zeros(n * _kernel.SUMMARY_BLOCK))
         outputs.append((status, out))
     return outputs
 
@@ -152,43 +155,55 @@ def test_blocked_summary_equals_reference_and_the_event_kernel(seed, samples, ta
         np.testing.assert_array_equal(mine, theirs)
 
 
-def _pull(pred_indptr, predecessors, order=(), n=None, summary=False, node_device=None):
+def _layout(pred_indptr, predecessors, order=None):
     pred_indptr = np.asarray(pred_indptr, I32)
-    predecessors = np.asarray(predecessors, I32)
-    n = len(pred_indptr) - 1 if n is None else n
-    order = np.asarray(order, I32)
-    statuses = []
-    for module in (_kernel, _reference):
-        if summary:
-            device = np.zeros(n, I32) if node_device is None else np.asarray(node_device, I32)
-            statuses.append(module.longest_path_summary(
-                pred_indptr, predecessors, order, device, np.ones((2, n)), np.zeros(2),
-                np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)),
-                np.zeros(n * _kernel.SUMMARY_BLOCK)))
-        else:
-            statuses.append(module.longest_path(pred_indptr, predecessors, order,
-                                                np.ones((1, n)), np.zeros((1, n)),
-                                                np.zeros(n, I32), np.zeros(n)))
+    order = np.arange(len(pred_indptr) - 1, dtype=I32) if order is None else order
+    made = [module.make_layout(np.asarray(order, I32), pred_indptr.copy(),
+                               np.asarray(predecessors, I32)) for module in (_kernel, _reference)]
+    statuses = [item if isinstance(item, int) else _kernel.OK for item in made]
     assert statuses[0] == statuses[1]
     return statuses[0]
 
 
+def test_a_layout_is_checked_once_when_it_is_made():
+    assert _layout([0, 0, 1], [0]) == _kernel.OK
+    assert _layout([0, 0, 1], [1]) == _kernel.BAD_INDEX    # not before it
+    assert _layout([0, 0, 1], [-5]) == _kernel.BAD_INDEX
+    assert _layout([0, 1, 1], [0]) == _kernel.BAD_INDEX    # a self-loop
+    assert _layout([-2000000000, 0, 1], [0]) == _kernel.BAD_SHAPE
+    assert _layout([0, 5, 1], [0]) == _kernel.BAD_SHAPE     # past the end
+    assert _layout([0, 0, 5, 1], [0]) == _kernel.BAD_SHAPE  # then falls
+    assert _layout([0, 0, 2], [0]) == _kernel.BAD_SHAPE     # past the end
+    assert _layout([0, 0, 1], [0], order=[1, 0]) == _kernel.OK
+    assert _layout([0, 0, 1], [0], order=[1, 7]) == _kernel.BAD_INDEX
+    assert _layout([0, 0, 1], [0], order=[1]) == _kernel.BAD_SHAPE
+    layout = _kernel.make_layout(np.array([1, 0], I32), np.array([0, 0, 1], I32),
+                                 np.array([0], I32))
+    assert not layout.predecessors.flags.writeable      # what was checked stays so
+
+
 @pytest.mark.parametrize("summary", [False, True])
-def test_pull_passes_check_what_they_dereference(summary):
-    assert _pull([0, 0, 1], [0], summary=summary) == _kernel.OK
-    assert _pull([0, 0, 1], [1], summary=summary) == _kernel.BAD_INDEX    # not before it
-    assert _pull([0, 0, 1], [-5], summary=summary) == _kernel.BAD_INDEX
-    assert _pull([0, 1, 1], [0], summary=summary) == _kernel.BAD_INDEX    # a self-loop
-    assert _pull([-2000000000, 0, 1], [0], summary=summary) == _kernel.BAD_SHAPE
-    assert _pull([0, 5, 1], [0], summary=summary) == _kernel.BAD_SHAPE     # past the end
-    assert _pull([0, 0, 5, 1], [0], summary=summary) == _kernel.BAD_SHAPE  # then falls
-    assert _pull([0, 0, 2], [0], summary=summary) == _kernel.BAD_SHAPE     # past the end
-    assert _pull([0, 0, 1], [0], order=[1, 0], summary=summary) == _kernel.OK
-    assert _pull([0, 0, 1], [0], order=[1, 7], summary=summary) == _kernel.BAD_INDEX
-    assert _pull([0, 0, 1], [0], order=[1], summary=summary) == _kernel.BAD_SHAPE
+def test_passes_check_their_shapes(summary):
+    layout = _kernel.make_layout(np.array([0, 1], I32), np.array([0, 0, 1], I32),
+                                 np.array([0], I32))
     if summary:
-        assert _pull([0, 0, 1], [0], summary=True, node_device=[0, 3]) == _kernel.BAD_INDEX
-        assert _pull([0, 0, 1], [0], summary=True, node_device=[-1, -2]) == _kernel.BAD_INDEX
+        for device in ([0, 3], [-1, -2]):
+            assert _kernel.longest_path_summary(
+                layout, True, np.array(device, I32), np.ones((2, 2)), np.zeros(2),
+                np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)),
+                np.zeros(2 * _kernel.SUMMARY_BLOCK)) == _kernel.BAD_INDEX
+        assert _kernel.longest_path_summary(
+            layout, True, np.zeros(2, I32), np.ones((2, 3)), np.zeros(2), np.zeros((2, 1)),
+            np.zeros((2, 1)), np.zeros((2, 1)),
+            np.zeros(2 * _kernel.SUMMARY_BLOCK)) == _kernel.BAD_SHAPE
+    else:
+        assert _kernel.longest_path(layout, True, np.ones((1, 3)), np.zeros((1, 3)),
+                                    np.zeros(3, I32), np.zeros(3)) == _kernel.BAD_SHAPE
+        assert _kernel.longest_path(layout, True, np.ones((1, 2)), np.zeros((1, 2)),
+                                    np.zeros(2, I32), np.zeros(2)) == _kernel.OK
+    with pytest.raises(TypeError):
+        _kernel.longest_path(np.zeros(3, I32), True, np.ones((1, 2)), np.zeros((1, 2)),
+                             np.zeros(2, I32), np.zeros(2))
 
 
 def test_layout_checks_what_it_dereferences():

@@ -246,8 +246,7 @@ def _fused(context, variation, chained, samples, node_devices):
     finish = np.empty((samples, D))
     cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
     status = _kernel.monte_carlo_summary(
-        lowered.topo_pred_indptr, lowered.topo_predecessors, lowered.topo_order,
-        node_devices, cell_first_op, np.ascontiguousarray(draw.op[0]), context.op_keys,
+        lowered.layout, node_devices, cell_first_op, np.ascontiguousarray(draw.op[0]), context.op_keys,
         op_sigma, op_shift, float(context.costs.overlap), transfer_base[0],
         context.transfer_keys, float(transfer_sigma), float(transfer_shift),
         np.ascontiguousarray(base[lowered.first_sync:]), context.stream_key("noise"),
