@@ -49,13 +49,15 @@ MISSING = MISSING_PRODUCER
 def dependencies(const int8_t[::1] kind not None,
                  const index_t[::1] stage not None,
                  const index_t[::1] microbatch not None,
+                 const index_t[::1] device not None,
                  index_t num_stages, index_t num_microbatches,
                  index_t[::1] forward_of not None,
                  index_t[::1] backward_of not None,
                  index_t[::1] input_of not None,
                  index_t[::1] producer not None,
                  index_t[::1] consumer not None,
-                 int8_t[::1] group not None):
+                 int8_t[::1] group not None,
+                 int8_t[::1] crossing not None):
     """The data dependencies of a table's operations, group by group.
 
     Groups, in this order: ``F(s-1,m) -> F(s,m)`` (activation); ``F(s,m) ->
@@ -67,14 +69,15 @@ def dependencies(const int8_t[::1] kind not None,
     ----------
     kind : int8 array (operations,)
         Kind codes: 0 F, 1 B, 2 I, 3 W.
-    stage, microbatch : int32 arrays (operations,)
+    stage, microbatch, device : int32 arrays (operations,)
         In range (the table validated them).
     num_stages, num_microbatches : int
     forward_of, backward_of, input_of : int32 scratch, shape (stages * microbatches,)
     producer, consumer : int32 arrays, shape (2 * operations,)
         Output: operation indices of each dependency.
-    group : int8 array, shape (2 * operations,)
-        Output: the group of each dependency.
+    group, crossing : int8 arrays, shape (2 * operations,)
+        Output: the group of each dependency, and 1 where its producer and
+        consumer are on different devices (a transfer), else 0.
 
     Returns
     -------
@@ -86,22 +89,26 @@ def dependencies(const int8_t[::1] kind not None,
     cdef Py_ssize_t pairs = <Py_ssize_t>num_stages * num_microbatches
     cdef index_t count
     if (num_stages < 0 or num_microbatches < 0 or stage.shape[0] != ops
-            or microbatch.shape[0] != ops or forward_of.shape[0] != pairs
+            or microbatch.shape[0] != ops or device.shape[0] != ops
+            or forward_of.shape[0] != pairs
             or backward_of.shape[0] != pairs or input_of.shape[0] != pairs
             or producer.shape[0] != 2 * ops or consumer.shape[0] != 2 * ops
-            or group.shape[0] != 2 * ops):
+            or group.shape[0] != 2 * ops or crossing.shape[0] != 2 * ops):
         return -1 - STATUS_BAD_SHAPE
     with nogil:
-        count = _dependencies(kind, stage, microbatch, num_stages, num_microbatches,
-                              forward_of, backward_of, input_of, producer, consumer, group)
+        count = _dependencies(kind, stage, microbatch, device, num_stages, num_microbatches,
+                              forward_of, backward_of, input_of, producer, consumer, group,
+                              crossing)
     return count
 
 
 cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
-                           const index_t[::1] microbatch, index_t S, index_t M,
+                           const index_t[::1] microbatch, const index_t[::1] device,
+                           index_t S, index_t M,
                            index_t[::1] forward_of, index_t[::1] backward_of,
                            index_t[::1] input_of, index_t[::1] producer,
-                           index_t[::1] consumer, int8_t[::1] group) noexcept nogil:
+                           index_t[::1] consumer, int8_t[::1] group,
+                           int8_t[::1] crossing) noexcept nogil:
     cdef Py_ssize_t ops = kind.shape[0]
     cdef Py_ssize_t pairs = forward_of.shape[0]
     cdef Py_ssize_t k, pair
@@ -149,6 +156,7 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
             producer[count] = source
             consumer[count] = <index_t>k
             group[count] = <int8_t>g
+            crossing[count] = device[source] != device[k]
             count += 1
     return count
 

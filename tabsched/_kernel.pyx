@@ -121,10 +121,16 @@ cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] su
 
     Fewer than all nodes means a cycle; ``indegree[v] > 0`` then marks the nodes left.
     """
+    _count_indegree(indptr, successors, indegree)
+    return _kahn(indptr, successors, indegree, order)
+
+
+cdef index_t _kahn(const index_t[::1] indptr, const index_t[::1] successors,
+                   index_t[::1] indegree, index_t[::1] order) noexcept nogil:
+    """Kahn's loop from the indegrees in ``indegree`` (which it uses up)."""
     cdef index_t n = indptr.shape[0] - 1
     cdef index_t head = 0, tail = 0
     cdef index_t v, u, e
-    _count_indegree(indptr, successors, indegree)
     for v in range(n):
         if indegree[v] == 0:
             order[tail] = v
@@ -682,15 +688,31 @@ cdef index_t _topological(const index_t[::1] indptr, const index_t[::1] successo
                           index_t[::1] predecessors, index_t[::1] scratch) noexcept nogil:
     cdef index_t n = indptr.shape[0] - 1
     cdef index_t i, v, u, e, p, cursor, previous
-    if _topological_order(indptr, successors, scratch, order) < n:
+    if n == 0:
+        pred_indptr[0] = 0
+        return STATUS_OK
+    # predecessors[] is free until the fill: it keeps each node's indegree by id
+    # through Kahn's loop when it is long enough (then the list lengths by position
+    # are one gather, not a pass over the edges through the positions)
+    cdef bint kept = predecessors.shape[0] >= n
+    _count_indegree(indptr, successors, scratch)
+    if kept:
+        for v in range(n):
+            predecessors[v] = scratch[v]
+    if _kahn(indptr, successors, scratch, order) < n:
         return STATUS_DEADLOCK
     # scratch: position of every node
     for i in range(n):
         scratch[order[i]] = i
-    for i in range(n + 1):
-        pred_indptr[i] = 0
-    for e in range(successors.shape[0]):
-        pred_indptr[scratch[successors[e]] + 1] += 1
+    pred_indptr[0] = 0
+    if kept:
+        for i in range(n):
+            pred_indptr[i + 1] = predecessors[order[i]]
+    else:
+        for i in range(n):
+            pred_indptr[i + 1] = 0
+        for e in range(successors.shape[0]):
+            pred_indptr[scratch[successors[e]] + 1] += 1
     for i in range(n):
         pred_indptr[i + 1] += pred_indptr[i]
     # fill by ascending source position, using pred_indptr[p] as p's cursor ...

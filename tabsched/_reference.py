@@ -391,13 +391,14 @@ def longest_path_summary(layout, ordered, node_device, durations, makespan, busy
 
 
 # ------------------------------------------------------------- tabsched._build
-def dependencies(kind, stage, microbatch, num_stages, num_microbatches, forward_of,
-                 backward_of, input_of, producer, consumer, group):
+def dependencies(kind, stage, microbatch, device, num_stages, num_microbatches, forward_of,
+                 backward_of, input_of, producer, consumer, group, crossing):
     """Twin of ``tabsched._build.dependencies`` (the scratch arrays are not used)."""
     ops = len(kind)
     S, M = num_stages, num_microbatches
-    if (S < 0 or M < 0 or len(stage) != ops or len(microbatch) != ops
+    if (S < 0 or M < 0 or len(stage) != ops or len(microbatch) != ops or len(device) != ops
             or len(producer) != 2 * ops or len(consumer) != 2 * ops or len(group) != 2 * ops
+            or len(crossing) != 2 * ops
             or len(forward_of) != S * M or len(backward_of) != S * M
             or len(input_of) != S * M):
         return -1 - BAD_SHAPE
@@ -430,6 +431,7 @@ def dependencies(kind, stage, microbatch, num_stages, num_microbatches, forward_
             if source is None:
                 return -1
             producer[count], consumer[count], group[count] = source, k, g
+            crossing[count] = int(device[source] != device[k])
             count += 1
     return count
 

@@ -275,8 +275,11 @@ class LoweredSchedule:
         if durations.ndim != 2 or durations.shape[1] != self.num_nodes:
             raise InvalidParameterError(
                 f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
-        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-            raise InvalidParameterError("durations must be finite and not negative")
+        # a sum and a minimum, no temporaries: a sum is finite only if every term is
+        # (or the terms overflow it: then look closer)
+        if not np.isfinite(durations.sum()) or (durations.size and durations.min() < 0):
+            if not np.all(np.isfinite(durations)) or np.any(durations < 0):
+                raise InvalidParameterError("durations must be finite and not negative")
         return durations
 
     def run(self, durations, *, binding=True, end=True):
@@ -544,8 +547,7 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
 
     # Dependencies between operations (producer, consumer), group by group:
     # activation, own forward, input gradient, weight grad after I (_build).
-    producers, consumers, gradient = _dependencies(table)
-    crossing = device[producers] != device[consumers]
+    producers, consumers, gradient, crossing = _dependencies(table)
     tr_producer = producers[crossing]
     tr_consumer = consumers[crossing]
     tr_gradient = gradient[crossing]
@@ -625,9 +627,10 @@ def lower(table, *, contention="none", devices_per_node=None, blocking_sends=Fal
 
 
 def _dependencies(table):
-    """``(producer, consumer, gradient)`` operation arrays of every data dependency,
+    """``(producer, consumer, gradient, crossing)`` arrays of every data dependency,
     group by group (activation, own forward, input gradient, W after I), each
-    group in the consumer's order (``_build.dependencies``)."""
+    group in the consumer's order (``_build.dependencies``); ``crossing`` marks those
+    between two devices."""
     S, M = table.num_stages, table.num_microbatches
     num_ops = len(table)
     pairs = S * M
@@ -639,13 +642,15 @@ def _dependencies(table):
     producer = np.empty(2 * num_ops, dtype=INDEX)
     consumer = np.empty(2 * num_ops, dtype=INDEX)
     group = np.empty(2 * num_ops, dtype=np.int8)
-    count = _build.dependencies(table.kind, table.stage, table.microbatch, S, M,
+    crossing = np.empty(2 * num_ops, dtype=np.int8)
+    count = _build.dependencies(table.kind, table.stage, table.microbatch, table.device, S, M,
                                 np.empty(pairs, INDEX), np.empty(pairs, INDEX),
-                                np.empty(pairs, INDEX), producer, consumer, group)
+                                np.empty(pairs, INDEX), producer, consumer, group, crossing)
     if count < 0:
         raise TabschedError("internal error: lowering met a dependency the table lacks "
                             "(tables validate when built; please report this)")
-    return producer[:count], consumer[:count], group[:count] != _build.ACTIVATION
+    return (producer[:count], consumer[:count], group[:count] != _build.ACTIVATION,
+            crossing[:count].view(bool))
 
 
 # The lowering a layout made of a table's row orders, offered to the next lower()

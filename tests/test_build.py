@@ -10,18 +10,20 @@ from tabsched._testing import random_table
 I32 = np.int32
 
 
-def dependencies_both(kind, stage, microbatch, S, M):
+def dependencies_both(kind, stage, microbatch, S, M, device=None):
     outputs = []
     ops = len(kind)
+    device = np.zeros(ops, I32) if device is None else np.asarray(device, I32)
     for module in (_build, _reference):
         producer, consumer = np.full(2 * ops, -9, I32), np.full(2 * ops, -9, I32)
         group = np.full(2 * ops, -9, np.int8)
+        crossing = np.full(2 * ops, -9, np.int8)
         count = module.dependencies(np.asarray(kind, np.int8), np.asarray(stage, I32),
-                                    np.asarray(microbatch, I32), S, M, np.zeros(S * M, I32),
-                                    np.zeros(S * M, I32), np.zeros(S * M, I32), producer,
-                                    consumer, group)
+                                    np.asarray(microbatch, I32), device, S, M,
+                                    np.zeros(S * M, I32), np.zeros(S * M, I32),
+                                    np.zeros(S * M, I32), producer, consumer, group, crossing)
         outputs.append((count, producer[:max(count, 0)], consumer[:max(count, 0)],
-                        group[:max(count, 0)]))
+                        group[:max(count, 0)], crossing[:max(count, 0)]))
     return outputs
 
 
@@ -29,11 +31,12 @@ def dependencies_both(kind, stage, microbatch, S, M):
 def test_dependencies_equal_reference(seed):
     table = random_table(seed)
     mine, theirs = dependencies_both(table.kind, table.stage, table.microbatch,
-                                     table.num_stages, table.num_microbatches)
+                                     table.num_stages, table.num_microbatches, table.device)
     assert mine[0] == theirs[0] > 0
     for a, b in zip(mine[1:], theirs[1:]):
         np.testing.assert_array_equal(a, b)
-    producer, consumer, group = mine[1:]
+    producer, consumer, group, crossing = mine[1:]
+    np.testing.assert_array_equal(crossing, table.device[producer] != table.device[consumer])
     assert np.all(np.diff(group) >= 0)
     assert np.all(table.stage[producer[group == _build.ACTIVATION]] + 1
                   == table.stage[consumer[group == _build.ACTIVATION]])
