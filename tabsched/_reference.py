@@ -593,3 +593,112 @@ def table_is_valid(device, kind, stage, microbatch, num_stages, num_microbatches
                                   or not has[1] and has[2] and has[3]):
                 return 0
     return 1
+
+
+# ------------------------------------------------------------ Monte Carlo draws
+_F = np.float32
+_GOLDEN, _M1, _M2 = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9),
+                     np.uint64(0x94D049BB133111EB))
+
+
+def _mix64(z):
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def _ln(u):
+    bits = u.view(np.uint32)
+    e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32) - 127
+    m = ((bits & np.uint32(0x007FFFFF)) | np.uint32(0x3F800000)).view(_F)
+    big = (m > _F(1.41421356237)).astype(np.int32)
+    e = e + big
+    m = m * (_F(1.0) - _F(0.5) * big.astype(_F))
+    t = (m - _F(1.0)) / (m + _F(1.0))
+    t2 = t * t
+    poly = _F(1.0) + t2 * (_F(0.333333333333) + t2 * (_F(0.2) + t2 * (
+        _F(0.142857142857) + t2 * _F(0.111111111111))))
+    return e.astype(_F) * _F(0.693147180560) + _F(2.0) * t * poly
+
+
+def _cos_turns(u):
+    a = np.abs(u - _F(0.5))
+    big = (a > _F(0.25)).astype(_F)
+    b = a + big * (_F(0.5) - _F(2.0) * a)
+    x2 = b * b * _F(39.4784176044)
+    c = _F(1.0) + x2 * (_F(-0.5) + x2 * (_F(4.16666666667e-2) + x2 * (
+        _F(-1.38888888889e-3) + x2 * (_F(2.48015873016e-5) + x2 * (
+            _F(-2.75573192240e-7) + x2 * _F(2.08767569879e-9))))))
+    return c * (_F(2.0) * big - _F(1.0))
+
+
+def _exp(x):
+    x = x + (x < _F(-87.0)).astype(_F) * (_F(-87.0) - x)
+    x = x + (x > _F(88.0)).astype(_F) * (_F(88.0) - x)
+    y = x * _F(1.44269504089)
+    n = (y + np.copysign(_F(0.5), y)).astype(np.int32)
+    r = x - n.astype(_F) * _F(0.693359375) + n.astype(_F) * _F(2.12194440e-4)
+    p = _F(1.0) + r * (_F(1.0) + r * (_F(0.5) + r * (_F(0.166666666667) + r * (
+        _F(4.16666666667e-2) + r * (_F(8.33333333333e-3) + r * _F(1.38888888889e-3))))))
+    return p * ((n + 127).astype(np.uint32) << np.uint32(23)).view(_F)
+
+
+def lognormal_factors(stream, samples, keys, sigma, shift, factors):
+    """Twin of ``tabsched._kernel.lognormal_factors``: the same float32 steps in numpy."""
+    if (len(sigma) != len(keys) or len(shift) != len(keys)
+            or factors.shape != (len(samples), len(keys))):
+        return BAD_SHAPE
+    samples = np.asarray(samples, dtype=np.int64)
+    pair = _mix64((samples >> 1).astype(np.uint64) ^ np.uint64(stream))
+    z = _mix64(pair[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
+    radius = np.sqrt(_F(-2.0) * _ln(((z >> np.uint64(40)).astype(np.int32).astype(_F)
+                                     + _F(0.5)) * _F(5.96046447754e-8)))
+    turn = (((z >> np.uint64(8)) & np.uint64(0xFFFFFF)).astype(np.int32).astype(_F)
+            + _F(0.5)) * _F(5.96046447754e-8)
+    turn = turn - _F(0.25) * (samples & 1).astype(_F)[:, None]
+    turn = turn + (turn < _F(0.0)).astype(_F)
+    sigma = np.asarray(sigma, dtype=_F)[None, :]
+    shift = np.asarray(shift, dtype=_F)[None, :]
+    factors[:] = _exp(sigma * radius * _cos_turns(turn) - shift).astype(np.float64)
+    return OK
+
+
+def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_sigma,
+                        op_shift, overlap, transfer_base, transfer_key, transfer_sigma,
+                        transfer_shift, tail, noise_stream, transfer_stream, makespan, busy,
+                        first_start, last_end, finish):
+    """Twin of ``tabsched._kernel.monte_carlo_summary``: the draws by
+    :func:`lognormal_factors`, the node durations summed as the kernel sums them, then
+    :func:`longest_path_summary` (whose finish scratch has the kernel's first part)."""
+    samples = len(makespan)
+    devices = busy.shape[1]
+    n = layout.num_nodes
+    cells = len(cell_first_op) - 1
+    if len(finish) != (n + 3 * devices) * SUMMARY_BLOCK:
+        return BAD_SHAPE
+    indices = np.arange(samples)
+    ops = np.empty((samples, len(op_base)))
+    lognormal_factors(noise_stream, indices, op_key, op_sigma, op_shift, ops)
+    ops = np.asarray(op_base)[None, :] * ops
+    durations = np.empty((samples, n))
+    for cell in range(cells):
+        low, high = int(cell_first_op[cell]), int(cell_first_op[cell + 1])
+        total = ops[:, low]
+        for part in range(low + 1, high):
+            total = total + ops[:, part]
+        if high - low > 1 and overlap != 1.0:
+            total = total * overlap
+        durations[:, cell] = total
+    sends = np.repeat(np.asarray(transfer_base, dtype=np.float64)[None, :], samples, axis=0)
+    if transfer_sigma != 0.0 or transfer_shift != 0.0:
+        factors = np.empty(sends.shape)
+        lognormal_factors(transfer_stream, indices, transfer_key,
+                          np.full(len(transfer_key), transfer_sigma, _F),
+                          np.full(len(transfer_key), transfer_shift, _F), factors)
+        sends = sends * factors
+    durations[:, cells:cells + len(transfer_base)] = sends
+    durations[:, cells + len(transfer_base):] = np.asarray(tail)[None, :]
+    return longest_path_summary(layout, True, node_device, durations, makespan, busy,
+                                first_start, last_end, np.zeros(n * SUMMARY_BLOCK))

@@ -226,3 +226,63 @@ def test_find_cycle_refuses_inconsistent_arrays(pred_indptr, predecessors):
     for module in (_kernel, _reference):
         assert module.find_cycle(np.array(pred_indptr, I32), np.array(predecessors, I32),
                                  np.ones(2, I32), np.zeros(2, I32), np.zeros(2, I32)) == -1
+
+
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 40))
+def test_lognormal_factors_equal_the_numpy_twin_to_the_bit(seed, count):
+    rng = np.random.default_rng(seed)
+    samples = rng.integers(0, 10**6, count)
+    keys = rng.integers(0, 2**63, 7, dtype=np.int64).astype(np.uint64)
+    cv = rng.choice([0.0, 0.05, 0.3, 2.0], 7)
+    sigma2 = np.log1p(cv * cv)
+    sigma, shift = np.sqrt(sigma2).astype(np.float32), (sigma2 / 2).astype(np.float32)
+    stream = int(rng.integers(0, 2**63))
+    outputs = []
+    for module in (_kernel, _reference):
+        factors = np.full((count, 7), np.nan)
+        assert module.lognormal_factors(stream, samples, keys, sigma, shift, factors) == \
+            _kernel.OK
+        outputs.append(factors)
+    np.testing.assert_array_equal(*outputs)
+    assert np.all(outputs[0][:, cv == 0] == 1.0)
+
+
+def test_lognormal_factors_have_mean_one_and_the_cv():
+    keys = np.arange(50, dtype=np.uint64) * np.uint64(7919)
+    sigma2 = np.log1p(0.3 ** 2)
+    factors = np.empty((4000, 50))
+    _kernel.lognormal_factors(12345, np.arange(4000), keys,
+                              np.full(50, np.sqrt(sigma2), np.float32),
+                              np.full(50, sigma2 / 2, np.float32), factors)
+    assert abs(factors.mean() - 1.0) < 0.005
+    assert abs(factors.std() / factors.mean() - 0.3) < 0.005
+    normals = (np.log(factors) + sigma2 / 2) / np.sqrt(sigma2)
+    assert abs(np.corrcoef(normals[0::2].ravel(), normals[1::2].ravel())[0, 1]) < 0.02
+
+
+@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 21]))
+def test_the_fused_monte_carlo_pass_equals_its_twin(seed, samples):
+    table = random_table(seed, overlap=0.3)
+    lowered = lower(table, optimizer=True, grad_sync="all")
+    rng = np.random.default_rng(seed)
+    cells = np.flatnonzero(table.cell_starts())
+    ops = len(table)
+    arguments = (
+        lowered.node_devices(), np.append(cells, ops).astype(I32),
+        rng.exponential(1.0, ops), rng.integers(0, 2**63, ops, dtype=np.int64).astype(np.uint64),
+        np.full(ops, 0.2, np.float32), np.full(ops, 0.02, np.float32), 0.8,
+        rng.exponential(0.3, len(lowered.transfers)),
+        rng.integers(0, 2**63, len(lowered.transfers), dtype=np.int64).astype(np.uint64),
+        0.1, 0.005, rng.exponential(0.1, lowered.num_nodes - lowered.first_sync), 77, 78)
+    devices = table.num_devices
+    outputs = []
+    for module, layout in zip((_kernel, _reference), layouts(lowered)):
+        out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
+               np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
+        status = module.monte_carlo_summary(
+            layout, *arguments, *out,
+            np.zeros((lowered.num_nodes + 3 * devices) * _kernel.SUMMARY_BLOCK))
+        assert status == _kernel.OK
+        outputs.append(out)
+    for mine, theirs in zip(*outputs):
+        np.testing.assert_array_equal(mine, theirs)
