@@ -105,6 +105,18 @@ def _model_costs(model, system, microbatches, global_batch, recompute, contentio
                            contention=contention, grad_sync=grad_sync)
 
 
+def _warm(tasks):
+    """Build every cost model ``tasks`` use, here, before worker processes fork."""
+    for task in tasks:
+        grad_sync = tuple(task.grad_sync) if isinstance(task.grad_sync, list) else task.grad_sync
+        for system in task.systems:
+            try:
+                _model_costs(task.model, system, task.microbatches, task.global_batch,
+                             task.recompute, task.contention, grad_sync)
+            except TabschedError:
+                pass        # the task reports it as a skipped row
+
+
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
     rows = [_base_row(task, system) for system in task.systems]
@@ -195,6 +207,7 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
             record(index, run_task(task), index + 1)
     else:
         from concurrent.futures import ProcessPoolExecutor
+        _warm(tasks)    # forked workers inherit the parsed presets and built cost models
         # tasks go out in chunks (a task is a few milliseconds: one round trip each
         # would cost as much), a few chunks per worker so that they finish together
         chunk = max(1, len(tasks) // (8 * jobs))
