@@ -37,7 +37,7 @@ from tabsched.costs import (CostModel, ModelCosts, StageCosts, System, Transform
                             UnitCosts, format_quantity, load_model, load_system, model_presets,
                             parse_quantity, system_presets)
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
-                               evaluate)
+                               Summary, evaluate, evaluate_summaries)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
                                  MemoryBudgetError, TabschedError, UnknownNameError)
 from tabsched.formulas import formula_for
@@ -61,7 +61,7 @@ __all__ = [
     "lower", "LoweredSchedule",
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
-    "formula_for",
+    "evaluate_summaries", "Summary", "formula_for",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError",
