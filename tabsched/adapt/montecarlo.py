@@ -1,15 +1,24 @@
 """Monte Carlo evaluation: one lowered table, many sampled iterations, one kernel pass.
 
-:func:`monte_carlo` lowers a table once, draws the durations of ``samples``
-iterations from a variation model and runs them through the kernel's samples
-axis (:meth:`tabsched.LoweredSchedule.run_summary`), which keeps per sample
-only the makespan and, per device, busy time, first start and last end.
+:func:`monte_carlo` lowers a table once and runs ``samples`` iterations drawn
+from a variation model through the kernel, which keeps per sample only the
+makespan and, per device, busy time, first start and last end.
 
-Memory: the durations of a chunk of samples are a (chunk x nodes) float64
-matrix, plus the variation model's parts; chunks are sized to ``chunk_bytes``
-(256 MiB by default, about 40 samples of a 200k-node table), so a thousand
-samples of a large table never hold a 1.6 GB matrix. Chunking does not change
-any number: draws are keyed by sample index, not by chunk.
+The fused pass
+    Lognormal noise on top of models that change every sample alike
+    (stragglers, slow links without random spikes, single measurements) is
+    drawn inside the kernel while it runs (``_kernel.monte_carlo_summary``):
+    blocks of 16 samples, node-major, each node's durations computed as the
+    pass reaches it. Memory is one block of end times per node, whatever the
+    number of samples.
+Chunks
+    Other models (random latency spikes, replayed measurements that cycle)
+    draw the durations of a chunk of samples with numpy, a (chunk x nodes)
+    float64 matrix plus the model's parts, sized to ``chunk_bytes`` (256 MiB by
+    default, about 40 samples of a 200k-node table), then run the kernel's
+    summary pass (:meth:`tabsched.LoweredSchedule.run_summary`). The noise
+    draws are the same compiled ones, so both ways give the same numbers to
+    the bit, and chunking changes none: draws are keyed by sample, not by chunk.
 
 Link contention without a heap
     Under contention ``link`` a link's FIFO serves its transfers in the
@@ -180,7 +189,8 @@ def monte_carlo(table, costs=None, variation=None, *, samples=1000, seed=0, iter
         As in :func:`tabsched.evaluate` (the gradient sync defaults to the table's own,
         e.g. PyTorch's REDUCE_GRAD, else the cost model's).
     chunk_bytes : int
-        Memory for the durations of one chunk of samples (see the module docstring).
+        Memory for the durations of one chunk of samples, where durations are
+        drawn in chunks (see the module docstring).
 
     Returns
     -------
