@@ -301,7 +301,8 @@ cdef index_t _activation_peaks(const index_t[::1] device, const int8_t[::1] kind
     cdef index_t devices = peaks.shape[0]
     cdef Py_ssize_t k, run_end, a, b, count
     cdef index_t d, previous = 0
-    cdef time_t level, peak, value, time, next_time, delta
+    cdef time_t level, peak, value, time, delta
+    cdef time_t next_time = 0.0
     cdef time_t run[64]
     for d in range(devices):
         peaks[d] = 0.0
