@@ -488,7 +488,7 @@ cdef void _event_pop(Events *events) noexcept nogil:
     events.size = last
 
 
-#: ``fill_idle`` could not get the memory it needed.
+#: ``fill_idle`` could not get the memory it needed, or its lists name a cell twice.
 NO_MEMORY = FILL_NO_MEMORY
 
 
@@ -540,7 +540,8 @@ def fill_idle(const time_t[::1] length not None,
     -------
     int
         The number of cells placed (all of them unless the orders cannot run),
-        NO_MEMORY, or -1 - STATUS for bad arrays.
+        NO_MEMORY (out of memory, or a cell listed or released twice), or
+        -1 - STATUS for bad arrays.
     """
     cdef index_t cells = length.shape[0]
     cdef index_t devices = cap.shape[0]
@@ -701,8 +702,13 @@ cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device
             if blocker == NO_NODE and ready <= now:
                 pointer[d] += 1
                 for e in range(release_indptr[k], release_indptr[k + 1]):
+                    if queue_tail[d] == queue_first[d + 1]:
+                        failed = True          # a filler released twice: refuse
+                        break
                     queue[queue_tail[d]] = released[e]
                     queue_tail[d] += 1
+                if failed:
+                    continue
                 c = k
             elif queued > 0 and ready - now >= length[queue[queue_head[d]]]:
                 c = queue[queue_head[d]]
@@ -726,6 +732,9 @@ cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device
                     entries += 1
                 continue
         # run c on d now
+        if row_count[d] == row_first[d + 1] - row_first[d]:
+            failed = True                      # a cell listed twice: refuse
+            continue
         end[c] = now + length[c]
         started[c] = 1
         free_at[d] = end[c]

@@ -1312,7 +1312,7 @@ cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
     cdef uint64_t transfer_pair_keys[PAIRS]
     cdef time_t value, base
     cdef time_t *row
-    cdef time_t *ends = &finish[0] if n > 0 else NULL
+    cdef time_t *ends = &finish[0] if finish.shape[0] > 0 else NULL
     # per device, node-major over the block: busy time, first start, last end
     cdef time_t *device_busy = ends + <Py_ssize_t>n * BLOCK
     cdef time_t *device_first = device_busy + <Py_ssize_t>devices * BLOCK

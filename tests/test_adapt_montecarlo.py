@@ -208,3 +208,11 @@ def test_the_fused_pass_draws_what_numpy_draws(seed, contention, transfers, samp
     plain = chunked(table, costs, variation, samples=samples, seed=seed, chunk_bytes=5_000)
     assert fused.makespans.tobytes() == plain.makespans.tobytes()
     assert fused.to_dict()["devices"] == plain.to_dict()["devices"]
+
+
+@pytest.mark.parametrize("variation", [None, Noise(0.1), Noise(0.1) + Straggler(1, 2.0)])
+def test_a_table_without_operations(variation):
+    from tabsched import ScheduleTable
+    empty = ScheduleTable([[], []])
+    runs = monte_carlo(empty, None, variation, samples=20)
+    assert runs.makespans.tolist() == [0.0] * 20 and runs.nominal_makespan == 0.0

@@ -232,3 +232,18 @@ def test_table_is_valid_equals_reference_and_validate(seed, damage):
     except InvalidScheduleError:
         valid = False
     assert answers[0] == int(valid)
+
+
+def test_fill_idle_refuses_a_cell_listed_twice():
+    f64, i8 = np.float64, np.int8
+    length, device = np.ones(2, f64), np.array([0, 0], I32)
+    no_deps = (np.zeros(3, I32), np.zeros(0, I32), np.zeros(0, f64))
+    twice = _build.fill_idle(length, device, np.zeros(2, i8), *no_deps, np.zeros(3, I32),
+                             np.zeros(0, I32), np.array([0, 3], I32), np.array([0, 1, 1], I32),
+                             np.array([-1], I32), np.zeros(2, I32), np.zeros(1, I32))
+    assert twice == _build.NO_MEMORY
+    released_twice = _build.fill_idle(
+        length, device, np.array([0, 1], i8), *no_deps, np.array([0, 2, 2], I32),
+        np.array([1, 1], I32), np.array([0, 1], I32), np.array([0], I32),
+        np.array([-1], I32), np.zeros(2, I32), np.zeros(1, I32))
+    assert released_twice == _build.NO_MEMORY
