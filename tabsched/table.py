@@ -28,6 +28,7 @@ Traceback (most recent call last):
 tabsched.exceptions.InvalidScheduleError: device 0, slot 2: 0B1 has no forward (0F1)
 """
 
+import math
 import re
 from typing import NamedTuple
 
@@ -268,7 +269,7 @@ class ScheduleTable:
                 raise InvalidScheduleError(
                     f"microbatch_sizes has {len(microbatch_sizes)} entries for "
                     f"{num_microbatches} microbatches")
-            if any(not np.isfinite(size) or size <= 0 for size in microbatch_sizes):
+            if any(not math.isfinite(size) or size <= 0 for size in microbatch_sizes):
                 raise InvalidScheduleError("microbatch_sizes must be positive")
         else:
             if num_microbatches is None:
