@@ -1162,14 +1162,17 @@ cdef inline void _draw_block(const uint64_t *pair_keys, uint64_t key, float sigm
                              time_t base, time_t *out) noexcept nogil:
     """``base * factor`` for BLOCK consecutive samples from an even one: one hash
     per pair of samples, its cosine normal for the even one, its sine for the odd.
-    Three loops of fixed length: the hashes (64-bit integers), then the float32
-    arithmetic, which the compiler vectorises, then the products."""
+    Loops of fixed length, one step each: the hashes (64-bit integers), then the
+    float32 arithmetic, which the compiler vectorises, then the products."""
     cdef int32_t q
     cdef uint64_t z
     cdef int32_t top[PAIRS]
     cdef int32_t low[PAIRS]
-    cdef float radius, turn, other
-    cdef float exponent[BLOCK]
+    cdef float radius[PAIRS]
+    cdef float turn[PAIRS]
+    cdef float even[PAIRS]
+    cdef float odd[PAIRS]
+    cdef float other
     if sigma == 0.0 and shift == 0.0:       # a factor of exactly 1: no draw needed
         for q in range(BLOCK):
             out[q] = base
@@ -1179,15 +1182,19 @@ cdef inline void _draw_block(const uint64_t *pair_keys, uint64_t key, float sigm
         top[q] = <int32_t>(z >> 40)
         low[q] = <int32_t>((z >> 8) & 0xFFFFFF)
     for q in range(PAIRS):
-        radius = sigma * sqrtf(<float>-2.0 * _ln((<float>top[q] + <float>0.5)
-                                                 * <float>5.96046447754e-8))
-        turn = (<float>low[q] + <float>0.5) * <float>5.96046447754e-8
-        other = turn - <float>0.25
+        radius[q] = sigma * sqrtf(<float>-2.0 * _ln((<float>top[q] + <float>0.5)
+                                                    * <float>5.96046447754e-8))
+    for q in range(PAIRS):
+        turn[q] = (<float>low[q] + <float>0.5) * <float>5.96046447754e-8
+    for q in range(PAIRS):
+        even[q] = _exp(radius[q] * _cos_turns(turn[q]) - shift)
+    for q in range(PAIRS):
+        other = turn[q] - <float>0.25
         other = other + <float>(other < <float>0.0)
-        exponent[2 * q] = radius * _cos_turns(turn) - shift
-        exponent[2 * q + 1] = radius * _cos_turns(other) - shift
-    for q in range(BLOCK):
-        out[q] = base * <time_t>_exp(exponent[q])
+        odd[q] = _exp(radius[q] * _cos_turns(other) - shift)
+    for q in range(PAIRS):
+        out[2 * q] = base * <time_t>even[q]
+        out[2 * q + 1] = base * <time_t>odd[q]
 
 
 @boundscheck(False)
