@@ -208,12 +208,18 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     else:
         from concurrent.futures import ProcessPoolExecutor
         _warm(tasks)    # forked workers inherit the parsed presets and built cost models
-        # tasks go out in chunks (a task is a few milliseconds: one round trip each
-        # would cost as much), a few chunks per worker so that they finish together
-        chunk = max(1, len(tasks) // (8 * jobs))
+        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
+        # long chunk at the end keeps the other idle (one round trip costs well under
+        # a typical task)
+        chunk = max(1, len(tasks) // (64 * jobs))
+        # the largest tables first (operations grow with devices x microbatches), so
+        # that no worker starts a long task when the others are nearly done
+        largest_first = sorted(range(len(tasks)),
+                               key=lambda index: -tasks[index].devices * tasks[index].microbatches)
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for index, rows in enumerate(pool.map(run_task, tasks, chunksize=chunk)):
-                record(index, rows, index + 1)
+            done = pool.map(run_task, [tasks[index] for index in largest_first], chunksize=chunk)
+            for count, (index, rows) in enumerate(zip(largest_first, done), 1):
+                record(index, rows, count)
     return [row for rows in results for row in rows]
 
 
