@@ -40,7 +40,7 @@ from tabsched.costs import (CostModel, ModelCosts, Parallelism, StageCosts, Syst
                             TransformerModel, UnitCosts, format_quantity, load_model, load_system,
                             model_presets, parse_quantity, system_presets)
 from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
-                               evaluate)
+                               Summary, evaluate, evaluate_summaries)
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
                                  MemoryBudgetError, MissingDependencyError, OutputError,
                                  TabschedError, UnknownNameError)
@@ -72,7 +72,7 @@ __all__ = [
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "read_kineto", "KinetoProfile",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
-    "formula_for",
+    "evaluate_summaries", "Summary", "formula_for",
     "sweep", "SweepResult",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",

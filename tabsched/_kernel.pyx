@@ -22,10 +22,27 @@ decided when ``v`` started: the predecessor whose end came strictly latest
 """
 
 from cython cimport boundscheck, wraparound
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, copysignf, fabsf, sqrtf
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define TABSCHED_PREFETCH(address) __builtin_prefetch((address))
+    #else
+    #define TABSCHED_PREFETCH(address) ((void)0)
+    #endif
+    """
+    void TABSCHED_PREFETCH(const void *address) noexcept nogil
+
+# How far ahead (in positions) a pass with an order asks for the durations and
+# starts it will touch: the nodes of one position step lie far apart by id.
+cdef enum:
+    PREFETCH_AHEAD = 16
 
 from tabsched._types cimport (
-    index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE,
+    index_t, time_t, NO_NODE, NO_RESOURCE, NO_DEVICE, BLOCK, PAIRS,
     STATUS_OK, STATUS_DEADLOCK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
 )
 
@@ -104,10 +121,16 @@ cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] su
 
     Fewer than all nodes means a cycle; ``indegree[v] > 0`` then marks the nodes left.
     """
+    _count_indegree(indptr, successors, indegree)
+    return _kahn(indptr, successors, indegree, order)
+
+
+cdef index_t _kahn(const index_t[::1] indptr, const index_t[::1] successors,
+                   index_t[::1] indegree, index_t[::1] order) noexcept nogil:
+    """Kahn's loop from the indegrees in ``indegree`` (which it uses up)."""
     cdef index_t n = indptr.shape[0] - 1
     cdef index_t head = 0, tail = 0
     cdef index_t v, u, e
-    _count_indegree(indptr, successors, indegree)
     for v in range(n):
         if indegree[v] == 0:
             order[tail] = v
@@ -124,19 +147,29 @@ cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] su
     return tail
 
 
-cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
-                      const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
-    """Bounds of every id the kernel will dereference (bounds checks are off)."""
+cdef int _check_csr(const index_t[::1] indptr, const index_t[::1] targets) noexcept nogil:
+    """A CSR whose offsets run from 0 to len(targets) without falling and whose
+    targets are node ids (``0 <= t < len(indptr) - 1``)."""
     cdef index_t n = indptr.shape[0] - 1
-    cdef index_t v, e, k, r
-    if indptr[0] != 0 or indptr[n] != successors.shape[0]:
+    cdef index_t v, e
+    if n < 0 or indptr[0] != 0 or indptr[n] != targets.shape[0]:
         return STATUS_BAD_SHAPE
     for v in range(n):
         if indptr[v + 1] < indptr[v]:
             return STATUS_BAD_SHAPE
-    for e in range(successors.shape[0]):
-        if successors[e] < 0 or successors[e] >= n:
+    for e in range(targets.shape[0]):
+        if targets[e] < 0 or targets[e] >= n:
             return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
+                      const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
+    """Bounds of every id the kernel will dereference (bounds checks are off)."""
+    cdef index_t v, k, r
+    cdef int status = _check_csr(indptr, successors)
+    if status != STATUS_OK:
+        return status
     for v in range(resources.shape[0]):
         for k in range(resources.shape[1]):
             r = resources[v, k]
@@ -343,12 +376,13 @@ def find_cycle(const index_t[::1] pred_indptr not None,
         The cycle's length, 0 if no node is unfinished, -1 on inconsistent input.
     """
     cdef index_t n = pred_indptr.shape[0] - 1
-    cdef index_t length
+    cdef index_t length = -1
     if (n < 0 or remaining.shape[0] != n or cycle.shape[0] != n
-            or position.shape[0] != n or pred_indptr[n] != predecessors.shape[0]):
+            or position.shape[0] != n):
         return -1
     with nogil:
-        length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
+        if _check_csr(pred_indptr, predecessors) == STATUS_OK:
+            length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
     return length
 
 
@@ -357,9 +391,6 @@ cdef index_t _find_cycle(const index_t[::1] pred_indptr, const index_t[::1] pred
                          index_t[::1] position) noexcept nogil:
     cdef index_t n = pred_indptr.shape[0] - 1
     cdef index_t v, p, e, steps, first, length, i
-    for e in range(predecessors.shape[0]):
-        if predecessors[e] < 0 or predecessors[e] >= n:
-            return -1
     v = NO_NODE
     for i in range(n):
         position[i] = NO_NODE
@@ -596,4 +627,776 @@ cdef index_t _summary_fifo(const index_t[::1] indptr, const index_t[::1] success
         if done < n:
             return STATUS_DEADLOCK
         makespan[s] = longest
+    return STATUS_OK
+
+
+# ------------------------------------------------------ topological layout
+# A lowering is validated and ordered once: ``topological`` checks the CSR,
+# finds Kahn's order (the same FIFO order ``evaluate`` uses) and writes the
+# predecessor lists in *positions* of that order, so that every edge points
+# backwards. The passes below then pull each node's start from its
+# predecessors in one forward sweep, with no indegree count, no queue and no
+# data-dependent write to another node. They still check every id they
+# dereference (one compare per edge), so a bad array returns a status instead
+# of reading out of bounds.
+
+@boundscheck(False)
+@wraparound(False)
+def topological(const index_t[::1] indptr not None,
+                const index_t[::1] successors not None,
+                index_t[::1] order not None,
+                index_t[::1] pred_indptr not None,
+                index_t[::1] predecessors not None,
+                index_t[::1] scratch not None):
+    """Kahn's order of a DAG and its predecessor CSR in positions of that order.
+
+    Parameters
+    ----------
+    indptr, successors : int32 arrays
+        The DAG in CSR form, by node id.
+    order : int32 array, shape (nodes,)
+        Output: ``order[i]`` is the node at position ``i`` (Kahn's order with a
+        FIFO queue, the order :func:`evaluate` processes nodes in).
+    pred_indptr : int32 array, shape (nodes + 1,)
+    predecessors : int32 array, shape (edges,)
+        Output: the positions of the predecessors of the node at position ``i``
+        are ``predecessors[pred_indptr[i]:pred_indptr[i+1]]``, ascending, all
+        below ``i``.
+    scratch : int32 array, shape (nodes,)
+        On DEADLOCK, ``scratch[v] > 0`` marks the nodes on or behind a cycle.
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t status
+    if (n < 0 or order.shape[0] != n or pred_indptr.shape[0] != n + 1
+            or scratch.shape[0] != n or predecessors.shape[0] != successors.shape[0]):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _check_csr(indptr, successors)
+        if status == STATUS_OK:
+            status = _topological(indptr, successors, order, pred_indptr, predecessors,
+                                  scratch)
+    return status
+
+
+cdef index_t _topological(const index_t[::1] indptr, const index_t[::1] successors,
+                          index_t[::1] order, index_t[::1] pred_indptr,
+                          index_t[::1] predecessors, index_t[::1] scratch) noexcept nogil:
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t i, v, u, e, p, cursor, previous
+    if n == 0:
+        pred_indptr[0] = 0
+        return STATUS_OK
+    # predecessors[] is free until the fill: it keeps each node's indegree by id
+    # through Kahn's loop when it is long enough (then the list lengths by position
+    # are one gather, not a pass over the edges through the positions)
+    cdef bint kept = predecessors.shape[0] >= n
+    _count_indegree(indptr, successors, scratch)
+    if kept:
+        for v in range(n):
+            predecessors[v] = scratch[v]
+    if _kahn(indptr, successors, scratch, order) < n:
+        return STATUS_DEADLOCK
+    # scratch: position of every node
+    for i in range(n):
+        scratch[order[i]] = i
+    pred_indptr[0] = 0
+    if kept:
+        for i in range(n):
+            pred_indptr[i + 1] = predecessors[order[i]]
+    else:
+        for i in range(n):
+            pred_indptr[i + 1] = 0
+        for e in range(successors.shape[0]):
+            pred_indptr[scratch[successors[e]] + 1] += 1
+    for i in range(n):
+        pred_indptr[i + 1] += pred_indptr[i]
+    # fill by ascending source position, using pred_indptr[p] as p's cursor ...
+    for i in range(n):
+        v = order[i]
+        for e in range(indptr[v], indptr[v + 1]):
+            p = scratch[successors[e]]
+            predecessors[pred_indptr[p]] = i
+            pred_indptr[p] += 1
+    # ... which leaves pred_indptr shifted by one list
+    previous = 0
+    for i in range(n):
+        cursor = pred_indptr[i]
+        pred_indptr[i] = previous
+        previous = cursor
+    return STATUS_OK
+
+
+cdef class Layout:
+    """A DAG's Kahn order and predecessor lists, checked once, for the pull passes.
+
+    Built by :func:`make_layout`, which checks that every offset stays within
+    the lists and never falls, every predecessor is an earlier position and
+    every order entry a node; the passes then index without checking. The
+    arrays are the caller's, made read-only (a view, not a copy).
+
+    Attributes
+    ----------
+    order, pred_indptr, predecessors : int32 arrays (read-only)
+    num_nodes : int
+    """
+
+    cdef readonly object order
+    cdef readonly object pred_indptr
+    cdef readonly object predecessors
+    cdef readonly index_t num_nodes
+    cdef const index_t[::1] _order
+    cdef const index_t[::1] _offsets
+    cdef const index_t[::1] _lists
+
+    def __reduce__(self):
+        return (make_layout, (self.order, self.pred_indptr, self.predecessors))
+
+
+@boundscheck(False)
+@wraparound(False)
+def make_layout(order not None, pred_indptr not None, predecessors not None):
+    """A :class:`Layout` of these arrays (from :func:`topological`), or a status.
+
+    Returns
+    -------
+    Layout, or int
+        BAD_SHAPE for offsets that do not run from 0 to ``len(predecessors)``
+        without falling or an order of the wrong length; BAD_INDEX for a
+        predecessor that is not an earlier position or an order entry that is
+        not a node.
+    """
+    cdef const index_t[::1] offsets = pred_indptr
+    cdef const index_t[::1] lists = predecessors
+    cdef const index_t[::1] nodes = order
+    cdef index_t n = offsets.shape[0] - 1
+    cdef index_t status = STATUS_OK
+    cdef index_t i, e
+    cdef Layout layout
+    if n < 0 or (nodes.shape[0] != n) or offsets[0] != 0 or offsets[n] != lists.shape[0]:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for i in range(n):
+            if offsets[i + 1] < offsets[i] or offsets[i + 1] > lists.shape[0]:
+                status = STATUS_BAD_SHAPE
+                break
+            if <size_t>nodes[i] >= <size_t>n:
+                status = STATUS_BAD_INDEX
+                break
+            for e in range(offsets[i], offsets[i + 1]):
+                if <size_t>lists[e] >= <size_t>i:      # lists[e] < 0 or lists[e] >= i
+                    status = STATUS_BAD_INDEX
+                    break
+            if status != STATUS_OK:
+                break
+    if status != STATUS_OK:
+        return status
+    layout = Layout.__new__(Layout)
+    for array in (order, pred_indptr, predecessors):
+        array.flags.writeable = False
+    layout.order, layout.pred_indptr, layout.predecessors = order, pred_indptr, predecessors
+    layout._order, layout._offsets, layout._lists = nodes, offsets, lists
+    layout.num_nodes = n
+    return layout
+
+
+@boundscheck(False)
+@wraparound(False)
+def longest_path(Layout layout not None, bint ordered,
+                 const time_t[:, ::1] durations not None,
+                 time_t[:, ::1] start not None,
+                 index_t[::1] binding not None,
+                 time_t[::1] finish not None):
+    """Earliest starts over a laid-out DAG: one pull pass a sample.
+
+    The node at position ``i`` starts at the latest end of its predecessors
+    (0 without any). The result is the same as :func:`evaluate` without
+    resources, to the bit, binding included: both take the predecessor whose
+    end is strictly latest, the first in Kahn's order on ties.
+
+    Parameters
+    ----------
+    layout : Layout
+    ordered : bool
+        True: ``durations`` and ``start`` are by node id (the pass follows the
+        layout's order). False: they are by position (the arrays renumbered).
+    durations : float64 array, shape (samples, nodes)
+    start : float64 array, shape (samples, nodes)
+        Output.
+    binding : int32 array, shape (nodes,) or (0,)
+        Output for sample 0 (skipped when empty): the node (id, or position
+        when not ``ordered``) that decided each node's start, or NO_NODE_ID.
+    finish : float64 scratch, shape (nodes,)
+
+    Returns
+    -------
+    int
+        A status: OK or BAD_SHAPE.
+    """
+    cdef index_t n = layout.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t status
+    if (durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
+            or (binding.shape[0] != 0 and binding.shape[0] != n) or finish.shape[0] != n):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _longest_path(layout._offsets, layout._lists, layout._order, ordered,
+                               durations, start, binding, binding.shape[0] != 0, finish)
+    return status
+
+
+cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] predecessors,
+                           const index_t[::1] order, bint ordered,
+                           const time_t[:, ::1] durations, time_t[:, ::1] start,
+                           index_t[::1] binding, bint record,
+                           time_t[::1] finish) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t edges = predecessors.shape[0]
+    cdef index_t s, i, v, e, p, low, high, bound
+    cdef time_t begin, candidate
+    # raw pointers: the layout was checked when it was made
+    cdef const index_t *offsets = &pred_indptr[0]
+    cdef const index_t *lists = &predecessors[0] if edges > 0 else NULL
+    cdef time_t *ends = &finish[0] if n > 0 else NULL
+    cdef const time_t *length
+    cdef time_t *begins
+    for s in range(samples):
+        if n == 0:
+            break
+        length = &durations[s, 0]
+        begins = &start[s, 0]
+        low = 0
+        for i in range(n):
+            high = offsets[i + 1]
+            if ordered:
+                v = order[i]
+                if i + PREFETCH_AHEAD < n:
+                    p = order[i + PREFETCH_AHEAD]
+                    TABSCHED_PREFETCH(length + p)
+                    TABSCHED_PREFETCH(begins + p)
+                    if record and s == 0:
+                        TABSCHED_PREFETCH(&binding[p])
+            else:
+                v = i
+            begin = 0.0
+            if record and s == 0:
+                bound = NO_NODE
+                for e in range(low, high):
+                    p = lists[e]
+                    candidate = ends[p]
+                    bound = p if candidate > begin else bound     # branch-free: the
+                    begin = candidate if candidate > begin else begin   # ties are data
+                binding[v] = NO_NODE if bound == NO_NODE else (order[bound] if ordered
+                                                                else bound)
+            else:
+                for e in range(low, high):
+                    p = lists[e]
+                    candidate = ends[p]
+                    begin = candidate if candidate > begin else begin
+            low = high
+            ends[i] = begin + length[v]
+            begins[v] = begin
+    return STATUS_OK
+
+
+# Samples a summary pass carries at once, node-major (BLOCK, _types.pxd).
+SUMMARY_BLOCK = BLOCK
+
+
+@boundscheck(False)
+@wraparound(False)
+def longest_path_summary(Layout layout not None, bint ordered,
+                         const index_t[::1] node_device not None,
+                         const time_t[:, ::1] durations not None,
+                         time_t[::1] makespan not None,
+                         time_t[:, ::1] busy not None,
+                         time_t[:, ::1] first_start not None,
+                         time_t[:, ::1] last_end not None,
+                         time_t[::1] finish not None):
+    """Per-sample makespan and per-device busy time, first start and last end.
+
+    The same numbers as :func:`evaluate_summary` without resources (busy time
+    summed in Kahn's order), from a pull pass over blocks of
+    ``SUMMARY_BLOCK`` samples laid out node-major: memory is ``finish``, one
+    block of ends per node, whatever the number of samples.
+
+    Parameters
+    ----------
+    layout, ordered :
+        As in :func:`longest_path`.
+    node_device : int32 array, shape (nodes,)
+        By node id: the device whose compute stream runs the node, or NO_DEVICE_ID.
+    durations : float64 array, shape (samples, nodes)
+    makespan : float64 array, shape (samples,)
+    busy, first_start, last_end : float64 arrays, shape (samples, devices)
+        Outputs, as in :func:`evaluate_summary`.
+    finish : float64 scratch, shape (nodes * SUMMARY_BLOCK,)
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = layout.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t status
+    if (node_device.shape[0] != n or durations.shape[1] != n
+            or makespan.shape[0] != samples or busy.shape[0] != samples
+            or first_start.shape[0] != samples or first_start.shape[1] != devices
+            or last_end.shape[0] != samples or last_end.shape[1] != devices
+            or finish.shape[0] != <Py_ssize_t>n * BLOCK):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _longest_path_summary(layout._offsets, layout._lists, layout._order, ordered,
+                                       node_device, durations, makespan, busy, first_start,
+                                       last_end, finish)
+    return status
+
+
+cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
+                                   const index_t[::1] predecessors,
+                                   const index_t[::1] order, bint ordered,
+                                   const index_t[::1] node_device,
+                                   const time_t[:, ::1] durations, time_t[::1] makespan,
+                                   time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                                   time_t[:, ::1] last_end, time_t[::1] finish) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t edges = predecessors.shape[0]
+    cdef index_t first, width, b, i, v, e, p, d, low, high
+    cdef time_t begin[BLOCK]
+    cdef time_t length[BLOCK]
+    cdef time_t longest[BLOCK]
+    cdef time_t value
+    cdef time_t *row
+    cdef time_t *ends = &finish[0] if n > 0 else NULL
+    for v in range(n):
+        if node_device[v] < NO_DEVICE or node_device[v] >= devices:
+            return STATUS_BAD_INDEX
+    first = 0
+    while first < samples:
+        width = samples - first if samples - first < BLOCK else BLOCK
+        for b in range(width):
+            makespan[first + b] = 0.0
+            for d in range(devices):
+                busy[first + b, d] = 0.0
+                first_start[first + b, d] = INFINITY
+                last_end[first + b, d] = 0.0
+        for b in range(BLOCK):
+            longest[b] = 0.0
+            length[b] = 0.0
+        low = 0
+        for i in range(n):
+            high = pred_indptr[i + 1]
+            v = order[i] if ordered else i
+            d = node_device[v]
+            for b in range(BLOCK):
+                begin[b] = 0.0
+            for e in range(low, high):
+                p = predecessors[e]
+                row = ends + <Py_ssize_t>p * BLOCK
+                for b in range(BLOCK):
+                    value = row[b]
+                    begin[b] = value if value > begin[b] else begin[b]
+            low = high
+            for b in range(width):
+                length[b] = durations[first + b, v]
+            row = ends + <Py_ssize_t>i * BLOCK
+            for b in range(BLOCK):
+                value = begin[b] + length[b]
+                row[b] = value
+                longest[b] = value if value > longest[b] else longest[b]
+            if d != NO_DEVICE:
+                for b in range(width):
+                    busy[first + b, d] += length[b]
+                    if begin[b] < first_start[first + b, d]:
+                        first_start[first + b, d] = begin[b]
+                    if row[b] > last_end[first + b, d]:
+                        last_end[first + b, d] = row[b]
+        for b in range(width):
+            makespan[first + b] = longest[b]
+        first += BLOCK
+    return STATUS_OK
+
+
+# ------------------------------------------------------------ Monte Carlo
+# Random draws: SplitMix64 of (the sample's key ^ the operation's key), as
+# tabsched.adapt.variation keys them, gives two 24-bit uniforms; Box-Muller turns
+# them into a standard normal and the lognormal factor is exp(sigma*Z - shift).
+# The logarithm, cosine and exponential are short polynomials in float32 with
+# no branch and no table (about 1e-7 relative error), so the compiler
+# vectorises a block of samples and the numbers are the same on every machine
+# that rounds float32 as IEEE 754 says (the build turns off FMA contraction).
+
+cdef inline uint64_t _mix64(uint64_t z) noexcept nogil:
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), as variation._mix."""
+    z = z + <uint64_t>0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+# No branch and no conditional expression below (Cython writes those as
+# if/else, which keeps the compiler from vectorising): selections are
+# products with a comparison's 0 or 1, and fabsf, fminf, fmaxf, copysignf.
+
+cdef inline float _ln(float u) noexcept nogil:
+    """Natural logarithm of u > 0 (a normal float): u = m * 2^e with m in
+    [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t), t = (m-1)/(m+1), to t^9."""
+    cdef uint32_t bits
+    cdef float m, t, t2
+    cdef int32_t e, big
+    memcpy(&bits, &u, 4)
+    e = <int32_t>((bits >> 23) & 0xFF) - 127
+    bits = (bits & 0x007FFFFF) | 0x3F800000
+    memcpy(&m, &bits, 4)
+    big = m > <float>1.41421356237
+    e = e + big
+    m = m * (<float>1.0 - <float>0.5 * <float>big)
+    t = (m - <float>1.0) / (m + <float>1.0)
+    t2 = t * t
+    return (<float>e * <float>0.693147180560
+            + <float>2.0 * t * (<float>1.0 + t2 * (<float>0.333333333333 + t2 * (
+                <float>0.2 + t2 * (<float>0.142857142857 + t2 * <float>0.111111111111)))))
+
+
+cdef inline float _cos_turns(float u) noexcept nogil:
+    """cos(2 pi u) for u in [0, 1]: reduced to x = 2 pi b, b in [0, 1/4], Taylor to x^12."""
+    cdef float a = fabsf(u - <float>0.5)      # cos(2 pi u) = -cos(2 pi a)
+    cdef float big = <float>(a > <float>0.25)   # cos(2 pi a) = -cos(2 pi (1/2 - a))
+    cdef float b = a + big * (<float>0.5 - <float>2.0 * a)
+    cdef float x2 = b * b * <float>39.4784176044           # (2 pi b)^2
+    cdef float c = <float>1.0 + x2 * (<float>-0.5 + x2 * (<float>4.16666666667e-2 + x2 * (
+        <float>-1.38888888889e-3 + x2 * (<float>2.48015873016e-5 + x2 * (
+            <float>-2.75573192240e-7 + x2 * <float>2.08767569879e-9)))))
+    return c * (<float>2.0 * big - <float>1.0)
+
+
+cdef inline float _exp(float x) noexcept nogil:
+    """exp(x), x clamped to [-87, 88]: 2^n exp(r), |r| <= ln(2)/2, Taylor to r^6."""
+    cdef float r, p, scale, y
+    cdef int32_t n
+    cdef uint32_t bits
+    x = x + <float>(x < <float>-87.0) * (<float>-87.0 - x)
+    x = x + <float>(x > <float>88.0) * (<float>88.0 - x)
+    y = x * <float>1.44269504089
+    n = <int32_t>(y + copysignf(<float>0.5, y))
+    r = x - <float>n * <float>0.693359375 + <float>n * <float>2.12194440e-4
+    p = <float>1.0 + r * (<float>1.0 + r * (<float>0.5 + r * (<float>0.166666666667 + r * (
+        <float>4.16666666667e-2 + r * (<float>8.33333333333e-3 + r * <float>1.38888888889e-3)))))
+    bits = <uint32_t>(n + 127) << 23
+    memcpy(&scale, &bits, 4)
+    return p * scale
+
+
+cdef inline float _radius(uint64_t z) noexcept nogil:
+    """Box-Muller's radius sqrt(-2 ln u) from the hash's top 24 bits."""
+    cdef float u = (<float>(<int32_t>(z >> 40)) + <float>0.5) * <float>5.96046447754e-8  # 2^-24
+    return sqrtf(<float>-2.0 * _ln(u))
+
+
+cdef inline float _turn(uint64_t z) noexcept nogil:
+    """Box-Muller's angle, in turns, from the hash's bits 8..31."""
+    return (<float>(<int32_t>((z >> 8) & 0xFFFFFF)) + <float>0.5) * <float>5.96046447754e-8
+
+
+cdef inline float _factor(uint64_t z, int32_t odd, float sigma, float shift) noexcept nogil:
+    """exp(sigma Z - shift), Z = r cos(2 pi t) for an even sample, r sin(2 pi t) for odd
+    (sin(2 pi t) = cos(2 pi (t - 1/4)), the angle kept in [0, 1])."""
+    cdef float t = _turn(z)
+    t = t - <float>0.25 * <float>odd
+    t = t + <float>(t < <float>0.0)
+    return _exp(sigma * _radius(z) * _cos_turns(t) - shift)
+
+
+cdef inline uint64_t _pair_key(uint64_t stream, int64_t sample) noexcept nogil:
+    """The key of a sample's pair (samples 2k and 2k+1 share one hash, the two
+    Box-Muller normals): SplitMix64 of the pair's number ^ the stream's key."""
+    return _mix64(<uint64_t>(sample >> 1) ^ stream)
+
+
+@boundscheck(False)
+@wraparound(False)
+def lognormal_factors(uint64_t stream,
+                      const int64_t[::1] samples not None,
+                      const uint64_t[::1] keys not None,
+                      const float[::1] sigma not None,
+                      const float[::1] shift not None,
+                      time_t[:, ::1] factors not None):
+    """``factors[i, k] = exp(sigma[k] * Z - shift[k])`` for sample ``samples[i]`` and
+    key ``keys[k]``, Z standard normal: the draws :func:`monte_carlo_summary` makes.
+
+    Samples ``2j`` and ``2j+1`` share the hash of ``(pair j's key ^ keys[k])``
+    and take its two Box-Muller normals (cosine, sine), so a sample's draw does
+    not depend on which other samples are drawn with it.
+
+    Returns
+    -------
+    int
+        A status: OK or BAD_SHAPE.
+    """
+    cdef Py_ssize_t count = samples.shape[0], width = keys.shape[0]
+    cdef Py_ssize_t i, k
+    cdef uint64_t pair
+    cdef int32_t odd
+    if (sigma.shape[0] != width or shift.shape[0] != width or factors.shape[0] != count
+            or factors.shape[1] != width):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for i in range(count):
+            pair = _pair_key(stream, samples[i])
+            odd = <int32_t>(samples[i] & 1)
+            for k in range(width):
+                factors[i, k] = _factor(_mix64(pair ^ keys[k]), odd, sigma[k], shift[k])
+    return STATUS_OK
+
+
+cdef inline void _draw_block(const uint64_t *pair_keys, uint64_t key, float sigma, float shift,
+                             time_t base, time_t *out) noexcept nogil:
+    """``base * factor`` for BLOCK consecutive samples from an even one: one hash
+    per pair of samples, its cosine normal for the even one, its sine for the odd.
+    Loops of fixed length, one step each: the hashes (64-bit integers), then the
+    float32 arithmetic, which the compiler vectorises, then the products."""
+    cdef int32_t q
+    cdef uint64_t z
+    cdef int32_t top[PAIRS]
+    cdef int32_t low[PAIRS]
+    cdef float radius[PAIRS]
+    cdef float turn[PAIRS]
+    cdef float even[PAIRS]
+    cdef float odd[PAIRS]
+    cdef float other
+    if sigma == 0.0 and shift == 0.0:       # a factor of exactly 1: no draw needed
+        for q in range(BLOCK):
+            out[q] = base
+        return
+    for q in range(PAIRS):
+        z = _mix64(pair_keys[q] ^ key)
+        top[q] = <int32_t>(z >> 40)
+        low[q] = <int32_t>((z >> 8) & 0xFFFFFF)
+    for q in range(PAIRS):
+        radius[q] = sigma * sqrtf(<float>-2.0 * _ln((<float>top[q] + <float>0.5)
+                                                    * <float>5.96046447754e-8))
+    for q in range(PAIRS):
+        turn[q] = (<float>low[q] + <float>0.5) * <float>5.96046447754e-8
+    for q in range(PAIRS):
+        even[q] = _exp(radius[q] * _cos_turns(turn[q]) - shift)
+    for q in range(PAIRS):
+        other = turn[q] - <float>0.25
+        other = other + <float>(other < <float>0.0)
+        odd[q] = _exp(radius[q] * _cos_turns(other) - shift)
+    for q in range(PAIRS):
+        out[2 * q] = base * <time_t>even[q]
+        out[2 * q + 1] = base * <time_t>odd[q]
+
+
+@boundscheck(False)
+@wraparound(False)
+def monte_carlo_summary(Layout layout not None,
+                        const index_t[::1] node_device not None,
+                        const index_t[::1] cell_first_op not None,
+                        const time_t[::1] op_base not None,
+                        const uint64_t[::1] op_key not None,
+                        const float[::1] op_sigma not None,
+                        const float[::1] op_shift not None,
+                        time_t overlap,
+                        const time_t[::1] transfer_base not None,
+                        const uint64_t[::1] transfer_key not None,
+                        float transfer_sigma, float transfer_shift,
+                        const time_t[::1] tail not None,
+                        uint64_t noise_stream, uint64_t transfer_stream,
+                        time_t[::1] makespan not None,
+                        time_t[:, ::1] busy not None,
+                        time_t[:, ::1] first_start not None,
+                        time_t[:, ::1] last_end not None,
+                        time_t[::1] finish not None):
+    """Monte Carlo of lognormal noise over a laid-out DAG, drawn as the pass runs.
+
+    Samples ``0 .. len(makespan) - 1``. Node durations are never stored: for
+    each block of ``SUMMARY_BLOCK`` samples, node by node in topological
+    order, a cell lasts the sum of its operations' ``op_base * factor`` (times
+    ``overlap`` for several), a transfer ``transfer_base * factor``, a tail
+    node ``tail``; each factor is ``exp(sigma * Z - shift)`` as
+    :func:`lognormal_factors` draws it for the stream and key. The numbers are
+    the same, to the bit, as drawing the factors with :func:`lognormal_factors`,
+    summing as ``VariationContext.node_durations`` does and running
+    :func:`longest_path_summary`.
+
+    Parameters
+    ----------
+    layout, node_device :
+        As in :func:`longest_path_summary` (by node id). Cells are nodes ``0 ..
+        len(cell_first_op) - 2``, transfers follow, then the tail.
+    cell_first_op : int32 array (cells + 1,)
+        Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1]-1``.
+    op_base, op_key, op_sigma, op_shift : arrays (operations,)
+        Durations before noise, hash keys, and the noise's parameters (0, 0: none).
+    overlap : float
+        Factor on a cell of several operations.
+    transfer_base, transfer_key : arrays (transfers,)
+    transfer_sigma, transfer_shift : float
+        0, 0: transfers do not vary.
+    tail : float64 array (nodes - cells - transfers,)
+    noise_stream, transfer_stream : int
+        The keys of the two random streams.
+    makespan, busy, first_start, last_end :
+        As in :func:`longest_path_summary`.
+    finish : float64 scratch, shape ((nodes + 3 * devices) * SUMMARY_BLOCK,)
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = layout.num_nodes
+    cdef index_t samples = makespan.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t cells = cell_first_op.shape[0] - 1
+    cdef index_t transfers = transfer_base.shape[0]
+    cdef index_t ops = op_base.shape[0]
+    cdef index_t status, v, c
+    if (node_device.shape[0] != n or cells < 0
+            or cells + transfers + tail.shape[0] != n
+            or op_key.shape[0] != ops or op_sigma.shape[0] != ops or op_shift.shape[0] != ops
+            or transfer_key.shape[0] != transfers
+            or busy.shape[0] != samples
+            or first_start.shape[0] != samples or first_start.shape[1] != devices
+            or last_end.shape[0] != samples or last_end.shape[1] != devices
+            or finish.shape[0] != (<Py_ssize_t>n + 3 * <Py_ssize_t>devices) * BLOCK):
+        return STATUS_BAD_SHAPE
+    if cell_first_op[0] != 0 or cell_first_op[cells] != ops:
+        return STATUS_BAD_SHAPE
+    for c in range(cells):
+        if cell_first_op[c + 1] <= cell_first_op[c]:
+            return STATUS_BAD_SHAPE
+    for v in range(n):
+        if node_device[v] < NO_DEVICE or node_device[v] >= devices:
+            return STATUS_BAD_INDEX
+    with nogil:
+        status = _monte_carlo_summary(layout._offsets, layout._lists, layout._order, True,
+                                      node_device, cell_first_op, op_base, op_key, op_sigma,
+                                      op_shift, overlap, transfer_base, transfer_key,
+                                      transfer_sigma, transfer_shift, tail, noise_stream,
+                                      transfer_stream, makespan, busy, first_start, last_end,
+                                      finish)
+    return status
+
+
+cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
+                                  const index_t[::1] predecessors,
+                                  const index_t[::1] order, bint ordered,
+                                  const index_t[::1] node_device,
+                                  const index_t[::1] cell_first_op,
+                                  const time_t[::1] op_base, const uint64_t[::1] op_key,
+                                  const float[::1] op_sigma, const float[::1] op_shift,
+                                  time_t overlap, const time_t[::1] transfer_base,
+                                  const uint64_t[::1] transfer_key, float transfer_sigma,
+                                  float transfer_shift, const time_t[::1] tail,
+                                  uint64_t noise_stream, uint64_t transfer_stream,
+                                  time_t[::1] makespan, time_t[:, ::1] busy,
+                                  time_t[:, ::1] first_start, time_t[:, ::1] last_end,
+                                  time_t[::1] finish) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t samples = makespan.shape[0]
+    cdef index_t devices = busy.shape[1]
+    cdef index_t cells = cell_first_op.shape[0] - 1
+    cdef index_t first_tail = cells + transfer_base.shape[0]
+    cdef index_t edges = predecessors.shape[0]
+    cdef bint vary_transfers = transfer_sigma != 0.0 or transfer_shift != 0.0
+    cdef index_t first, width, b, i, v, e, p, d, low, high, o, q
+    cdef time_t begin[BLOCK]
+    cdef time_t length[BLOCK]
+    cdef time_t longest[BLOCK]
+    cdef time_t part[BLOCK]
+    cdef uint64_t pair_keys[PAIRS]
+    cdef uint64_t transfer_pair_keys[PAIRS]
+    cdef time_t value, base
+    cdef time_t *row
+    cdef time_t *ends = &finish[0] if finish.shape[0] > 0 else NULL
+    # per device, node-major over the block: busy time, first start, last end
+    cdef time_t *device_busy = ends + <Py_ssize_t>n * BLOCK
+    cdef time_t *device_first = device_busy + <Py_ssize_t>devices * BLOCK
+    cdef time_t *device_last = device_first + <Py_ssize_t>devices * BLOCK
+    cdef time_t *slot
+    first = 0
+    while first < samples:
+        width = samples - first if samples - first < BLOCK else BLOCK
+        for q in range(PAIRS):     # lanes past the last sample are drawn, not kept
+            pair_keys[q] = _pair_key(noise_stream, first + 2 * q)
+            transfer_pair_keys[q] = _pair_key(transfer_stream, first + 2 * q)
+        for b in range(BLOCK):
+            longest[b] = 0.0
+        for b in range(<Py_ssize_t>devices * BLOCK):
+            device_busy[b] = 0.0
+            device_first[b] = INFINITY
+            device_last[b] = 0.0
+        low = 0
+        for i in range(n):
+            high = pred_indptr[i + 1]
+            v = order[i] if ordered else i
+            # this node's durations for the block
+            if v < cells:
+                o = cell_first_op[v]
+                _draw_block(pair_keys, op_key[o], op_sigma[o], op_shift[o], op_base[o],
+                            length)
+                if cell_first_op[v + 1] - o > 1:
+                    for o in range(o + 1, cell_first_op[v + 1]):
+                        _draw_block(pair_keys, op_key[o], op_sigma[o], op_shift[o],
+                                    op_base[o], part)
+                        for b in range(BLOCK):
+                            length[b] = length[b] + part[b]
+                    if overlap != 1.0:
+                        for b in range(BLOCK):
+                            length[b] = length[b] * overlap
+            elif v < first_tail:
+                if vary_transfers:
+                    _draw_block(transfer_pair_keys, transfer_key[v - cells], transfer_sigma,
+                                transfer_shift, transfer_base[v - cells], length)
+                else:
+                    base = transfer_base[v - cells]
+                    for b in range(BLOCK):
+                        length[b] = base
+            else:
+                base = tail[v - first_tail]
+                for b in range(BLOCK):
+                    length[b] = base
+            for b in range(BLOCK):
+                begin[b] = 0.0
+            for e in range(low, high):
+                p = predecessors[e]
+                row = ends + <Py_ssize_t>p * BLOCK
+                for b in range(BLOCK):
+                    value = row[b]
+                    begin[b] = value if value > begin[b] else begin[b]
+            low = high
+            row = ends + <Py_ssize_t>i * BLOCK
+            for b in range(BLOCK):
+                value = begin[b] + length[b]
+                row[b] = value
+                longest[b] = value if value > longest[b] else longest[b]
+            d = node_device[v]
+            if d != NO_DEVICE:
+                slot = device_busy + <Py_ssize_t>d * BLOCK
+                for b in range(BLOCK):
+                    slot[b] = slot[b] + length[b]
+                slot = device_first + <Py_ssize_t>d * BLOCK
+                for b in range(BLOCK):
+                    slot[b] = begin[b] if begin[b] < slot[b] else slot[b]
+                slot = device_last + <Py_ssize_t>d * BLOCK
+                for b in range(BLOCK):
+                    slot[b] = row[b] if row[b] > slot[b] else slot[b]
+        for b in range(width):
+            makespan[first + b] = longest[b]
+            for d in range(devices):
+                busy[first + b, d] = device_busy[d * BLOCK + b]
+                first_start[first + b, d] = device_first[d * BLOCK + b]
+                last_end[first + b, d] = device_last[d * BLOCK + b]
+        first += BLOCK
     return STATUS_OK

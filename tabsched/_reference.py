@@ -7,8 +7,10 @@ in the library calls this module at run time.
 
 import heapq
 
+import numpy as np
+
 from tabsched._kernel import (BAD_INDEX, BAD_SHAPE, DEADLOCK, NO_DEVICE_ID, NO_NODE_ID,
-                              NO_RESOURCE_ID, OK)
+                              NO_RESOURCE_ID, OK, SUMMARY_BLOCK)
 
 
 def _indegree(indptr, successors, n):
@@ -248,7 +250,11 @@ def evaluate_summary(indptr, successors, durations, resources, n_resources, node
 def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
     """Twin of ``tabsched._kernel.find_cycle``."""
     n = len(pred_indptr) - 1
-    if len(remaining) != n or pred_indptr[n] != len(predecessors):
+    if n < 0 or len(remaining) != n or len(cycle) != n or len(position) != n:
+        return -1
+    if pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+        return -1
+    if any(pred_indptr[v + 1] < pred_indptr[v] for v in range(n)):
         return -1
     if any(p < 0 or p >= n for p in predecessors):
         return -1
@@ -269,3 +275,437 @@ def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
     loop = path[seen[v]:][::-1]
     cycle[:len(loop)] = loop
     return len(loop)
+
+
+def topological(indptr, successors, order, pred_indptr, predecessors, scratch):
+    """Twin of ``tabsched._kernel.topological``."""
+    n = len(indptr) - 1
+    if (n < 0 or len(order) != n or len(pred_indptr) != n + 1 or len(scratch) != n
+            or len(predecessors) != len(successors)):
+        return BAD_SHAPE
+    checked = _checked_graph(indptr, successors, np.empty((n, 0)), 0, n)
+    if isinstance(checked, int):
+        return checked
+    indptr, successors, _ = checked
+    queue, remaining = _topological_order(indptr, successors, n)
+    scratch[:] = remaining
+    if len(queue) < n:
+        return DEADLOCK
+    position = {v: i for i, v in enumerate(queue)}
+    lists = [[] for _ in range(n)]
+    for i, v in enumerate(queue):
+        for e in range(indptr[v], indptr[v + 1]):
+            lists[position[successors[e]]].append(i)
+    order[:] = queue
+    pred_indptr[0] = 0
+    pred_indptr[1:] = np.cumsum([len(items) for items in lists])
+    predecessors[:] = [p for items in lists for p in items]
+    scratch[:] = [position[v] for v in range(n)]
+    return OK
+
+
+def make_layout(order, pred_indptr, predecessors):
+    """Twin of ``tabsched._kernel.make_layout``: the checks, and a plain object."""
+    n = len(pred_indptr) - 1
+    if n < 0 or len(order) != n or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
+        return BAD_SHAPE
+    for i in range(n):
+        low, high = int(pred_indptr[i]), int(pred_indptr[i + 1])
+        if high < low or high > len(predecessors):
+            return BAD_SHAPE
+        if not 0 <= int(order[i]) < n:
+            return BAD_INDEX
+        if any(not 0 <= int(p) < i for p in predecessors[low:high]):
+            return BAD_INDEX
+    return _Layout(order, pred_indptr, predecessors, n)
+
+
+class _Layout:
+    def __init__(self, order, pred_indptr, predecessors, num_nodes):
+        self.order, self.pred_indptr, self.predecessors = order, pred_indptr, predecessors
+        self.num_nodes = num_nodes
+
+
+def _lists(layout, ordered):
+    """Per position ``(node, predecessor positions)``."""
+    return [(int(layout.order[i]) if ordered else i,
+             [int(p) for p in layout.predecessors[layout.pred_indptr[i]:
+                                                  layout.pred_indptr[i + 1]]])
+            for i in range(layout.num_nodes)]
+
+
+def longest_path(layout, ordered, durations, start, binding, finish):
+    """Twin of ``tabsched._kernel.longest_path``: a pull pass over positions."""
+    n = layout.num_nodes
+    samples = durations.shape[0]
+    if (durations.shape[1] != n or start.shape != (samples, n) or len(binding) not in (0, n)
+            or len(finish) != n):
+        return BAD_SHAPE
+    lists = _lists(layout, ordered)
+    node = [v for v, _ in lists]
+    for s in range(samples):
+        ends = [0.0] * n
+        for i, (v, items) in enumerate(lists):
+            begin, bound = 0.0, NO_NODE_ID
+            for p in items:
+                if ends[p] > begin:
+                    begin, bound = ends[p], p
+            ends[i] = begin + float(durations[s, v])
+            start[s, v] = begin
+            if len(binding) and s == 0:
+                binding[v] = NO_NODE_ID if bound == NO_NODE_ID else node[bound]
+        finish[:] = ends
+    return OK
+
+
+def longest_path_summary(layout, ordered, node_device, durations, makespan, busy, first_start,
+                         last_end, finish):
+    """Twin of ``tabsched._kernel.longest_path_summary``, one sample at a time
+    (the kernel's blocks of samples change no number)."""
+    n = layout.num_nodes
+    samples = durations.shape[0]
+    devices = busy.shape[1]
+    if (len(node_device) != n or durations.shape[1] != n or len(makespan) != samples
+            or busy.shape[0] != samples or first_start.shape != (samples, devices)
+            or last_end.shape != (samples, devices) or len(finish) != n * SUMMARY_BLOCK):
+        return BAD_SHAPE
+    if any(not NO_DEVICE_ID <= int(d) < devices for d in node_device):
+        return BAD_INDEX
+    lists = _lists(layout, ordered)
+    for s in range(samples):
+        busy[s, :] = 0.0
+        first_start[s, :] = float("inf")
+        last_end[s, :] = 0.0
+        ends = [0.0] * n
+        for i, (v, items) in enumerate(lists):
+            begin = max([0.0] + [ends[p] for p in items])
+            length = float(durations[s, v])
+            ends[i] = begin + length
+            d = int(node_device[v])
+            if d != NO_DEVICE_ID:
+                busy[s, d] += length
+                first_start[s, d] = min(first_start[s, d], begin)
+                last_end[s, d] = max(last_end[s, d], ends[i])
+        makespan[s] = max(ends, default=0.0)
+    return OK
+
+
+# ------------------------------------------------------------- tabsched._build
+def dependencies(kind, stage, microbatch, device, num_stages, num_microbatches, forward_of,
+                 backward_of, input_of, producer, consumer, group, crossing):
+    """Twin of ``tabsched._build.dependencies`` (the scratch arrays are not used)."""
+    ops = len(kind)
+    S, M = num_stages, num_microbatches
+    if (S < 0 or M < 0 or len(stage) != ops or len(microbatch) != ops or len(device) != ops
+            or len(producer) != 2 * ops or len(consumer) != 2 * ops or len(group) != 2 * ops
+            or len(crossing) != 2 * ops
+            or len(forward_of) != S * M or len(backward_of) != S * M
+            or len(input_of) != S * M):
+        return -1 - BAD_SHAPE
+    kinds = [int(code) for code in kind]
+    stages = [int(s) for s in stage]
+    mbs = [int(m) for m in microbatch]
+    if any(not (0 <= s < S and 0 <= m < M and 0 <= k <= 3)
+           for k, s, m in zip(kinds, stages, mbs)):
+        return -1 - BAD_INDEX
+    forward, backward, input_grad = {}, {}, {}
+    for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)):
+        if code == 0:
+            forward[s, m] = k
+        elif code in (1, 2):
+            backward[s, m] = k
+            if code == 2:
+                input_grad[s, m] = k
+    rules = [  # (consumes?, producer lookup) per group
+        (lambda code, s: code == 0 and s > 0, lambda s, m: forward.get((s - 1, m))),
+        (lambda code, s: code in (1, 2), lambda s, m: forward.get((s, m))),
+        (lambda code, s: code in (1, 2) and s < S - 1, lambda s, m: backward.get((s + 1, m))),
+        (lambda code, s: code == 3, lambda s, m: input_grad.get((s, m))),
+    ]
+    count = 0
+    for g, (consumes, lookup) in enumerate(rules):
+        for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)):
+            if not consumes(code, s):
+                continue
+            source = lookup(s, m)
+            if source is None:
+                return -1
+            producer[count], consumer[count], group[count] = source, k, g
+            crossing[count] = int(device[source] != device[k])
+            count += 1
+    return count
+
+
+def csr(sources, targets, indptr, successors):
+    """Twin of ``tabsched._build.csr``."""
+    n = len(indptr) - 1
+    if n < 0 or len(targets) != len(sources) or len(successors) != len(sources):
+        return BAD_SHAPE
+    if any(not (0 <= int(v) < n and 0 <= int(u) < n) for v, u in zip(sources, targets)):
+        return BAD_INDEX
+    lists = [[] for _ in range(n)]
+    for v, u in zip(sources, targets):
+        lists[int(v)].append(int(u))
+    indptr[0] = 0
+    indptr[1:] = np.cumsum([len(items) for items in lists])
+    successors[:] = [u for items in lists for u in items]
+    return OK
+
+
+def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activation,
+                     transient, release, peaks):
+    """Twin of ``tabsched._build.activation_peaks``: each device's events (a start and an
+    end per operation) sorted by (time, delta), stable, as ``Result.memory_timeline``
+    sorts them, then the peak."""
+    operations = len(device)
+    if (len(kind) != operations or len(cell_of_op) != operations
+            or len(activation) != operations or len(transient) != operations
+            or len(node_durations) != len(node_start)):
+        return BAD_SHAPE
+    if (any(not 0 <= int(d) < len(peaks) for d in device) or np.any(np.diff(device) < 0)
+            or any(not 0 <= int(c) < len(node_start) for c in cell_of_op)):
+        return BAD_INDEX
+    kind = np.asarray(kind)
+    activation = np.asarray(activation, dtype=np.float64)
+    held = np.asarray(transient, dtype=np.float64)
+    start = np.asarray(node_start)[cell_of_op]
+    end = start + np.asarray(node_durations)[cell_of_op]
+    is_f = kind == 0
+    freed = np.where(kind == 1, activation, np.where(kind == 2, activation * release,
+                                                     activation * (1.0 - release)))
+    on_device = np.concatenate([np.asarray(device), np.asarray(device)])
+    times = np.concatenate([start, end])
+    deltas = np.concatenate([np.where(is_f, activation, 0.0) + held,
+                             np.where(is_f, -held, -(freed + held))])
+    peaks[:] = 0.0
+    for d in range(len(peaks)):
+        mine = np.flatnonzero((on_device == d) & (deltas != 0))
+        order = np.lexsort((deltas[mine], times[mine]))
+        values = np.cumsum(deltas[mine][order])
+        peaks[d] = max(0.0, float(values.max())) if len(values) else 0.0
+    return OK
+
+
+def append_one(indptr, items, extra, new_indptr, new_items):
+    """Twin of ``tabsched._build.append_one``."""
+    rows = len(indptr) - 1
+    if rows < 0 or len(extra) != rows or len(new_indptr) != rows + 1:
+        return BAD_SHAPE
+    if indptr[0] != 0 or indptr[rows] != len(items) or np.any(np.diff(indptr) < 0):
+        return BAD_SHAPE
+    lists = [list(items[indptr[row]:indptr[row + 1]])
+             + ([int(extra[row])] if extra[row] != NO_NODE_ID else []) for row in range(rows)]
+    if sum(len(items) for items in lists) != len(new_items):
+        return BAD_SHAPE
+    new_indptr[0] = 0
+    new_indptr[1:] = np.cumsum([len(items) for items in lists])
+    new_items[:] = [item for items in lists for item in items]
+    return OK
+
+
+def fill_idle(length, cell_device, filler, dep_indptr, dep_producer, dep_wait, release_indptr,
+              released, main_indptr, main_cells, cap, rows, row_count):
+    """Twin of ``tabsched._build.fill_idle``: the list scheduler in plain Python."""
+    cells, devices = len(length), len(cap)
+    if (len(cell_device) != cells or len(filler) != cells or len(dep_indptr) != cells + 1
+            or len(dep_wait) != len(dep_producer) or len(release_indptr) != cells + 1
+            or len(main_indptr) != devices + 1 or len(rows) != cells
+            or len(row_count) != devices):
+        return -1 - BAD_SHAPE
+    deps = [[(int(dep_producer[e]), float(dep_wait[e]))
+             for e in range(dep_indptr[c], dep_indptr[c + 1])] for c in range(cells)]
+    releases = [[int(x) for x in released[release_indptr[c]:release_indptr[c + 1]]]
+                for c in range(cells)]
+    main = [[int(x) for x in main_cells[main_indptr[d]:main_indptr[d + 1]]]
+            for d in range(devices)]
+    limit = [float("inf") if value < 0 else int(value) for value in cap]
+    end = [None] * cells
+    pointer = [0] * devices
+    free = [0.0] * devices
+    pending = [[] for _ in range(devices)]
+    placed_rows = [[] for _ in range(devices)]
+    waiting = {}
+    events = [(0.0, d, d) for d in range(devices)]
+    sequence = devices
+
+    def push(time, device):
+        nonlocal sequence
+        heapq.heappush(events, (time, sequence, device))
+        sequence += 1
+
+    def run(d, c, now):
+        end[c] = now + float(length[c])
+        free[d] = end[c]
+        placed_rows[d].append(c)
+        push(end[c], d)
+        for other in sorted(waiting.pop(c, ())):
+            push(now, other)
+
+    while events:
+        now, _, d = heapq.heappop(events)
+        if now < free[d]:
+            continue
+        queue = pending[d]
+        if len(queue) > limit[d]:
+            run(d, queue.pop(0), now)
+            continue
+        if pointer[d] == len(main[d]):
+            if queue:
+                run(d, queue.pop(0), now)
+            continue
+        c = main[d][pointer[d]]
+        ready, blocker = now, None
+        for producer, wait in deps[c]:
+            if end[producer] is not None:
+                ready = max(ready, end[producer] + wait)
+            else:
+                ready = max(ready, now + float(length[producer]) + wait)
+                blocker = producer
+        if blocker is None and ready <= now:
+            pointer[d] += 1
+            queue.extend(releases[c])
+            run(d, c, now)
+        elif queue and ready - now >= float(length[queue[0]]):
+            run(d, queue.pop(0), now)
+        elif blocker is None:
+            push(ready, d)
+        else:
+            waiting.setdefault(blocker, set()).add(d)
+    flat = [c for row in placed_rows for c in row]
+    rows[:len(flat)] = flat
+    row_count[:] = [len(row) for row in placed_rows]
+    return len(flat)
+
+
+def table_is_valid(device, kind, stage, microbatch, num_stages, num_microbatches, seen, home):
+    """Twin of ``tabsched._build.table_is_valid``."""
+    S, M = num_stages, num_microbatches
+    ops = len(device)
+    if (S < 0 or M < 0 or len(kind) != ops or len(stage) != ops or len(microbatch) != ops
+            or len(seen) != 4 * S * M or len(home) != S * M):
+        return -1 - BAD_SHAPE
+    kinds, devices = {}, {}
+    for d, k, s, m in zip(device, kind, stage, microbatch):
+        if not (0 <= s < S and 0 <= m < M and 0 <= k <= 3 and d >= 0):
+            return 0
+        if (s, m, k) in kinds:
+            return 0
+        kinds[s, m, k] = True
+        if devices.setdefault((s, m), d) != d:
+            return 0
+    for s in range(S):
+        for m in range(M):
+            has = [(s, m, k) in kinds for k in range(4)]
+            if not has[0] or not (has[1] and not has[2] and not has[3]
+                                  or not has[1] and has[2] and has[3]):
+                return 0
+    return 1
+
+
+# ------------------------------------------------------------ Monte Carlo draws
+_F = np.float32
+_GOLDEN, _M1, _M2 = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9),
+                     np.uint64(0x94D049BB133111EB))
+
+
+def _mix64(z):
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def _ln(u):
+    bits = u.view(np.uint32)
+    e = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32) - 127
+    m = ((bits & np.uint32(0x007FFFFF)) | np.uint32(0x3F800000)).view(_F)
+    big = (m > _F(1.41421356237)).astype(np.int32)
+    e = e + big
+    m = m * (_F(1.0) - _F(0.5) * big.astype(_F))
+    t = (m - _F(1.0)) / (m + _F(1.0))
+    t2 = t * t
+    poly = _F(1.0) + t2 * (_F(0.333333333333) + t2 * (_F(0.2) + t2 * (
+        _F(0.142857142857) + t2 * _F(0.111111111111))))
+    return e.astype(_F) * _F(0.693147180560) + _F(2.0) * t * poly
+
+
+def _cos_turns(u):
+    a = np.abs(u - _F(0.5))
+    big = (a > _F(0.25)).astype(_F)
+    b = a + big * (_F(0.5) - _F(2.0) * a)
+    x2 = b * b * _F(39.4784176044)
+    c = _F(1.0) + x2 * (_F(-0.5) + x2 * (_F(4.16666666667e-2) + x2 * (
+        _F(-1.38888888889e-3) + x2 * (_F(2.48015873016e-5) + x2 * (
+            _F(-2.75573192240e-7) + x2 * _F(2.08767569879e-9))))))
+    return c * (_F(2.0) * big - _F(1.0))
+
+
+def _exp(x):
+    x = x + (x < _F(-87.0)).astype(_F) * (_F(-87.0) - x)
+    x = x + (x > _F(88.0)).astype(_F) * (_F(88.0) - x)
+    y = x * _F(1.44269504089)
+    n = (y + np.copysign(_F(0.5), y)).astype(np.int32)
+    r = x - n.astype(_F) * _F(0.693359375) + n.astype(_F) * _F(2.12194440e-4)
+    p = _F(1.0) + r * (_F(1.0) + r * (_F(0.5) + r * (_F(0.166666666667) + r * (
+        _F(4.16666666667e-2) + r * (_F(8.33333333333e-3) + r * _F(1.38888888889e-3))))))
+    return p * ((n + 127).astype(np.uint32) << np.uint32(23)).view(_F)
+
+
+def lognormal_factors(stream, samples, keys, sigma, shift, factors):
+    """Twin of ``tabsched._kernel.lognormal_factors``: the same float32 steps in numpy."""
+    if (len(sigma) != len(keys) or len(shift) != len(keys)
+            or factors.shape != (len(samples), len(keys))):
+        return BAD_SHAPE
+    samples = np.asarray(samples, dtype=np.int64)
+    pair = _mix64((samples >> 1).astype(np.uint64) ^ np.uint64(stream))
+    z = _mix64(pair[:, None] ^ np.asarray(keys, dtype=np.uint64)[None, :])
+    radius = np.sqrt(_F(-2.0) * _ln(((z >> np.uint64(40)).astype(np.int32).astype(_F)
+                                     + _F(0.5)) * _F(5.96046447754e-8)))
+    turn = (((z >> np.uint64(8)) & np.uint64(0xFFFFFF)).astype(np.int32).astype(_F)
+            + _F(0.5)) * _F(5.96046447754e-8)
+    turn = turn - _F(0.25) * (samples & 1).astype(_F)[:, None]
+    turn = turn + (turn < _F(0.0)).astype(_F)
+    sigma = np.asarray(sigma, dtype=_F)[None, :]
+    shift = np.asarray(shift, dtype=_F)[None, :]
+    factors[:] = _exp(sigma * radius * _cos_turns(turn) - shift).astype(np.float64)
+    return OK
+
+
+def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_sigma,
+                        op_shift, overlap, transfer_base, transfer_key, transfer_sigma,
+                        transfer_shift, tail, noise_stream, transfer_stream, makespan, busy,
+                        first_start, last_end, finish):
+    """Twin of ``tabsched._kernel.monte_carlo_summary``: the draws by
+    :func:`lognormal_factors`, the node durations summed as the kernel sums them, then
+    :func:`longest_path_summary` (whose finish scratch has the kernel's first part)."""
+    samples = len(makespan)
+    devices = busy.shape[1]
+    n = layout.num_nodes
+    cells = len(cell_first_op) - 1
+    if len(finish) != (n + 3 * devices) * SUMMARY_BLOCK:
+        return BAD_SHAPE
+    indices = np.arange(samples)
+    ops = np.empty((samples, len(op_base)))
+    lognormal_factors(noise_stream, indices, op_key, op_sigma, op_shift, ops)
+    ops = np.asarray(op_base)[None, :] * ops
+    durations = np.empty((samples, n))
+    for cell in range(cells):
+        low, high = int(cell_first_op[cell]), int(cell_first_op[cell + 1])
+        total = ops[:, low]
+        for part in range(low + 1, high):
+            total = total + ops[:, part]
+        if high - low > 1 and overlap != 1.0:
+            total = total * overlap
+        durations[:, cell] = total
+    sends = np.repeat(np.asarray(transfer_base, dtype=np.float64)[None, :], samples, axis=0)
+    if transfer_sigma != 0.0 or transfer_shift != 0.0:
+        factors = np.empty(sends.shape)
+        lognormal_factors(transfer_stream, indices, transfer_key,
+                          np.full(len(transfer_key), transfer_sigma, _F),
+                          np.full(len(transfer_key), transfer_shift, _F), factors)
+        sends = sends * factors
+    durations[:, cells:cells + len(transfer_base)] = sends
+    durations[:, cells + len(transfer_base):] = np.asarray(tail)[None, :]
+    return longest_path_summary(layout, True, node_device, durations, makespan, busy,
+                                first_start, last_end, np.zeros(n * SUMMARY_BLOCK))

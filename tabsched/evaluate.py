@@ -12,12 +12,14 @@ from functools import cached_property
 
 import numpy as np
 
+from tabsched import _build
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
 
-__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation"]
+__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
+           "Summary", "evaluate_summaries"]
 
 
 @dataclass
@@ -191,7 +193,7 @@ class Result:
         lowered = self._lowered
         if lowered.num_nodes == 0:
             return []
-        if self._binding is None:  # batched runs record sample 0 only; rerun this one
+        if self._binding is None:  # found on first use: rerun this sample with it
             self._binding = lowered.run(self._node_durations, end=False)[2]
         node = int(np.argmax(self._node_start + self._node_durations))
         nodes = []
@@ -264,27 +266,12 @@ class Result:
     def _device_timeline(self, device, activation, transient=None):
         table = self.table
         lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
-        kind = table.kind[lo:hi]
-        act = activation[lo:hi]
-        release = self._cost_model.input_grad_release
         cells = self._lowered.cell_of_op[lo:hi]
         start = self._node_start[cells]
-        is_f = kind == FORWARD
-        deltas = np.select([is_f, kind == BACKWARD, kind == INPUT_GRAD, kind == WEIGHT_GRAD],
-                           [act, -act, -act * release, -act * (1.0 - release)])
-        times = np.where(is_f, start, start + self._node_durations[cells])
-        if transient is not None:
-            # working memory: taken at the op's start, given back at its end (merged into
-            # the op's own event at its end, when it has one there)
-            held = transient[lo:hi]
-            working = np.flatnonzero(held)
-            if len(working):
-                at_end = ~is_f[working]
-                deltas[working[at_end]] -= held[working[at_end]]
-                forwards = working[~at_end]
-                ends = start[forwards] + self._node_durations[cells[forwards]]
-                times = np.concatenate([times, start[working], ends])
-                deltas = np.concatenate([deltas, held[working], -held[forwards]])
+        times, deltas = memory_events(table.kind[lo:hi], activation[lo:hi],
+                                      None if transient is None else transient[lo:hi],
+                                      self._cost_model.input_grad_release, start,
+                                      start + self._node_durations[cells])
         keep = deltas != 0
         times, deltas = times[keep], deltas[keep]
         order = np.lexsort((deltas, times))
@@ -436,8 +423,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
     durations = costs.node_durations(lowered)
-    start, _, binding = lowered.run(durations, end=False)
-    result = build_result(table, costs, lowered, start[0], binding, durations,
+    # the binding (for the critical path) is found when the path is first asked for
+    start, _, _ = run_lowered(lowered, durations, binding=False)
+    result = build_result(table, costs, lowered, start[0], None, durations,
                           lowered.contention)
     if formula:
         from tabsched.formulas import formula_level
@@ -447,6 +435,24 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
     return result
+
+
+def run_lowered(lowered, durations, *, binding=True):
+    """``lowered.run(durations, end=False)``, by the link-chain rewrite where it is exact.
+
+    Under contention ``link`` a link's FIFO order is its sending row's order
+    whenever every cell lasts longer than zero
+    (:meth:`~tabsched.lower.LoweredSchedule.link_chains`): the pull pass then
+    gives the event heap's starts to the bit, several times faster. Elsewhere
+    (a zero-length cell, ``nic`` ports, ``transfer_after`` edges) the event heap runs.
+    """
+    if lowered.contention == "link":
+        durations = np.asarray(durations, dtype=np.float64)
+        if np.all(durations[..., :lowered.num_cells] > 0):
+            chained = lowered.link_chains()
+            if chained is not None:
+                return chained.run(durations, end=False, binding=binding)
+    return lowered.run(durations, end=False, binding=binding)
 
 
 def _budget(value, memory_unit):
@@ -488,9 +494,10 @@ def _default_grad_sync(table, costs):
     return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
-def build_result(table, costs, lowered, node_start, binding, durations, contention):
-    """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
-    D = table.num_devices
+def _device_times(lowered, node_start, durations):
+    """``(busy, first, last, has_ops, makespan, bubble_ratio)`` of one sample: what a
+    Result's devices and totals are made of (one place, so summaries agree to the bit)."""
+    D = lowered.table.num_devices
     # Cells are numbered device by device in row order, and a device runs its row in
     # order: its first cell starts first and its last cell ends last.
     bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
@@ -513,14 +520,21 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     last = np.where(has_ops, last, makespan)
     total = float(busy.sum())
     bubble = 1.0 - total / (D * makespan) if makespan > 0 and D else 0.0
+    return busy, first, last, has_ops, makespan, bubble
+
+
+def build_result(table, costs, lowered, node_start, binding, durations, contention):
+    """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
+    D = table.num_devices
+    busy, first, last, has_ops, makespan, bubble = _device_times(lowered, node_start,
+                                                                 durations)
     persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
     result = Result(
         table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
         time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
         contention=contention, _lowered=lowered, _node_start=node_start,
         _node_durations=durations, _binding=binding, _cost_model=costs)
-    peaks = [max(0.0, float(values.max())) if len(values) else 0.0
-             for _, values in result.memory_timeline()]
+    peaks = activation_peaks(result)
     for d in range(D):
         idle = makespan - float(busy[d])
         warmup = float(first[d]) if has_ops[d] else makespan
@@ -531,6 +545,66 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
             peak_memory=float(peaks[d]),
             persistent_memory=float(persistent[d]) if len(persistent) > d else 0.0))
     return result
+
+
+def memory_events(kind, activation, transient, release, start, end):
+    """``(times, deltas)``: the memory events of a device's operations, unsorted.
+
+    Each operation has one event at its start, ``+activation`` for a forward plus
+    its working memory (``transient``), and one at its end, ``-working memory``
+    for a forward, else minus what it frees (all of the activation for ``B``,
+    ``release`` of it for ``I``, the rest for ``W``) and its working memory. Zero
+    deltas are dropped. Sorted by (time, delta) and summed, they are the memory
+    timeline; ``_build.activation_peaks`` sums the same deltas in the same order.
+    """
+    is_f = kind == FORWARD
+    held = np.zeros(len(kind)) if transient is None else transient
+    freed = np.select([kind == BACKWARD, kind == INPUT_GRAD, kind == WEIGHT_GRAD],
+                      [activation, activation * release, activation * (1.0 - release)], 0.0)
+    times = np.concatenate([start, end])
+    deltas = np.concatenate([np.where(is_f, activation, 0.0) + held,
+                             np.where(is_f, -held, -(freed + held))])
+    keep = deltas != 0
+    return times[keep], deltas[keep]
+
+
+def activation_peaks(result):
+    """Each device's activation peak: the largest value of its memory timeline (or 0),
+    computed without building the timelines (``_build.activation_peaks``)."""
+    peaks = _peaks(result.table, result._cost_model, result._lowered, result._node_start,
+                   result._node_durations)
+    if peaks is not None:
+        return peaks
+    return [max(0.0, float(values.max())) if len(values) else 0.0
+            for _, values in result.memory_timeline()]
+
+
+def _peaks(table, costs, lowered, node_start, durations):
+    """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
+    order the events (then the timelines decide)."""
+    activation = np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64)
+    transient = np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64)
+    peaks = np.zeros(table.num_devices)
+    status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
+                                     np.ascontiguousarray(node_start),
+                                     np.ascontiguousarray(durations), activation, transient,
+                                     float(costs.input_grad_release), peaks)
+    return peaks.tolist() if status == _build.OK else None
+
+
+@dataclass
+class Summary:
+    """What a sweep row needs of an evaluation: :func:`evaluate_summaries` returns one
+    per cost model, with the numbers the full :class:`Result` would hold, to the bit.
+
+    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device.
+    """
+
+    makespan: float
+    bubble_ratio: float
+    peak_activation: list
+    peak_memory: list
+    formula: dict = None
 
 
 def _lowering_key(table, costs, contention, grad_sync, optimizer):
@@ -576,18 +650,72 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
         durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
-        start, _, binding = lowered.run(durations, end=False)
-        # the binding array describes sample 0; the others compute theirs when asked
+        start, _, _ = run_lowered(lowered, durations, binding=False)
+        # each result finds its binding (the critical path) when it is asked for
         for row, index in enumerate(members):
             costs = cost_models[index]
-            result = build_result(table, costs, lowered, start[row],
-                                  binding if row == 0 else None, durations[row], mode)
+            result = build_result(table, costs, lowered, start[row], None, durations[row],
+                                  mode)
             if formula:
                 from tabsched.formulas import formula_level
                 result.formula, note = formula_level(table, costs, lowered)
                 result.notes.extend([note] if note else [])
             results[index] = result
     return results
+
+
+def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, optimizer=None,
+                       formula=True):
+    """:func:`evaluate_many` reduced to what a sweep writes: one :class:`Summary` each.
+
+    The same lowerings and kernel calls, the same numbers to the bit, without the
+    Results: no binding for the critical path, no per-device records, no memory
+    timelines (the peaks come from one compiled pass). A sweep spends most of its
+    time building what it does not write, so ``tabsched sweep`` takes this path.
+
+    >>> from tabsched import StageCosts, generate
+    >>> table = generate("1f1b", devices=4, microbatches=8)
+    >>> [s.makespan for s in evaluate_summaries(table, [StageCosts(1.0), StageCosts(2.0)])]
+    [33.0, 66.0]
+    """
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    cost_models = list(cost_models)
+    for costs in cost_models:
+        if not isinstance(costs, CostModel):
+            raise InvalidParameterError(f"cost_models must hold cost models, not "
+                                        f"{type(costs).__name__}")
+    groups = {}
+    for index, costs in enumerate(cost_models):
+        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
+        groups.setdefault(key, []).append(index)
+    summaries = [None] * len(cost_models)
+    for (mode, per_node, blocking, sync, step), members in groups.items():
+        lowered = lower(table, contention=mode, devices_per_node=per_node,
+                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        start, _, _ = run_lowered(lowered, durations, binding=False)
+        for row, index in enumerate(members):
+            costs = cost_models[index]
+            _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            peaks = _peaks(table, costs, lowered, start[row], durations[row])
+            if peaks is None:
+                result = build_result(table, costs, lowered, start[row], None, durations[row],
+                                      mode)
+                peaks = [d.peak_memory for d in result.devices]
+            persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+            totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
+                      for d, peak in enumerate(peaks)]
+            summary = Summary(makespan=makespan, bubble_ratio=bubble,
+                              peak_activation=[float(peak) for peak in peaks],
+                              peak_memory=totals)
+            if formula:
+                from tabsched.formulas import formula_level
+                summary.formula, _ = formula_level(
+                    table, costs, lowered,
+                    transfer_times=durations[row, lowered.num_cells:lowered.first_sync])
+            summaries[index] = summary
+    return summaries
 
 
 def table_level(table):

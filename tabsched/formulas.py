@@ -91,7 +91,7 @@ def formula_mismatch(table):
     return f"the table is tagged {label} ({shape(*expected)}) but has {shape(*actual)}"
 
 
-def formula_level(table, costs=None, lowered=None):
+def formula_level(table, costs=None, lowered=None, transfer_times=None):
     """``(numbers, note)``: :func:`formula_for`'s numbers, and why they are omitted if so.
 
     ``note`` is None when the family has a formula that fits the table, or has
@@ -102,28 +102,30 @@ def formula_level(table, costs=None, lowered=None):
     mismatch = formula_mismatch(table)
     if mismatch is not None:
         return None, f"formula level omitted: {mismatch}"
-    return formula_for(table, costs, lowered), None
+    return formula_for(table, costs, lowered, transfer_times), None
 
 
-def formula_for(table, costs=None, lowered=None):
+def formula_for(table, costs=None, lowered=None, transfer_times=None):
     """Formula-level numbers for ``table``'s family, or ``None`` if there are none.
 
     The dict holds ``level`` ("formula"), ``bubble_ratio`` (or ``None`` when
     unpublished), ``peak_activation`` (per device, in the unit named in
     ``activation_unit``), ``source``, ``exact_when`` and, where it can be judged,
     ``exact``: whether ``costs`` meet ``exact_when``. ``lowered`` (the table's
-    lowering, if at hand) saves lowering again to measure transfer times.
+    lowering, if at hand) saves lowering again to measure transfer times, and
+    ``transfer_times`` (its transfers' durations under ``costs``) saves pricing them.
     ``None`` when the family has no formula, or when the table's metadata does
     not match the table (:func:`formula_mismatch` says how).
     """
     function = FORMULAS.get(table.family)
     if function is None or formula_mismatch(table) is not None:
         return None
-    times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered)
+    times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered,
+                          transfer_times)
     return {"level": "formula", "family": table.family, **function(dict(table.params), times)}
 
 
-def nominal_times(table, costs, lowered=None):
+def nominal_times(table, costs, lowered=None, transfer_times=None):
     """What ``costs`` say one full microbatch costs on ``table``.
 
     Returns a dict: ``F``, ``B``, ``I``, ``W`` (seconds or slots, averaged over the
@@ -139,18 +141,14 @@ def nominal_times(table, costs, lowered=None):
     >>> times["F"], times["B"], times["uniform_stages"]
     (2.0, 4.0, False)
     """
-    S = table.num_stages
-    kinds = np.repeat(np.arange(len(KINDS)), S)
-    stages = np.tile(np.arange(S), len(KINDS))
-    probe = ScheduleTable.from_arrays(
-        np.zeros(len(kinds)), np.arange(len(kinds)), kinds, stages, np.zeros(len(kinds)),
-        [len(kinds)], num_stages=S, microbatch_sizes=(1.0,), stage_layers=table.stage_layers,
-        family=table.family, params=table.params, validate=False)
-    per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
-    if lowered is None:
-        from tabsched.lower import lower
-        lowered = lower(table)
-    comm_times, _ = costs.transfer_costs(table, lowered.transfers)
+    per_stage = _probe_durations(table, costs)
+    if transfer_times is not None:
+        comm_times = transfer_times
+    else:
+        if lowered is None:
+            from tabsched.lower import lower
+            lowered = lower(table)
+        comm_times, _ = costs.transfer_costs(table, lowered.transfers)
     comm_times = np.asarray(comm_times, dtype=float)
     times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
     times.update(
@@ -176,6 +174,44 @@ def _two_per_device(params):
 def _hanayo_stages(params):
     """Hanayo: ``2W`` chunks per device, W the waves (default 1)."""
     return 2 * params.get("waves", 1) * params["devices"]
+
+
+def _probe_durations(table, costs):
+    """(kinds x stages) durations ``costs`` give one full microbatch, on a probe table
+    with one operation of every kind on every stage; remembered per cost model and
+    table shape (a sweep asks the same question for table after table)."""
+    # a cost model prices an operation by its kind, stage, the stage's layers and the
+    # microbatch size, not by the family or its parameters (the probe carries them
+    # all the same, as metadata)
+    key = (costs, table.num_stages, table.stage_layers)
+    return _remembered_probe(key, table, costs)
+
+
+def _probe(table, costs):
+    S = table.num_stages
+    kinds = np.repeat(np.arange(len(KINDS)), S)
+    stages = np.tile(np.arange(S), len(KINDS))
+    probe = ScheduleTable.from_arrays(
+        np.zeros(len(kinds)), np.arange(len(kinds)), kinds, stages, np.zeros(len(kinds)),
+        [len(kinds)], num_stages=S, microbatch_sizes=(1.0,), stage_layers=table.stage_layers,
+        family=table.family, params=table.params, validate=False)
+    per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
+    per_stage.flags.writeable = False
+    return per_stage
+
+
+_PROBES = {}
+
+
+def _remembered_probe(key, table, costs):
+    # by identity of the cost model (cost models are not changed once built); a few
+    # hundred entries at most, then forgotten
+    found = _PROBES.get(key)
+    if found is None:
+        if len(_PROBES) > 512:
+            _PROBES.clear()
+        found = _PROBES[key] = _probe(table, costs)
+    return found
 
 
 def _flush_exact(times):

@@ -15,11 +15,13 @@ depend on the lowering.
 
 import numpy as np
 
+from tabsched import _build
 from tabsched.exceptions import InvalidScheduleError
-from tabsched.lower import INDEX, lower
+from tabsched.lower import INDEX, lower, offer_lowering
 from tabsched.table import KIND_CODES, Overlap, ScheduleTable, coerce_cell
 
-__all__ = ["from_order", "from_order_arrays", "unit_layout"]
+__all__ = ["from_order", "from_order_arrays", "order_table", "lay_out", "unit_layout",
+           "certainly_valid"]
 
 
 def from_order(orders, **metadata):
@@ -60,33 +62,82 @@ def from_order_arrays(device, position, kind, stage, microbatch, *, num_devices=
     ``position`` orders the operations of one device; operations sharing a
     device and position form one overlapped cell.
     """
+    return lay_out(order_table(device, position, kind, stage, microbatch,
+                               num_devices=num_devices, **metadata))
+
+
+def order_table(device, position, kind, stage, microbatch, *, num_devices=None, **metadata):
+    """The valid table whose slots are the positions of ``from_order_arrays``'s orders
+    (no idle cell), before :func:`lay_out` places its cells.
+
+    Row orders are all that evaluation reads, so this table evaluates as its layout
+    does; only the idealized table level (idle cells) needs :func:`lay_out`.
+    """
     device = np.asarray(device, dtype=np.int32)
     if num_devices is None:
         num_devices = int(device.max()) + 1 if len(device) else 0
     position = np.asarray(position, dtype=np.int32)
     lengths = np.zeros(num_devices, dtype=np.int32)
-    if len(device):
+    if len(device) and np.all(device[1:] >= device[:-1]):
+        # sorted by device, as generators give them: a maximum per row segment
+        starts = np.searchsorted(device, np.arange(num_devices, dtype=np.int32))
+        busy = np.flatnonzero(np.append(starts[1:], len(device)) > starts)
+        lengths[busy] = np.maximum.reduceat(position, starts[busy]) + 1
+    elif len(device):
         np.maximum.at(lengths, device, position + 1)
     order = ScheduleTable.from_arrays(device, position, kind, stage, microbatch, lengths,
                                       validate=False, **metadata)
-    order.validate(place="position")
-    slots, lengths = unit_layout(order)
-    return ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,
-                                     order.microbatch, lengths, validate=False,
-                                     **order.metadata)
+    if not certainly_valid(order):
+        order.validate(place="position")   # raises with the first problem's place
+    return order
 
 
-def unit_layout(table):
+def lay_out(order):
+    """``order`` (a valid table) with its cells in the slots of unit-length execution.
+
+    Raises ``DeadlockError`` if the row orders contradict the dependencies.
+    """
+    lowered = lower(order)
+    slots, lengths = unit_layout(order, lowered)
+    table = ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,
+                                      order.microbatch, lengths, validate=False,
+                                      **order.metadata)
+    # Lowering reads the row orders, not the slots: the table's plain lowering is
+    # the one just made; the next lower(table) takes it instead of redoing it.
+    offer_lowering(table, lowered)
+    return table
+
+
+def certainly_valid(table):
+    """True if ``table`` passes :meth:`ScheduleTable.validate`, decided in linear time.
+
+    Counts the kinds of every (stage, microbatch) directly: exactly one ``F``,
+    and one ``B`` or one ``I`` and one ``W``, all on one device. ``False``
+    means "look closer" (``validate`` names the first problem), also for a
+    table whose stage x microbatch grid is much larger than its operations.
+    """
+    S, M, count = table.num_stages, table.num_microbatches, len(table)
+    if count == 0 or S * M > count + 1024:
+        return False
+    answer = _build.table_is_valid(table.device, table.kind, table.stage, table.microbatch,
+                                   S, M, np.empty(4 * S * M, dtype=np.int8),
+                                   np.empty(S * M, dtype=np.int32))
+    return answer == 1
+
+
+def unit_layout(table, lowered=None):
     """Slots of every operation and row lengths under unit-length execution.
 
     Every cell lasts one slot, communication is free: each cell's slot is the
     earliest at which its device is free and its dependencies are done. Every row
     is as long as the whole table (the last end), so cool-down idle shows.
+    ``lowered``: ``lower(table)``, if at hand.
     """
-    lowered = lower(table)
+    lowered = lower(table) if lowered is None else lowered
     durations = np.zeros(lowered.num_nodes)
     durations[:lowered.num_cells] = 1.0
-    start, end, _ = lowered.run(durations, binding=False)
-    makespan = int(end[0].max()) if lowered.num_nodes else 0
-    slots = start[0, :lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
+    start, _, _ = lowered.run(durations, binding=False, end=False)
+    start = start[0]
+    makespan = int(start[:lowered.num_cells].max()) + 1 if lowered.num_cells else 0
+    slots = start[:lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
     return slots, np.full(table.num_devices, makespan, dtype=INDEX)

@@ -26,20 +26,28 @@ Resources (``resources``, one row per node)
     between nodes of ``devices_per_node`` devices hold the sending node's egress
     and the receiving node's ingress port.
 
-Everything here is vectorised over operations; lowering a 500k-operation
-table takes no Python loop per operation.
+Layout
+    Lowering checks the DAG and finds Kahn's order once (``_kernel.topological``),
+    keeping the order and every node's predecessors as positions in it (every
+    edge points backwards) in a ``_kernel.Layout``: each run is then one pull
+    pass. A table whose row orders deadlock still lowers; ``run()`` raises.
+
+Everything here is vectorised over operations or compiled (``tabsched._build``:
+the dependencies, the CSR); lowering a 500k-operation table takes no Python loop
+per operation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched import _kernel
+from tabsched import _build, _kernel
 from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, WEIGHT_GRAD
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -127,6 +135,105 @@ class LoweredSchedule:
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
+    #: Kahn's order of the nodes and the predecessor lists in positions of that
+    #: order, every edge pointing backwards, checked once (a ``_kernel.Layout``:
+    #: ``topo_order``, ``topo_pred_indptr``, ``topo_predecessors``); None when the
+    #: row orders deadlock.
+    layout: object = None
+    #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
+    unfinished: np.ndarray = None
+
+    def __post_init__(self):
+        if self.layout is None and self.unfinished is None:
+            self._order()
+
+    def _order(self):
+        """Validate the DAG and lay it out in Kahn's order, once per lowering."""
+        n = self.num_nodes
+        order = np.empty(n, dtype=INDEX)
+        pred_indptr = np.empty(n + 1, dtype=INDEX)
+        predecessors = np.empty(len(self.successors), dtype=INDEX)
+        scratch = np.empty(n, dtype=INDEX)
+        status = _kernel.topological(self.indptr, self.successors, order, pred_indptr,
+                                     predecessors, scratch)
+        if status == _kernel.DEADLOCK:
+            self.unfinished = scratch
+            return
+        _check_status(status)
+        self.layout = _layout(order, pred_indptr, predecessors)
+
+    @property
+    def topo_order(self):
+        """``topo_order[i]``: the node at position ``i`` of Kahn's order (read-only)."""
+        return None if self.layout is None else self.layout.order
+
+    @property
+    def topo_pred_indptr(self):
+        return None if self.layout is None else self.layout.pred_indptr
+
+    @property
+    def topo_predecessors(self):
+        """The positions of each position's predecessors, ascending (CSR, read-only)."""
+        return None if self.layout is None else self.layout.predecessors
+
+    def link_chains(self):
+        """This lowering under contention ``link`` as a DAG without resources, or None.
+
+        Under contention ``link`` each directed link serves its transfers first
+        come, first served. They are ready when their producers end, and the
+        producers of one link all run on its sending device, one after the
+        other: when every cell lasts longer than zero, the serving order is the
+        sending row's order (transfers of one cell by node id, as the event
+        heap breaks ties), whatever the durations. The FIFO is then the same as
+        an edge from each transfer to the next on its link, which this adds
+        (after the node's other successors), so the pull pass gives the event
+        heap's starts to the bit. Returns None when there is nothing to chain
+        or the chains are not exact whatever the durations: not under ``link``,
+        or with ``transfer_after`` edges (a transfer may then wait for more
+        than its producer).
+        """
+        if (self.contention != "link" or len(self.transfers) == 0
+                or self.extra_transfer_edges or self.layout is None):
+            return None
+        n, first_transfer = self.num_nodes, self.num_cells
+        D = self.table.num_devices
+        # (cell, transfer) pairs in cell order, a cell's transfers by ascending id
+        sends = self.successors[:self.indptr[first_transfer]]
+        sent = sends[(sends >= first_transfer) & (sends < self.first_sync)]
+        link = self.transfers.src[sent - first_transfer].astype(np.int64) * D \
+            + self.transfers.dst[sent - first_transfer]
+        by_link = np.argsort(link.astype(np.uint16) if D * D <= 2**16 else link, kind="stable")
+        chain = sent[by_link]
+        same = link[by_link][1:] == link[by_link][:-1]
+        before, after = chain[:-1][same], chain[1:][same]
+        del sends, sent, link, by_link, chain, same
+        # the chain edges go last in each list; a transfer has one of each at most
+        successor_of = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        successor_of[before] = after
+        indptr = np.empty(n + 1, dtype=INDEX)
+        successors = np.empty(len(self.successors) + len(before), dtype=INDEX)
+        _check_status(_build.append_one(self.indptr, self.successors, successor_of, indptr,
+                                        successors))
+        # Kahn's order stays topological: a transfer is queued when its producer is
+        # taken, and producers of one link leave in row order. So the pull pass keeps
+        # it, a chained transfer getting the previous one on its link as its last
+        # predecessor: the producer binds on ties, as in the event heap.
+        position = np.empty(n, dtype=INDEX)
+        position[self.topo_order] = np.arange(n, dtype=INDEX)
+        predecessor_at = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        predecessor_at[position[after]] = position[before]
+        pred_indptr = np.empty(n + 1, dtype=INDEX)
+        predecessors = np.empty(len(self.topo_predecessors) + len(before), dtype=INDEX)
+        _check_status(_build.append_one(self.topo_pred_indptr, self.topo_predecessors,
+                                        predecessor_at, pred_indptr, predecessors))
+        return dataclasses.replace(self, indptr=indptr, successors=successors,
+                                   resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
+                                   layout=_layout(self.topo_order, pred_indptr, predecessors))
+
+    def check_acyclic(self):
+        """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
+        if self.unfinished is not None:
+            raise self._deadlock(self.unfinished)
 
     @property
     def num_nodes(self):
@@ -168,8 +275,9 @@ class LoweredSchedule:
         """Bytes held by the DAG's arrays (not the table)."""
         arrays = [self.cell_of_op, self.cell_device, self.indptr, self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
-                  self.transfers.gradient]
-        return sum(array.nbytes for array in arrays)
+                  self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
+                  self.topo_predecessors]
+        return sum(array.nbytes for array in arrays if array is not None)
 
     def _checked_durations(self, durations):
         """``durations`` as a C-contiguous (samples, nodes) float64 array, checked."""
@@ -180,8 +288,11 @@ class LoweredSchedule:
         if durations.ndim != 2 or durations.shape[1] != self.num_nodes:
             raise InvalidParameterError(
                 f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
-        if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-            raise InvalidParameterError("durations must be finite and not negative")
+        # a sum and a minimum, no temporaries: a sum is finite only if every term is
+        # (or the terms overflow it: then look closer)
+        if not np.isfinite(durations.sum()) or (durations.size and durations.min() < 0):
+            if not np.all(np.isfinite(durations)) or np.any(durations < 0):
+                raise InvalidParameterError("durations must be finite and not negative")
         return durations
 
     def run(self, durations, *, binding=True, end=True):
@@ -208,9 +319,15 @@ class LoweredSchedule:
             operations on one cycle with their devices and slots.
         """
         durations = self._checked_durations(durations)
+        self.check_acyclic()
         n = self.num_nodes
         samples = durations.shape[0]
         start = np.empty((samples, n), dtype=np.float64)
+        if self.resources.shape[1] == 0:
+            bound = np.empty(n if binding else 0, dtype=INDEX)
+            _check_status(_kernel.longest_path(self.layout, True, durations, start, bound,
+                                               np.empty(n, dtype=np.float64)))
+            return start, (start + durations if end else None), (bound if binding else None)
         no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
         bound = np.empty(n if binding else 0, dtype=INDEX)
         indegree = np.empty(n, dtype=INDEX)
@@ -266,19 +383,27 @@ class LoweredSchedule:
             As :meth:`run`.
         """
         durations = self._checked_durations(durations)
+        self.check_acyclic()
         n = self.num_nodes
         if node_devices is None:
             node_devices = self.node_devices()
+        node_devices = np.ascontiguousarray(node_devices, dtype=INDEX)
         samples, devices = durations.shape[0], self.table.num_devices
         makespan = np.empty(samples, dtype=np.float64)
         busy = np.empty((samples, devices), dtype=np.float64)
         first_start = np.empty((samples, devices), dtype=np.float64)
         last_end = np.empty((samples, devices), dtype=np.float64)
+        if self.resources.shape[1] == 0:
+            _check_status(_kernel.longest_path_summary(
+                self.layout, True, node_devices, durations, makespan, busy, first_start,
+                last_end,
+                np.empty(n * _kernel.SUMMARY_BLOCK, dtype=np.float64)))
+            return makespan, busy, first_start, last_end
         fifo = self.resources.shape[1] > 0
         indegree = np.empty(n, dtype=INDEX)
         status = _kernel.evaluate_summary(
             self.indptr, self.successors, durations, self.resources, self.num_resources,
-            np.ascontiguousarray(node_devices, dtype=INDEX), makespan, busy, first_start,
+            node_devices, makespan, busy, first_start,
             last_end, np.empty(n, dtype=np.float64), indegree, np.empty(n, dtype=INDEX),
             np.empty(n if fifo else 0, dtype=np.float64), np.empty(n if fifo else 0, dtype=INDEX),
             np.empty(self.num_resources, dtype=np.float64),
@@ -344,6 +469,21 @@ class LoweredSchedule:
         return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
 
 
+def _layout(order, pred_indptr, predecessors):
+    """A ``_kernel.Layout`` of these arrays (checked), or an internal error."""
+    layout = _kernel.make_layout(order, pred_indptr, predecessors)
+    if not isinstance(layout, _kernel.Layout):
+        _check_status(layout)
+    return layout
+
+
+def _check_status(status):
+    """Raise for a kernel status other than OK (the lowering validated the arrays)."""
+    if status != _kernel.OK:
+        raise TabschedError(f"internal error: the kernel returned status {status} "
+                            f"for a lowered table (please report this)")
+
+
 def _cycle_text(described):
     """One line for a cycle; a run of four or more steps on one device is folded."""
     if not described:
@@ -404,74 +544,44 @@ def lower(table: ScheduleTable, *, contention: str = "none",
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
+    if (contention == "none" and not blocking_sends and not optimizer
+            and transfer_after is None and (grad_sync is None or grad_sync is False
+                                            or (isinstance(grad_sync, (list, tuple))
+                                                and not grad_sync))):
+        offered = _take_offered(table)
+        if offered is not None:
+            return offered
 
     D = table.num_devices
-    S, M = table.num_stages, table.num_microbatches
-    device, kind = table.device, table.kind
-    num_ops = len(device)
-    op_index = np.arange(num_ops, dtype=INDEX)
+    device = table.device
 
     fresh = table.cell_starts()
     cell_of_op = (np.cumsum(fresh, dtype=INDEX) - 1).astype(INDEX)
     num_cells = int(fresh.sum())
     cell_device = device[fresh].astype(INDEX)
 
-    key_type = np.int32 if S * M < np.iinfo(np.int32).max else np.int64
-    pair = table.stage.astype(key_type) * M + table.microbatch
-    is_f = kind == FORWARD
-    is_bwd = (kind == BACKWARD) | (kind == INPUT_GRAD)
-    is_i = kind == INPUT_GRAD
-    is_w = kind == WEIGHT_GRAD
-    forward_of = np.full(S * M, -1, dtype=INDEX)
-    forward_of[pair[is_f]] = op_index[is_f]
-    backward_of = np.full(S * M, -1, dtype=INDEX)
-    backward_of[pair[is_bwd]] = op_index[is_bwd]
-    input_grad_of = np.full(S * M, -1, dtype=INDEX)
-    input_grad_of[pair[is_i]] = op_index[is_i]
-
-    # Dependencies between operations, one group per type: (producer, consumer).
-    # Within a group every producer has at most one consumer, and an overlapped
-    # cell holds one forward and one backward, so every *cell* is the source of
-    # at most one edge per group; the CSR can then be filled without sorting.
-    f_next = is_f & (table.stage > 0)
-    b_next = is_bwd & (table.stage < S - 1)
-    groups = [
-        (forward_of[pair[f_next] - M], op_index[f_next], False),      # activation
-        (forward_of[pair[is_bwd]], op_index[is_bwd], True),           # own forward
-        (backward_of[pair[b_next] + M], op_index[b_next], True),      # input gradient
-        (input_grad_of[pair[is_w]], op_index[is_w], True),            # weight grad after I
-    ]
-    del forward_of, backward_of, input_grad_of, pair, f_next, b_next, is_f, is_bwd, is_i, is_w
-    if any(np.any(producers < 0) for producers, _, _ in groups):
-        raise TabschedError("internal error: lowering met a dependency the table lacks "
-                            "(tables validate when built; please report this)")
-
-    crossing = [device[producers] != device[consumers] for producers, consumers, _ in groups]
-    num_transfers = int(sum(int(mask.sum()) for mask in crossing))
-    tr_producer = np.concatenate([producers[mask] for (producers, _, _), mask
-                                  in zip(groups, crossing)]).astype(INDEX)
-    tr_consumer = np.concatenate([consumers[mask] for (_, consumers, _), mask
-                                  in zip(groups, crossing)]).astype(INDEX)
-    tr_gradient = np.concatenate([np.full(int(mask.sum()), gradient) for (_, _, gradient), mask
-                                  in zip(groups, crossing)]).astype(bool)
+    # Dependencies between operations (producer, consumer), group by group:
+    # activation, own forward, input gradient, weight grad after I (_build).
+    producers, consumers, gradient, crossing = _dependencies(table)
+    tr_producer = producers[crossing]
+    tr_consumer = consumers[crossing]
+    tr_gradient = gradient[crossing]
     transfers = Transfers(table=table, producer=tr_producer, consumer=tr_consumer,
                           gradient=tr_gradient)
+    num_transfers = len(tr_producer)
     num_nodes = num_cells + num_transfers
 
-    # Edge groups (sources, targets), each with distinct sources.
+    # Edge groups (sources, targets), each node's successors listed group by group:
+    # its next cell, its dependencies (a crossing one through its transfer node),
+    # then whatever the options add.
     edge_groups = []
     same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(INDEX)
     edge_groups.append((same_row, same_row + 1))
-    first_transfer = num_cells
-    for (producers, consumers, _), mask in zip(groups, crossing):
-        local = ~mask
-        edge_groups.append((cell_of_op[producers[local]], cell_of_op[consumers[local]]))
-        count = int(mask.sum())
-        nodes = np.arange(first_transfer, first_transfer + count, dtype=INDEX)
-        edge_groups.append((cell_of_op[producers[mask]], nodes))
-        first_transfer += count
-    del groups, crossing
     transfer_node = np.arange(num_cells, num_nodes, dtype=INDEX)
+    dependency_targets = cell_of_op[consumers]
+    dependency_targets[crossing] = transfer_node
+    edge_groups.append((cell_of_op[producers], dependency_targets))
+    del producers, consumers, gradient, crossing, dependency_targets
     edge_groups.append((transfer_node, cell_of_op[tr_consumer]))
     if blocking_sends and num_transfers:
         sender_cell = cell_of_op[tr_producer]
@@ -513,18 +623,13 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         raise InvalidParameterError(
             f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
             f"int32 ids hold at most {MAX_IDS}")
-    degree = np.zeros(num_nodes, dtype=INDEX)
-    for sources, _ in edge_groups:
-        degree[sources] += 1
-    indptr = np.zeros(num_nodes + 1, dtype=INDEX)
-    np.cumsum(degree, out=indptr[1:])
-    del degree
-    successors = np.empty(int(indptr[-1]), dtype=INDEX)
-    fill = indptr[:-1].copy()
-    for sources, targets in edge_groups:
-        successors[fill[sources]] = targets
-        fill[sources] += 1
-    del fill, edge_groups
+    sources = np.concatenate([group for group, _ in edge_groups]).astype(INDEX, copy=False)
+    targets = np.concatenate([group for _, group in edge_groups]).astype(INDEX, copy=False)
+    del edge_groups
+    indptr = np.empty(num_nodes + 1, dtype=INDEX)
+    successors = np.empty(num_edges, dtype=INDEX)
+    _check_status(_build.csr(sources, targets, indptr, successors))
+    del sources, targets
 
     resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
                                           devices_per_node)
@@ -534,6 +639,54 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage, optimizer=bool(optimizer),
                            extra_transfer_edges=transfer_after is not None)
+
+
+def _dependencies(table):
+    """``(producer, consumer, gradient, crossing)`` arrays of every data dependency,
+    group by group (activation, own forward, input gradient, W after I), each
+    group in the consumer's order (``_build.dependencies``); ``crossing`` marks those
+    between two devices."""
+    S, M = table.num_stages, table.num_microbatches
+    num_ops = len(table)
+    pairs = S * M
+    limit = int(np.iinfo(INDEX).max)
+    if pairs > limit or 2 * num_ops > limit:
+        raise InvalidParameterError(f"the table has {S} stages x {M} microbatches and "
+                                    f"{num_ops} operations; the kernel's int32 ids hold at "
+                                    f"most {limit}")
+    producer = np.empty(2 * num_ops, dtype=INDEX)
+    consumer = np.empty(2 * num_ops, dtype=INDEX)
+    group = np.empty(2 * num_ops, dtype=np.int8)
+    crossing = np.empty(2 * num_ops, dtype=np.int8)
+    count = _build.dependencies(table.kind, table.stage, table.microbatch, table.device, S, M,
+                                np.empty(pairs, INDEX), np.empty(pairs, INDEX),
+                                np.empty(pairs, INDEX), producer, consumer, group, crossing)
+    if count < 0:
+        raise TabschedError("internal error: lowering met a dependency the table lacks "
+                            "(tables validate when built; please report this)")
+    return (producer[:count], consumer[:count], group[:count] != _build.ACTIVATION,
+            crossing[:count].view(bool))
+
+
+# The lowering a layout made of a table's row orders, offered to the next lower()
+# of that table (generate() then evaluate() lowers once). One slot: a table
+# nobody evaluates holds nothing beyond the next layout.
+_offered = [None]
+
+
+def offer_lowering(table, lowered):
+    """Let the next plain ``lower(table)`` (contention none, no tail, no extra edges)
+    take ``lowered``, a plain lowering of a table with the same row orders."""
+    transfers = dataclasses.replace(lowered.transfers, table=table)
+    _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
+
+
+def _take_offered(table):
+    offered = _offered[0]
+    if offered is None or offered.table is not table:
+        return None
+    _offered[0] = None
+    return offered
 
 
 def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):

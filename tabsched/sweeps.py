@@ -23,6 +23,7 @@ system's costs, and its table level from the table it builds for the slot length
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import json
@@ -34,7 +35,7 @@ from tabsched._extras import require
 from tabsched.compare import (describe_lengths, generate_spec, model_costs_for, parse_spec,
                               slot_lengths, table_level_with)
 from tabsched.costs import UnitCosts
-from tabsched.evaluate import evaluate_many
+from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
@@ -119,6 +120,38 @@ def _base_row(task, system):
     return row
 
 
+# Presets are parsed once per process, and a cost model is built once per
+# (model, system, microbatch size, options): a sweep meets the same ones in task
+# after task. Cost models are not changed after they are built.
+_load_model = functools.lru_cache(maxsize=None)(load_model)
+_load_system = functools.lru_cache(maxsize=None)(load_system)
+
+
+def _hashable(grad_sync):
+    return tuple(grad_sync) if isinstance(grad_sync, list) else grad_sync
+
+
+@functools.lru_cache(maxsize=1024)
+def _model_costs(model, system, microbatches, global_batch, recompute, contention, grad_sync,
+                 parallel=()):
+    """The cost model of one configuration, built once per process (presets parsed once)."""
+    return model_costs_for(_load_model(model), _load_system(system), microbatches,
+                           global_batch=global_batch, recompute=recompute,
+                           contention=contention, grad_sync=grad_sync, **dict(parallel))
+
+
+def _warm(tasks):
+    """Build every cost model ``tasks`` use, here, before worker processes fork."""
+    for task in tasks:
+        for system in task.systems:
+            try:
+                _model_costs(task.model, system, task.microbatches, task.global_batch,
+                             task.recompute, task.contention, _hashable(task.grad_sync),
+                             tuple(task.parallel))
+            except TabschedError:
+                pass        # the task reports it as a skipped row
+
+
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
     rows = [_base_row(task, system) for system in task.systems]
@@ -132,10 +165,9 @@ def run_task(task):
     costs, live = [], []
     for row, system in zip(rows, task.systems):
         try:
-            costs.append(model_costs_for(task.model, system, task.microbatches,
-                                         global_batch=task.global_batch,
-                                         recompute=task.recompute, contention=task.contention,
-                                         grad_sync=task.grad_sync, **dict(task.parallel)))
+            costs.append(_model_costs(task.model, system, task.microbatches, task.global_batch,
+                                      task.recompute, task.contention, _hashable(task.grad_sync),
+                                      tuple(task.parallel)))
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:
@@ -149,24 +181,25 @@ def run_task(task):
             # one table per system, built for its costs; the table level for the slot lengths
             tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
                       for system in costs]
-            results = [evaluate_many(table, [system], grad_sync=sync)[0]
+            results = [evaluate_summaries(table, [system], grad_sync=sync)[0]
                        for table, system in zip(tables, costs)]
             level = table_level_with(generate_spec(spec, task.devices, task.microbatches,
                                                    layers, UnitCosts(*task.lengths)),
                                      task.lengths)
         else:
             table = generate_spec(spec, task.devices, task.microbatches, layers)
-            results = evaluate_many(table, costs, grad_sync=sync)
+            tables = [table] * len(costs)
+            results = evaluate_summaries(table, costs, grad_sync=sync)
             level = table_level_with(table, task.lengths)
     except TabschedError as error:
         return skip(str(error), live)
-    for row, result in zip(live, results):
-        params = json.dumps(result.table.params, sort_keys=True)
+    for row, table, result in zip(live, tables, results):
+        params = json.dumps(table.params, sort_keys=True)
         formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")
-        activation = [d.peak_memory for d in result.devices]
-        total = [d.peak_total_memory for d in result.devices]
+        activation = result.peak_activation
+        total = result.peak_memory
         row.update({
             "params": params,
             "formula_bubble_ratio": formula.get("bubble_ratio"),
@@ -221,11 +254,20 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         for index, task in enumerate(tasks):
             record(index, run_task(task), index + 1)
     else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import ProcessPoolExecutor
+        _warm(tasks)    # forked workers inherit the parsed presets and built cost models
+        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
+        # long chunk at the end keeps the other idle (one round trip costs well under
+        # a typical task)
+        chunk = max(1, len(tasks) // (64 * jobs))
+        # the largest tables first (operations grow with devices x microbatches), so
+        # that no worker starts a long task when the others are nearly done
+        largest_first = sorted(range(len(tasks)),
+                               key=lambda index: -tasks[index].devices * tasks[index].microbatches)
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(run_task, task): index for index, task in enumerate(tasks)}
-            for done, future in enumerate(as_completed(futures), 1):
-                record(futures[future], future.result(), done)
+            done = pool.map(run_task, [tasks[index] for index in largest_first], chunksize=chunk)
+            for count, (index, rows) in enumerate(zip(largest_first, done), 1):
+                record(index, rows, count)
     return [row for rows in results for row in rows]
 
 

@@ -28,6 +28,7 @@ Traceback (most recent call last):
 tabsched.exceptions.InvalidScheduleError: device 0, slot 2: 0B1 has no forward (0F1)
 """
 
+import math
 import numbers
 import re
 from typing import NamedTuple
@@ -571,7 +572,7 @@ def _sizes(values):
     if any(isinstance(size, (bool, str)) for size in values):
         raise InvalidScheduleError(f"microbatch_sizes must be numbers, not "
                                    f"{shown_repr((values))}")
-    if any(not np.isfinite(size) or size <= 0 for size in sizes):
+    if any(not math.isfinite(size) or size <= 0 for size in sizes):
         raise InvalidScheduleError("microbatch_sizes must be positive finite numbers")
     return sizes
 

@@ -14,14 +14,24 @@ from tabsched.lower import lower
 PAPER = ModelCosts("paper-128l", "slow_nw_mid_cp", recompute="full")
 
 
+def chunked(table, costs, variation, *, samples, seed, chunk_bytes):
+    """Monte Carlo by numpy draws in chunks and the summary pass (no fused pass)."""
+    from tabsched.adapt.montecarlo import run_monte_carlo
+    from tabsched.evaluate import lower_for
+    context = VariationContext(lower_for(table, costs), costs, seed=seed)
+    return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes,
+                           fused=False)
+
+
 def test_same_seed_same_bits_whatever_the_chunks():
     table = generate("1f1b", devices=8, microbatches=32)
     variation = Noise(0.1, transfers=0.05) + SlowLink((3, 4), 3.0)
     first = monte_carlo(table, PAPER, variation, samples=300, seed=11)
     again = monte_carlo(table, PAPER, variation, samples=300, seed=11)
-    small = monte_carlo(table, PAPER, variation, samples=300, seed=11, chunk_bytes=200_000)
+    small = chunked(table, PAPER, variation, samples=300, seed=11, chunk_bytes=200_000)
     assert first.makespans.tobytes() == again.makespans.tobytes()
     assert small.chunks > 1 and first.chunks == 1
+    # the fused pass draws what numpy draws chunk by chunk, to the bit
     assert small.makespans.tobytes() == first.makespans.tobytes()
     assert small.to_dict()["devices"] == first.to_dict()["devices"]
     prefix = monte_carlo(table, PAPER, variation, samples=50, seed=11)
@@ -182,3 +192,29 @@ def test_monte_carlo_keeps_a_pytorch_files_send_recv_order(contention):
                           transfer_after=schedule.transfer_after)
     assert ordered.nominal_makespan == ordered.mean == expected
     assert plain.nominal_makespan < expected
+
+
+@settings(max_examples=30)
+@given(seed=st.integers(0, 2**32 - 1), contention=st.sampled_from(["none", "link", "nic"]),
+       transfers=st.sampled_from([0.0, 0.2]), samples=st.sampled_from([1, 7, 16, 33]))
+def test_the_fused_pass_draws_what_numpy_draws(seed, contention, transfers, samples):
+    # the fused kernel pass (noise drawn while it runs) and numpy's chunks then the
+    # summary pass give the same makespans, busy times and last ends, to the bit
+    table = random_table(seed, overlap=0.3)
+    costs = StageCosts(1.0, comm=0.25, contention=contention, devices_per_node=2,
+                       overlap=0.8)
+    variation = Noise(0.2, kinds={"B": 0.4}, transfers=transfers) + Straggler(0, 1.5)
+    if table.num_devices > 1:
+        variation = variation + SlowLink((0, 1), 2.0, latency_spike=0.1)
+    fused = monte_carlo(table, costs, variation, samples=samples, seed=seed)
+    plain = chunked(table, costs, variation, samples=samples, seed=seed, chunk_bytes=5_000)
+    assert fused.makespans.tobytes() == plain.makespans.tobytes()
+    assert fused.to_dict()["devices"] == plain.to_dict()["devices"]
+
+
+@pytest.mark.parametrize("variation", [None, Noise(0.1), Noise(0.1) + Straggler(1, 2.0)])
+def test_a_table_without_operations(variation):
+    from tabsched import ScheduleTable
+    empty = ScheduleTable([[], []])
+    runs = monte_carlo(empty, None, variation, samples=20)
+    assert runs.makespans.tolist() == [0.0] * 20 and runs.nominal_makespan == 0.0

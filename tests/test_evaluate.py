@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tabsched import (DeadlockError, InvalidParameterError, ScheduleTable, StageCosts,
@@ -289,3 +289,29 @@ def test_table_grad_sync_is_the_default_tail_and_notes_reach_the_dict():
     assert evaluate(synced, UnitCosts(sync=5), grad_sync=[]).makespan == 6
     result = evaluate(synced)
     assert result.notes == [] and result.to_dict()["notes"] == []
+
+
+@settings(max_examples=40)
+@given(seed=st.integers(0, 2**32 - 1), blocking=st.booleans(), tail=st.booleans())
+def test_link_contention_takes_the_chains_with_the_heaps_numbers(seed, blocking, tail):
+    # evaluate() runs contention link as chains where they are exact (cells longer
+    # than zero); the event heap on the same DAG gives the same starts to the bit
+    from tabsched._testing import random_table
+    from tabsched.evaluate import run_lowered
+    table = random_table(seed)
+    rng = np.random.default_rng(seed)
+    costs = StageCosts(rng.exponential(1.0, table.num_stages) + 0.01,
+                       comm=rng.exponential(0.5, (table.num_devices,) * 2),
+                       contention="link", blocking_sends=blocking, sync=0.3,
+                       optimizer=0.2)
+    lowered = lower(table, contention="link", blocking_sends=blocking,
+                    grad_sync="all" if tail else None, optimizer=tail)
+    durations = costs.node_durations(lowered)
+    chained, _, chained_binding = run_lowered(lowered, durations)
+    heap, _, heap_binding = lowered.run(durations, end=False)
+    np.testing.assert_array_equal(chained, heap)
+    transfers = slice(lowered.num_cells, lowered.first_sync)
+    # a transfer waits for its producer or the previous one on its link, as the heap says
+    np.testing.assert_array_equal(chained_binding[transfers], heap_binding[transfers])
+    result = evaluate(table, costs, grad_sync="all" if tail else None, optimizer=tail)
+    assert result.makespan == float((heap + durations).max())

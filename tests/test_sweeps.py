@@ -79,3 +79,30 @@ def test_bad_sweep_csv(tmp_path):
     path.write_text("a,b\n1,2\n")
     with pytest.raises(InvalidParameterError, match="not a sweep CSV"):
         read_sweep_csv(path)
+
+
+def test_summaries_are_the_results_numbers_to_the_bit():
+    from tabsched import ModelCosts, StageCosts, generate
+    from tabsched.evaluate import evaluate_many, evaluate_summaries
+    for family in ("1f1b", "chimera", "zbv"):
+        table = generate(family, devices=4, microbatches=8)
+        costs = [ModelCosts("paper-128l", system, grad_sync="replicas")
+                 for system in ("slow_nw_mid_cp", "fast_nw_fast_cp")]
+        costs.append(StageCosts(1.0, comm=0.5, contention="link", input_grad_release=0.5))
+        results = evaluate_many(table, costs, grad_sync="replicas")
+        summaries = evaluate_summaries(table, costs, grad_sync="replicas")
+        for result, summary in zip(results, summaries):
+            assert summary.makespan == result.makespan
+            assert summary.bubble_ratio == result.bubble_ratio
+            assert summary.peak_activation == [d.peak_memory for d in result.devices]
+            assert summary.peak_memory == [d.peak_total_memory for d in result.devices]
+            assert summary.formula == result.formula
+
+
+def test_summaries_refuse_what_evaluate_many_refuses():
+    from tabsched import generate
+    from tabsched.evaluate import evaluate_summaries
+    with pytest.raises(InvalidParameterError, match=r"table must be a ScheduleTable"):
+        evaluate_summaries("1f1b", [])
+    with pytest.raises(InvalidParameterError, match=r"cost_models must hold cost models"):
+        evaluate_summaries(generate("1f1b", devices=2, microbatches=2), ["paper-128l"])

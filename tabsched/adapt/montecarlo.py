@@ -1,27 +1,32 @@
 """Monte Carlo evaluation: one lowered table, many sampled iterations, one kernel pass.
 
-:func:`monte_carlo` lowers a table once, draws the durations of ``samples``
-iterations from a variation model and runs them through the kernel's samples
-axis (:meth:`tabsched.LoweredSchedule.run_summary`), which keeps per sample
-only the makespan and, per device, busy time, first start and last end.
+:func:`monte_carlo` lowers a table once and runs ``samples`` iterations drawn
+from a variation model through the kernel, which keeps per sample only the
+makespan and, per device, busy time, first start and last end.
 
-Memory: the durations of a chunk of samples are a (chunk x nodes) float64
-matrix, plus the variation model's parts; chunks are sized to ``chunk_bytes``
-(256 MiB by default, about 40 samples of a 200k-node table), so a thousand
-samples of a large table never hold a 1.6 GB matrix. Chunking does not change
-any number: draws are keyed by sample index, not by chunk.
+The fused pass
+    Lognormal noise on top of models that change every sample alike
+    (stragglers, slow links without random spikes, single measurements) is
+    drawn inside the kernel while it runs (``_kernel.monte_carlo_summary``):
+    blocks of 16 samples, node-major, each node's durations computed as the
+    pass reaches it. Memory is one block of end times per node, whatever the
+    number of samples.
+Chunks
+    Other models (random latency spikes, replayed measurements that cycle)
+    draw the durations of a chunk of samples with numpy, a (chunk x nodes)
+    float64 matrix plus the model's parts, sized to ``chunk_bytes`` (256 MiB by
+    default, about 40 samples of a 200k-node table), then run the kernel's
+    summary pass (:meth:`tabsched.LoweredSchedule.run_summary`). The noise
+    draws are the same compiled ones, so both ways give the same numbers to
+    the bit, and chunking changes none: draws are keyed by sample, not by chunk.
 
 Link contention without a heap
-    Under contention ``link`` each directed link serves its transfers first
-    come, first served. They are ready when their producers end, and the
-    producers of one link all run on its sending device, one after the other:
-    when every cell lasts longer than zero, the serving order is the sending
-    row's order (transfers of one cell by node id, as the kernel breaks ties),
-    whatever the durations. The FIFO is then the same as an edge from each
-    transfer to the next on its link, and :func:`link_chains` adds those edges
-    so that Monte Carlo runs the kernel's longest-path pass, several times
-    faster than its event heap, with the same starts to the bit. A chunk with a
-    cell of zero duration runs the heap.
+    Under contention ``link`` a link's FIFO serves its transfers in the
+    sending row's order whenever every cell lasts longer than zero, so Monte
+    Carlo runs :meth:`tabsched.lower.LoweredSchedule.link_chains` (an edge from
+    each transfer to the next on its link) through the pull pass, with the same
+    starts to the bit; a chunk with a cell of zero duration runs the heap.
+    ``evaluate()`` does the same (:func:`tabsched.evaluate.run_lowered`).
 
 Run-time bubble
     ``mean makespan under variation - makespan at mean durations``: the time
@@ -33,15 +38,16 @@ Run-time bubble
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched.adapt.variation import VariationContext, check_variation
+from tabsched import _kernel
+from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_variation,
+                                      lognormal_parameters)
 from tabsched.evaluate import checked_costs, lower_for
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
 
@@ -168,32 +174,12 @@ class MonteCarloResult:
 
 
 def link_chains(lowered):
-    """``lowered`` under contention ``link`` as a DAG without resources (see the module
-    docstring), or ``None`` if it is not under contention ``link``.
+    """``lowered`` under contention ``link`` as a DAG without resources, or ``None``
+    (:meth:`tabsched.lower.LoweredSchedule.link_chains`).
 
-    Valid for durations whose cells all last longer than zero, and only when a
-    transfer is ready as its producer ends (no ``transfer_after`` edges).
+    Valid for durations whose cells all last longer than zero.
     """
-    if (lowered.contention != "link" or len(lowered.transfers) == 0
-            or lowered.extra_transfer_edges):
-        return None
-    transfers = lowered.transfers
-    D = lowered.table.num_devices
-    node = lowered.num_cells + np.arange(len(transfers), dtype=np.int64)
-    producer = lowered.cell_of_op[transfers.producer].astype(np.int64)
-    link = transfers.src.astype(np.int64) * D + transfers.dst
-    order = np.lexsort((node, producer, link))
-    same = link[order][1:] == link[order][:-1]
-    n = lowered.num_nodes
-    sources = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(lowered.indptr)),
-                              node[order][:-1][same]])
-    targets = np.concatenate([lowered.successors.astype(np.int64), node[order][1:][same]])
-    by_source = np.argsort(sources, kind="stable")
-    indptr = np.zeros(n + 1, dtype=INDEX)
-    np.cumsum(np.bincount(sources, minlength=n), out=indptr[1:])
-    return dataclasses.replace(lowered, indptr=indptr,
-                               successors=targets[by_source].astype(INDEX),
-                               resources=np.empty((n, 0), dtype=INDEX), num_resources=0)
+    return lowered.link_chains()
 
 
 def _summary(lowered, chained, durations, node_devices):
@@ -232,7 +218,8 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
         As in :func:`tabsched.evaluate` (the gradient sync defaults to the table's own,
         e.g. PyTorch's REDUCE_GRAD, else the cost model's).
     chunk_bytes : int
-        Memory for the durations of one chunk of samples (see the module docstring).
+        Memory for the durations of one chunk of samples, where durations are
+        drawn in chunks (see the module docstring).
 
     Returns
     -------
@@ -255,33 +242,98 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
     return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes)
 
 
+def _fused(context, variation, chained, samples, node_devices):
+    """Makespans, busy time and last ends of ``samples`` from the fused kernel pass
+    (``_kernel.monte_carlo_summary``: noise drawn while the pass runs, no
+    duration matrix), or None where it does not apply: a model that draws
+    something other than lognormal noise (random spikes, replayed
+    measurements), two noise models, or resources the pull pass cannot hold."""
+    parts = [] if variation is None else (
+        list(variation.parts) if isinstance(variation, Combined) else [variation])
+    noises = [part for part in parts if isinstance(part, Noise)]
+    fixed = [part for part in parts if not isinstance(part, Noise)]
+    if len(noises) > 1 or any(part.random for part in fixed):
+        return None
+    lowered = context.lowered
+    draw = context.new_draw([0])       # what every sample shares: the models but noise
+    for part in fixed:
+        part.validate(context.table)
+        part.apply(context, draw)
+    base = context.node_durations(draw)[0]
+    cells = base[:lowered.num_cells]
+    if lowered.resources.shape[1] > 0:
+        if chained is None or not np.all(cells > 0):   # factors are > 0: so are the cells
+            return None
+        lowered = chained
+    num_ops = context.num_ops
+    op_sigma = op_shift = np.zeros(num_ops, dtype=np.float32)
+    transfer_sigma = transfer_shift = np.float32(0.0)
+    if noises and noises[0].active(context):
+        noise = noises[0]
+        noise.validate(context.table)
+        cv = noise.op_cv(context.table)
+        if np.any(cv > 0):
+            op_sigma, op_shift = lognormal_parameters(cv, num_ops)
+        if noise.transfers > 0 and context.num_transfers:
+            (transfer_sigma,), (transfer_shift,) = lognormal_parameters(noise.transfers, 1)
+    transfer_base = np.empty((1, context.num_transfers))
+    draw.transfer_durations(transfer_base)
+    D = context.table.num_devices
+    makespans = np.empty(samples)
+    busy = np.empty((samples, D))
+    first_start = np.empty((samples, D))
+    finish = np.empty((samples, D))
+    cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
+    status = _kernel.monte_carlo_summary(
+        lowered.layout, node_devices, cell_first_op, np.ascontiguousarray(draw.op[0]), context.op_keys,
+        op_sigma, op_shift, float(context.costs.overlap), transfer_base[0],
+        context.transfer_keys, float(transfer_sigma), float(transfer_shift),
+        np.ascontiguousarray(base[lowered.first_sync:]), context.stream_key("noise"),
+        context.stream_key("transfer-noise"), makespans, busy, first_start, finish,
+        np.empty((lowered.num_nodes + 3 * D) * _kernel.SUMMARY_BLOCK))
+    if status != _kernel.OK:
+        raise TabschedError(f"internal error: the kernel returned status {status} for a "
+                            f"lowered table (please report this)")
+    return makespans, busy, finish
+
+
 def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BYTES,
-                    keep_busy=False):
-    """:func:`monte_carlo` on a prepared :class:`VariationContext` (the search reuses one)."""
+                    keep_busy=False, fused=True):
+    """:func:`monte_carlo` on a prepared :class:`VariationContext` (the search reuses one).
+
+    ``fused=False`` draws every chunk's durations with numpy and runs them through
+    the kernel's summary pass, even where the fused pass applies (the same numbers).
+    """
     samples = _check_count("samples", samples)
     chunk_bytes = _check_count("chunk_bytes", chunk_bytes)
     lowered = context.lowered
     table = context.table
     D = table.num_devices
+    lowered.check_acyclic()
     node_devices = lowered.node_devices()
     chained = link_chains(lowered)
     nominal_durations = context.mean_durations(variation)[None, :]
     nominal, nominal_busy, _, _ = _summary(lowered, chained, nominal_durations, node_devices)
-    # a sample holds its durations, their parts, and the noise's temporaries
-    per_sample = 8 * (lowered.num_nodes + 4 * context.num_ops + 5 * context.num_transfers)
-    chunk = max(1, min(samples, chunk_bytes // max(per_sample, 1)))
-    makespans = np.empty(samples)
-    busy = np.empty((samples, D))
-    finish = np.empty((samples, D))
-    chunks = 0
-    for first in range(0, samples, chunk):
-        indices = np.arange(first, min(samples, first + chunk))
-        durations = context.sample_durations(variation, indices)
-        rows = slice(first, first + len(indices))
-        makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained, durations,
-                                                                node_devices)
-        del durations
-        chunks += 1
+    fused = _fused(context, variation, chained, samples, node_devices) if fused else None
+    if fused is not None:
+        makespans, busy, finish = fused
+        chunks = 1
+    else:
+        # a sample holds its durations, their parts, and the noise's temporaries
+        per_sample = 8 * (lowered.num_nodes + 4 * context.num_ops + 5 * context.num_transfers)
+        chunk = max(1, min(samples, chunk_bytes // max(per_sample, 1)))
+        makespans = np.empty(samples)
+        busy = np.empty((samples, D))
+        finish = np.empty((samples, D))
+        chunks = 0
+        for first in range(0, samples, chunk):
+            indices = np.arange(first, min(samples, first + chunk))
+            durations = context.sample_durations(variation, indices)
+            rows = slice(first, first + len(indices))
+            makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained,
+                                                                    durations, node_devices)
+            del durations
+            chunks += 1
     nominal_makespan = float(nominal[0])
     mean_makespan = float(makespans.mean())
     devices = [DeviceRuntime(device=d, mean_busy=float(busy[:, d].mean()),

@@ -35,6 +35,7 @@ Report
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -44,11 +45,13 @@ import numpy as np
 from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.references import ALL, reference_tables
 from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMicrobatches,
-                                       SplitPhases, Transform, Warmup, deferred_weight_grads)
+                                       SplitPhases, Transform, Warmup, _positions,
+                                       deferred_weight_grads)
 from tabsched.adapt.variation import VariationContext, check_variation
 from tabsched.evaluate import _budget, checked_costs, evaluate
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
+from tabsched.layout import lay_out
 from tabsched.table import BACKWARD, WEIGHT_GRAD, ScheduleTable
 
 if TYPE_CHECKING:
@@ -334,9 +337,15 @@ def _amount(value, unit):
 
 
 def _table_key(table):
-    return (table.num_devices, table.microbatch_sizes, table.device.tobytes(),
-            table.slot.tobytes(), table.kind.tobytes(), table.stage.tobytes(),
-            table.microbatch.tobytes())
+    """What makes two tables the same schedule: their row orders and microbatch sizes
+    (slots follow from the orders), for a laid-out table or an order table alike; as
+    a 32-byte BLAKE2 digest, so that remembering a thousand candidates costs little."""
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(repr((table.num_devices, len(table), table.microbatch_sizes)).encode())
+    for column in (table.device, _positions(table).astype(np.int32), table.kind, table.stage,
+                   table.microbatch):
+        digest.update(np.ascontiguousarray(column).tobytes())
+    return digest.digest()
 
 
 class _Evaluator:
@@ -623,18 +632,20 @@ def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
     candidate = Candidate(id=index, parent=parent.id, transforms=transforms,
                           status="evaluated", round=round_)
     try:
-        table = move.apply(parent.table, evaluator.costs)
+        # the row orders first: a duplicate is recognised before it is laid out
+        orders = move.orders(parent.table, evaluator.costs)
+        key = _table_key(orders)
+        if key in seen:
+            candidate.status = "duplicate"
+            candidate.reason = f"same table as candidate {seen[key].id}"
+            return candidate
+        table = lay_out(orders)
         effect = move.memory_effect(parent.table, evaluator.costs)
     except DeadlockError as error:
         candidate.status, candidate.reason = "deadlock", str(error)
         return candidate
     except InvalidParameterError as error:
         candidate.status, candidate.reason = "not applicable", str(error)
-        return candidate
-    key = _table_key(table)
-    if key in seen:
-        candidate.status = "duplicate"
-        candidate.reason = f"same table as candidate {seen[key].id}"
         return candidate
     evaluator.fill(candidate, table, screen=screen)
     seen[key] = candidate

@@ -47,15 +47,16 @@ Transforms
 (0.5, 0.5, 1.0)
 """
 
-import heapq
-from collections import deque
+import contextlib
+import contextvars
 from dataclasses import dataclass
 
 import numpy as np
 
+from tabsched import _build as _compiled
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.layout import from_order_arrays
+from tabsched.layout import lay_out, order_table
 from tabsched.lower import Transfers
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -108,6 +109,23 @@ def _derived(table, transform):
             "family": None, "params": params}
 
 
+#: True while transforms should build row orders, not layouts (``Transform.orders``).
+_ORDERS_ONLY = contextvars.ContextVar("tabsched_orders_only", default=False)
+
+
+@contextlib.contextmanager
+def _orders_only():
+    token = _ORDERS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _ORDERS_ONLY.reset(token)
+
+
+def _laid_out(*columns, **metadata):
+    return lay_out(order_table(*columns, **metadata))
+
+
 def _build(table, transform, device, primary, secondary, kind, stage, microbatch, sizes):
     """Lay out new row orders: operations sort by (device, primary, secondary), and
     operations with equal keys on one device share a cell (an overlap)."""
@@ -122,7 +140,8 @@ def _build(table, transform, device, primary, secondary, kind, stage, microbatch
     cell = np.cumsum(fresh) - 1
     first = np.searchsorted(device, device)
     position = cell - cell[first]
-    return from_order_arrays(
+    build = order_table if _ORDERS_ONLY.get() else _laid_out
+    return build(
         device, position, np.asarray(kind)[order], np.asarray(stage)[order],
         np.asarray(microbatch)[order], num_devices=table.num_devices,
         microbatch_sizes=tuple(float(size) for size in sizes), **_derived(table, transform))
@@ -215,6 +234,15 @@ class Transform:
     def apply(self, table, costs=None):
         """The transformed table (``costs``: the cost model it will be priced with)."""
         raise NotImplementedError
+
+    def orders(self, table, costs=None):
+        """The transformed table's row orders, as a table whose slots are positions
+        (:func:`tabsched.layout.order_table`), without laying it out: what makes two
+        candidates the same table, and all that evaluating one needs.
+        ``lay_out(transform.orders(table))`` is ``transform.apply(table)``.
+        """
+        with _orders_only():
+            return self.apply(table, costs)
 
     def memory_effect(self, table, costs=None):
         """The :class:`MemoryEffect` of applying this transform to ``table``."""
@@ -690,7 +718,12 @@ class SplitBackward(Transform):
         return chosen
 
     def _staged(self, table, chosen):
-        """The table with the chosen devices' B split into I and W right after it."""
+        """The table with the chosen devices' B split into I and W right after it
+        (row orders: nothing reads its slots)."""
+        with _orders_only():
+            return self._staged_orders(table, chosen)
+
+    def _staged_orders(self, table, chosen):
         split = (table.kind == BACKWARD) & chosen[table.device]
         if not np.any(split) and not np.any((table.kind == WEIGHT_GRAD) & chosen[table.device]):
             raise InvalidParameterError(f"{self.describe()}: the chosen devices run no B or W")
@@ -717,7 +750,9 @@ class SplitBackward(Transform):
         costs = UnitCosts() if costs is None else costs
         staged = self._staged(table, self._chosen(table))
         rows = _fill_idle(staged, costs, self._chosen(table), [0] * D)
-        result = evaluate(_from_rows(table, self, staged, rows), costs, formula=False)
+        with _orders_only():      # evaluation reads row orders, not slots
+            filled = _from_rows(table, self, staged, rows)
+        result = evaluate(filled, costs, formula=False)
         durations = np.asarray(costs.op_durations(staged), dtype=np.float64)
         weight = staged.kind == WEIGHT_GRAD
         total = np.bincount(staged.device[weight], weights=durations[weight], minlength=D)
@@ -862,9 +897,23 @@ def _fill_idle(table, costs, chosen, max_deferred):
     it would wait, it runs its oldest pending W if the wait is known to last at
     least that long (a producer that has not started yet ends no earlier than
     now plus its duration, its output arrives no earlier than that plus the
-    transfer). One Python step per cell: this shapes a table, it is not the
-    Monte Carlo hot path.
+    transfer). The simulation is compiled (``tabsched._build.fill_idle``; its twin
+    ``_reference.fill_idle`` is the test oracle); this prepares its arrays.
     """
+    arrays = _fill_idle_arrays(table, costs, chosen, max_deferred)
+    rows = np.empty(len(arrays[0]), dtype=np.int32)
+    count = np.empty(table.num_devices, dtype=np.int32)
+    placed = _compiled.fill_idle(*arrays, rows, count)
+    if placed != len(rows):
+        raise TabschedError(f"internal error: W placement stopped before every cell ran "
+                            f"({placed}; please report this)")
+    bounds = np.concatenate([[0], np.cumsum(count)])
+    return [rows[bounds[d]:bounds[d + 1]].tolist() for d in range(table.num_devices)]
+
+
+def _fill_idle_arrays(table, costs, chosen, max_deferred):
+    """The arguments of ``tabsched._build.fill_idle`` (before its outputs) for ``_fill_idle``."""
+    index = np.int32
     cell = np.cumsum(table.cell_starts()) - 1
     num_cells = int(cell[-1]) + 1 if len(cell) else 0
     op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
@@ -872,7 +921,7 @@ def _fill_idle(table, costs, chosen, max_deferred):
     parts = np.bincount(cell, minlength=num_cells)
     if costs.overlap != 1.0:
         length[parts > 1] *= costs.overlap
-    cell_device = np.zeros(num_cells, dtype=np.int64)
+    cell_device = np.zeros(num_cells, dtype=index)
     cell_device[cell] = table.device
     producers, consumers, gradient = _data_dependencies(table)
     crossing = table.device[producers] != table.device[consumers]
@@ -881,78 +930,31 @@ def _fill_idle(table, costs, chosen, max_deferred):
         sends = Transfers(table=table, producer=producers[crossing],
                           consumer=consumers[crossing], gradient=gradient[crossing])
         delay[crossing] = np.asarray(costs.transfer_costs(table, sends)[0], dtype=np.float64)
-    filler = np.zeros(num_cells, dtype=bool)
+    filler = np.zeros(num_cells, dtype=np.int8)
     is_w = (table.kind == WEIGHT_GRAD) & chosen[table.device]
-    filler[cell[is_w]] = True
-    deps = [[] for _ in range(num_cells)]
-    for producer, consumer, wait in zip(cell[producers].tolist(), cell[consumers].tolist(),
-                                        delay.tolist()):
-        if not filler[consumer]:
-            deps[consumer].append((producer, wait))
-    # the W each I releases, per cell holding the I
-    releases = [[] for _ in range(num_cells)]
-    for producer, consumer in zip(cell[producers].tolist(), cell[consumers].tolist()):
-        if filler[consumer]:
-            releases[producer].append(consumer)
-    length = length.tolist()
-    D = table.num_devices
-    main = [[] for _ in range(D)]
-    for c in range(num_cells):
-        if not filler[c]:
-            main[int(cell_device[c])].append(c)
-    cap = [float("inf") if value is None else value for value in max_deferred]
-    end = [None] * num_cells
-    pointer = [0] * D
-    free = [0.0] * D
-    pending = [deque() for _ in range(D)]
-    rows = [[] for _ in range(D)]
-    waiting = {}
-    events = [(0.0, 0, d) for d in range(D)]
-    sequence = D
+    filler[cell[is_w]] = 1
+    producer_cell = cell[producers].astype(index)
+    consumer_cell = cell[consumers].astype(index)
+    into_filler = filler[consumer_cell].astype(bool)
+    # dependencies of the main cells, and the W each I releases, in dependency order
+    keep = ~into_filler
+    dep_indptr, (dep_producer, dep_wait) = _grouped(consumer_cell[keep], num_cells,
+                                                    producer_cell[keep], delay[keep])
+    release_indptr, (released,) = _grouped(producer_cell[into_filler], num_cells,
+                                           consumer_cell[into_filler])
+    main = np.flatnonzero(filler == 0).astype(index)
+    main_indptr = np.zeros(table.num_devices + 1, dtype=index)
+    np.cumsum(np.bincount(cell_device[main], minlength=table.num_devices),
+              out=main_indptr[1:])
+    cap = np.array([-1 if value is None else value for value in max_deferred], dtype=index)
+    return (length, cell_device, filler, dep_indptr, dep_producer, dep_wait, release_indptr,
+            released, main_indptr, main, cap)
 
-    def run(d, c, now):
-        nonlocal sequence
-        end[c] = now + length[c]
-        free[d] = end[c]
-        rows[d].append(c)
-        sequence += 1
-        heapq.heappush(events, (end[c], sequence, d))
-        for other in waiting.pop(c, ()):
-            sequence += 1
-            heapq.heappush(events, (now, sequence, other))
 
-    while events:
-        now, _, d = heapq.heappop(events)
-        if now < free[d]:
-            continue
-        queue = pending[d]
-        if len(queue) > cap[d]:
-            run(d, queue.popleft(), now)
-            continue
-        if pointer[d] == len(main[d]):
-            if queue:
-                run(d, queue.popleft(), now)
-            continue
-        c = main[d][pointer[d]]
-        ready, blocker = now, None
-        for producer, wait in deps[c]:
-            if end[producer] is not None:
-                ready = max(ready, end[producer] + wait)
-            else:
-                ready = max(ready, now + length[producer] + wait)
-                blocker = producer
-        if blocker is None and ready <= now:
-            pointer[d] += 1
-            queue.extend(releases[c])
-            run(d, c, now)
-        elif queue and ready - now >= length[queue[0]]:
-            run(d, queue.popleft(), now)
-        elif blocker is None:
-            sequence += 1
-            heapq.heappush(events, (ready, sequence, d))
-        else:
-            waiting.setdefault(blocker, set()).add(d)
-    if any(pointer[d] < len(main[d]) or pending[d] for d in range(D)):
-        raise TabschedError("internal error: W placement stopped before every cell ran "
-                            "(please report this)")
-    return rows
+def _grouped(keys, count, *columns):
+    """CSR offsets of ``keys`` (``0 <= key < count``) and ``columns`` grouped by key, in
+    list order within a key."""
+    order = np.argsort(keys, kind="stable")
+    indptr = np.zeros(count + 1, dtype=np.int32)
+    np.cumsum(np.bincount(keys, minlength=count), out=indptr[1:])
+    return indptr, tuple(np.ascontiguousarray(column[order]) for column in columns)

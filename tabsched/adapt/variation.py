@@ -32,7 +32,12 @@ Reproducibility
     same numbers to the bit whatever the chunking, and two tables that share an
     operation -- a table and its transform that left that operation alone --
     draw the same durations for it (common random numbers), so the search
-    compares candidates on the same luck.
+    compares candidates on the same luck. Noise is drawn in compiled code
+    (``_kernel.lognormal_factors``): one hash per operation and pair of samples
+    ``2j, 2j+1`` gives both Box-Muller normals (cosine and sine), computed with
+    float32 polynomials that round the same way on every IEEE machine; Monte
+    Carlo's fused pass (:func:`tabsched.adapt.monte_carlo`) draws the same
+    numbers while it runs.
 
 Examples
 --------
@@ -51,6 +56,7 @@ import os
 
 import numpy as np
 
+from tabsched import _kernel
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
 from tabsched.table import KINDS, cut, shown, shown_repr
@@ -206,10 +212,34 @@ class VariationContext:
         self._labels = None
 
     # ------------------------------------------------------------------ draws
+    def stream_key(self, stream):
+        """The key of a random stream (``"noise"``, ``"spike"``...) for this seed and
+        iteration."""
+        return _mix_int(_mix_int(_mix_int(self.seed) ^ self.iteration) ^ _STREAMS[stream])
+
     def sample_keys(self, stream, samples):
         """One uint64 per sample of a random stream (``"noise"``, ``"spike"``...)."""
-        base = _mix_int(_mix_int(_mix_int(self.seed) ^ self.iteration) ^ _STREAMS[stream])
-        return _mix(np.asarray(samples, dtype=np.int64).astype(np.uint64) ^ np.uint64(base))
+        return _mix(np.asarray(samples, dtype=np.int64).astype(np.uint64)
+                    ^ np.uint64(self.stream_key(stream)))
+
+    def lognormal_factors(self, stream, samples, keys, cv):
+        """Factors of mean 1 and CV ``cv`` (scalar or per key), shape (samples, keys).
+
+        ``exp(sigma Z - sigma^2/2)``, ``sigma^2 = ln(1 + cv^2)``, Z standard normal
+        drawn in compiled code (``_kernel.lognormal_factors``) from the stream, the
+        sample and the key: samples ``2j`` and ``2j+1`` take the two Box-Muller
+        normals of one hash. Monte Carlo's fused pass draws the same numbers.
+        """
+        sigma, shift = lognormal_parameters(cv, len(keys))
+        factors = np.empty((len(samples), len(keys)), dtype=np.float64)
+        status = _kernel.lognormal_factors(self.stream_key(stream),
+                                           np.ascontiguousarray(samples, dtype=np.int64),
+                                           np.ascontiguousarray(keys, dtype=np.uint64), sigma,
+                                           shift, factors)
+        if status != _kernel.OK:
+            raise TabschedError(f"internal error: the kernel returned status {status} "
+                                f"drawing noise (please report this)")
+        return factors
 
     def uniforms(self, stream, samples, keys, dtype=np.float64):
         """Two arrays of uniforms in (0, 1), shape (samples, keys), for ``keys``.
@@ -226,21 +256,6 @@ class VariationContext:
         low += dtype(0.5)
         low *= scale
         return high, low
-
-    def normals(self, stream, samples, keys):
-        """Standard normal draws, shape (samples, keys): Box-Muller on the hash.
-
-        Computed in float32 (noise needs no more; it halves the cost), returned
-        as float64. Tails reach 6.6 standard deviations (32-bit uniforms).
-        """
-        high, low = self.uniforms(stream, samples, keys, dtype=np.float32)
-        np.log(high, out=high)
-        high *= np.float32(-2.0)
-        np.sqrt(high, out=high)
-        low *= np.float32(2.0 * np.pi)
-        np.cos(low, out=low)
-        high *= low
-        return high.astype(np.float64)
 
     # ---------------------------------------------------------------- labels
     @property
@@ -534,25 +549,25 @@ class Noise(Variation):
         return self._iteration_info(info)
 
 
-#: Values drawn at a time: blocks this small stay in cache, about six times
-#: faster than whole chunks of samples for a 100k-operation table.
+#: Values drawn at a time: blocks this small stay in cache.
 _BLOCK = 2**17
+
+
+def lognormal_parameters(cv, count):
+    """``(sigma, sigma^2 / 2)`` as float32 arrays of ``count``, ``sigma^2 = ln(1 + cv^2)``:
+    a lognormal factor of mean 1 and CV ``cv`` (scalar or one per key)."""
+    sigma2 = np.log1p(np.square(np.broadcast_to(np.asarray(cv, dtype=np.float64), (count,))))
+    return (np.ascontiguousarray(np.sqrt(sigma2), dtype=np.float32),
+            np.ascontiguousarray(sigma2 / 2.0, dtype=np.float32))
 
 
 def _scale_lognormal(target, context, stream, samples, keys, cv):
     """Multiply ``target`` (samples, keys) by factors of mean 1 and CV ``cv`` (scalar or
     per key), drawn block by block of samples."""
-    sigma2 = np.log1p(np.square(np.asarray(cv, dtype=np.float64)))
-    sigma = np.sqrt(sigma2)
-    shift = sigma2 / 2.0
     rows = max(1, _BLOCK // max(len(keys), 1))
     for first in range(0, len(samples), rows):
         block = slice(first, first + rows)
-        factor = context.normals(stream, samples[block], keys)
-        factor *= sigma
-        factor -= shift
-        np.exp(factor, out=factor)
-        target[block] *= factor
+        target[block] *= context.lognormal_factors(stream, samples[block], keys, cv)
 
 
 class Straggler(Variation):

@@ -1,0 +1,859 @@
+# cython: language_level=3
+"""Compiled construction steps: what lowering and the transforms build, op by op.
+
+The evaluation kernel (``_kernel``) runs a DAG; this module builds one, and
+shapes tables: the dependencies of a table's operations, a CSR from edge lists,
+and the list scheduler that places split-backward's ``W`` cells in idle time.
+As in the kernel, the functions see typed memoryviews and C scalars only, run
+without the GIL, check every id they dereference and return a status or a
+count; ``tabsched._reference`` holds their plain-Python twins, and the
+property tests assert that both agree.
+"""
+
+from cython cimport boundscheck, wraparound
+from libc.stdint cimport int8_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+
+from tabsched._types cimport (
+    index_t, time_t, NO_NODE, STATUS_OK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
+)
+
+cdef enum:
+    # operation kinds, as tabsched.table numbers them
+    KIND_F = 0
+    KIND_B = 1
+    KIND_I = 2
+    KIND_W = 3
+    # dependency groups, in the order lowering numbers transfers and lists edges
+    GROUP_ACTIVATION = 0
+    GROUP_OWN_FORWARD = 1
+    GROUP_INPUT_GRADIENT = 2
+    GROUP_WEIGHT_AFTER_INPUT = 3
+    GROUPS = 4
+    MISSING_PRODUCER = -1
+    FILL_NO_MEMORY = -1
+
+OK = STATUS_OK
+BAD_SHAPE = STATUS_BAD_SHAPE
+BAD_INDEX = STATUS_BAD_INDEX
+ACTIVATION = GROUP_ACTIVATION
+OWN_FORWARD = GROUP_OWN_FORWARD
+INPUT_GRADIENT = GROUP_INPUT_GRADIENT
+WEIGHT_AFTER_INPUT = GROUP_WEIGHT_AFTER_INPUT
+#: ``dependencies`` returns this when a consumer's producer is not in the table.
+MISSING = MISSING_PRODUCER
+
+
+@boundscheck(False)
+@wraparound(False)
+def dependencies(const int8_t[::1] kind not None,
+                 const index_t[::1] stage not None,
+                 const index_t[::1] microbatch not None,
+                 const index_t[::1] device not None,
+                 index_t num_stages, index_t num_microbatches,
+                 index_t[::1] forward_of not None,
+                 index_t[::1] backward_of not None,
+                 index_t[::1] input_of not None,
+                 index_t[::1] producer not None,
+                 index_t[::1] consumer not None,
+                 int8_t[::1] group not None,
+                 int8_t[::1] crossing not None):
+    """The data dependencies of a table's operations, group by group.
+
+    Groups, in this order: ``F(s-1,m) -> F(s,m)`` (activation); ``F(s,m) ->
+    B/I(s,m)`` (own forward); ``B/I(s+1,m) -> B/I(s,m)`` (input gradient);
+    ``I(s,m) -> W(s,m)``. Within a group, dependencies follow the consumer's
+    operation index.
+
+    Parameters
+    ----------
+    kind : int8 array (operations,)
+        Kind codes: 0 F, 1 B, 2 I, 3 W.
+    stage, microbatch, device : int32 arrays (operations,)
+        In range (the table validated them).
+    num_stages, num_microbatches : int
+    forward_of, backward_of, input_of : int32 scratch, shape (stages * microbatches,)
+    producer, consumer : int32 arrays, shape (2 * operations,)
+        Output: operation indices of each dependency.
+    group, crossing : int8 arrays, shape (2 * operations,)
+        Output: the group of each dependency, and 1 where its producer and
+        consumer are on different devices (a transfer), else 0.
+
+    Returns
+    -------
+    int
+        The number of dependencies; MISSING if a consumer's producer is not in
+        the table; -1 - STATUS for bad shapes or ids.
+    """
+    cdef Py_ssize_t ops = kind.shape[0]
+    cdef Py_ssize_t pairs = <Py_ssize_t>num_stages * num_microbatches
+    cdef index_t count
+    if (num_stages < 0 or num_microbatches < 0 or stage.shape[0] != ops
+            or microbatch.shape[0] != ops or device.shape[0] != ops
+            or forward_of.shape[0] != pairs
+            or backward_of.shape[0] != pairs or input_of.shape[0] != pairs
+            or producer.shape[0] != 2 * ops or consumer.shape[0] != 2 * ops
+            or group.shape[0] != 2 * ops or crossing.shape[0] != 2 * ops):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        count = _dependencies(kind, stage, microbatch, device, num_stages, num_microbatches,
+                              forward_of, backward_of, input_of, producer, consumer, group,
+                              crossing)
+    return count
+
+
+cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
+                           const index_t[::1] microbatch, const index_t[::1] device,
+                           index_t S, index_t M,
+                           index_t[::1] forward_of, index_t[::1] backward_of,
+                           index_t[::1] input_of, index_t[::1] producer,
+                           index_t[::1] consumer, int8_t[::1] group,
+                           int8_t[::1] crossing) noexcept nogil:
+    cdef Py_ssize_t ops = kind.shape[0]
+    cdef Py_ssize_t pairs = forward_of.shape[0]
+    cdef Py_ssize_t k, pair
+    cdef index_t g, count, source
+    cdef int8_t code
+    for pair in range(pairs):
+        forward_of[pair] = NO_NODE
+        backward_of[pair] = NO_NODE
+        input_of[pair] = NO_NODE
+    for k in range(ops):
+        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
+                or kind[k] < KIND_F or kind[k] > KIND_W):
+            return -1 - STATUS_BAD_INDEX
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        code = kind[k]
+        if code == KIND_F:
+            forward_of[pair] = <index_t>k
+        elif code == KIND_B or code == KIND_I:
+            backward_of[pair] = <index_t>k
+            if code == KIND_I:
+                input_of[pair] = <index_t>k
+    count = 0
+    for g in range(GROUPS):
+        for k in range(ops):
+            code = kind[k]
+            pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+            if g == GROUP_ACTIVATION:
+                if code != KIND_F or stage[k] == 0:
+                    continue
+                source = forward_of[pair - M]
+            elif g == GROUP_OWN_FORWARD:
+                if code != KIND_B and code != KIND_I:
+                    continue
+                source = forward_of[pair]
+            elif g == GROUP_INPUT_GRADIENT:
+                if (code != KIND_B and code != KIND_I) or stage[k] == S - 1:
+                    continue
+                source = backward_of[pair + M]
+            else:
+                if code != KIND_W:
+                    continue
+                source = input_of[pair]
+            if source == NO_NODE:
+                return MISSING_PRODUCER
+            producer[count] = source
+            consumer[count] = <index_t>k
+            group[count] = <int8_t>g
+            crossing[count] = device[source] != device[k]
+            count += 1
+    return count
+
+
+@boundscheck(False)
+@wraparound(False)
+def csr(const index_t[::1] sources not None, const index_t[::1] targets not None,
+        index_t[::1] indptr not None, index_t[::1] successors not None):
+    """A CSR from an edge list, each node's successors in the order of the list.
+
+    Parameters
+    ----------
+    sources, targets : int32 arrays, shape (edges,)
+        Node ids, ``0 <= id < len(indptr) - 1``.
+    indptr : int32 array, shape (nodes + 1,)
+    successors : int32 array, shape (edges,)
+        Outputs.
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = indptr.shape[0] - 1
+    cdef Py_ssize_t edges = sources.shape[0]
+    cdef index_t status
+    if n < 0 or targets.shape[0] != edges or successors.shape[0] != edges:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _csr(sources, targets, indptr, successors)
+    return status
+
+
+cdef index_t _csr(const index_t[::1] sources, const index_t[::1] targets,
+                  index_t[::1] indptr, index_t[::1] successors) noexcept nogil:
+    cdef index_t n = indptr.shape[0] - 1
+    cdef Py_ssize_t edges = sources.shape[0]
+    cdef Py_ssize_t e
+    cdef index_t v, cursor, previous
+    for v in range(n + 1):
+        indptr[v] = 0
+    for e in range(edges):
+        if <size_t>sources[e] >= <size_t>n or <size_t>targets[e] >= <size_t>n:
+            return STATUS_BAD_INDEX
+        indptr[sources[e] + 1] += 1
+    for v in range(n):
+        indptr[v + 1] += indptr[v]
+    # indptr[v] serves as v's cursor, which leaves the offsets shifted by one list
+    for e in range(edges):
+        v = sources[e]
+        successors[indptr[v]] = targets[e]
+        indptr[v] += 1
+    previous = 0
+    for v in range(n):
+        cursor = indptr[v]
+        indptr[v] = previous
+        previous = cursor
+    return STATUS_OK
+
+
+# ------------------------------------------------------------ memory peaks
+@boundscheck(False)
+@wraparound(False)
+def activation_peaks(const index_t[::1] device not None,
+                     const int8_t[::1] kind not None,
+                     const index_t[::1] cell_of_op not None,
+                     const time_t[::1] node_start not None,
+                     const time_t[::1] node_durations not None,
+                     const time_t[::1] activation not None,
+                     const time_t[::1] transient not None,
+                     time_t release,
+                     time_t[::1] peaks not None):
+    """Each device's peak of held memory, without sorting its events.
+
+    Each operation has two events (``tabsched.evaluate.memory_events``): at its
+    start ``+activation`` for an ``F`` plus its working memory (``transient``);
+    at its end ``-working memory`` for an ``F``, else minus what it frees (all of
+    its activation for ``B``, ``release`` of it for ``I``, the rest for ``W``)
+    and its working memory. Events come per device in row order, start then end
+    of each operation, which is their time order: a device runs its row one cell
+    after another. Only events at equal times need ordering -- frees before
+    allocations, as :meth:`Result.memory_timeline` sorts them, by delta then row
+    order -- and such runs are short, so each is put in order by insertion. The
+    running sum then adds exactly what the timeline's cumulative sum adds, in
+    the same order, so the peaks are the same to the bit. Events with a zero
+    delta change nothing and are skipped, as the timeline drops them.
+
+    Parameters
+    ----------
+    device, kind, cell_of_op : arrays (operations,)
+        The table's columns (``device`` non-decreasing) and each operation's cell.
+    node_start, node_durations : float64 arrays (nodes,)
+    activation, transient : float64 arrays (operations,)
+    release : float
+        The part of an activation ``I`` frees.
+    peaks : float64 array (devices,)
+        Output: ``max(0, largest running sum)`` per device.
+
+    Returns
+    -------
+    int
+        A status: OK; BAD_SHAPE if lengths differ or a device's event times
+        fall (an overlapped cell; the caller then sorts); BAD_INDEX for an id out
+        of range or a device out of order.
+    """
+    cdef Py_ssize_t operations = device.shape[0]
+    cdef index_t status
+    if (kind.shape[0] != operations or cell_of_op.shape[0] != operations
+            or activation.shape[0] != operations or transient.shape[0] != operations
+            or node_durations.shape[0] != node_start.shape[0]):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _activation_peaks(device, kind, cell_of_op, node_start, node_durations,
+                                   activation, transient, release, peaks)
+    return status
+
+
+cdef inline int _event(const int8_t[::1] kind, const index_t[::1] cell_of_op,
+                       const time_t[::1] node_start, const time_t[::1] node_durations,
+                       const time_t[::1] activation, const time_t[::1] transient,
+                       time_t release, Py_ssize_t e, time_t *time,
+                       time_t *delta) noexcept nogil:
+    """Event ``e``: the start (even ``e``) or the end (odd ``e``) of operation ``e // 2``."""
+    cdef Py_ssize_t k = e >> 1
+    cdef index_t cell = cell_of_op[k]
+    cdef int8_t code = kind[k]
+    cdef time_t held = transient[k], freed
+    if <size_t>cell >= <size_t>node_start.shape[0]:
+        return -1
+    if (e & 1) == 0:
+        time[0] = node_start[cell]
+        delta[0] = (activation[k] if code == KIND_F else 0.0) + held
+        return 0
+    time[0] = node_start[cell] + node_durations[cell]
+    if code == KIND_F:
+        delta[0] = -held
+        return 0
+    freed = activation[k]
+    if code == KIND_I:
+        freed = freed * release
+    elif code == KIND_W:
+        freed = freed * (1.0 - release)
+    delta[0] = -(freed + held)
+    return 0
+
+
+cdef index_t _activation_peaks(const index_t[::1] device, const int8_t[::1] kind,
+                               const index_t[::1] cell_of_op, const time_t[::1] node_start,
+                               const time_t[::1] node_durations,
+                               const time_t[::1] activation, const time_t[::1] transient,
+                               time_t release, time_t[::1] peaks) noexcept nogil:
+    cdef Py_ssize_t events = 2 * device.shape[0]
+    cdef index_t devices = peaks.shape[0]
+    cdef Py_ssize_t k, run_end, a, b, count
+    cdef index_t d, previous = 0
+    cdef time_t level, peak, time, delta
+    cdef time_t next_time = 0.0
+    cdef time_t run[64]
+    for d in range(devices):
+        peaks[d] = 0.0
+    if events == 0:
+        return STATUS_OK
+    if _event(kind, cell_of_op, node_start, node_durations, activation, transient, release, 0,
+              &time, &delta) < 0:
+        return STATUS_BAD_INDEX
+    k = 0
+    while k < events:
+        d = device[k >> 1]
+        if d < previous or d >= devices:
+            return STATUS_BAD_INDEX
+        previous = d
+        level = 0.0
+        peak = 0.0
+        while k < events and device[k >> 1] == d:
+            # the run of events at this time, zero deltas left out, frees first
+            run_end = k
+            count = 0
+            while True:
+                if delta != 0.0:
+                    if count == 64:
+                        return STATUS_BAD_SHAPE      # an implausibly long run: sort instead
+                    b = count
+                    while b > 0 and run[b - 1] > delta:   # stable: equal deltas keep order
+                        run[b] = run[b - 1]
+                        b -= 1
+                    run[b] = delta
+                    count += 1
+                run_end += 1
+                if run_end == events:
+                    break
+                if _event(kind, cell_of_op, node_start, node_durations, activation, transient,
+                          release, run_end, &next_time, &delta) < 0:
+                    return STATUS_BAD_INDEX
+                if device[run_end >> 1] != d or next_time != time:
+                    if device[run_end >> 1] == d and next_time < time:
+                        return STATUS_BAD_SHAPE
+                    break
+            for a in range(count):
+                level += run[a]
+                peak = level if level > peak else peak
+            k = run_end
+            time = next_time
+        peaks[d] = peak
+    return STATUS_OK
+
+
+# ------------------------------------------------------------- CSR editing
+@boundscheck(False)
+@wraparound(False)
+def append_one(const index_t[::1] indptr not None, const index_t[::1] items not None,
+               const index_t[::1] extra not None, index_t[::1] new_indptr not None,
+               index_t[::1] new_items not None):
+    """A CSR with ``extra[row]`` appended to each row where it is not NO_NODE.
+
+    Parameters
+    ----------
+    indptr, items : int32 arrays
+        The CSR (offsets from 0 to ``len(items)``, not falling).
+    extra : int32 array, shape (rows,)
+    new_indptr : int32 array, shape (rows + 1,)
+    new_items : int32 array, shape (len(items) + appended,)
+        Outputs.
+
+    Returns
+    -------
+    int
+        A status: OK or BAD_SHAPE.
+    """
+    cdef index_t rows = indptr.shape[0] - 1
+    cdef index_t status
+    if rows < 0 or extra.shape[0] != rows or new_indptr.shape[0] != rows + 1:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _append_one(indptr, items, extra, new_indptr, new_items)
+    return status
+
+
+cdef index_t _append_one(const index_t[::1] indptr, const index_t[::1] items,
+                         const index_t[::1] extra, index_t[::1] new_indptr,
+                         index_t[::1] new_items) noexcept nogil:
+    cdef index_t rows = indptr.shape[0] - 1
+    cdef Py_ssize_t size = items.shape[0], room = new_items.shape[0]
+    cdef Py_ssize_t cursor = 0
+    cdef index_t row, e
+    if indptr[0] != 0 or indptr[rows] != size:
+        return STATUS_BAD_SHAPE
+    for row in range(rows):
+        if indptr[row + 1] < indptr[row]:
+            return STATUS_BAD_SHAPE
+        if cursor + (indptr[row + 1] - indptr[row]) + (extra[row] != NO_NODE) > room:
+            return STATUS_BAD_SHAPE
+        new_indptr[row] = <index_t>cursor
+        for e in range(indptr[row], indptr[row + 1]):
+            new_items[cursor] = items[e]
+            cursor += 1
+        if extra[row] != NO_NODE:
+            new_items[cursor] = extra[row]
+            cursor += 1
+    if cursor != room:
+        return STATUS_BAD_SHAPE
+    new_indptr[rows] = <index_t>cursor
+    return STATUS_OK
+
+
+# -------------------------------------------------- list scheduler (W in idle time)
+cdef struct Events:
+    time_t *time
+    Py_ssize_t *seq
+    index_t *device
+    Py_ssize_t size
+    Py_ssize_t room
+    Py_ssize_t next_seq
+
+
+cdef inline bint _event_less(time_t time_a, Py_ssize_t seq_a, time_t time_b,
+                             Py_ssize_t seq_b) noexcept nogil:
+    return time_a < time_b or (time_a == time_b and seq_a < seq_b)
+
+
+cdef int _event_push(Events *events, time_t time, index_t device) noexcept nogil:
+    """Add (time, next sequence number, device); -1 if memory runs out."""
+    cdef Py_ssize_t child, parent, room
+    cdef Py_ssize_t seq = events.next_seq
+    cdef void *grown
+    if events.size == events.room:
+        room = 2 * events.room
+        grown = realloc(events.time, room * sizeof(time_t))
+        if grown == NULL:
+            return -1
+        events.time = <time_t *>grown
+        grown = realloc(events.seq, room * sizeof(Py_ssize_t))
+        if grown == NULL:
+            return -1
+        events.seq = <Py_ssize_t *>grown
+        grown = realloc(events.device, room * sizeof(index_t))
+        if grown == NULL:
+            return -1
+        events.device = <index_t *>grown
+        events.room = room
+    events.next_seq += 1
+    child = events.size
+    while child > 0:
+        parent = (child - 1) >> 1
+        if _event_less(time, seq, events.time[parent], events.seq[parent]):
+            events.time[child] = events.time[parent]
+            events.seq[child] = events.seq[parent]
+            events.device[child] = events.device[parent]
+            child = parent
+        else:
+            break
+    events.time[child] = time
+    events.seq[child] = seq
+    events.device[child] = device
+    events.size += 1
+    return 0
+
+
+cdef void _event_pop(Events *events) noexcept nogil:
+    cdef Py_ssize_t last = events.size - 1, parent = 0, child
+    cdef time_t time = events.time[last]
+    cdef Py_ssize_t seq = events.seq[last]
+    cdef index_t device = events.device[last]
+    while True:
+        child = 2 * parent + 1
+        if child >= last:
+            break
+        if child + 1 < last and _event_less(events.time[child + 1], events.seq[child + 1],
+                                            events.time[child], events.seq[child]):
+            child += 1
+        if _event_less(events.time[child], events.seq[child], time, seq):
+            events.time[parent] = events.time[child]
+            events.seq[parent] = events.seq[child]
+            events.device[parent] = events.device[child]
+            parent = child
+        else:
+            break
+    events.time[parent] = time
+    events.seq[parent] = seq
+    events.device[parent] = device
+    events.size = last
+
+
+#: ``fill_idle`` could not get the memory it needed, or its lists name a cell twice.
+NO_MEMORY = FILL_NO_MEMORY
+
+
+@boundscheck(False)
+@wraparound(False)
+def fill_idle(const time_t[::1] length not None,
+              const index_t[::1] cell_device not None,
+              const int8_t[::1] filler not None,
+              const index_t[::1] dep_indptr not None,
+              const index_t[::1] dep_producer not None,
+              const time_t[::1] dep_wait not None,
+              const index_t[::1] release_indptr not None,
+              const index_t[::1] released not None,
+              const index_t[::1] main_indptr not None,
+              const index_t[::1] main_cells not None,
+              const index_t[::1] cap not None,
+              index_t[::1] rows not None,
+              index_t[::1] row_count not None):
+    """Row orders with filler cells (split backward's ``W``) run in idle time.
+
+    A list-scheduling simulation in time order (see
+    ``tabsched.adapt.transforms._fill_idle``): a device runs its next main cell
+    as soon as its inputs have arrived; while it would wait, it runs its oldest
+    pending filler if the wait is known to last at least that long (a producer
+    that has not started ends no earlier than now plus its length, its output
+    arrives ``dep_wait`` after that), and it runs one anyway when more than
+    its cap are pending. Events at equal times go in the order they were made;
+    the devices waiting for a producer are woken, when it starts, in ascending
+    order.
+
+    Parameters
+    ----------
+    length, cell_device, filler : arrays (cells,)
+    dep_indptr, dep_producer, dep_wait :
+        Each main cell's dependencies (CSR over cells; fillers have none).
+    release_indptr, released :
+        The fillers each cell releases when it runs (CSR over cells), all on
+        that cell's device.
+    main_indptr, main_cells :
+        Each device's main cells in order (CSR over devices).
+    cap : int32 array (devices,)
+        Most fillers a device lets wait (-1: no limit).
+    rows : int32 array (cells,)
+        Output: device by device, the cells in the order the device runs them.
+    row_count : int32 array (devices,)
+        Output: how many cells each device ran.
+
+    Returns
+    -------
+    int
+        The number of cells placed (all of them unless the orders cannot run),
+        NO_MEMORY (out of memory, or a cell listed or released twice), or
+        -1 - STATUS for bad arrays.
+    """
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = cap.shape[0]
+    cdef index_t status
+    if (cell_device.shape[0] != cells or filler.shape[0] != cells
+            or dep_indptr.shape[0] != cells + 1 or dep_wait.shape[0] != dep_producer.shape[0]
+            or release_indptr.shape[0] != cells + 1 or main_indptr.shape[0] != devices + 1
+            or rows.shape[0] != cells or row_count.shape[0] != devices):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        status = _check_fill_idle(length, cell_device, filler, dep_indptr, dep_producer,
+                                  release_indptr, released, main_indptr, main_cells)
+        if status == STATUS_OK:
+            status = _fill_idle(length, cell_device, filler, dep_indptr, dep_producer,
+                                dep_wait, release_indptr, released, main_indptr, main_cells,
+                                cap, rows, row_count)
+        else:
+            status = -1 - status
+    return status
+
+
+cdef index_t _check_csr_ids(const index_t[::1] indptr, const index_t[::1] items,
+                            index_t limit) noexcept nogil:
+    cdef index_t count = indptr.shape[0] - 1
+    cdef Py_ssize_t e
+    cdef index_t row
+    if indptr[0] != 0 or indptr[count] != items.shape[0]:
+        return STATUS_BAD_SHAPE
+    for row in range(count):
+        if indptr[row + 1] < indptr[row]:
+            return STATUS_BAD_SHAPE
+    for e in range(items.shape[0]):
+        if <size_t>items[e] >= <size_t>limit:
+            return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef index_t _check_fill_idle(const time_t[::1] length, const index_t[::1] cell_device,
+                              const int8_t[::1] filler, const index_t[::1] dep_indptr,
+                              const index_t[::1] dep_producer,
+                              const index_t[::1] release_indptr,
+                              const index_t[::1] released, const index_t[::1] main_indptr,
+                              const index_t[::1] main_cells) noexcept nogil:
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = main_indptr.shape[0] - 1
+    cdef index_t c, e, status
+    for c in range(cells):
+        if <size_t>cell_device[c] >= <size_t>devices:
+            return STATUS_BAD_INDEX
+    status = _check_csr_ids(dep_indptr, dep_producer, cells)
+    if status == STATUS_OK:
+        status = _check_csr_ids(release_indptr, released, cells)
+    if status == STATUS_OK:
+        status = _check_csr_ids(main_indptr, main_cells, cells)
+    if status != STATUS_OK:
+        return status
+    # a released filler waits in its releasing cell's device's queue; a main cell is
+    # listed under its own device
+    for c in range(cells):
+        for e in range(release_indptr[c], release_indptr[c + 1]):
+            if cell_device[released[e]] != cell_device[c] or not filler[released[e]]:
+                return STATUS_BAD_INDEX
+    for c in range(devices):
+        for e in range(main_indptr[c], main_indptr[c + 1]):
+            if cell_device[main_cells[e]] != c or filler[main_cells[e]]:
+                return STATUS_BAD_INDEX
+    return STATUS_OK
+
+
+cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device,
+                        const int8_t[::1] filler, const index_t[::1] dep_indptr,
+                        const index_t[::1] dep_producer, const time_t[::1] dep_wait,
+                        const index_t[::1] release_indptr, const index_t[::1] released,
+                        const index_t[::1] main_indptr, const index_t[::1] main_cells,
+                        const index_t[::1] cap, index_t[::1] rows,
+                        index_t[::1] row_count) noexcept nogil:
+    cdef index_t cells = length.shape[0]
+    cdef index_t devices = cap.shape[0]
+    cdef index_t placed = 0
+    cdef index_t d, c, e, k, blocker, entry, count, waiting, queued, head
+    cdef time_t now, ready, candidate
+    cdef Events events
+    cdef bint failed = False
+    # per cell: its end (NAN-free: `started` says whether it ran) and the devices
+    # waiting for it (a linked list of entries); per device: its pointer into its
+    # main cells, its free time, its queue of pending fillers (a segment of
+    # `queue`, one slot per filler of the device), and its row segment
+    cdef time_t *end = <time_t *>malloc(max(cells, 1) * sizeof(time_t))
+    cdef char *started = <char *>calloc(max(cells, 1), 1)
+    cdef index_t *waiting_head = <index_t *>malloc(max(cells, 1) * sizeof(index_t))
+    cdef Py_ssize_t entry_room = 4 * (<Py_ssize_t>cells + devices) + 16
+    cdef index_t *entry_device = <index_t *>malloc(entry_room * sizeof(index_t))
+    cdef index_t *entry_next = <index_t *>malloc(entry_room * sizeof(index_t))
+    cdef Py_ssize_t entries = 0
+    cdef index_t *pointer = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef time_t *free_at = <time_t *>calloc(max(devices, 1), sizeof(time_t))
+    cdef index_t *queue = <index_t *>malloc(max(cells, 1) * sizeof(index_t))
+    cdef index_t *queue_first = <index_t *>calloc(max(devices, 1) + 1, sizeof(index_t))
+    cdef index_t *queue_head = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef index_t *queue_tail = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    cdef index_t *row_first = <index_t *>calloc(max(devices, 1) + 1, sizeof(index_t))
+    cdef index_t *woken = <index_t *>malloc(max(devices, 1) * sizeof(index_t))
+    events.room = 2 * (<Py_ssize_t>devices + 8)
+    events.size = 0
+    events.next_seq = 0
+    events.time = <time_t *>malloc(events.room * sizeof(time_t))
+    events.seq = <Py_ssize_t *>malloc(events.room * sizeof(Py_ssize_t))
+    events.device = <index_t *>malloc(events.room * sizeof(index_t))
+    if (end == NULL or started == NULL or waiting_head == NULL or entry_device == NULL
+            or entry_next == NULL or pointer == NULL or free_at == NULL or queue == NULL
+            or queue_first == NULL or queue_head == NULL or queue_tail == NULL
+            or row_first == NULL or woken == NULL or events.time == NULL
+            or events.seq == NULL or events.device == NULL):
+        failed = True
+    else:
+        for c in range(cells):
+            waiting_head[c] = NO_NODE
+            queue_first[cell_device[c] + 1] += filler[c] != 0
+            row_first[cell_device[c] + 1] += 1
+        for d in range(devices):
+            queue_first[d + 1] += queue_first[d]
+            row_first[d + 1] += row_first[d]
+            queue_head[d] = queue_first[d]
+            queue_tail[d] = queue_first[d]
+            row_count[d] = 0
+        for d in range(devices):
+            if _event_push(&events, 0.0, d) < 0:
+                failed = True
+                break
+    while not failed and events.size > 0:
+        now = events.time[0]
+        d = events.device[0]
+        _event_pop(&events)
+        if now < free_at[d]:
+            continue
+        queued = queue_tail[d] - queue_head[d]
+        c = NO_NODE
+        if cap[d] >= 0 and queued > cap[d]:
+            c = queue[queue_head[d]]                 # too many waiting: run the oldest
+            queue_head[d] += 1
+        elif pointer[d] == main_indptr[d + 1] - main_indptr[d]:
+            if queued > 0:
+                c = queue[queue_head[d]]
+                queue_head[d] += 1
+            else:
+                continue
+        else:
+            k = main_cells[main_indptr[d] + pointer[d]]
+            ready = now
+            blocker = NO_NODE
+            for e in range(dep_indptr[k], dep_indptr[k + 1]):
+                if started[dep_producer[e]]:
+                    candidate = end[dep_producer[e]] + dep_wait[e]
+                else:
+                    candidate = now + length[dep_producer[e]] + dep_wait[e]
+                    blocker = dep_producer[e]
+                ready = candidate if candidate > ready else ready
+            if blocker == NO_NODE and ready <= now:
+                pointer[d] += 1
+                for e in range(release_indptr[k], release_indptr[k + 1]):
+                    if queue_tail[d] == queue_first[d + 1]:
+                        failed = True          # a filler released twice: refuse
+                        break
+                    queue[queue_tail[d]] = released[e]
+                    queue_tail[d] += 1
+                if failed:
+                    continue
+                c = k
+            elif queued > 0 and ready - now >= length[queue[queue_head[d]]]:
+                c = queue[queue_head[d]]
+                queue_head[d] += 1
+            elif blocker == NO_NODE:
+                if _event_push(&events, ready, d) < 0:
+                    failed = True
+                continue
+            else:
+                # wait for the blocker to start (once per blocker and device)
+                entry = waiting_head[blocker]
+                while entry != NO_NODE and entry_device[entry] != d:
+                    entry = entry_next[entry]
+                if entry == NO_NODE:
+                    if entries == entry_room:
+                        failed = True
+                        continue
+                    entry_device[entries] = d
+                    entry_next[entries] = waiting_head[blocker]
+                    waiting_head[blocker] = <index_t>entries
+                    entries += 1
+                continue
+        # run c on d now
+        if row_count[d] == row_first[d + 1] - row_first[d]:
+            failed = True                      # a cell listed twice: refuse
+            continue
+        end[c] = now + length[c]
+        started[c] = 1
+        free_at[d] = end[c]
+        rows[row_first[d] + row_count[d]] = c
+        row_count[d] += 1
+        placed += 1
+        if _event_push(&events, end[c], d) < 0:
+            failed = True
+            continue
+        count = 0
+        entry = waiting_head[c]
+        while entry != NO_NODE:
+            # insertion into the ascending list of woken devices
+            waiting = count
+            while waiting > 0 and woken[waiting - 1] > entry_device[entry]:
+                woken[waiting] = woken[waiting - 1]
+                waiting -= 1
+            woken[waiting] = entry_device[entry]
+            count += 1
+            entry = entry_next[entry]
+        waiting_head[c] = NO_NODE
+        for head in range(count):
+            if _event_push(&events, now, woken[head]) < 0:
+                failed = True
+                break
+    free(end)
+    free(started)
+    free(waiting_head)
+    free(entry_device)
+    free(entry_next)
+    free(pointer)
+    free(free_at)
+    free(queue)
+    free(queue_first)
+    free(queue_head)
+    free(queue_tail)
+    free(row_first)
+    free(woken)
+    free(events.time)
+    free(events.seq)
+    free(events.device)
+    return FILL_NO_MEMORY if failed else placed
+
+
+# ------------------------------------------------------------- validity
+@boundscheck(False)
+@wraparound(False)
+def table_is_valid(const index_t[::1] device not None, const int8_t[::1] kind not None,
+                   const index_t[::1] stage not None, const index_t[::1] microbatch not None,
+                   index_t num_stages, index_t num_microbatches,
+                   int8_t[::1] seen not None, index_t[::1] home not None):
+    """1 if every (stage, microbatch) has exactly one ``F`` and one ``B`` or one ``I``
+    and one ``W``, all on one device, and nothing else is in the table; else 0.
+
+    Parameters
+    ----------
+    device, kind, stage, microbatch : the table's columns
+    num_stages, num_microbatches : int
+    seen : int8 scratch, shape (stages * microbatches * 4,)
+    home : int32 scratch, shape (stages * microbatches,)
+
+    Returns
+    -------
+    int
+        1 or 0; -1 - BAD_SHAPE for arrays of the wrong sizes.
+    """
+    cdef Py_ssize_t ops = device.shape[0]
+    cdef Py_ssize_t pairs = <Py_ssize_t>num_stages * num_microbatches
+    cdef index_t answer
+    if (num_stages < 0 or num_microbatches < 0 or kind.shape[0] != ops
+            or stage.shape[0] != ops or microbatch.shape[0] != ops
+            or seen.shape[0] != 4 * pairs or home.shape[0] != pairs):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        answer = _table_is_valid(device, kind, stage, microbatch, num_stages,
+                                 num_microbatches, seen, home)
+    return answer
+
+
+cdef index_t _table_is_valid(const index_t[::1] device, const int8_t[::1] kind,
+                             const index_t[::1] stage, const index_t[::1] microbatch,
+                             index_t S, index_t M, int8_t[::1] seen,
+                             index_t[::1] home) noexcept nogil:
+    cdef Py_ssize_t ops = device.shape[0]
+    cdef Py_ssize_t pairs = home.shape[0]
+    cdef Py_ssize_t k, pair
+    for pair in range(pairs):
+        home[pair] = NO_NODE
+    for pair in range(4 * pairs):
+        seen[pair] = 0
+    for k in range(ops):
+        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
+                or kind[k] < KIND_F or kind[k] > KIND_W or device[k] < 0):
+            return 0
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        if seen[4 * pair + kind[k]]:
+            return 0                                 # listed twice
+        seen[4 * pair + kind[k]] = 1
+        if home[pair] == NO_NODE:
+            home[pair] = device[k]
+        elif home[pair] != device[k]:
+            return 0                                 # on two devices
+    for pair in range(pairs):
+        if not seen[4 * pair + KIND_F]:
+            return 0
+        if seen[4 * pair + KIND_B]:
+            if seen[4 * pair + KIND_I] or seen[4 * pair + KIND_W]:
+                return 0
+        elif not (seen[4 * pair + KIND_I] and seen[4 * pair + KIND_W]):
+            return 0
+    return 1

@@ -1,0 +1,268 @@
+"""The compiled construction steps (tabsched._build) against their plain-Python twins."""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tabsched import _build, _reference
+from tabsched._testing import random_table
+
+I32 = np.int32
+
+
+def dependencies_both(kind, stage, microbatch, S, M, device=None):
+    outputs = []
+    ops = len(kind)
+    device = np.zeros(ops, I32) if device is None else np.asarray(device, I32)
+    for module in (_build, _reference):
+        producer, consumer = np.full(2 * ops, -9, I32), np.full(2 * ops, -9, I32)
+        group = np.full(2 * ops, -9, np.int8)
+        crossing = np.full(2 * ops, -9, np.int8)
+        count = module.dependencies(np.asarray(kind, np.int8), np.asarray(stage, I32),
+                                    np.asarray(microbatch, I32), device, S, M,
+                                    np.zeros(S * M, I32), np.zeros(S * M, I32),
+                                    np.zeros(S * M, I32), producer, consumer, group, crossing)
+        outputs.append((count, producer[:max(count, 0)], consumer[:max(count, 0)],
+                        group[:max(count, 0)], crossing[:max(count, 0)]))
+    return outputs
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_dependencies_equal_reference(seed):
+    table = random_table(seed)
+    mine, theirs = dependencies_both(table.kind, table.stage, table.microbatch,
+                                     table.num_stages, table.num_microbatches, table.device)
+    assert mine[0] == theirs[0] > 0
+    for a, b in zip(mine[1:], theirs[1:]):
+        np.testing.assert_array_equal(a, b)
+    producer, consumer, group, crossing = mine[1:]
+    np.testing.assert_array_equal(crossing, table.device[producer] != table.device[consumer])
+    assert np.all(np.diff(group) >= 0)
+    assert np.all(table.stage[producer[group == _build.ACTIVATION]] + 1
+                  == table.stage[consumer[group == _build.ACTIVATION]])
+
+
+def test_dependencies_report_missing_producers_and_bad_ids():
+    # 0B0 without 0F0
+    assert [out[0] for out in dependencies_both([1], [0], [0], 1, 1)] == [_build.MISSING] * 2
+    counts = [out[0] for out in dependencies_both([0], [3], [0], 1, 1)]   # stage out of range
+    assert counts[0] == counts[1] == -1 - _build.BAD_INDEX
+    counts = [out[0] for out in dependencies_both([7], [0], [0], 1, 1)]   # not a kind
+    assert counts[0] == counts[1] < -1
+
+
+@given(edges=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), max_size=30))
+def test_csr_keeps_each_nodes_successors_in_list_order(edges):
+    sources = np.array([v for v, _ in edges], I32)
+    targets = np.array([u for _, u in edges], I32)
+    outputs = []
+    for module in (_build, _reference):
+        indptr, successors = np.zeros(7, I32), np.zeros(len(edges), I32)
+        assert module.csr(sources, targets, indptr, successors) == _build.OK
+        outputs.append((indptr, successors))
+    for a, b in zip(*outputs):
+        np.testing.assert_array_equal(a, b)
+    indptr, successors = outputs[0]
+    for v in range(6):
+        assert successors[indptr[v]:indptr[v + 1]].tolist() == [u for s, u in edges if s == v]
+
+
+def test_csr_checks_ids():
+    for module in (_build, _reference):
+        assert module.csr(np.array([0, 9], I32), np.array([1, 1], I32), np.zeros(3, I32),
+                          np.zeros(2, I32)) == _build.BAD_INDEX
+        assert module.csr(np.array([0], I32), np.array([-1], I32), np.zeros(3, I32),
+                          np.zeros(1, I32)) == _build.BAD_INDEX
+        assert module.csr(np.array([0], I32), np.array([1], I32), np.zeros(3, I32),
+                          np.zeros(2, I32)) == _build.BAD_SHAPE
+
+
+@given(seed=st.integers(0, 2**32 - 1), release=st.sampled_from([0.0, 0.3, 1.0]),
+       integer=st.booleans())
+def test_activation_peaks_equal_the_timelines(seed, release, integer):
+    from tabsched import StageCosts, evaluate
+    from tabsched.evaluate import activation_peaks
+    table = random_table(seed)
+    rng = np.random.default_rng(seed)
+    forward = rng.integers(0, 3, table.num_stages) * 1.0 if integer else \
+        rng.exponential(1.0, table.num_stages)
+    costs = StageCosts(forward, comm=0.5, input_grad_release=release,
+                       activation=rng.exponential(1.0, table.num_stages))
+    result = evaluate(table, costs, formula=False)
+    expected = [max(0.0, float(values.max())) if len(values) else 0.0
+                for _, values in result.memory_timeline()]
+    assert activation_peaks(result) == expected          # to the bit
+    assert [d.peak_memory for d in result.devices] == expected
+    lowered = result._lowered
+    activation = rng.integers(0, 3, len(table)) * 1.0
+    transient = rng.integers(0, 2, len(table)) * rng.exponential(1.0, len(table))
+    durations = result._node_durations.copy()
+    durations[rng.integers(0, lowered.num_nodes, 3)] = 0.0     # zero-length cells: ties
+    start, _, _ = lowered.run(durations, binding=False, end=False)
+    outputs = []
+    for module in (_build, _reference):
+        peaks = np.full(table.num_devices, np.nan)
+        status = module.activation_peaks(table.device, table.kind, lowered.cell_of_op,
+                                         start[0], durations, activation, transient, release,
+                                         peaks)
+        if module is _build and status == _build.BAD_SHAPE:    # an overlapped cell: the
+            return                                             # caller sorts instead
+        assert status == _build.OK
+        outputs.append(peaks)
+    np.testing.assert_array_equal(*outputs)
+
+
+def test_activation_peaks_count_working_memory_as_the_timeline_does():
+    from tabsched import ModelCosts, evaluate, generate
+    from tabsched.evaluate import activation_peaks
+    for family in ("1f1b", "zbv", "interleaved-1f1b"):
+        table = generate(family, devices=4, microbatches=8, **(
+            {"chunks": 2} if family == "interleaved-1f1b" else {}))
+        costs = ModelCosts("paper-128l", "mid_nw_mid_cp", recompute="full")
+        assert np.any(costs.transient_sizes(table) > 0)
+        result = evaluate(table, costs, formula=False)
+        expected = [max(0.0, float(values.max())) for _, values in result.memory_timeline()]
+        assert activation_peaks(result) == expected                 # to the bit
+
+
+def _peaks(module, device, kind, cells, start, durations):
+    n = len(device)
+    return module.activation_peaks(np.array(device, I32), np.array(kind, np.int8),
+                                   np.array(cells, I32), np.array(start, float),
+                                   np.array(durations, float), np.ones(n), np.zeros(n), 0.0,
+                                   np.zeros(2))
+
+
+def test_activation_peaks_refuse_what_they_cannot_order():
+    for module in (_build, _reference):
+        assert _peaks(module, [1, 0], [0, 1], [0, 1], [0, 1], [1, 1]) == _build.BAD_INDEX
+        assert _peaks(module, [0, 2], [0, 1], [0, 1], [0, 1], [1, 1]) == _build.BAD_INDEX
+        assert _peaks(module, [0, 0], [0, 1], [0, 5], [0, 1], [1, 1]) == _build.BAD_INDEX
+    # device 0's times fall (F at 2..3, then B ending at 1): the kernel leaves it to a sort
+    assert _peaks(_build, [0, 0], [0, 1], [0, 1], [2, 0], [1, 1]) == _build.BAD_SHAPE
+
+
+@given(lists=st.lists(st.lists(st.integers(0, 9), max_size=4), min_size=1, max_size=6),
+       extra=st.lists(st.integers(-1, 9), min_size=6, max_size=6))
+def test_append_one_equals_reference(lists, extra):
+    indptr = np.concatenate([[0], np.cumsum([len(items) for items in lists])]).astype(I32)
+    items = np.array([item for row in lists for item in row], I32)
+    extra = np.array(extra[:len(lists)], I32)
+    size = len(items) + int(np.sum(extra != -1))
+    outputs = []
+    for module in (_build, _reference):
+        new_indptr, new_items = np.zeros(len(lists) + 1, I32), np.zeros(size, I32)
+        assert module.append_one(indptr, items, extra, new_indptr, new_items) == _build.OK
+        outputs.append((new_indptr, new_items))
+        # too little room is refused, not overrun
+        assert module.append_one(indptr, items, extra, np.zeros(len(lists) + 1, I32),
+                                 np.zeros(max(size - 1, 0), I32)) in (
+            _build.BAD_SHAPE, _build.OK if size == 0 else _build.BAD_SHAPE)
+    for a, b in zip(*outputs):
+        np.testing.assert_array_equal(a, b)
+    new_indptr, new_items = outputs[0]
+    for row, items_of_row in enumerate(lists):
+        expected = items_of_row + ([int(extra[row])] if extra[row] != -1 else [])
+        assert new_items[new_indptr[row]:new_indptr[row + 1]].tolist() == expected
+
+
+@given(seed=st.integers(0, 2**32 - 1), cap=st.sampled_from([None, 0, 1, 3, "mixed"]))
+def test_fill_idle_equals_reference(seed, cap):
+    from tabsched import StageCosts
+    from tabsched.adapt.transforms import SplitBackward, _fill_idle_arrays
+    table = random_table(seed, split=0.0)
+    rng = np.random.default_rng(seed)
+    costs = StageCosts(rng.exponential(1.0, table.num_stages),
+                       comm=rng.exponential(0.3, (table.num_devices,) * 2))
+    chosen = rng.random(table.num_devices) < 0.7
+    staged = SplitBackward()._staged(table, np.ones(table.num_devices, dtype=bool))
+    caps = ([None if rng.random() < 0.3 else int(rng.integers(0, 3))
+             for _ in range(table.num_devices)] if cap == "mixed"
+            else [cap] * table.num_devices)
+    arrays = _fill_idle_arrays(staged, costs, chosen, caps)
+    outputs = []
+    for module in (_build, _reference):
+        rows = np.full(len(arrays[0]), -9, I32)
+        count = np.full(table.num_devices, -9, I32)
+        placed = module.fill_idle(*arrays, rows, count)
+        outputs.append((placed, rows, count))
+    assert outputs[0][0] == outputs[1][0] == len(arrays[0])
+    for a, b in zip(outputs[0][1:], outputs[1][1:]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fill_idle_checks_its_arrays():
+    f64, i8 = np.float64, np.int8
+    base = [np.ones(2, f64), np.array([0, 0], I32), np.zeros(2, i8),
+            np.array([0, 0, 1], I32), np.array([0], I32), np.zeros(1, f64),
+            np.zeros(3, I32), np.zeros(0, I32), np.array([0, 2], I32), np.array([0, 1], I32),
+            np.array([-1], I32)]
+    for module in (_build, _reference):
+        rows, count = np.zeros(2, I32), np.zeros(1, I32)
+        assert module.fill_idle(*base, rows, count) == 2
+        assert rows.tolist() == [0, 1]
+    bad = list(base)
+    bad[4] = np.array([5], I32)                 # a producer that is not a cell
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_INDEX
+    bad = list(base)
+    bad[3] = np.array([0, 3, 1], I32)           # offsets past the end
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_SHAPE
+    bad = list(base)
+    bad[9] = np.array([1, 0], I32)              # the row is fine; a main cell on the wrong
+    bad[1] = np.array([0, 1], I32)              # device is not
+    assert _build.fill_idle(*bad, np.zeros(2, I32), np.zeros(1, I32)) == -1 - _build.BAD_INDEX
+
+
+@given(seed=st.integers(0, 2**32 - 1), damage=st.sampled_from(
+    ["none", "drop", "twice", "move", "kind", "stage", "split"]))
+def test_table_is_valid_equals_reference_and_validate(seed, damage):
+    from tabsched import ScheduleTable
+    from tabsched.exceptions import InvalidScheduleError
+    table = random_table(seed)
+    rng = np.random.default_rng(seed)
+    device, kind = table.device.copy(), table.kind.copy()
+    stage, microbatch = table.stage.copy(), table.microbatch.copy()
+    k = int(rng.integers(len(table)))
+    keep = np.ones(len(table), dtype=bool)
+    if damage == "drop":
+        keep[k] = False
+    elif damage == "twice":
+        j = (k + 1) % len(table)
+        kind[j], stage[j], microbatch[j] = kind[k], stage[k], microbatch[k]
+    elif damage == "move":
+        device[k] = (device[k] + 1) % max(table.num_devices, 2)
+    elif damage == "kind":
+        kind[k] = (kind[k] + 1) % 4
+    elif damage == "stage":
+        stage[k] = table.num_stages + 3
+    elif damage == "split":
+        kind[kind == 1] = 2
+    columns = [np.ascontiguousarray(c[keep]) for c in (device, kind, stage, microbatch)]
+    S, M = table.num_stages, table.num_microbatches
+    answers = [module.table_is_valid(*columns, S, M, np.zeros(4 * S * M, np.int8),
+                                     np.zeros(S * M, I32)) for module in (_build, _reference)]
+    assert answers[0] == answers[1]
+    lengths = np.full(max(table.num_devices, int(columns[0].max()) + 1), 10**6, dtype=I32)
+    try:
+        ScheduleTable.from_arrays(columns[0], np.arange(len(columns[0])), columns[1],
+                                  columns[2], columns[3], lengths, num_stages=S,
+                                  num_microbatches=M)
+        valid = True
+    except InvalidScheduleError:
+        valid = False
+    assert answers[0] == int(valid)
+
+
+def test_fill_idle_refuses_a_cell_listed_twice():
+    f64, i8 = np.float64, np.int8
+    length, device = np.ones(2, f64), np.array([0, 0], I32)
+    no_deps = (np.zeros(3, I32), np.zeros(0, I32), np.zeros(0, f64))
+    twice = _build.fill_idle(length, device, np.zeros(2, i8), *no_deps, np.zeros(3, I32),
+                             np.zeros(0, I32), np.array([0, 3], I32), np.array([0, 1, 1], I32),
+                             np.array([-1], I32), np.zeros(2, I32), np.zeros(1, I32))
+    assert twice == _build.NO_MEMORY
+    released_twice = _build.fill_idle(
+        length, device, np.array([0, 1], i8), *no_deps, np.array([0, 2, 2], I32),
+        np.array([1, 1], I32), np.array([0, 1], I32), np.array([0], I32),
+        np.array([-1], I32), np.zeros(2, I32), np.zeros(1, I32))
+    assert released_twice == _build.NO_MEMORY

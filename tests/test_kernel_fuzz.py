@@ -1,0 +1,72 @@
+"""Every compiled entry point survives inconsistent arrays: a status, never a crash.
+
+The arrays are random small integers (ids and offsets out of range, falling
+offsets, wrong lengths); each call must return (any status) without reading or
+writing out of bounds. A crash would end the test run.
+"""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tabsched import _build, _kernel
+
+I32, F64, I8 = np.int32, np.float64, np.int8
+
+
+def ints(rng, size, low=-3, high=8, dtype=I32):
+    return rng.integers(low, high, size).astype(dtype)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_entry_points_survive_inconsistent_arrays(seed):
+    rng = np.random.default_rng(seed)
+    n, e = int(rng.integers(0, 6)), int(rng.integers(0, 8))
+    indptr, succ = ints(rng, n + 1), ints(rng, e)
+    _kernel.topological(indptr, succ, ints(rng, n), ints(rng, n + 1), ints(rng, e),
+                        ints(rng, n))
+    _kernel.find_cycle(ints(rng, n + 1, -2_000_000_000, 2_000_000_000), ints(rng, e),
+                       ints(rng, n), ints(rng, n), ints(rng, n))
+    layout = _kernel.make_layout(ints(rng, n), ints(rng, n + 1), ints(rng, e))
+    if isinstance(layout, _kernel.Layout):
+        _kernel.longest_path(layout, bool(rng.integers(2)), rng.random((2, n)),
+                             np.zeros((2, n)), np.zeros(n, I32), np.zeros(n))
+        devices = int(rng.integers(0, 3))
+        _kernel.longest_path_summary(layout, True, ints(rng, n, -2, 3), rng.random((3, n)),
+                                     np.zeros(3), np.zeros((3, devices)),
+                                     np.zeros((3, devices)), np.zeros((3, devices)),
+                                     np.zeros(n * _kernel.SUMMARY_BLOCK))
+        cells = int(rng.integers(0, n + 1))
+        ops = int(rng.integers(0, 5))
+        _kernel.monte_carlo_summary(
+            layout, ints(rng, n, -2, 3), ints(rng, cells + 1, -1, ops + 2), rng.random(ops),
+            np.arange(ops, dtype=np.uint64), np.full(ops, 0.1, np.float32),
+            np.zeros(ops, np.float32), 1.0, rng.random(int(rng.integers(0, 4))),
+            np.arange(3, dtype=np.uint64), 0.1, 0.0, rng.random(int(rng.integers(0, 4))),
+            1, 2, np.zeros(5), np.zeros((5, devices)), np.zeros((5, devices)),
+            np.zeros((5, devices)), np.zeros((n + 3 * devices) * _kernel.SUMMARY_BLOCK))
+    resources = ints(rng, (n, int(rng.integers(0, 3))), -2, 4)
+    _kernel.evaluate(indptr, succ, rng.random((1, n)), resources, 3, np.zeros((1, n)),
+                     np.zeros((1, n)), np.zeros(n, I32), np.zeros(n, I32), np.zeros(n, I32),
+                     np.zeros(n), np.zeros(n, I32), np.zeros(3), np.zeros(3, I32))
+    ops = int(rng.integers(0, 6))
+    S, M = int(rng.integers(0, 3)), int(rng.integers(0, 3))
+    kind, stage, mb, device = (ints(rng, ops, -1, 5, I8), ints(rng, ops, -1, 4),
+                               ints(rng, ops, -1, 4), ints(rng, ops, -1, 3))
+    _build.dependencies(kind, stage, mb, device, S, M, ints(rng, S * M), ints(rng, S * M),
+                        ints(rng, S * M), ints(rng, 2 * ops), ints(rng, 2 * ops),
+                        ints(rng, 2 * ops, dtype=I8), ints(rng, 2 * ops, dtype=I8))
+    _build.table_is_valid(device, kind, stage, mb, S, M, ints(rng, 4 * S * M, dtype=I8),
+                          ints(rng, S * M))
+    _build.csr(ints(rng, e), ints(rng, e), ints(rng, n + 1), ints(rng, e))
+    _build.append_one(ints(rng, n + 1), ints(rng, e), ints(rng, n), ints(rng, n + 1),
+                      ints(rng, e + int(rng.integers(0, 3))))
+    _build.activation_peaks(device, kind, ints(rng, ops), rng.random(n), rng.random(n),
+                            rng.random(ops), rng.random(ops), 0.5,
+                            np.zeros(int(rng.integers(0, 3))))
+    cells, devices = int(rng.integers(0, 5)), int(rng.integers(0, 3))
+    _build.fill_idle(rng.random(cells), ints(rng, cells, -1, 3), ints(rng, cells, 0, 2, I8),
+                     ints(rng, cells + 1), ints(rng, e), rng.random(e), ints(rng, cells + 1),
+                     ints(rng, e), ints(rng, devices + 1), ints(rng, e),
+                     ints(rng, devices, -1, 3), np.zeros(cells, I32), np.zeros(devices, I32))
