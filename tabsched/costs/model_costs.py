@@ -281,6 +281,7 @@ overlap_grad_reduce, scatter_gather
 
     def transfer_costs(self, table, transfers):
         """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link."""
+        self.placement.check_devices(table.num_devices)   # overrides name devices it has
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
         _, _, _, unique, inverse = self._shape(table)
