@@ -397,7 +397,7 @@ def evaluate(table, costs=None, *, contention=None, grad_sync=None, optimizer=No
         memory_budget = _budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
-    durations = costs.node_durations(lowered)
+    durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     start, _, binding = lowered.run(durations, end=False)
     result = build_result(table, costs, lowered, start[0], binding, durations,
                           lowered.contention)
@@ -450,6 +450,44 @@ def _default_grad_sync(table, costs):
     return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
+def _cost_inputs(costs):
+    """What a cost model was built from, for a message: ``ModelCosts transformer=... system=...``."""
+    described = dict(costs.describe())
+    text = " ".join([str(described.pop("model", type(costs).__name__))]
+                    + [f"{key}={value}" for key, value in described.items()])
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def checked_durations(costs, lowered, durations):
+    """``durations`` of ``lowered``'s nodes, refused unless finite and >= 0, naming the node.
+
+    A cost model built from validated inputs gives finite durations; this is the
+    second line of defence, so that no result holds ``inf`` or ``nan``.
+    """
+    durations = np.asarray(durations, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(durations) | (durations < 0))
+    if len(bad):
+        node = int(bad[0])
+        raise InvalidParameterError(
+            f"the costs give {lowered.describe_node(node)} a duration of "
+            f"{float(durations[node])} {costs.time_unit}; check the cost inputs "
+            f"({_cost_inputs(costs)})")
+    return durations
+
+
+def _check_finite(numbers, costs, lowered, durations):
+    """Refuse a result whose times overflowed: no result reports ``inf`` or ``nan``."""
+    if all(np.isfinite(number) for number in numbers):
+        return
+    node = int(np.argmax(durations)) if len(durations) else 0
+    longest = (f" (the longest, {lowered.describe_node(node)}, takes "
+               f"{float(durations[node]):.3g} {costs.time_unit})" if len(durations) else "")
+    raise InvalidParameterError(
+        f"the simulated makespan is {numbers[0]} {costs.time_unit}: the durations are too "
+        f"large to add up{longest}; check the cost inputs ({_cost_inputs(costs)})")
+
+
+@np.errstate(over="ignore", invalid="ignore")   # an overflow is refused, not warned about
 def build_result(table, costs, lowered, node_start, binding, durations, contention):
     """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
     D = table.num_devices
@@ -475,6 +513,7 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     last = np.where(has_ops, last, makespan)
     total = float(busy.sum())
     bubble = 1.0 - total / (D * makespan) if makespan > 0 and D else 0.0
+    _check_finite((makespan, bubble), costs, lowered, durations)
     persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
     result = Result(
         table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
@@ -537,7 +576,9 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
     for (mode, per_node, blocking, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        durations = np.stack([checked_durations(cost_models[index], lowered,
+                                                cost_models[index].node_durations(lowered))
+                              for index in members])
         start, _, binding = lowered.run(durations, end=False)
         # the binding array describes sample 0; the others compute theirs when asked
         for row, index in enumerate(members):
