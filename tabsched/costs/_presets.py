@@ -365,7 +365,9 @@ def number(name, value, low, high, *, unit=None, positive=False):
 
 
 def _bound(value, unit):
-    return f"{value:g}" if unit is None else format_quantity(value, unit)
+    if unit is None or value > 1e21:   # past the largest prefix (E): 1e+30 FLOP
+        return f"{value:g}" + (f" {unit}" if unit else "")
+    return format_quantity(value, unit)
 
 
 def text(name, value, limit):
