@@ -16,6 +16,7 @@ property; e.g. ``system_toml,model_toml`` to run those alone)
 import io
 import json
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -158,7 +159,7 @@ PLAUSIBLE = {
                            "[[1, 1e-6], [1e30, 1.0]]", "[[1e31, 0.5]]", "[[2, 0.5], [1, 0.6]]"],
     "memory_efficiency": ["0.8", '[["1MB", 0.5], ["1GB", 0.9]]', "[[0.5, 0.5]]"],
     "half_efficiency_tokens": ["0", "1024", "1e9", "1.1e9"],
-    "matrix_wave": ["0", "4325376", "1e9", "2e9"],
+    "matrix_wave": ["0", "4325376", "1e9", "2e9", "5e-324", "0.5"],
     "intra_node_efficiency": ["1", "0.667", "1e-6"],
     "inter_node_efficiency": ["0.96", "1.0000001"],
     "launch_latency": ['"1us"', '"1s"', '"1.5s"'],
@@ -218,7 +219,8 @@ def toml_values(draw, depth=0):
         return str(draw(st.one_of(st.integers(-3, 70000), st.integers(-10**40, 10**40))))
     if form == 1:
         return draw(st.sampled_from(["inf", "-inf", "nan", "1e-300", "1e300", "0.0", "-0.0",
-                                     "1e-7", "0.5", "1.5", "2.0", "1e9", "4294967296"]))
+                                     "1e-7", "0.5", "1.5", "2.0", "1e9", "4294967296",
+                                     "5e-324", "1.7976931348623157e308"]))
     if form == 2:
         return repr(draw(st.floats(allow_nan=False, allow_infinity=False)))
     if form == 3:
@@ -255,6 +257,10 @@ def toml_texts(draw, good, keys):
     exercised as well as the errors.
     """
     document = dict(good)
+    if draw(st.integers(0, 2)) == 1:   # one key of a valid document at an edge of its range
+        key = draw(st.sampled_from([key for key in keys if key in PLAUSIBLE]))
+        document[key] = draw(st.sampled_from(PLAUSIBLE[key]))
+        return "\n".join(f"{key} = {value}" for key, value in document.items()) + "\n"
     optional = [key for key in keys if key not in good]
     for key in draw(st.lists(st.sampled_from(optional), max_size=4, unique=True)):
         document[key] = draw(key_values(key))
@@ -298,21 +304,36 @@ def toml_texts(draw, good, keys):
     return text
 
 
+#: What may still go wrong with a file that reads: the run has fewer devices than an
+#: override names, or the activations of a huge model overflow int64. Anything else means
+#: the checks let a value through that the cost model cannot use (e.g. nan durations).
+AFTER_LOADING = re.compile(r"names (device|node) \d+, but the run|which overflows int64")
+
+
+def evaluates(table, costs):
+    """``evaluate``: a finite result, or one of the errors :data:`AFTER_LOADING` allows."""
+    try:
+        result = evaluate(table, costs)
+    except TabschedError as error:
+        assert AFTER_LOADING.search(str(error)), f"a file that reads does not evaluate: {error}"
+        raise
+    assert np.isfinite(result.makespan) and np.isfinite(result.bubble_ratio)
+    return result
+
+
 def system_reader(path):
     """A system file: a valid system that evaluates to a finite result, or a one-line error."""
     system = load_system(path)
-    table = generate("1f1b", devices=4, microbatches=4)
-    result = evaluate(table, ModelCosts(TransformerModel(4, 64, 4, 16, 100), system))
-    assert np.isfinite(result.makespan) and np.isfinite(result.bubble_ratio)
+    evaluates(generate("1f1b", devices=4, microbatches=4),
+              ModelCosts(TransformerModel(4, 64, 4, 16, 100), system))
     return system
 
 
 def model_reader(path):
     """A model file: a valid model that evaluates to a finite result, or a one-line error."""
     model = load_model(path)
-    table = generate("gpipe", devices=2 if model.layers % 2 == 0 else 1, microbatches=2)
-    result = evaluate(table, ModelCosts(model, "mid_nw_mid_cp"))
-    assert np.isfinite(result.makespan) and np.isfinite(result.bubble_ratio)
+    evaluates(generate("gpipe", devices=2 if model.layers % 2 == 0 else 1, microbatches=2),
+              ModelCosts(model, "mid_nw_mid_cp"))
     return model
 
 
@@ -449,9 +470,19 @@ def main_worker(examples, only=None):
                         path if kind == "model" else "paper-128l", "--system",
                         path if kind == "system" else "mid_nw_mid_cp"])
 
+    def toml_edges():
+        """Every edge value of every key, in an otherwise valid system or model."""
+        for good, reader in ((GOOD_SYSTEM, system_reader), (GOOD_MODEL, model_reader)):
+            keys = SYSTEM_KEYS if good is GOOD_SYSTEM else MODEL_KEYS
+            for key in keys:
+                for value in PLAUSIBLE.get(key, ()):
+                    document = {**good, key: value}
+                    check(reader, write("edge.toml", "\n".join(
+                        f"{name} = {text}" for name, text in document.items())))
+
     failed = 0
     for test in (csv_text, json_text, raw_bytes, replay_text, cli_files, cli_json_files,
-                 system_toml, model_toml, cli_toml_files):
+                 system_toml, model_toml, cli_toml_files, toml_edges):
         if only and test.__name__ not in only:
             continue
         try:

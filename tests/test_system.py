@@ -270,7 +270,8 @@ def test_overrides_are_checked_against_the_run():
 
 @given(bandwidth=st.floats(*BANDWIDTH_RANGE), latency=st.floats(*LATENCY_RANGE),
        peak=st.floats(*PEAK_FLOPS_RANGE), efficiency=st.floats(*EFFICIENCY_RANGE),
-       launch=st.floats(*LAUNCH_LATENCY_RANGE), wave=st.floats(*MATRIX_WAVE_RANGE),
+       launch=st.floats(*LAUNCH_LATENCY_RANGE),
+       wave=st.just(0.0) | st.floats(1.0, MATRIX_WAVE_RANGE[1]),
        half=st.floats(*HALF_EFFICIENCY_TOKENS_RANGE))
 def test_every_time_is_finite_inside_the_sane_ranges(bandwidth, latency, peak, efficiency,
                                                      launch, wave, half):
@@ -297,6 +298,8 @@ def test_every_time_is_finite_inside_the_sane_ranges(bandwidth, latency, peak, e
     (dict(compute_efficiency=[[1, 0.5], [10**31, 0.6]]),
      r"compute_efficiency\[1\] work must be between 1 FLOP and 1e\+30 FLOP"),
     (dict(name=["a"]), r"name must be text, not \['a'\]"),
+    (dict(matrix_wave=2.2e-313), r"matrix_wave must be 0 \(no wave quantization\) or at least 1 "
+                                 r"output element, not 2\.2e-313"),
     (dict(description="x" * 501), r"description is 501 characters long; at most 500"),
 ])
 def test_values_outside_the_sane_ranges_name_the_key(changes, message):

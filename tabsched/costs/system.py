@@ -131,7 +131,7 @@ EFFICIENCY_RANGE = (1e-6, 1.0)
 #: FLOP runs 30,000 years on a GB200).
 WORK_RANGE = (1.0, 1e30)
 #: Output elements of one wave of tiles: 132 SMs x 256x128 tiles is 4.3e6 on an H100;
-#: 1e9 is 200x that. 0: no wave quantization.
+#: 1e9 is 200x that. 0: no wave quantization; else at least 1 (one SM, a 1-element tile).
 MATRIX_WAVE_RANGE = (0.0, 1e9)
 #: Tokens at which a matrix kernel reaches half its efficiency: 0 (flat) to 1e9, past
 #: any microbatch's tokens (8 samples of 128k tokens are 1e6).
@@ -331,6 +331,10 @@ class System:
             set_(key, _fraction(key, getattr(self, key)))
         set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave,
                                           bounds=MATRIX_WAVE_RANGE))
+        if 0 < self.matrix_wave < 1:   # 1e-313 would make every product infinitely many waves
+            raise InvalidParameterError(f"matrix_wave must be 0 (no wave quantization) or at "
+                                        f"least 1 output element, not "
+                                        f"{_presets.shown_value(self.matrix_wave)}")
         set_("half_efficiency_tokens",
              _non_negative("half_efficiency_tokens", self.half_efficiency_tokens,
                            bounds=HALF_EFFICIENCY_TOKENS_RANGE))
