@@ -123,10 +123,13 @@ def run_task(task):
     costs, live = [], []
     for row, system in zip(rows, task.systems):
         try:
-            costs.append(model_costs_for(task.model, system, task.microbatches,
-                                         global_batch=task.global_batch,
-                                         recompute=task.recompute, contention=task.contention,
-                                         grad_sync=task.grad_sync, **dict(task.parallel)))
+            system_costs = model_costs_for(task.model, system, task.microbatches,
+                                           global_batch=task.global_batch,
+                                           recompute=task.recompute, contention=task.contention,
+                                           grad_sync=task.grad_sync, **dict(task.parallel))
+            # an override of a device this run lacks skips this system's row, not all of them
+            system_costs.placement.check_devices(task.devices)
+            costs.append(system_costs)
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:

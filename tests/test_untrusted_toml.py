@@ -435,3 +435,18 @@ def test_a_sweep_skips_the_configuration_with_the_same_line(cli, tmp_path):
     text = out.read_text()
     assert "inf" not in text.replace("the simulated makespan is inf", "")
     assert "skipped" in text and "the simulated makespan is inf slots" in text
+
+
+def test_a_sweep_skips_only_the_system_whose_override_the_run_lacks(cli, tmp_path):
+    path = write(tmp_path, "far.toml", SYSTEM + '[[link_overrides]]\ndevices = [2, 9]\n'
+                                                'bandwidth = "1GB/s"\n')
+    out = tmp_path / "sweep.csv"
+    code, _, err = cli("sweep", "gpipe", "-p", "8", "-m", "8", "--systems",
+                       f"{path},mid_nw_mid_cp", "-o", out)
+    assert code == 0, err
+    from tabsched.sweep import read_sweep_csv
+    rows = {row["system"]: row for row in read_sweep_csv(out)}
+    far, grid = rows[str(path)], rows["mid_nw_mid_cp"]
+    assert far["status"] == "skipped" and re.search(
+        r"link_overrides\[0\]\.devices names device 9, but the run has 8 devices", far["reason"])
+    assert grid["status"] == "ok" and np.isfinite(grid["simulation_makespan_s"])
