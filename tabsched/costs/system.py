@@ -128,7 +128,7 @@ MEMORY_CAPACITY_RANGE = (1e3, 1e15)
 #: An efficiency is a part of a peak: below 1e-6 the peak, not the efficiency, is wrong.
 EFFICIENCY_RANGE = (1e-6, 1.0)
 #: Work at the points of an efficiency table, FLOP or B: from 1 to 1e30 (a kernel of 1e30
-#: FLOP runs 30,000 years on a GB200).
+#: FLOP runs 13 million years on a GB200).
 WORK_RANGE = (1.0, 1e30)
 #: Output elements of one wave of tiles: 132 SMs x 256x128 tiles is 4.3e6 on an H100;
 #: 1e9 is 200x that. 0: no wave quantization; else at least 1 (one SM, a 1-element tile).

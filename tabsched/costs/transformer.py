@@ -134,7 +134,7 @@ MAX_FFN = 2**24
 MAX_SEQUENCE = 2**27
 #: Vocabulary: Llama 3 has 128,256, Gemma 256,000; 2**24 is 65x that.
 MAX_VOCAB = 2**24
-#: Samples per microbatch: Megatron-LM runs 1-16; 2**24 is 16.7M.
+#: Samples per microbatch: pipeline runs use a few (the presets 1); 2**24 is 16.7M.
 MAX_MICROBATCH_SIZE = 2**24
 #: Optimizer-state bytes per parameter: Adam keeps 12 (fp32 master weights and two
 #: moments), 24 in fp64; 256 is ten fp64 states and more.
