@@ -450,3 +450,17 @@ def test_a_sweep_skips_only_the_system_whose_override_the_run_lacks(cli, tmp_pat
     assert far["status"] == "skipped" and re.search(
         r"link_overrides\[0\]\.devices names device 9, but the run has 8 devices", far["reason"])
     assert grid["status"] == "ok" and np.isfinite(grid["simulation_makespan_s"])
+
+
+def test_monte_carlo_makespans_that_overflow_are_one_error(cli):
+    from tabsched.adapt import Straggler, monte_carlo
+    table = generate("1f1b", devices=4, microbatches=8)
+    message = (r"^the Monte Carlo durations or makespans are too large to add up \(largest inf "
+               r"s\); check the cost inputs and the variation \(\{'model': 'straggler'")
+    with pytest.raises(InvalidParameterError, match=message):   # durations overflow
+        monte_carlo(table, StageCosts(1.0), Straggler(1, 1e308), samples=4)
+    with pytest.raises(InvalidParameterError, match=message):   # only their sums do
+        monte_carlo(table, StageCosts(1.0, 1.0), Straggler(1, 1e308), samples=4)
+    text = one_error(cli, "eval", "1f1b", "-p", "4", "-m", "8", "--straggler", "1:1e308",
+                     "--samples", "4")
+    assert text.startswith("the Monte Carlo durations or makespans are too large to add up")
