@@ -150,8 +150,9 @@ def parse(raw, source, kind):
 
 # What the nesting scan stops at: brackets, quotes, comments, and what ends a key.
 _SPECIAL = re.compile(r"""[\[\]{}"'#.=,\n]""")
-_BASIC_BODY = re.compile(r'(?:[^"\\\n]|\\.)*')                  # "...": no line breaks
-_MULTILINE_BODY = re.compile(r'(?:[^"\\]|\\.|"(?!""))*', re.S)  # """..."""
+# (unrolled: a character class repeats without a backtracking entry per character)
+_BASIC_BODY = re.compile(r'[^"\\\n]*(?:\\.[^"\\\n]*)*')                    # "...": one line
+_MULTILINE_BODY = re.compile(r'[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*', re.S)  # """..."""
 _LITERAL_BODY = re.compile(r"[^'\n]*")                          # '...'
 
 
