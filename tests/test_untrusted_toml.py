@@ -330,9 +330,15 @@ def test_model_sizes_outside_their_sane_range_name_the_key(cli, tmp_path, key, v
             r"/model\.toml: " + message)
 
 
-def test_the_ranges_hold_every_preset():
-    from tabsched import model_presets, system_presets
-    assert len(system_presets()) >= 10 and len(model_presets()) >= 5
+def test_every_preset_read_as_a_user_file_passes_every_check(tmp_path):
+    """Users copy presets (`tabsched presets --show`): each loads through the untrusted path
+    (size, nesting, types, ranges) and equals the preset."""
+    index = _presets.preset_index()
+    for kind, loader in (("system", load_system), ("model", load_model)):
+        assert index[kind]
+        for name, text in index[kind].items():
+            path = write(tmp_path, f"{name}.toml", text)
+            assert loader(str(path)) == loader(name).replace(name=str(path)), name
 
 
 def test_a_slow_but_sane_system_gives_finite_numbers(cli, tmp_path):
