@@ -422,7 +422,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         memory_budget = _budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
-    durations = costs.node_durations(lowered)
+    durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
     start, _, _ = run_lowered(lowered, durations, binding=False)
     result = build_result(table, costs, lowered, start[0], None, durations,
@@ -494,6 +494,43 @@ def _default_grad_sync(table, costs):
     return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
+def _cost_inputs(costs):
+    """What a cost model was built from, for a message: ``ModelCosts transformer=... system=...``."""
+    described = dict(costs.describe())
+    text = " ".join([str(described.pop("model", type(costs).__name__))]
+                    + [f"{key}={value}" for key, value in described.items()])
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def checked_durations(costs, lowered, durations):
+    """``durations`` of ``lowered``'s nodes, refused unless finite and >= 0, naming the node.
+
+    A cost model built from validated inputs gives finite durations; this is the
+    second line of defence, so that no result holds ``inf`` or ``nan``.
+    """
+    durations = np.asarray(durations, dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(durations) | (durations < 0))
+    if len(bad):
+        node = int(bad[0])
+        raise InvalidParameterError(
+            f"the costs give {lowered.describe_node(node)} a duration of "
+            f"{float(durations[node])} {costs.time_unit}; check the cost inputs "
+            f"({_cost_inputs(costs)})")
+    return durations
+
+
+def _check_finite(numbers, costs, lowered, durations):
+    """Refuse a result whose times overflowed: no result reports ``inf`` or ``nan``."""
+    if all(np.isfinite(number) for number in numbers):
+        return
+    node = int(np.argmax(durations)) if len(durations) else 0
+    longest = (f" (the longest, {lowered.describe_node(node)}, takes "
+               f"{float(durations[node]):.3g} {costs.time_unit})" if len(durations) else "")
+    raise InvalidParameterError(
+        f"the simulated makespan is {numbers[0]} {costs.time_unit}: the durations are too "
+        f"large to add up{longest}; check the cost inputs ({_cost_inputs(costs)})")
+
+
 def _device_times(lowered, node_start, durations):
     """``(busy, first, last, has_ops, makespan, bubble_ratio)`` of one sample: what a
     Result's devices and totals are made of (one place, so summaries agree to the bit)."""
@@ -523,11 +560,13 @@ def _device_times(lowered, node_start, durations):
     return busy, first, last, has_ops, makespan, bubble
 
 
+@np.errstate(over="ignore", invalid="ignore")   # an overflow is refused, not warned about
 def build_result(table, costs, lowered, node_start, binding, durations, contention):
     """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
     D = table.num_devices
     busy, first, last, has_ops, makespan, bubble = _device_times(lowered, node_start,
                                                                  durations)
+    _check_finite((makespan, bubble), costs, lowered, durations)
     persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
     result = Result(
         table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
@@ -649,7 +688,9 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
     for (mode, per_node, blocking, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        durations = np.stack([checked_durations(cost_models[index], lowered,
+                                                cost_models[index].node_durations(lowered))
+                              for index in members])
         start, _, _ = run_lowered(lowered, durations, binding=False)
         # each result finds its binding (the critical path) when it is asked for
         for row, index in enumerate(members):
@@ -693,11 +734,15 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     for (mode, per_node, blocking, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([cost_models[index].node_durations(lowered) for index in members])
+        durations = np.stack([checked_durations(cost_models[index], lowered,
+                                                cost_models[index].node_durations(lowered))
+                              for index in members])
         start, _, _ = run_lowered(lowered, durations, binding=False)
         for row, index in enumerate(members):
             costs = cost_models[index]
-            _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            with np.errstate(over="ignore", invalid="ignore"):
+                _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            _check_finite((makespan, bubble), costs, lowered, durations[row])
             peaks = _peaks(table, costs, lowered, start[row], durations[row])
             if peaks is None:
                 result = build_result(table, costs, lowered, start[row], None, durations[row],

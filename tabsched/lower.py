@@ -290,7 +290,9 @@ class LoweredSchedule:
                 f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
         # a sum and a minimum, no temporaries: a sum is finite only if every term is
         # (or the terms overflow it: then look closer)
-        if not np.isfinite(durations.sum()) or (durations.size and durations.min() < 0):
+        with np.errstate(over="ignore", invalid="ignore"):   # an overflow looks closer
+            total = durations.sum()
+        if not np.isfinite(total) or (durations.size and durations.min() < 0):
             if not np.all(np.isfinite(durations)) or np.any(durations < 0):
                 raise InvalidParameterError("durations must be finite and not negative")
         return durations

@@ -1,6 +1,6 @@
 """Sweeps: a grid of configurations into a tidy table, on local processes or Dask.
 
-:func:`sweep` (``tabsched.sweep``) is the public entry point; it returns a
+:func:`sweep` (``tabsched.sweeps``) is the public entry point; it returns a
 :class:`SweepResult`, rows with ``to_dataframe()`` and ``to_csv()``.
 
 A configuration is (family spec, devices, microbatches, model, system). One
@@ -165,9 +165,12 @@ def run_task(task):
     costs, live = [], []
     for row, system in zip(rows, task.systems):
         try:
-            costs.append(_model_costs(task.model, system, task.microbatches, task.global_batch,
-                                      task.recompute, task.contention, _hashable(task.grad_sync),
-                                      tuple(task.parallel)))
+            system_costs = _model_costs(task.model, system, task.microbatches,
+                                        task.global_batch, task.recompute, task.contention,
+                                        _hashable(task.grad_sync), tuple(task.parallel))
+            # an override of a device this run lacks skips this system's row, not all of them
+            system_costs.placement.check_devices(task.devices)
+            costs.append(system_costs)
             live.append(row)
             row["microbatch_size"] = costs[-1].model.microbatch_size
         except TabschedError as error:

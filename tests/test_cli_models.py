@@ -113,8 +113,8 @@ SYSTEM_KEYS = ('peak_flops = "1PFLOP/s"\nmemory_bandwidth = "3.35TB/s"\ndevices_
      "system.toml: contention 'bus' is not one of none, link, nic"),
     (["--model", "MODEL:" + MODEL_KEYS.replace("128", "100"), "--system", "mid_nw_mid_cp"],
      "has 100 layers, which do not split evenly over the table's 8 stages"),
-    (PAPER + ["--microbatch-size", str(10**15)],
-     "microbatch_size 1000000000000000 makes the activations of one iteration"),
+    (PAPER + ["--microbatch-size", str(2**24)],   # the largest sane microbatch_size
+     "microbatch_size 16777216 makes the activations of one iteration"),
     (PAPER + ["--memory-budget", "80XB"], "memory_budget: '80XB' is not a size"),
     (PAPER + ["--memory-budget", "-80GB"], "memory_budget must be > 0, not '-80GB'"),
     (PAPER + ["--strict"], "--strict needs --memory-budget"),

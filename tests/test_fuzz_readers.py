@@ -28,7 +28,9 @@ from tabsched.pytorch import (from_pytorch_csv, pytorch_refusal, to_compute_comm
 from tabsched.schedules import families, get_family
 
 WORKER = pathlib.Path(__file__).resolve().parent / "_fuzz_readers_worker.py"
-#: Examples per fuzzed property, by hypothesis profile (the worker runs six properties).
+#: Examples per fuzzed property, by hypothesis profile (the worker runs nine: CSV, JSON,
+#: replay, raw bytes and CLI files, and the system and model TOML readers; and every edge
+#: value of every TOML key once).
 EXAMPLES = {"dev": 25, "ci": 80, "thorough": 1000}
 
 

@@ -251,8 +251,9 @@ def test_stage_layers_come_from_the_table():
     (lambda: (generate("1f1b", devices=2, microbatches=2).replace(microbatch_sizes=(1, .25)), {}),
      r"microbatch 1 has relative size 0\.25: 0\.5 samples of a 2-sample microbatch, but "
      r"samples must be whole"),
-    (lambda: (generate("1f1b", devices=2, microbatches=2), {"microbatch_size": 10**15}),
-     r"microbatch_size 1000000000000000 makes the activations of one iteration .* bytes, "
+    (lambda: (generate("1f1b", devices=2, microbatches=2),
+              {"microbatch_size": 2**24, "sequence": 2**20}),   # both within sane ranges
+     r"microbatch_size 16777216 makes the activations of one iteration .* bytes, "
      r"which overflows int64"),
 ])
 def test_shape_errors_name_the_value(make, message):

@@ -2,8 +2,13 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tabsched import InvalidParameterError, System, UnknownNameError, load_system, system_presets
+from tabsched.costs.system import (BANDWIDTH_RANGE, EFFICIENCY_RANGE,
+                                   HALF_EFFICIENCY_TOKENS_RANGE, LATENCY_RANGE,
+                                   LAUNCH_LATENCY_RANGE, MATRIX_WAVE_RANGE, PEAK_FLOPS_RANGE)
 
 GRID = [f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
         for compute in ("slow", "mid", "fast")]
@@ -244,3 +249,59 @@ def test_dgx_a100_states_its_measured_numbers():
         (8, 300e9, 25e9)
     grid = load_system("mid_nw_mid_cp")       # the paper grid stays flat
     assert (grid.compute_efficiency, grid.memory_efficiency, grid.matrix_wave) == (1.0, 1.0, 0.0)
+
+
+# ------------------------------------------------- untrusted values (issue 13)
+def test_overrides_are_checked_against_the_run():
+    system = two_nodes(link_overrides=[{"devices": [1, 6], "bandwidth": "1GB/s"}],
+                       node_overrides=[{"node": 2, "latency": "1ms"}])
+    assert system.check_devices(7) is system          # devices 0..6 on nodes 0..3
+    with pytest.raises(InvalidParameterError, match=r"^system custom: link_overrides\[0\]\.devices "
+                                                    r"names device 6, but the run has 6 devices "
+                                                    r"\(0\.\.5\)$"):
+        system.check_devices(6)
+    with pytest.raises(InvalidParameterError, match=r"^system custom: node_overrides\[0\]\.node "
+                                                    r"names node 2, but the run's 4 devices fill "
+                                                    r"2 nodes of 2 \(0\.\.1\)$"):
+        system.replace(link_overrides=()).check_devices(4)
+    # link_matrices stays a view of the first devices (transfer_time asks for two)
+    assert system.transfer_time(1e9, 0, 1) == pytest.approx(1e-6 + 1e9 / 100e9)
+
+
+@given(bandwidth=st.floats(*BANDWIDTH_RANGE), latency=st.floats(*LATENCY_RANGE),
+       peak=st.floats(*PEAK_FLOPS_RANGE), efficiency=st.floats(*EFFICIENCY_RANGE),
+       launch=st.floats(*LAUNCH_LATENCY_RANGE),
+       wave=st.just(0.0) | st.floats(1.0, MATRIX_WAVE_RANGE[1]),
+       half=st.floats(*HALF_EFFICIENCY_TOKENS_RANGE))
+def test_every_time_is_finite_inside_the_sane_ranges(bandwidth, latency, peak, efficiency,
+                                                     launch, wave, half):
+    """The ranges leave room: a 1e40-FLOP, 1e40-byte kernel of one token on the slowest
+    system the ranges allow takes under 1e60 s, 250 orders of magnitude below overflow."""
+    system = System(peak, bandwidth, 1, bandwidth, latency, bandwidth, latency,
+                    compute_efficiency=efficiency, memory_efficiency=efficiency,
+                    inter_node_efficiency=efficiency, launch_latency=launch, matrix_wave=wave,
+                    half_efficiency_tokens=half)
+    worst = system.kernel_times(True, 1e40, 1e40, 1, outputs=1) + system.launch_latency
+    assert np.isfinite(worst) and worst < 1e60
+    assert np.isfinite(system.transfer_time(1e30, 0, 1))
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(peak_flops=1e5), r"peak_flops must be between 1 MFLOP/s and 1 EFLOP/s, not 100000\.0 "
+                           r"\(a bare number is in FLOP/s\)"),
+    (dict(memory_bandwidth=np.float64(1e-300)), r"memory_bandwidth must be between 1 kB/s and "
+                                                r"1 PB/s, not 1e-300"),
+    (dict(inter_node_latency=10**400), r"inter_node_latency must be between 0 s and 3600 s, not "
+                                       r"<an integer of 401 digits>"),
+    (dict(devices_per_node=np.int64(0)), r"devices_per_node must be a positive integer, not 0"),
+    (dict(intra_node_efficiency=5e-7), r"intra_node_efficiency must be at least 1e-06"),
+    (dict(compute_efficiency=[[1, 0.5], [10**31, 0.6]]),
+     r"compute_efficiency\[1\] work must be between 1 FLOP and 1e\+30 FLOP"),
+    (dict(name=["a"]), r"name must be text, not \['a'\]"),
+    (dict(matrix_wave=2.2e-313), r"matrix_wave must be 0 \(no wave quantization\) or at least 1 "
+                                 r"output element, not 2\.2e-313"),
+    (dict(description="x" * 501), r"description is 501 characters long; at most 500"),
+])
+def test_values_outside_the_sane_ranges_name_the_key(changes, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        two_nodes(**changes)

@@ -197,12 +197,12 @@ def test_presets_have_the_published_sizes():
     (dict(recompute="partial"), r"recompute 'partial' is not one of none, selective, full"),
     (dict(dtype="int4"), r"dtype 'int4' is not one of fp8, bf16"),
     (dict(dtype=3), r"dtype must be one of .* not 3"),
-    (dict(bytes_per_param=-1), r"bytes_per_param must be a number >= 0, not -1"),
+    (dict(bytes_per_param=-1), r"bytes_per_param must be >= 0, not -1"),
     (dict(gated_ffn="yes"), r"gated_ffn must be true or false, not 'yes'"),
     (dict(microbatch_size=0), r"microbatch_size must be a positive integer, not 0"),
     (dict(norm="batchnorm"), r"norm 'batchnorm' is not one of layernorm, rmsnorm"),
     (dict(grad_bytes=3), r"grad_bytes must be 1, 2, 4 or 8, not 3"),
-    (dict(optimizer_bytes=-1), r"optimizer_bytes must be a number >= 0, not -1"),
+    (dict(optimizer_bytes=-1), r"optimizer_bytes must be >= 0, not -1"),
     (dict(tied_embeddings="no"), r"tied_embeddings must be true or false, not 'no'"),
 ])
 def test_model_errors(changes, message):
@@ -245,3 +245,38 @@ def test_unknown_preset_lists_the_valid_names():
         load_model("llama-3-8b")
     with pytest.raises(OSError):
         load_model("no/such/model.toml")
+
+
+# ------------------------------------------------- untrusted values (issue 13)
+def test_work_is_finite_at_the_edges_of_the_sane_ranges():
+    """The largest model the ranges allow (with the largest microbatch) still counts its
+    FLOPs and bytes in float64 with hundreds of orders of magnitude to spare."""
+    from tabsched.costs import transformer
+    largest = TransformerModel(transformer.MAX_LAYERS, transformer.MAX_HIDDEN,
+                               transformer.MAX_HIDDEN, transformer.MAX_SEQUENCE,
+                               transformer.MAX_VOCAB, ffn=transformer.MAX_FFN,
+                               microbatch_size=transformer.MAX_MICROBATCH_SIZE,
+                               optimizer_bytes=transformer.MAX_OPTIMIZER_BYTES)
+    for work in (largest.layer_work, largest.embedding_work, largest.output_work):
+        flops, nbytes = work(transformer.MAX_MICROBATCH_SIZE)
+        assert np.all(np.isfinite(flops)) and np.all(np.isfinite(nbytes))
+        assert flops.max() < 1e40 and nbytes.max() < 1e40
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(layers=100_001), r"layers must be an integer from 1 to 100000, not 100001"),
+    (dict(hidden=np.int64(2**21), heads=4), r"hidden must be an integer from 1 to 1048576"),
+    (dict(sequence=10**5000), r"sequence must be an integer from 1 to 134217728, not <an "
+                              r"integer of 5001 digits>"),
+    (dict(vocab=np.float64(100.0)), r"vocab must be a positive integer, not 100\.0"),
+    (dict(dtype=True), r"dtype must be one of fp8, bf16, fp16, fp32, fp64 or 1, 2, 4, 8 bytes, "
+                       r"not True"),
+    (dict(grad_bytes=4.0), r"grad_bytes must be 1, 2, 4 or 8, not 4\.0"),
+    (dict(optimizer_bytes="12"), r"optimizer_bytes must be a number, not '12'"),
+    (dict(bytes_per_param=float("nan")), r"bytes_per_param must be a number, not nan"),
+    (dict(norm=["rmsnorm"]), r"norm \['rmsnorm'\] is not one of layernorm, rmsnorm"),
+    (dict(name="a\nb"), r"name must be one line of printable text, not 'a\\nb'"),
+])
+def test_values_outside_the_sane_ranges_name_the_key(changes, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        small(**changes)

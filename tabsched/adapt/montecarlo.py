@@ -189,6 +189,17 @@ def _summary(lowered, chained, durations, node_devices):
     return lowered.run_summary(durations, node_devices=node_devices)
 
 
+def _refuse_overflow(values, context, variation):
+    """One error naming the inputs when durations or makespans are not finite (no inf, no nan)."""
+    if np.all(np.isfinite(values)):
+        return
+    described = "none" if variation is None else variation.describe()
+    raise InvalidParameterError(
+        f"the Monte Carlo durations or makespans are too large to add up (largest "
+        f"{float(np.max(np.abs(values))):.3g} {context.costs.time_unit}); check the cost "
+        f"inputs and the variation ({str(described)[:160]})")
+
+
 def _check_count(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise InvalidParameterError(f"{name} must be an integer >= {minimum}, not {value!r}")
@@ -312,11 +323,14 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
     lowered.check_acyclic()
     node_devices = lowered.node_devices()
     chained = link_chains(lowered)
-    nominal_durations = context.mean_durations(variation)[None, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        nominal_durations = context.mean_durations(variation)[None, :]
+    _refuse_overflow(nominal_durations, context, variation)
     nominal, nominal_busy, _, _ = _summary(lowered, chained, nominal_durations, node_devices)
     fused = _fused(context, variation, chained, samples, node_devices) if fused else None
     if fused is not None:
         makespans, busy, finish = fused
+        _refuse_overflow(makespans, context, variation)
         chunks = 1
     else:
         # a sample holds its durations, their parts, and the noise's temporaries
@@ -328,14 +342,18 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
         chunks = 0
         for first in range(0, samples, chunk):
             indices = np.arange(first, min(samples, first + chunk))
-            durations = context.sample_durations(variation, indices)
+            with np.errstate(over="ignore", invalid="ignore"):
+                durations = context.sample_durations(variation, indices)
+            _refuse_overflow(durations, context, variation)
             rows = slice(first, first + len(indices))
             makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained,
                                                                     durations, node_devices)
             del durations
             chunks += 1
     nominal_makespan = float(nominal[0])
-    mean_makespan = float(makespans.mean())
+    with np.errstate(over="ignore", invalid="ignore"):   # an overflow is refused, not warned
+        mean_makespan = float(makespans.mean())
+    _refuse_overflow(np.array([nominal_makespan, mean_makespan]), context, variation)
     devices = [DeviceRuntime(device=d, mean_busy=float(busy[:, d].mean()),
                              mean_idle=mean_makespan - float(busy[:, d].mean()),
                              nominal_idle=nominal_makespan - float(nominal_busy[0, d]),

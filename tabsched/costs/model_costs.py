@@ -290,6 +290,7 @@ overlap_grad_reduce, scatter_gather
         node before it is used (:meth:`receive_gather_seconds`): that gather is
         part of the transfer's time.
         """
+        self.placement.check_devices(table.num_devices)   # overrides name devices it has
         if len(transfers) == 0:
             return np.zeros(0), np.zeros(0)
         latency, volume, nbytes = self._transfer_parts(table, transfers)

@@ -68,6 +68,7 @@ a table) or as a number in SI base units.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -76,9 +77,9 @@ import numpy as np
 
 from tabsched.costs import _presets
 from tabsched.costs.collectives import ring_time
-from tabsched.costs.units import parse_quantity
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
+from tabsched.table import MAX_ID
 
 __all__ = ["System", "LinkOverride", "NodeOverride", "load_system", "system_presets"]
 
@@ -110,30 +111,62 @@ class NodeOverride(NamedTuple):
     latency: float = None
 
 
-def _positive(name, value, unit):
-    number = parse_quantity(value, unit, name=name)
-    if not np.isfinite(number) or number <= 0:
-        raise InvalidParameterError(f"{name} must be > 0, not {value!r}")
-    return number
+# Sane ranges of what a file (or a caller) may say, in SI units. A value outside them is a
+# typo or a unit slip (50 for 50 GB/s), never a device: 1e-300 B/s would make a transfer
+# last 1e+307 s and the makespan overflow to inf. They are wide on purpose, orders of
+# magnitude beyond every device built or announced, so that no real system is refused.
+#: Bandwidth of a memory or a link, B/s: from 1 kB/s (a 9600-baud modem moves 1.2 kB/s)
+#: to 1 PB/s (over 100x the 8 TB/s of a B200's HBM3e, 1000x NVLink 5's 900 GB/s each way).
+BANDWIDTH_RANGE = (1e3, 1e15)
+#: Peak FLOP/s of one device: from 1 MFLOP/s (an 8087 coprocessor did 0.05) to
+#: 1 EFLOP/s (400x a GB200's 2.5 PFLOP/s of dense BF16).
+PEAK_FLOPS_RANGE = (1e6, 1e18)
+#: Latency of a transfer, s: a link answers in ns to us (InfiniBand about 1 us, a
+#: transatlantic round trip 70 ms); one hour is no link.
+LATENCY_RANGE = (0.0, 3600.0)
+#: Fixed cost of one kernel, s: a CUDA launch costs about 1-5 us; one second is 10^5 that.
+LAUNCH_LATENCY_RANGE = (0.0, 1.0)
+#: Memory of one device, B: from 1 kB to 1 PB (5,000x the 192 GB of a B200).
+MEMORY_CAPACITY_RANGE = (1e3, 1e15)
+#: An efficiency is a part of a peak: below 1e-6 the peak, not the efficiency, is wrong.
+EFFICIENCY_RANGE = (1e-6, 1.0)
+#: Work at the points of an efficiency table, FLOP or B: from 1 to 1e30 (a kernel of 1e30
+#: FLOP runs 13 million years on a GB200).
+WORK_RANGE = (1.0, 1e30)
+#: Output elements of one wave of tiles: 132 SMs x 256x128 tiles is 4.3e6 on an H100;
+#: 1e9 is 200x that. 0: no wave quantization; else at least 1 (one SM, a 1-element tile).
+MATRIX_WAVE_RANGE = (0.0, 1e9)
+#: Tokens at which a matrix kernel reaches half its efficiency: 0 (flat) to 1e9, past
+#: any microbatch's tokens (8 samples of 128k tokens are 1e6).
+HALF_EFFICIENCY_TOKENS_RANGE = (0.0, 1e9)
+#: Devices in one node (one fast-link domain): an NVL72 rack has 72, NVL576 576.
+MAX_DEVICES_PER_NODE = 65536
+#: Characters of a name (a file's path by default: Linux's PATH_MAX is 4096) and of a
+#: description (one line).
+MAX_NAME = 4096
+MAX_DESCRIPTION = 500
 
 
-def _non_negative(name, value, unit=None):
-    if unit is None:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-            raise InvalidParameterError(f"{name} must be a number, not {value!r}")
-        number = float(value)
-    else:
-        number = parse_quantity(value, unit, name=name)
-    if not np.isfinite(number) or number < 0:
-        raise InvalidParameterError(f"{name} must be >= 0, not {value!r}")
-    return number
+def _positive(name, value, unit, bounds=BANDWIDTH_RANGE):
+    """A quantity > 0 in ``bounds`` (SI units), from a number or a text with ``unit``."""
+    return _presets.number(name, value, *bounds, unit=unit, positive=True)
+
+
+def _non_negative(name, value, unit=None, bounds=LATENCY_RANGE):
+    """A quantity >= 0 in ``bounds``; without ``unit``, a plain number."""
+    return _presets.number(name, value, *bounds, unit=unit)
 
 
 def _fraction(name, value):
-    """A number in (0, 1]."""
-    number = _non_negative(name, value)
-    if number == 0 or number > 1:
-        raise InvalidParameterError(f"{name} must be in (0, 1], not {value!r}")
+    """A number in (0, 1], at least ``EFFICIENCY_RANGE[0]``."""
+    number = _presets.number(name, value, -math.inf, math.inf)
+    if not 0 < number <= 1:
+        raise InvalidParameterError(f"{name} must be in (0, 1], not "
+                                    f"{_presets.shown_value(value)}")
+    if number < EFFICIENCY_RANGE[0]:
+        raise InvalidParameterError(f"{name} must be at least {EFFICIENCY_RANGE[0]:g} (a "
+                                    f"smaller part of the peak means the peak is wrong), not "
+                                    f"{_presets.shown_value(value)}")
     return number
 
 
@@ -151,21 +184,20 @@ def _efficiency(name, value, unit):
     table = []
     for k, entry in enumerate(value):
         where = f"{name}[{k}]"
-        if isinstance(entry, (str, bytes)) or not hasattr(entry, "__len__") or len(entry) != 2:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
             raise InvalidParameterError(f"{where} must be a pair [work, efficiency], "
-                                        f"not {entry!r}")
-        work = _positive(f"{where} work", entry[0], unit)
+                                        f"not {_presets.shown_value(entry)}")
+        work = _positive(f"{where} work", entry[0], unit, WORK_RANGE)
         efficiency = _fraction(f"{where} efficiency", entry[1])
         if table and work <= table[-1][0]:
-            raise InvalidParameterError(f"{where}: work {entry[0]!r} does not grow from the "
-                                        f"entry before ({table[-1][0]:g}); list the table "
-                                        f"in increasing work")
+            raise InvalidParameterError(f"{where}: work {_presets.shown_value(entry[0])} does "
+                                        f"not grow from the entry before "
+                                        f"({table[-1][0]:g}); list the table in increasing "
+                                        f"work")
         if table and efficiency < table[-1][1]:
             raise InvalidParameterError(f"{where}: efficiency {efficiency:g} falls below "
                                         f"{table[-1][1]:g} of the smaller kernel before it "
                                         f"(the table must not fall as work grows)")
-        if not np.isfinite(work):
-            raise InvalidParameterError(f"{where} work must be finite, not {entry[0]!r}")
         table.append((work, efficiency))
     return tuple(table)
 
@@ -185,13 +217,28 @@ def _top(efficiency):
     return efficiency[-1][1] if isinstance(efficiency, tuple) else efficiency
 
 
+_OVERRIDE_KEYS = {"link_overrides": "devices", "node_overrides": "node"}
+
+
+def _overrides(key, value):
+    """The entries of ``link_overrides`` or ``node_overrides``: an array of tables."""
+    if not isinstance(value, (list, tuple)) or isinstance(value, (LinkOverride, NodeOverride)):
+        raise InvalidParameterError(f"{key} must be an array of tables ([[{key}]] entries, "
+                                    f"each with {_OVERRIDE_KEYS[key]} and a bandwidth and/or "
+                                    f"latency), not {_presets.shown_value(value)}")
+    return value
+
+
 def _override_fields(name, entry, index_key):
     if not isinstance(entry, (dict, LinkOverride, NodeOverride)):
-        raise InvalidParameterError(f"{name} entries must be tables, not {entry!r}")
+        raise InvalidParameterError(f"{name} must be a table with {index_key} and a bandwidth "
+                                    f"and/or latency, not {_presets.shown_value(entry)}")
     entry = entry._asdict() if isinstance(entry, tuple) else dict(entry)
-    unknown = sorted(set(entry) - {index_key, "bandwidth", "latency"})
+    known = {index_key, "bandwidth", "latency"}
+    unknown = sorted(str(key) for key in set(entry) - known)
     if unknown:
-        raise InvalidParameterError(f"{name}: unknown key {unknown[0]!r} (expected "
+        raise InvalidParameterError(f"{name}: unknown key {_presets.shown_value(unknown[0])}"
+                                    f"{_presets.suggestion(unknown[0], known)} (expected "
                                     f"{index_key}, bandwidth, latency)")
     if index_key not in entry:
         raise InvalidParameterError(f"{name}: missing key {index_key!r}")
@@ -205,9 +252,8 @@ def _override_fields(name, entry, index_key):
 
 
 def _device_index(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InvalidParameterError(f"{name} must be an integer >= 0, not {value!r}")
-    return int(value)
+    """A device or node number: the table's ids are int32, so larger ones cannot exist."""
+    return _presets.integer(name, value, 0, MAX_ID)
 
 
 @dataclass(frozen=True)
@@ -274,41 +320,48 @@ class System:
     def __post_init__(self):
         def set_(key, value):
             object.__setattr__(self, key, value)
-        for key in ("peak_flops", "memory_bandwidth", "intra_node_bandwidth",
-                    "inter_node_bandwidth"):
-            set_(key, _positive(key, getattr(self, key), _QUANTITIES[key]))
-        for key in ("intra_node_latency", "inter_node_latency", "launch_latency"):
+        set_("peak_flops", _positive("peak_flops", self.peak_flops, "FLOP/s", PEAK_FLOPS_RANGE))
+        for key in ("memory_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
+            set_(key, _positive(key, getattr(self, key), "B/s"))
+        for key in ("intra_node_latency", "inter_node_latency"):
             set_(key, _non_negative(key, getattr(self, key), "s"))
+        set_("launch_latency", _non_negative("launch_latency", self.launch_latency, "s",
+                                             LAUNCH_LATENCY_RANGE))
         set_("compute_efficiency", _efficiency("compute_efficiency", self.compute_efficiency,
                                                "FLOP"))
         set_("memory_efficiency", _efficiency("memory_efficiency", self.memory_efficiency, "B"))
         for key in ("intra_node_efficiency", "inter_node_efficiency"):
             set_(key, _fraction(key, getattr(self, key)))
-        set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave))
+        set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave,
+                                          bounds=MATRIX_WAVE_RANGE))
+        if 0 < self.matrix_wave < 1:   # 1e-313 would make every product infinitely many waves
+            raise InvalidParameterError(f"matrix_wave must be 0 (no wave quantization) or at "
+                                        f"least 1 output element, not "
+                                        f"{_presets.shown_value(self.matrix_wave)}")
         set_("half_efficiency_tokens",
-             _non_negative("half_efficiency_tokens", self.half_efficiency_tokens))
+             _non_negative("half_efficiency_tokens", self.half_efficiency_tokens,
+                           bounds=HALF_EFFICIENCY_TOKENS_RANGE))
         if self.memory_capacity is not None:
-            set_("memory_capacity", _positive("memory_capacity", self.memory_capacity, "B"))
-        value = self.devices_per_node
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidParameterError(f"devices_per_node must be a positive integer, "
-                                        f"not {value!r}")
-        set_("devices_per_node", int(value))
-        if self.contention not in CONTENTION_MODES:
-            raise InvalidParameterError(f"contention {self.contention!r} is not one of "
-                                        f"{', '.join(CONTENTION_MODES)}")
+            set_("memory_capacity", _positive("memory_capacity", self.memory_capacity, "B",
+                                              MEMORY_CAPACITY_RANGE))
+        set_("devices_per_node", _presets.integer("devices_per_node", self.devices_per_node, 1,
+                                                  MAX_DEVICES_PER_NODE))
+        if not isinstance(self.contention, str) or self.contention not in CONTENTION_MODES:
+            raise InvalidParameterError(f"contention {_presets.shown_value(self.contention)} is "
+                                        f"not one of {', '.join(CONTENTION_MODES)}")
         if not isinstance(self.blocking_sends, (bool, np.bool_)):
             raise InvalidParameterError(f"blocking_sends must be true or false, not "
-                                        f"{self.blocking_sends!r}")
+                                        f"{_presets.shown_value(self.blocking_sends)}")
         set_("blocking_sends", bool(self.blocking_sends))
+        _presets.text("name", self.name, MAX_NAME)
+        _presets.text("description", self.description, MAX_DESCRIPTION)
         links = []
-        for k, entry in enumerate(self.link_overrides):
+        for k, entry in enumerate(_overrides("link_overrides", self.link_overrides)):
             name = f"link_overrides[{k}]"
             devices, bandwidth, latency = _override_fields(name, entry, "devices")
-            if (isinstance(devices, (str, bytes)) or not hasattr(devices, "__len__")
-                    or len(devices) != 2):
+            if not isinstance(devices, (list, tuple)) or len(devices) != 2:
                 raise InvalidParameterError(f"{name}.devices must be two devices, "
-                                            f"not {devices!r}")
+                                            f"not {_presets.shown_value(devices)}")
             pair = tuple(_device_index(f"{name}.devices", device) for device in devices)
             if pair[0] == pair[1]:
                 raise InvalidParameterError(f"{name}.devices must be two different devices, "
@@ -316,11 +369,42 @@ class System:
             links.append(LinkOverride(pair, bandwidth, latency))
         set_("link_overrides", tuple(links))
         nodes = []
-        for k, entry in enumerate(self.node_overrides):
+        for k, entry in enumerate(_overrides("node_overrides", self.node_overrides)):
             name = f"node_overrides[{k}]"
             node, bandwidth, latency = _override_fields(name, entry, "node")
             nodes.append(NodeOverride(_device_index(f"{name}.node", node), bandwidth, latency))
         set_("node_overrides", tuple(nodes))
+
+    def check_devices(self, num_devices):
+        """Raise for an override that names a device or node a run of ``num_devices`` lacks.
+
+        Overrides are read before the run is known; a cost model calls this
+        when it meets the table, so that an override of a device the run does
+        not have is an error naming it, not silently ignored. Devices
+        ``k*n .. k*n+n-1`` form node ``k`` (``n = devices_per_node``).
+
+        >>> system = System(1e15, 1e12, 4, 1e11, 0, 1e10, 0,
+        ...                 link_overrides=[{"devices": [2, 9], "bandwidth": "1GB/s"}])
+        >>> system.check_devices(8)
+        Traceback (most recent call last):
+        ...
+        tabsched.exceptions.InvalidParameterError: system custom: link_overrides[0].devices names device 9, but the run has 8 devices (0..7)
+        """
+        for k, override in enumerate(self.link_overrides):
+            missing = [device for device in override.devices if device >= num_devices]
+            if missing:
+                raise InvalidParameterError(
+                    f"system {self.name}: link_overrides[{k}].devices names device "
+                    f"{missing[0]}, but the run has {num_devices} devices "
+                    f"(0..{num_devices - 1})")
+        nodes = -(-num_devices // self.devices_per_node)
+        for k, override in enumerate(self.node_overrides):
+            if override.node >= nodes:
+                raise InvalidParameterError(
+                    f"system {self.name}: node_overrides[{k}].node names node {override.node}, "
+                    f"but the run's {num_devices} devices fill {nodes} node"
+                    f"{'s' if nodes != 1 else ''} of {self.devices_per_node} (0..{nodes - 1})")
+        return self
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""

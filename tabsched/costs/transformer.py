@@ -123,19 +123,58 @@ _OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings
 _SERIAL = Parallelism()
 
 
-def _non_negative_number(name, value):
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = -1.0
-    if isinstance(value, bool) or not np.isfinite(number) or number < 0:
-        raise InvalidParameterError(f"{name} must be a number >= 0, not {value!r}")
-    return number
+# Sane ranges of a model's sizes: a value outside them is a typo, never a model. They are
+# wide on purpose, far beyond every published model, so that none is refused; within them
+# every FLOP count stays finite in float64, and ModelCosts checks that activation bytes fit
+# int64.
+#: Layers: GPT-3 has 96, Megatron-LM's 1T model 128; 100,000 is 800x that.
+MAX_LAYERS = 100_000
+#: Hidden size (and heads, kv_heads, which divide it): Megatron-LM's 1T model has 25,600;
+#: 2**20 is 40x that.
+MAX_HIDDEN = 2**20
+#: MLP width: 4 x 25,600 = 102,400 for the 1T model; 2**24 is 160x that.
+MAX_FFN = 2**24
+#: Tokens per sample: contexts of 1M-10M tokens are published; 2**27 is 134M.
+MAX_SEQUENCE = 2**27
+#: Vocabulary: Llama 3 has 128,256, Gemma 256,000; 2**24 is 65x that.
+MAX_VOCAB = 2**24
+#: Samples per microbatch: pipeline runs use a few (the presets 1); 2**24 is 16.7M.
+MAX_MICROBATCH_SIZE = 2**24
+#: Optimizer-state bytes per parameter: Adam keeps 12 (fp32 master weights and two
+#: moments), 24 in fp64; 256 is ten fp64 states and more.
+MAX_OPTIMIZER_BYTES = 256.0
+#: Persistent bytes per parameter: 16 for mixed-precision Adam; 1024 is 64x that.
+MAX_BYTES_PER_PARAM = 1024.0
+#: Characters of a name (a file's path by default: Linux's PATH_MAX) and a description.
+MAX_NAME = 4096
+MAX_DESCRIPTION = 500
+_LIMITS = {"layers": MAX_LAYERS, "hidden": MAX_HIDDEN, "heads": MAX_HIDDEN,
+           "kv_heads": MAX_HIDDEN, "ffn": MAX_FFN, "sequence": MAX_SEQUENCE,
+           "vocab": MAX_VOCAB, "microbatch_size": MAX_MICROBATCH_SIZE}
+
+
+def _non_negative_number(name, value, high):
+    return _presets.number(name, value, 0.0, high)
 
 
 def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InvalidParameterError(f"{name} must be a positive integer, not {value!r}")
+    return _presets.integer(name, value, 1, _LIMITS[name])
+
+
+def _one_of(name, value, choices):
+    """``value`` if it is one of the text ``choices``, else one line naming ``name``."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidParameterError(f"{name} {_presets.shown_value(value)} is not one of "
+                                    f"{', '.join(choices)}")
+    return value
+
+
+def _element_bytes(name, value, expected):
+    """Bytes per element: an integer 1, 2, 4 or 8 (not a bool, not a float)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+            or value not in (1, 2, 4, 8)):
+        raise InvalidParameterError(f"{name} must be {expected}, not "
+                                    f"{_presets.shown_value(value)}")
     return int(value)
 
 
@@ -211,33 +250,30 @@ class TransformerModel:
         for key in ("gated_ffn", "dropout", "tied_embeddings"):
             if not isinstance(getattr(self, key), (bool, np.bool_)):
                 raise InvalidParameterError(f"{key} must be true or false, not "
-                                            f"{getattr(self, key)!r}")
+                                            f"{_presets.shown_value(getattr(self, key))}")
             set_(key, bool(getattr(self, key)))
         if isinstance(self.dtype, str):
             if self.dtype not in DTYPES:
-                raise InvalidParameterError(f"dtype {self.dtype!r} is not one of "
-                                            f"{', '.join(DTYPES)} (or bytes per element)")
-        elif isinstance(self.dtype, bool) or self.dtype not in (1, 2, 4, 8):
-            raise InvalidParameterError(f"dtype must be one of {', '.join(DTYPES)} or 1, 2, "
-                                        f"4, 8 bytes, not {self.dtype!r}")
-        if self.recompute not in RECOMPUTE_MODES:
-            raise InvalidParameterError(f"recompute {self.recompute!r} is not one of "
-                                        f"{', '.join(RECOMPUTE_MODES)}")
-        if self.norm not in NORMS:
-            raise InvalidParameterError(f"norm {self.norm!r} is not one of {', '.join(NORMS)}")
-        if self.grad_bytes is None:
-            set_("grad_bytes", self.dtype_bytes)
-        elif isinstance(self.grad_bytes, bool) or self.grad_bytes not in (1, 2, 4, 8):
-            raise InvalidParameterError(f"grad_bytes must be 1, 2, 4 or 8, not "
-                                        f"{self.grad_bytes!r}")
-        set_("grad_bytes", int(self.grad_bytes))
-        set_("optimizer_bytes", _non_negative_number("optimizer_bytes", self.optimizer_bytes))
+                raise InvalidParameterError(f"dtype {_presets.shown_value(self.dtype)} is not "
+                                            f"one of {', '.join(DTYPES)} (or bytes per element)")
+        else:
+            set_("dtype", _element_bytes("dtype", self.dtype,
+                                         f"one of {', '.join(DTYPES)} or 1, 2, 4, 8 bytes"))
+        _one_of("recompute", self.recompute, RECOMPUTE_MODES)
+        _one_of("norm", self.norm, NORMS)
+        set_("grad_bytes", self.dtype_bytes if self.grad_bytes is None
+             else _element_bytes("grad_bytes", self.grad_bytes, "1, 2, 4 or 8"))
+        set_("optimizer_bytes", _non_negative_number("optimizer_bytes", self.optimizer_bytes,
+                                                     MAX_OPTIMIZER_BYTES))
         if self.bytes_per_param is None:
             set_("bytes_per_param",
                  float(self.dtype_bytes + self.grad_bytes + self.optimizer_bytes))
         else:
-            set_("bytes_per_param",
-                 _non_negative_number("bytes_per_param", self.bytes_per_param))
+            set_("bytes_per_param", _non_negative_number("bytes_per_param",
+                                                         self.bytes_per_param,
+                                                         MAX_BYTES_PER_PARAM))
+        _presets.text("name", self.name, MAX_NAME)
+        _presets.text("description", self.description, MAX_DESCRIPTION)
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
