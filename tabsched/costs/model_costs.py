@@ -177,8 +177,25 @@ overlap_grad_reduce, scatter_gather
                 f"(raise microbatch_size)")
         return whole
 
+    def _remembered(self, store, key, compute):
+        """``compute()``, remembered under ``key``: the per-shape work of a cost model
+        depends on the table only through its stage count, layer split and microbatch
+        sizes, and a sweep asks the same question for table after table. The arrays
+        are read-only; a store holds at most 256 shapes."""
+        cache = self.__dict__.setdefault(store, {})
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= 256:
+                cache.clear()
+            found = cache[key] = compute()
+        return found
+
     def _shape(self, table):
         """Layers per stage, first/last-stage masks, unique samples and each microbatch's index."""
+        key = (table.num_stages, table.stage_layers, table.microbatch_sizes)
+        return self._remembered("_shapes", key, lambda: self._compute_shape(table))
+
+    def _compute_shape(self, table):
         layers = self.stage_layers(table)
         samples = self.microbatch_samples(table)
         unique, inverse = np.unique(samples, return_inverse=True)
@@ -188,6 +205,8 @@ overlap_grad_reduce, scatter_gather
         if len(layers):
             first[0] = 1.0
             last[-1] = 1.0
+        for array in (layers, first, last, unique, inverse):
+            array.flags.writeable = False
         return layers, first, last, unique, inverse
 
     def _check_int64(self, layers, unique, samples):
@@ -248,6 +267,10 @@ overlap_grad_reduce, scatter_gather
         longer than that kernel: its data-gradient all-reduce hides behind the
         weight gradient in a full backward ``B``, not in a split ``I``.
         """
+        key = tuple(float(value) for value in np.asarray(samples, dtype=np.float64).ravel())
+        return self._remembered("_part_times", key, lambda: self._compute_part_times(samples))
+
+    def _compute_part_times(self, samples):
         result = {}
         for part in _PARTS:
             seconds = {phase: self._kernel_seconds(kernels, samples)[0]
@@ -266,6 +289,7 @@ overlap_grad_reduce, scatter_gather
                     if partner is not None and partner in where:
                         cost[index] = np.maximum(cost[index] - cost[where[partner]], 0.0)
                 times[kind] = cost.sum(axis=0)
+            times.flags.writeable = False
             result[part] = times
         return result
 
