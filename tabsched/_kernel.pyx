@@ -1216,10 +1216,15 @@ def monte_carlo_summary(Layout layout not None,
                         time_t[:, ::1] busy not None,
                         time_t[:, ::1] first_start not None,
                         time_t[:, ::1] last_end not None,
-                        time_t[::1] finish not None):
+                        time_t[::1] finish not None,
+                        index_t first_sample=0):
     """Monte Carlo of lognormal noise over a laid-out DAG, drawn as the pass runs.
 
-    Samples ``0 .. len(makespan) - 1``. Node durations are never stored: for
+    Samples ``first_sample .. first_sample + len(makespan) - 1`` (``first_sample``
+    even, so that the pairs of samples that share a hash are those of a single
+    call): calls over consecutive ranges give the numbers of one call over all of
+    them, to the bit, and may run at once in threads (the pass holds no GIL and
+    writes only its own outputs and ``finish``). Node durations are never stored: for
     each block of ``SUMMARY_BLOCK`` samples, node by node in topological
     order, a cell lasts the sum of its operations' ``op_base * factor`` (times
     ``overlap`` for several), a transfer ``transfer_base * factor``, a tail
@@ -1249,6 +1254,8 @@ def monte_carlo_summary(Layout layout not None,
     makespan, busy, first_start, last_end :
         As in :func:`longest_path_summary`.
     finish : float64 scratch, shape ((nodes + 3 * devices) * SUMMARY_BLOCK,)
+    first_sample : int
+        The index of the first sample (even, >= 0).
 
     Returns
     -------
@@ -1273,6 +1280,8 @@ def monte_carlo_summary(Layout layout not None,
         return STATUS_BAD_SHAPE
     if cell_first_op[0] != 0 or cell_first_op[cells] != ops:
         return STATUS_BAD_SHAPE
+    if first_sample < 0 or first_sample % 2 or first_sample > 2147483647 - samples:
+        return STATUS_BAD_SHAPE
     for c in range(cells):
         if cell_first_op[c + 1] <= cell_first_op[c]:
             return STATUS_BAD_SHAPE
@@ -1285,7 +1294,7 @@ def monte_carlo_summary(Layout layout not None,
                                       op_shift, overlap, transfer_base, transfer_key,
                                       transfer_sigma, transfer_shift, tail, noise_stream,
                                       transfer_stream, makespan, busy, first_start, last_end,
-                                      finish)
+                                      finish, first_sample)
     return status
 
 
@@ -1302,7 +1311,7 @@ cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
                                   uint64_t noise_stream, uint64_t transfer_stream,
                                   time_t[::1] makespan, time_t[:, ::1] busy,
                                   time_t[:, ::1] first_start, time_t[:, ::1] last_end,
-                                  time_t[::1] finish) noexcept nogil:
+                                  time_t[::1] finish, index_t first_sample) noexcept nogil:
     cdef index_t n = pred_indptr.shape[0] - 1
     cdef index_t samples = makespan.shape[0]
     cdef index_t devices = busy.shape[1]
@@ -1329,8 +1338,9 @@ cdef index_t _monte_carlo_summary(const index_t[::1] pred_indptr,
     while first < samples:
         width = samples - first if samples - first < BLOCK else BLOCK
         for q in range(PAIRS):     # lanes past the last sample are drawn, not kept
-            pair_keys[q] = _pair_key(noise_stream, first + 2 * q)
-            transfer_pair_keys[q] = _pair_key(transfer_stream, first + 2 * q)
+            pair_keys[q] = _pair_key(noise_stream, <int64_t>first_sample + first + 2 * q)
+            transfer_pair_keys[q] = _pair_key(transfer_stream,
+                                              <int64_t>first_sample + first + 2 * q)
         for b in range(BLOCK):
             longest[b] = 0.0
         for b in range(<Py_ssize_t>devices * BLOCK):

@@ -675,7 +675,7 @@ def lognormal_factors(stream, samples, keys, sigma, shift, factors):
 def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_sigma,
                         op_shift, overlap, transfer_base, transfer_key, transfer_sigma,
                         transfer_shift, tail, noise_stream, transfer_stream, makespan, busy,
-                        first_start, last_end, finish):
+                        first_start, last_end, finish, first_sample=0):
     """Twin of ``tabsched._kernel.monte_carlo_summary``: the draws by
     :func:`lognormal_factors`, the node durations summed as the kernel sums them, then
     :func:`longest_path_summary` (whose finish scratch has the kernel's first part)."""
@@ -685,7 +685,9 @@ def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_
     cells = len(cell_first_op) - 1
     if len(finish) != (n + 3 * devices) * SUMMARY_BLOCK:
         return BAD_SHAPE
-    indices = np.arange(samples)
+    if first_sample < 0 or first_sample % 2:
+        return BAD_SHAPE
+    indices = first_sample + np.arange(samples)
     ops = np.empty((samples, len(op_base)))
     lognormal_factors(noise_stream, indices, op_key, op_sigma, op_shift, ops)
     ops = np.asarray(op_base)[None, :] * ops

@@ -38,6 +38,7 @@ Run-time bubble
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -295,17 +296,54 @@ def _fused(context, variation, chained, samples, node_devices):
     first_start = np.empty((samples, D))
     finish = np.empty((samples, D))
     cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
-    status = _kernel.monte_carlo_summary(
-        lowered.layout, node_devices, cell_first_op, np.ascontiguousarray(draw.op[0]), context.op_keys,
-        op_sigma, op_shift, float(context.costs.overlap), transfer_base[0],
-        context.transfer_keys, float(transfer_sigma), float(transfer_shift),
-        np.ascontiguousarray(base[lowered.first_sync:]), context.stream_key("noise"),
-        context.stream_key("transfer-noise"), makespans, busy, first_start, finish,
-        np.empty((lowered.num_nodes + 3 * D) * _kernel.SUMMARY_BLOCK))
-    if status != _kernel.OK:
-        raise TabschedError(f"internal error: the kernel returned status {status} for a "
-                            f"lowered table (please report this)")
+    op_base = np.ascontiguousarray(draw.op[0])
+    tail = np.ascontiguousarray(base[lowered.first_sync:])
+    streams = context.stream_key("noise"), context.stream_key("transfer-noise")
+
+    def run(first, last):
+        """Samples ``first .. last - 1``: the same numbers as in one call (the kernel
+        keys its draws by the sample's index), so ranges may run in threads."""
+        return _kernel.monte_carlo_summary(
+            lowered.layout, node_devices, cell_first_op, op_base, context.op_keys, op_sigma,
+            op_shift, float(context.costs.overlap), transfer_base[0], context.transfer_keys,
+            float(transfer_sigma), float(transfer_shift), tail, streams[0], streams[1],
+            makespans[first:last], busy[first:last], first_start[first:last],
+            finish[first:last], np.empty((lowered.num_nodes + 3 * D) * _kernel.SUMMARY_BLOCK),
+            first)
+
+    bounds = _thread_ranges(samples, lowered.num_nodes)
+    if len(bounds) == 1:
+        statuses = [run(*bounds[0])]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=len(bounds)) as pool:   # the pass holds no GIL
+            statuses = list(pool.map(lambda pair: run(*pair), bounds))
+    for status in statuses:
+        if status != _kernel.OK:
+            raise TabschedError(f"internal error: the kernel returned status {status} for a "
+                                f"lowered table (please report this)")
     return makespans, busy, finish
+
+
+#: Fewest node-samples worth a thread of their own (below, starting threads costs more
+#: than the pass they would share).
+_THREAD_WORK = 2_000_000
+
+
+def _thread_ranges(samples, nodes):
+    """``[(first, last), ...]``: samples split over the cores this process may use, in
+    blocks of whole pairs of samples (each range starts at an even sample)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # not Linux
+        cores = os.cpu_count() or 1
+    threads = max(1, min(cores, samples * max(nodes, 1) // _THREAD_WORK))
+    if threads == 1:
+        return [(0, samples)]
+    block = 2 * _kernel.SUMMARY_BLOCK
+    per = -(-samples // threads)
+    per = -(-per // block) * block
+    return [(first, min(samples, first + per)) for first in range(0, samples, per)]
 
 
 def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BYTES,
