@@ -245,7 +245,7 @@ class Result:
         return [LinkStats(int(k // D), int(k % D), int(counts[k]), float(nbytes[k]),
                           float(busy[k])) for k in np.flatnonzero(counts)]
 
-    def memory_timeline(self, device=None):
+    def memory_timeline(self, device=None, *, working=True):
         """Activation memory over time.
 
         Returns ``(times, values)`` for one device: the memory held right after
@@ -253,11 +253,12 @@ class Result:
         An activation is held from the start of its ``F`` to the end of its ``B``
         (with a split backward, ``I`` frees the released part and ``W`` the rest);
         an operation's working memory (the cost model's ``transient_sizes``)
-        only from its start to its end. At equal times frees come before
-        allocations.
+        only from its start to its end, unless ``working=False``. At equal times
+        frees come before allocations.
         """
         activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
-        transient = np.asarray(self._cost_model.transient_sizes(self.table), np.float64)
+        transient = (np.asarray(self._cost_model.transient_sizes(self.table), np.float64)
+                     if working else None)
         if device is None:
             return [self._device_timeline(d, activation, transient)
                     for d in range(self.table.num_devices)]

@@ -363,3 +363,23 @@ def test_zbv_auto_beats_hand_made_zbv_where_the_heuristic_fits_the_costs():
 def test_zbv_auto_bad_input(kwargs, message):
     with pytest.raises(InvalidParameterError, match=message):
         generate("zbv-auto", devices=4, microbatches=8, **kwargs)
+
+
+def test_zbv_auto_limits_count_activations_not_working_memory():
+    # full recomputation gives every backward a working set; setup=half's limit counts
+    # chunk activations, so V-Half's own order fits it (working memory counts only
+    # against a byte budget, which leaves room for it)
+    from tabsched import ModelCosts
+    costs = ModelCosts("paper-128l", "slow_nw_mid_cp", recompute="full")
+    table = generate("zbv-auto", devices=8, microbatches=32, costs=costs, setup="half")
+    result = evaluate(table, costs, formula=False)
+    held = [float(values.max()) for _, values in result.memory_timeline(working=False)]
+    sizes = costs.activation_sizes(table)
+    stage = {int(table.stage[k]): float(sizes[k]) for k in range(len(table))
+             if table.kind[k] == 0}
+    for d in range(8):            # the limit: 10 activations of the device's two chunks, halved
+        assert held[d] <= 10 / 2 * (stage[d] + stage[15 - d]) * (1 + 1e-9)
+    assert max(d.peak_memory for d in result.devices) > max(held)   # working memory counted
+    budgeted = generate("zbv-auto", devices=8, microbatches=32, costs=costs,
+                        memory_budget="80GB")
+    assert max(d.peak_total_memory for d in evaluate(budgeted, costs).devices) <= 80e9

@@ -477,8 +477,11 @@ def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
         table = _table(orders, devices, microbatches, stage_layers,
                        {**params, "heuristic": described})
         result = evaluate(table, costs, formula=False)
-        if any(d.peak_memory > room * (1 + _TOLERANCE)
-               for d, room in zip(result.devices, profile.room)):
+        # the rooms count activations (a limit in activations; a budget less the persistent
+        # memory and the largest working memory): compare the activations held
+        held = [max(0.0, float(values.max())) if len(values) else 0.0
+                for _, values in result.memory_timeline(working=False)]
+        if any(peak > room * (1 + _TOLERANCE) for peak, room in zip(held, profile.room)):
             continue
         score = (result.makespan, _span(result))
         if objective == "span":
