@@ -647,6 +647,33 @@ class Summary:
     formula: dict = None
 
 
+def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
+    """Each group of cost models that lower ``table`` alike, run as one kernel call.
+
+    Yields ``(lowered, contention mode, start, durations, indices)``: the lowering,
+    the starts and durations of every node for each cost model of the group (one
+    row each, in the order of ``indices`` into ``cost_models``).
+    """
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
+    for costs in cost_models:
+        if not isinstance(costs, CostModel):
+            raise InvalidParameterError(f"cost_models must hold cost models, not "
+                                        f"{type(costs).__name__}")
+    groups = {}
+    for index, costs in enumerate(cost_models):
+        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
+        groups.setdefault(key, []).append(index)
+    for (mode, per_node, blocking, sync, step), members in groups.items():
+        lowered = lower(table, contention=mode, devices_per_node=per_node,
+                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+        durations = np.stack([checked_durations(cost_models[index], lowered,
+                                                cost_models[index].node_durations(lowered))
+                              for index in members])
+        start, _, _ = run_lowered(lowered, durations, binding=False)
+        yield lowered, mode, start, durations, members
+
+
 def _lowering_key(table, costs, contention, grad_sync, optimizer):
     """What a cost model changes about the DAG (not only its durations)."""
     sync = _default_grad_sync(table, costs) if grad_sync is None else grad_sync
@@ -674,27 +701,12 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
     >>> [r.makespan for r in evaluate_many(table, [StageCosts(1.0), StageCosts(2.0, comm=1)])]
     [33.0, 82.0]
     """
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
     cost_models = list(cost_models)
-    for costs in cost_models:
-        if not isinstance(costs, CostModel):
-            raise InvalidParameterError(f"cost_models must hold cost models, not "
-                                        f"{type(costs).__name__}")
-    groups = {}
-    for index, costs in enumerate(cost_models):
-        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
-        groups.setdefault(key, []).append(index)
     results = [None] * len(cost_models)
-    for (mode, per_node, blocking, sync, step), members in groups.items():
-        lowered = lower(table, contention=mode, devices_per_node=per_node,
-                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([checked_durations(cost_models[index], lowered,
-                                                cost_models[index].node_durations(lowered))
-                              for index in members])
-        start, _, _ = run_lowered(lowered, durations, binding=False)
+    for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
+                                                              grad_sync, optimizer):
         # each result finds its binding (the critical path) when it is asked for
-        for row, index in enumerate(members):
+        for row, index in enumerate(rows):
             costs = cost_models[index]
             result = build_result(table, costs, lowered, start[row], None, durations[row],
                                   mode)
@@ -720,26 +732,11 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     >>> [s.makespan for s in evaluate_summaries(table, [StageCosts(1.0), StageCosts(2.0)])]
     [33.0, 66.0]
     """
-    if not isinstance(table, ScheduleTable):
-        raise InvalidParameterError(f"table must be a ScheduleTable, not {type(table).__name__}")
     cost_models = list(cost_models)
-    for costs in cost_models:
-        if not isinstance(costs, CostModel):
-            raise InvalidParameterError(f"cost_models must hold cost models, not "
-                                        f"{type(costs).__name__}")
-    groups = {}
-    for index, costs in enumerate(cost_models):
-        key = _lowering_key(table, costs, contention, grad_sync, optimizer)
-        groups.setdefault(key, []).append(index)
     summaries = [None] * len(cost_models)
-    for (mode, per_node, blocking, sync, step), members in groups.items():
-        lowered = lower(table, contention=mode, devices_per_node=per_node,
-                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([checked_durations(cost_models[index], lowered,
-                                                cost_models[index].node_durations(lowered))
-                              for index in members])
-        start, _, _ = run_lowered(lowered, durations, binding=False)
-        for row, index in enumerate(members):
+    for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
+                                                              grad_sync, optimizer):
+        for row, index in enumerate(rows):
             costs = cost_models[index]
             with np.errstate(over="ignore", invalid="ignore"):
                 _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])

@@ -652,23 +652,29 @@ def write_table(table: ScheduleTable, path: str | os.PathLike[str], *,
                                f"expected one of {', '.join(TABLE_SUFFIXES)}")
 
 
-def read_text(path):
-    """The UTF-8 text of a file (a leading byte-order mark dropped); one-line errors."""
+def read_text(path, *, expected="this is not a schedule file", error=InvalidScheduleError,
+              nul=False):
+    """The UTF-8 text of an untrusted file (a leading byte-order mark dropped).
+
+    Every problem is one ``error`` naming the file: it cannot be read, a byte is not
+    UTF-8 (``expected`` says what the file should have been), and, with ``nul``, a
+    line holds a NUL byte.
+    """
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
-    except OSError as error:
-        raise InvalidScheduleError(f"{path}: cannot read: {error.strerror or error}") from None
+    except OSError as problem:
+        raise error(f"{path}: cannot read: {problem.strerror or problem}") from None
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidScheduleError(f"{path}: byte {error.start} is not UTF-8 text; "
-                                   f"this is not a schedule file") from None
-
-
-_read_text = read_text
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        raise error(f"{path}: byte {problem.start} is not UTF-8 text; {expected}") from None
+    if nul and "\x00" in text:
+        line = text[:text.index("\x00")].count("\n") + 1
+        raise error(f"{path}: line {line} contains a NUL byte; {expected}")
+    return text
 
 
 # ------------------------------------------------------------------ writing

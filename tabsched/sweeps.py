@@ -40,6 +40,7 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
+from tabsched.io import read_text
 from tabsched.table import cut, shown
 
 if TYPE_CHECKING:
@@ -427,21 +428,7 @@ def read_sweep_csv(path):
     value per column on every row; every error names the file, line and column.
     """
     source = os.fspath(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as error:
-        raise InvalidParameterError(f"{source}: cannot read: {error.strerror or error}") \
-            from None
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; not a "
-                                    f"sweep CSV") from None
-    if "\x00" in text:
-        raise InvalidParameterError(f"{source}: the file contains a NUL byte; not a sweep CSV")
+    text = read_text(source, expected="not a sweep CSV", error=InvalidParameterError, nul=True)
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     rows = []
     try:

@@ -770,24 +770,10 @@ class Replay(Variation):
         """
         from tabsched.costs.units import parse_quantity
 
+        from tabsched.io import read_text
         source = os.fspath(path)
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except OSError as error:
-            raise InvalidParameterError(f"{source}: cannot read: {error.strerror or error}") \
-                from None
-        if raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; "
-                                        f"expected op,duration rows") from None
-        if "\x00" in text:
-            line = text[:text.index("\x00")].count("\n") + 1
-            raise InvalidParameterError(f"{source}: line {line} contains a NUL byte; expected "
-                                        f"op,duration rows")
+        text = read_text(source, expected="expected op,duration rows",
+                         error=InvalidParameterError, nul=True)
         measurements = {}
         reader = csv.reader(_io.StringIO(text, newline=""), strict=True)
         first = True

@@ -109,6 +109,34 @@ class StageProfile:
         return float(np.min(self.room / self.activation))
 
 
+_KIND_NAMES = {FORWARD: "forward (F)", INPUT_GRAD: "input-grad (I)",
+               WEIGHT_GRAD: "weight-grad (W)"}
+
+
+def probed_durations(costs, probe, name):
+    """Durations ``costs`` give the probe's operations, refused unless positive and finite
+    (a one-line error naming the family, the operation and the stage)."""
+    durations = np.asarray(costs.op_durations(probe), dtype=np.float64)
+    bad = np.flatnonzero(~(durations > 0) | ~np.isfinite(durations))
+    if len(bad):
+        k = int(bad[0])
+        raise InvalidParameterError(
+            f"{name}: costs must be positive and finite, but the "
+            f"{_KIND_NAMES[int(probe.kind[k])]} of stage {int(probe.stage[k])} takes "
+            f"{durations[k]:g}")
+    return durations
+
+
+def working_memory(costs, probe):
+    """The largest working memory an operation of the probe takes, per device: under a
+    byte budget it comes on top of what is held (a recomputed layer's activations while
+    its backward runs), so the room for activations leaves space for it."""
+    working = np.zeros(probe.num_devices)
+    np.maximum.at(working, probe.device, np.asarray(costs.transient_sizes(probe),
+                                                    dtype=np.float64))
+    return working
+
+
 def probe_table(devices, stage_layers=None):
     """One microbatch through ``devices`` stages, one per device: F, I, W each."""
     p = devices
@@ -156,18 +184,9 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
         less than one microbatch's activation.
     """
     probe = probe_table(devices, stage_layers)
-    durations = np.asarray(costs.op_durations(probe), dtype=np.float64)
-    names = {FORWARD: "forward (F)", INPUT_GRAD: "input-grad (I)",
-             WEIGHT_GRAD: "weight-grad (W)"}
-    bad = np.flatnonzero(~(durations > 0) | ~np.isfinite(durations))
-    if len(bad):
-        k = int(bad[0])
-        raise InvalidParameterError(
-            f"{NAME}: costs must be positive and finite, but the "
-            f"{names[int(probe.kind[k])]} of stage {int(probe.stage[k])} takes "
-            f"{durations[k]:g}")
+    durations = probed_durations(costs, probe, NAME)
     per_kind = {kind: durations[probe.kind == kind][np.argsort(probe.stage[probe.kind == kind])]
-                for kind in names}
+                for kind in _KIND_NAMES}
     lowered = lower(probe)
     transfers = lowered.transfers
     times, _ = costs.transfer_costs(probe, transfers)
@@ -193,11 +212,7 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
         room = np.minimum(room, count * activation)
     if memory_budget is not None:
         budget = _budget_value(memory_budget, costs)
-        # an operation's working memory (a recomputed layer's activations while its backward
-        # runs) comes on top of what is held: leave room for the largest on each device
-        working = np.zeros(devices)
-        np.maximum.at(working, probe.device,
-                      np.asarray(costs.transient_sizes(probe), dtype=np.float64))
+        working = working_memory(costs, probe)
         room = np.minimum(room, budget - persistent - working)
         short = np.flatnonzero(room < activation * (1 - _TOLERANCE))
         if len(short):

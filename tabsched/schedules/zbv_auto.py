@@ -60,8 +60,9 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
-from tabsched.schedules.zb_auto import (OBJECTIVES, _amount, _as_number, _budget_value, _span,
-                                        _TOLERANCE)
+from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _amount, _as_number,
+                                        _budget_value, _span, probed_durations,
+                                        working_memory)
 from tabsched.schedules.zbv import check_two_chunks, v_stages
 from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -133,16 +134,7 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
     """
     p, S = devices, 2 * devices
     probe = probe_table(devices, stage_layers)
-    durations = np.asarray(costs.op_durations(probe), dtype=np.float64)
-    names = {FORWARD: "forward (F)", INPUT_GRAD: "input-grad (I)",
-             WEIGHT_GRAD: "weight-grad (W)"}
-    bad = np.flatnonzero(~(durations > 0) | ~np.isfinite(durations))
-    if len(bad):
-        k = int(bad[0])
-        raise InvalidParameterError(
-            f"{NAME}: costs must be positive and finite, but the "
-            f"{names[int(probe.kind[k])]} of stage {int(probe.stage[k])} takes "
-            f"{durations[k]:g}")
+    durations = probed_durations(costs, probe, NAME)
     per_kind = {}
     for code, letter in ((FORWARD, "F"), (INPUT_GRAD, "I"), (WEIGHT_GRAD, "W")):
         values = np.zeros(S)
@@ -166,10 +158,7 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
     if memory_budget is not None:
         budget = _budget_value(memory_budget, costs)
         persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
-        # room also for the largest working memory an operation on the device takes
-        working = np.zeros(p)
-        np.maximum.at(working, probe.device,
-                      np.asarray(costs.transient_sizes(probe), dtype=np.float64))
+        working = working_memory(costs, probe)
         room = np.minimum(room, budget - persistent - working)
         need = np.maximum(activation[:p], activation[::-1][:p])
         short = np.flatnonzero(room < need * (1 - _TOLERANCE))
