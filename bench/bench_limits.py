@@ -54,7 +54,9 @@ ADAPT_COMMAND = ["adapt", "1f1b", "-p", "32", "-m", "128", "--model", "paper-128
 
 def compile_c(name, directory):
     binary = Path(directory) / name
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(HERE / "c" / f"{name}.c")], check=True)
+    # hand-written C, named .c.src so that no rule mistakes it for generated C
+    subprocess.run(["cc", "-O2", "-x", "c", "-o", str(binary), str(HERE / "c" / f"{name}.c.src")],
+                   check=True)
     return binary
 
 
