@@ -191,6 +191,24 @@ def test_bad_input_is_one_clear_error(kwargs, message):
         generate("zb-auto", devices=4, microbatches=8, **kwargs)
 
 
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(costs=UnitCosts(), memory_budget=0.5),
+     r"zbv-auto: memory_budget 0.5 leaves device 0 0.5 activations for activations, below one "
+     r"microbatch's activation of its stages \(1 activations\)"),
+    (dict(costs=ModelCosts("paper-128l", "slow_nw_mid_cp"), memory_budget="20GB"),
+     r"zbv-auto: memory_budget 20GB is below the persistent memory of device 0 \(110 GB of "
+     r"weights, gradients and optimizer state\)"),
+    # above persistent memory, below it plus working memory: the room shows as 0, not less
+    (dict(costs=ModelCosts("paper-128l", "slow_nw_mid_cp"), memory_budget="112GB"),
+     r"zbv-auto: memory_budget 112GB leaves device 0 0 B for activations \(after 4.9 GB of "
+     r"working memory\), below one microbatch's activation of its stages \(10 GB\)"),
+])
+def test_zbv_auto_refuses_a_budget_below_one_microbatch_in_one_line(kwargs, message):
+    # the same budget check as zb-auto's, on the V placement's two stages per device
+    with pytest.raises(InvalidParameterError, match=message):
+        generate("zbv-auto", devices=4, microbatches=8, **kwargs)
+
 def test_other_families_do_not_take_costs():
     with pytest.raises(InvalidParameterError, match=r"1f1b does not take costs"):
         generate("1f1b", devices=4, microbatches=8, costs=UnitCosts())

@@ -137,6 +137,36 @@ def working_memory(costs, probe):
     return working
 
 
+def budget_room(name, costs, probe, memory_budget, need, stages):
+    """Room for activations on each device of ``probe`` under ``memory_budget`` (a
+    device's whole memory): the budget less persistent and working memory.
+
+    Refused, with a one-line error naming the family (``name``) and the first device,
+    where the room is below ``need[d]``, the activation of one microbatch on that
+    device's ``stages`` ("its stage" or "its stages").
+    """
+    budget = _budget_value(memory_budget, costs)
+    persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
+    working = working_memory(costs, probe)
+    room = budget - persistent - working
+    short = np.flatnonzero(room < need * (1 - _TOLERANCE))
+    if len(short):
+        d = int(short[0])
+        if persistent[d] >= budget:
+            raise InvalidParameterError(
+                f"{name}: memory_budget {memory_budget} is below the persistent memory of "
+                f"device {d} ({_amount(persistent[d], costs)} of weights, gradients and "
+                f"optimizer state)")
+        raise InvalidParameterError(
+            f"{name}: memory_budget {memory_budget} leaves device {d} "
+            f"{_amount(max(room[d], 0.0), costs)} for activations"
+            + (f" (after {_amount(working[d], costs)} of working memory)"
+               if working[d] > 0 else "")
+            + f", below one microbatch's activation of {stages} "
+              f"({_amount(need[d], costs)})")
+    return room
+
+
 def probe_table(devices, stage_layers=None):
     """One microbatch through ``devices`` stages, one per device: F, I, W each."""
     p = devices
@@ -199,9 +229,6 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
     send_forward[stages[forward]] = times[forward]
     send_backward[stages[~forward] - 1] = times[~forward]
     activation = np.asarray(costs.activation_sizes(probe), dtype=np.float64)[probe.kind == FORWARD]
-    persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
-    if len(persistent) != devices:
-        persistent = np.zeros(devices)
     room = np.full(devices, np.inf)
     if memory_limit is not None:
         count = _as_number("memory_limit", memory_limit)
@@ -211,23 +238,8 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
                 f"limit counts a device's microbatch activations; at least 1)")
         room = np.minimum(room, count * activation)
     if memory_budget is not None:
-        budget = _budget_value(memory_budget, costs)
-        working = working_memory(costs, probe)
-        room = np.minimum(room, budget - persistent - working)
-        short = np.flatnonzero(room < activation * (1 - _TOLERANCE))
-        if len(short):
-            d = int(short[0])
-            if persistent[d] >= budget:
-                raise InvalidParameterError(
-                    f"{NAME}: memory_budget {memory_budget} is below the persistent memory of "
-                    f"device {d} ({_amount(persistent[d], costs)} of weights, gradients and "
-                    f"optimizer state)")
-            raise InvalidParameterError(
-                f"{NAME}: memory_budget {memory_budget} leaves device {d} "
-                f"{_amount(max(room[d], 0.0), costs)} for activations"
-                + (f" (after {_amount(working[d], costs)} of working memory)"
-                   if working[d] > 0 else "") + ", below one "
-                f"microbatch's activation of its stage ({_amount(activation[d], costs)})")
+        room = np.minimum(room, budget_room(NAME, costs, probe, memory_budget, activation,
+                                            "its stage"))
     if memory_limit is None and memory_budget is None:
         room = devices * activation
     return StageProfile(forward=per_kind[FORWARD], input_grad=per_kind[INPUT_GRAD],

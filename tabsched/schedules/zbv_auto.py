@@ -60,9 +60,8 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
-from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _amount, _as_number,
-                                        _budget_value, _span, probed_durations,
-                                        working_memory)
+from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _as_number, _span,
+                                        budget_room, probed_durations)
 from tabsched.schedules.zbv import check_two_chunks, v_stages
 from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -156,26 +155,9 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
     pair = np.array([activation[d] + activation[S - 1 - d] for d in range(p)])
     room = np.full(p, np.inf) if limit is None else limit / 2 * pair
     if memory_budget is not None:
-        budget = _budget_value(memory_budget, costs)
-        persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
-        working = working_memory(costs, probe)
-        room = np.minimum(room, budget - persistent - working)
         need = np.maximum(activation[:p], activation[::-1][:p])
-        short = np.flatnonzero(room < need * (1 - _TOLERANCE))
-        if len(short):
-            d = int(short[0])
-            if persistent[d] >= budget:
-                raise InvalidParameterError(
-                    f"{NAME}: memory_budget {memory_budget} is below the persistent memory of "
-                    f"device {d} ({_amount(persistent[d], costs)} of weights, gradients and "
-                    f"optimizer state)")
-            raise InvalidParameterError(
-                f"{NAME}: memory_budget {memory_budget} leaves device {d} "
-                f"{_amount(room[d], costs)} for activations"
-                + (f" (after {_amount(working[d], costs)} of working memory)"
-                   if working[d] > 0 else "")
-                + f", below one microbatch's activation of its stages "
-                  f"({_amount(need[d], costs)})")
+        room = np.minimum(room, budget_room(NAME, costs, probe, memory_budget, need,
+                                            "its stages"))
     return VProfile(per_kind, delay, activation, float(costs.input_grad_release), room)
 
 
