@@ -110,6 +110,23 @@ def load(reference, kind):
     return data, reference
 
 
+
+def build(cls, reference, kind, required, optional):
+    """An instance of ``cls`` from the preset or TOML file ``reference`` of ``kind``.
+
+    The keys are checked against ``required`` and ``optional``; the name defaults
+    to the preset's name or the file's path, and an error from ``cls`` is prefixed
+    with that source, so every message names the file or preset it came from.
+    """
+    data, source = load(reference, kind)
+    check_keys(data, required, optional, source)
+    fields = {key: value for key, value in data.items() if key != "kind"}
+    fields.setdefault("name", source)
+    try:
+        return cls(**fields)
+    except InvalidParameterError as error:
+        raise InvalidParameterError(f"{source}: {error}") from None
+
 def parse(raw, source, kind):
     """The TOML document in ``raw`` (bytes), checked for size and nesting before parsing.
 

@@ -581,15 +581,6 @@ class System:
                 "contention": self.contention, "description": self.description}
 
 
-def _from_data(data, source):
-    _presets.check_keys(data, _REQUIRED, _OPTIONAL, source)
-    fields = {key: value for key, value in data.items() if key != "kind"}
-    fields.setdefault("name", source)
-    try:
-        return System(**fields)
-    except InvalidParameterError as error:
-        raise InvalidParameterError(f"{source}: {error}") from None
-
 
 def load_system(reference: str | os.PathLike[str] | System) -> System:
     """A :class:`System` from a preset name or a TOML file with the same keys.
@@ -608,8 +599,7 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     """
     if isinstance(reference, System):
         return reference
-    data, source = _presets.load(reference, "system")
-    return _from_data(data, source)
+    return _presets.build(System, reference, "system", _REQUIRED, _OPTIONAL)
 
 
 def system_presets() -> dict[str, System]:

@@ -522,15 +522,6 @@ class TransformerModel:
                 "parameters": self.parameters, "description": self.description}
 
 
-def _from_data(data, source):
-    _presets.check_keys(data, _REQUIRED, _OPTIONAL, source)
-    fields = {key: value for key, value in data.items() if key != "kind"}
-    fields.setdefault("name", source)
-    try:
-        return TransformerModel(**fields)
-    except InvalidParameterError as error:
-        raise InvalidParameterError(f"{source}: {error}") from None
-
 
 def load_model(reference: str | os.PathLike[str] | TransformerModel) -> TransformerModel:
     """A :class:`TransformerModel` from a preset name or a TOML file with the same keys.
@@ -549,8 +540,7 @@ def load_model(reference: str | os.PathLike[str] | TransformerModel) -> Transfor
     """
     if isinstance(reference, TransformerModel):
         return reference
-    data, source = _presets.load(reference, "model")
-    return _from_data(data, source)
+    return _presets.build(TransformerModel, reference, "model", _REQUIRED, _OPTIONAL)
 
 
 def model_presets() -> dict[str, TransformerModel]:
