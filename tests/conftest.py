@@ -39,3 +39,20 @@ def run_cli(capsys, *argv):
 @pytest.fixture
 def cli(capsys):
     return lambda *argv: run_cli(capsys, *argv)
+
+
+#: No error line of the CLI is longer than this, whatever the input.
+LONGEST_ERROR = 400
+
+
+@pytest.fixture
+def cli_error(capsys):
+    """Run the CLI on bad input; assert exit 1 and a single short ``Error:`` line with no
+    traceback; return the message after ``Error: ``."""
+    def run(*argv):
+        code, out, err = run_cli(capsys, *[str(arg) for arg in argv])
+        assert code == 1, (out, err)
+        assert err.startswith("Error: ") and err.count("\n") == 1, err
+        assert "Traceback" not in err and len(err) < LONGEST_ERROR, err
+        return err[len("Error: "):-1]
+    return run

@@ -24,17 +24,6 @@ from tabsched.pytorch import from_pytorch_csv, read_pytorch, to_compute_only
 from tabsched.sweeps import read_sweep_csv
 
 PYTORCH_DATA = pathlib.Path(__file__).resolve().parent / "data" / "pytorch"
-#: No error line is longer than this, whatever the input.
-LONGEST_MESSAGE = 400
-
-
-def one_error(cli, *argv):
-    """Run the CLI; assert exit 1 and a single short ``Error:`` line; return the message."""
-    code, out, err = cli(*[str(arg) for arg in argv])
-    assert code == 1, (out, err)
-    assert err.startswith("Error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err and len(err) < LONGEST_MESSAGE, err
-    return err[len("Error: "):-1]
 
 
 def write(tmp_path, name, content):
@@ -60,9 +49,9 @@ NUMBER_CASES = [
 
 
 @pytest.mark.parametrize("text,message", NUMBER_CASES)
-def test_ids_are_ascii_and_bounded_before_anything_is_sized(cli, tmp_path, text, message):
+def test_ids_are_ascii_and_bounded_before_anything_is_sized(cli_error, tmp_path, text, message):
     path = write(tmp_path, "t.csv", text)
-    assert re.search(message, one_error(cli, "eval", path))
+    assert re.search(message, cli_error("eval", path))
     tracemalloc.start()
     try:
         for reader in (lambda: read_table(path), lambda: read_pytorch(path)):
@@ -136,13 +125,13 @@ JSON_CASES = [
 
 
 @pytest.mark.parametrize("change,message", JSON_CASES)
-def test_json_documents_follow_one_schema(cli, tmp_path, change, message):
+def test_json_documents_follow_one_schema(cli_error, tmp_path, change, message):
     document = {"format": "tabsched.table", "version": 1, "rows": GOOD_ROWS, **change}
     text = json.dumps(document)
     with pytest.raises(InvalidScheduleError, match=r"^t\.json: (.*: )?" + message):
         from_json(text, source="t.json")
     path = write(tmp_path, "t.json", text)
-    assert re.search(message, one_error(cli, "eval", path))
+    assert re.search(message, cli_error("eval", path))
 
 
 @pytest.mark.parametrize("text,message", [
@@ -156,10 +145,10 @@ def test_json_documents_follow_one_schema(cli, tmp_path, change, message):
     ("[" * 100_000 + "]" * 100_000, r"not a table: nested more than 32 levels deep"),
     ('{"rows": ' + "[" * 40 + "]" * 40 + "}", r"nested more than 32 levels deep"),
 ])
-def test_json_text_that_python_would_misread_or_recurse_on(cli, tmp_path, text, message):
+def test_json_text_that_python_would_misread_or_recurse_on(cli_error, tmp_path, text, message):
     with pytest.raises(InvalidScheduleError, match=message):
         from_json(text, source="t.json")
-    assert re.search(message, one_error(cli, "eval", write(tmp_path, "t.json",
+    assert re.search(message, cli_error("eval", write(tmp_path, "t.json",
                                                                          text)))
 
 
@@ -173,7 +162,8 @@ def test_json_and_csv_accept_the_same_rows():
         from_json(json.dumps({"rows": [csv_text.strip().split(",")], "grad_sync": []}))
 
 
-def test_a_family_tag_that_does_not_match_the_table_gets_no_formula_level(cli, tmp_path):
+def test_a_family_tag_that_does_not_match_the_table_gets_no_formula_level(cli, cli_error,
+                                                                           tmp_path):
     one_device = generate("gpipe", devices=1, microbatches=1)
     tagged = one_device.replace(params={"devices": 4, "microbatches": 8})
     assert formula_for(tagged) is None
@@ -186,7 +176,7 @@ def test_a_family_tag_that_does_not_match_the_table_gets_no_formula_level(cli, t
     assert code == 0 and "formula level:" not in out and "note: formula level omitted" in out
     code, out, _ = cli("eval", str(path), "--json")
     assert json.loads(out)["formula"] is None
-    assert "formula level omitted" in one_error(cli, "eval", path, "--level", "formula")
+    assert "formula level omitted" in cli_error("eval", path, "--level", "formula")
     # no devices in the params, or a devices count far beyond the table: omitted, never a hang
     assert "does not state devices" in formula_mismatch(one_device.replace(params={}))
     huge = one_device.replace(family="1f1b", params={"devices": 10**12, "microbatches": 1})
@@ -218,12 +208,12 @@ def replay_case(tmp_path, content):
     (b"0F0\x00,1ms\r\n", r"line 1 contains a NUL byte"),
     (b"x" * 300 + b",1ms\r\n", r"is not an operation or transfer label"),
 ])
-def test_replay_files_are_untrusted(cli, tmp_path, content, message):
+def test_replay_files_are_untrusted(cli_error, tmp_path, content, message):
     path = replay_case(tmp_path, content)
     with pytest.raises(InvalidParameterError, match=message):
         Replay.from_csv(path)
-    assert re.search(message, one_error(
-        cli, "eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", path, "--samples",
+    assert re.search(message, cli_error(
+        "eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay", path, "--samples",
         "2"))
 
 
@@ -236,10 +226,10 @@ def test_replay_with_a_byte_order_mark_reads_its_header(cli, tmp_path):
     assert code == 0 and "monte carlo" in out
 
 
-def test_unmatched_replay_labels_are_an_error_unless_partial(cli, tmp_path):
+def test_unmatched_replay_labels_are_an_error_unless_partial(cli, cli_error, tmp_path):
     path = replay_case(tmp_path, "0F0,2\n0F9,3\n1B0 d1->d0,1\n7W7,1\n0X0,1\n5F5,1\n6F6,1\n"
                                  "8F8,1\n1F0 d1->d0,1\n")
-    message = one_error(cli, "eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay",
+    message = cli_error("eval", "gpipe", "-p", "2", "-m", "2", *SECONDS, "--replay",
                         path, "--samples", "2")
     assert message == (f"{path}: 7 of 9 labels match no operation or transfer of the table: 0F9, "
                        f"7W7, 0X0, 5F5, 6F6 and 2 more; correct them, or accept them with "
@@ -258,20 +248,20 @@ def test_unmatched_replay_labels_are_an_error_unless_partial(cli, tmp_path):
     variation = json.loads(out)["monte_carlo"]["variation"]
     variation = variation[0] if isinstance(variation, list) else variation
     assert variation["unmatched"] == 7 and variation["unmatched_labels"][0] == "0F9"
-    assert "--replay-partial needs --replay" in one_error(
-        cli, "eval", "gpipe", "-p", "2", "-m", "2", "--replay-partial", "--samples", "2")
+    assert "--replay-partial needs --replay" in cli_error(
+        "eval", "gpipe", "-p", "2", "-m", "2", "--replay-partial", "--samples", "2")
 
 
 # ------------------------------------------------------------ 5. other tracebacks
-def test_a_spec_cannot_repeat_what_the_command_sets(cli):
+def test_a_spec_cannot_repeat_what_the_command_sets(cli_error):
     with pytest.raises(InvalidParameterError, match=r"devices is set for every family at once"):
         parse_spec("gpipe:devices=4")
     with pytest.raises(InvalidParameterError, match=r"waves is given twice"):
         parse_spec("hanayo:waves=2,waves=3")
-    assert "devices is set for every family at once (--devices, -p)" in one_error(
-        cli, "compare", "gpipe:devices=4", "-p", "8", "-m", "8")
-    assert "microbatches is set for every family" in one_error(
-        cli, "sweep", "gpipe:microbatches=4", "-p", "2", "-m", "4")
+    assert "devices is set for every family at once (--devices, -p)" in cli_error(
+        "compare", "gpipe:devices=4", "-p", "8", "-m", "8")
+    assert "microbatches is set for every family" in cli_error(
+        "sweep", "gpipe:microbatches=4", "-p", "2", "-m", "4")
 
 
 @pytest.mark.parametrize("content,message", [
@@ -284,11 +274,11 @@ def test_a_spec_cannot_repeat_what_the_command_sets(cli):
      r'line 2, column devices: "four" is not a number'),
     (b"a,b\r\n", r"not a sweep CSV \(no column 'spec'\)"),
 ])
-def test_sweep_csv_reader(cli, tmp_path, content, message):
+def test_sweep_csv_reader(cli_error, tmp_path, content, message):
     path = write(tmp_path, "sweep.csv", content)
     with pytest.raises(InvalidParameterError, match=message):
         read_sweep_csv(path)
-    assert re.search(message, one_error(cli, "plot", "sweep", path, "-o",
+    assert re.search(message, cli_error("plot", "sweep", path, "-o",
                                                       tmp_path / "s.png"))
 
 
@@ -300,17 +290,17 @@ def test_sweep_csv_reader(cli, tmp_path, content, message):
     (b"0F0,0B0," + b"Q" * 100_000 + b"\r\n", r'"QQQQQQQQ.*\.\.\." \(100000 characters\) is not '
                                              r"an operation"),
 ])
-def test_quotes_and_long_tokens_give_one_short_line(cli, tmp_path, content, message):
+def test_quotes_and_long_tokens_give_one_short_line(cli_error, tmp_path, content, message):
     path = write(tmp_path, "t.csv", content)
-    assert re.search(message, one_error(cli, "eval", path))
+    assert re.search(message, cli_error("eval", path))
     with pytest.raises(InvalidScheduleError, match=message):
         read_table(path)
 
 
 # ------------------------------------------------------------ 7. no silent data loss
-def test_csv_refuses_what_it_cannot_hold_and_says_how_to_go_on(cli, tmp_path):
+def test_csv_refuses_what_it_cannot_hold_and_says_how_to_go_on(cli_error, tmp_path):
     uneven = tmp_path / "x.csv"
-    message = one_error(cli, "convert", "gpipe", "-p", "4", "-m", "8", "--stage-layers",
+    message = cli_error("convert", "gpipe", "-p", "4", "-m", "8", "--stage-layers",
                         "16,16,32,64", uneven)
     assert "a CSV cannot hold the layers of each stage (16,16,32,64; a CSV reads back an even " \
            "split)" in message and "write a .json table (--to json)" in message
@@ -354,11 +344,11 @@ def test_what_pytorch_writes_tabsched_writes_back(cli, tmp_path):
 
 
 # ------------------------------------------------------------ 8. smaller points
-def test_options_that_would_change_nothing_say_so(cli, tmp_path):
+def test_options_that_would_change_nothing_say_so(cli, cli_error, tmp_path):
     assert "--slow-link varies transfers, which these costs do not have: add --comm" in \
-        one_error(cli, "eval", "1f1b", "-p", "4", "-m", "8", "--slow-link", "1-2:3")
-    assert "--transfer-cv varies transfers" in one_error(
-        cli, "adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "8", "--transfer-cv",
+        cli_error("eval", "1f1b", "-p", "4", "-m", "8", "--slow-link", "1-2:3")
+    assert "--transfer-cv varies transfers" in cli_error(
+        "adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "8", "--transfer-cv",
         "0.1")
     code, _, err = cli("eval", "1f1b", "-p", "4", "-m", "8", "--stage-layers-ratio", "1:2")
     assert code == 0 and err == ("note: --stage-layers-ratio split the model's layers over the "
@@ -370,13 +360,13 @@ def test_options_that_would_change_nothing_say_so(cli, tmp_path):
     assert code == 0 and json.loads(out)["makespan"] > 0
 
 
-def test_out_of_memory_advice_fits_the_command(cli, monkeypatch):
+def test_out_of_memory_advice_fits_the_command(cli_error, monkeypatch):
     import tabsched.adapt
 
     def no_memory(*args, **kwargs):
         raise MemoryError
     monkeypatch.setattr(tabsched.adapt, "monte_carlo", no_memory)
-    assert one_error(cli, "eval", "1f1b", "-p", "4", "-m", "8", "--cv", "0.1", "--samples",
+    assert cli_error("eval", "1f1b", "-p", "4", "-m", "8", "--cv", "0.1", "--samples",
                      "10000000") == ("out of memory: 10000000 Monte Carlo samples do not fit "
                                      "this machine; try fewer --samples")
 
@@ -386,10 +376,10 @@ def test_every_reader_error_is_a_tabsched_error():
     assert issubclass(InvalidParameterError, TabschedError)
 
 
-def test_replayed_seconds_do_not_mix_with_slots(cli, tmp_path):
+def test_replayed_seconds_do_not_mix_with_slots(cli_error, tmp_path):
     path = replay_case(tmp_path, b"op,duration\n0F0,2ms\n")
     for costs in (["--comm", "1"], ["--f", "1", "--comm", "0.5"]):
-        assert one_error(cli, "eval", "gpipe", "-p", "2", "-m", "2", *costs, "--replay", path) \
+        assert cli_error("eval", "gpipe", "-p", "2", "-m", "2", *costs, "--replay", path) \
             .endswith("measured durations are seconds, but --comm prices the transfers in "
                       "slots; drop --comm, or evaluate with --model and --system, whose times "
                       "are seconds")
