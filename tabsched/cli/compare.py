@@ -26,6 +26,24 @@ def slot_length_options(default_note):
     return decorator
 
 
+def simulation_options(command):
+    """What compare and sweep share: the batch, recompute, contention and parallelism of
+    the simulation level, and the slot lengths of the table level."""
+    options = [
+        click.option("--global-batch", type=int,
+                     help="Samples per iteration; a microbatch holds global-batch / M."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                     help=RECOMPUTE_HELP),
+        click.option("--contention", type=click.Choice(CONTENTION_MODES),
+                     help=CONTENTION_HELP),
+        parallel_options,
+        slot_length_options("default 1"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 def _lengths(options):
     """``{"f": ..., ...}`` of the slot-length options given (pops them from ``options``)."""
     return {kind: options.pop(f"length_{kind}") for kind in "fbiw"
@@ -49,13 +67,7 @@ def _parallel(options):
 @click.option("--system", default="mid_nw_mid_cp", show_default=True, metavar="NAME|FILE",
               shell_complete=complete_preset("system"),
               help="System for the simulation level.")
-@click.option("--global-batch", type=int,
-              help="Samples per iteration; a microbatch holds global-batch / M.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
-              help=RECOMPUTE_HELP)
-@click.option("--contention", type=click.Choice(CONTENTION_MODES), help=CONTENTION_HELP)
-@parallel_options
-@slot_length_options("default 1")
+@simulation_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
 @translate_errors
 def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
@@ -135,13 +147,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
               shell_complete=complete_preset("system"),
               help="Systems (repeatable); 'grid', the default, is the tabular paper's 3x3 "
                    "grid.")
-@click.option("--global-batch", type=int,
-              help="Samples per iteration; a microbatch holds global-batch / M.")
-@click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
-              help=RECOMPUTE_HELP)
-@click.option("--contention", type=click.Choice(CONTENTION_MODES), help=CONTENTION_HELP)
-@parallel_options
-@slot_length_options("default 1")
+@simulation_options
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local",
               help="Run on a Dask cluster (needs the dask extra: pip install 'tabsched[dask]').")
