@@ -16,9 +16,8 @@ depend on the lowering.
 import numpy as np
 
 from tabsched import _build
-from tabsched.exceptions import InvalidScheduleError
 from tabsched.lower import INDEX, lower, offer_lowering
-from tabsched.table import KIND_CODES, Overlap, ScheduleTable, coerce_cell
+from tabsched.table import ScheduleTable, cell_columns
 
 __all__ = ["from_order", "from_order_arrays", "order_table", "lay_out", "unit_layout",
            "certainly_valid"]
@@ -34,23 +33,8 @@ def from_order(orders, **metadata):
 
     Raises ``DeadlockError`` if the orders contradict the dependencies.
     """
-    devices, positions, kinds, stages, microbatches = [], [], [], [], []
-    for device, order in enumerate(orders):
-        for position, cell in enumerate(order):
-            try:
-                cell = coerce_cell(cell)
-            except InvalidScheduleError as error:
-                raise InvalidScheduleError(
-                    f"device {device}, position {position}: {error}") from None
-            if cell is None:
-                raise InvalidScheduleError(f"device {device}, position {position}: an order "
-                                           f"lists operations, not idle cells")
-            for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
-                devices.append(device)
-                positions.append(position)
-                kinds.append(KIND_CODES[op.kind])
-                stages.append(op.stage)
-                microbatches.append(op.microbatch)
+    devices, positions, kinds, stages, microbatches, _ = cell_columns(
+        orders, "position", "an order lists operations, not idle cells")
     return from_order_arrays(devices, positions, kinds, stages, microbatches,
                              num_devices=len(orders), **metadata)
 

@@ -231,6 +231,38 @@ def coerce_cell(cell):
                                f"Overlap or a string)")
 
 
+
+def cell_columns(rows, place="slot", idle_error=None):
+    """The operations in ``rows`` (one row of cells a device) as columns.
+
+    Returns ``(devices, places, kinds, stages, microbatches, lengths)``: lists with
+    an entry per operation (an overlap's parts each get one; ``places`` is the
+    cell's index in its row) and the length of each row. A cell that is not one
+    is refused naming its device and ``place`` ("slot", "position"); an idle cell
+    is skipped, or refused with ``idle_error`` when that is given.
+    """
+    devices, places, kinds, stages, microbatches, lengths = [], [], [], [], [], []
+    for device, row in enumerate(rows):
+        row = list(row)
+        lengths.append(len(row))
+        for index, cell in enumerate(row):
+            try:
+                cell = coerce_cell(cell)
+            except InvalidScheduleError as error:
+                raise InvalidScheduleError(f"device {device}, {place} {index}: {error}") \
+                    from None
+            if cell is None:
+                if idle_error is None:
+                    continue
+                raise InvalidScheduleError(f"device {device}, {place} {index}: {idle_error}")
+            for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
+                devices.append(device)
+                places.append(index)
+                kinds.append(KIND_CODES[op.kind])
+                stages.append(op.stage)
+                microbatches.append(op.microbatch)
+    return devices, places, kinds, stages, microbatches, lengths
+
 class ScheduleTable:
     """A pipeline schedule as a table of operations.
 
@@ -269,23 +301,7 @@ class ScheduleTable:
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
                  microbatch_sizes=None, stage_layers=None, family=None, params=None,
                  grad_sync=None):
-        devices, slots, kinds, stages, microbatches, lengths = [], [], [], [], [], []
-        for device, row in enumerate(rows):
-            row = list(row)
-            lengths.append(len(row))
-            for slot, cell in enumerate(row):
-                try:
-                    cell = coerce_cell(cell)
-                except InvalidScheduleError as error:
-                    raise InvalidScheduleError(f"device {device}, slot {slot}: {error}") from None
-                if cell is None:
-                    continue
-                for op in (cell.parts if isinstance(cell, Overlap) else (cell,)):
-                    devices.append(device)
-                    slots.append(slot)
-                    kinds.append(KIND_CODES[op.kind])
-                    stages.append(op.stage)
-                    microbatches.append(op.microbatch)
+        devices, slots, kinds, stages, microbatches, lengths = cell_columns(rows)
         self._init(devices, slots, kinds, stages, microbatches, lengths, num_stages,
                    num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync)
         self.validate()
