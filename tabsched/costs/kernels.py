@@ -150,7 +150,6 @@ class KernelTable:
         self.names = [kernel.name for kernel in self.kernels]
         cls = np.array([kernel.cls for kernel in self.kernels], dtype=object)
         self.matrix = cls == MATRIX
-        self.vector = cls == VECTOR
         self.collective = cls == COLLECTIVE
         self.kinds = [kernel.collective for kernel in self.kernels]
         self.hides_behind = [kernel.hides_behind for kernel in self.kernels]
