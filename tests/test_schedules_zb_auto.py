@@ -193,6 +193,22 @@ def test_bad_input_is_one_clear_error(kwargs, message):
 
 
 @pytest.mark.parametrize("kwargs,message", [
+    # zbv-auto's own name, though it shares zb-auto's checks
+    (dict(memory_limit="lots"), r"^zbv-auto: memory_limit must be a number, not 'lots'$"),
+    (dict(memory_budget=True), r"^zbv-auto: memory_budget must be a number, not True$"),
+    (dict(memory_limit=float("inf")), r"^zbv-auto: memory_limit must be finite, not inf$"),
+    (dict(memory_limit=0.5), r"^zbv-auto: memory_limit 0\.5 is below one microbatch's "
+                             r"activation \(the limit counts a device's chunk activations"),
+    # a long value is cut, so the message stays one short line
+    (dict(memory_limit="x" * 10_000), r"^zbv-auto: memory_limit must be a number, not "
+                                      r"'x+\.\.\. \(10002 characters\)$"),
+])
+def test_zbv_auto_names_itself_in_its_parameter_errors(kwargs, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        generate("zbv-auto", devices=4, microbatches=8, costs=UnitCosts(), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,message", [
     (dict(costs=UnitCosts(), memory_budget=0.5),
      r"zbv-auto: memory_budget 0.5 leaves device 0 0.5 activations for activations, below one "
      r"microbatch's activation of its stages \(1 activations\)"),

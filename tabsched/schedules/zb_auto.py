@@ -68,7 +68,7 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
-from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD, shown_repr
 
 __all__ = ["StageProfile", "Settings", "SETTINGS", "OBJECTIVES", "heuristic_orders", "measure",
            "build"]
@@ -145,7 +145,7 @@ def budget_room(name, costs, probe, memory_budget, need, stages):
     where the room is below ``need[d]``, the activation of one microbatch on that
     device's ``stages`` ("its stage" or "its stages").
     """
-    budget = _budget_value(memory_budget, costs)
+    budget = _budget_value(name, memory_budget, costs)
     persistent = np.asarray(costs.persistent_memory(probe), dtype=np.float64)
     working = working_memory(costs, probe)
     room = budget - persistent - working
@@ -178,25 +178,38 @@ def probe_table(devices, stage_layers=None):
                              stage_layers=stage_layers)
 
 
-def _as_number(name, value):
+def _as_number(family, name, value):
+    """``value`` as a finite float; a one-line error naming ``family`` and ``name``."""
     if isinstance(value, bool):
-        raise InvalidParameterError(f"{NAME}: {name} must be a number, not {value!r}")
+        raise InvalidParameterError(f"{family}: {name} must be a number, not "
+                                    f"{shown_repr(value)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise InvalidParameterError(f"{NAME}: {name} must be a number, not {value!r}") \
-            from None
+        raise InvalidParameterError(f"{family}: {name} must be a number, not "
+                                    f"{shown_repr(value)}") from None
     if not np.isfinite(number):
-        raise InvalidParameterError(f"{NAME}: {name} must be finite, not {value!r}")
+        raise InvalidParameterError(f"{family}: {name} must be finite, not {shown_repr(value)}")
     return number
 
 
-def _budget_value(value, costs):
+def limit_count(family, memory_limit, held):
+    """``memory_limit`` as a count of activations, at least one (``held``: what a device
+    holds, "microbatch" for one stage a device, "chunk" for the V placement's two)."""
+    count = _as_number(family, "memory_limit", memory_limit)
+    if count < 1:
+        raise InvalidParameterError(
+            f"{family}: memory_limit {count:g} is below one microbatch's activation (the "
+            f"limit counts a device's {held} activations; at least 1)")
+    return count
+
+
+def _budget_value(family, value, costs):
     """``memory_budget`` in the cost model's memory unit ("80GB" for bytes)."""
     if isinstance(value, str) and costs.memory_unit == "bytes":
         from tabsched.costs.units import parse_quantity
-        return parse_quantity(value, "B", name=f"{NAME}: memory_budget")
-    return _as_number("memory_budget", value)
+        return parse_quantity(value, "B", name=f"{family}: memory_budget")
+    return _as_number(family, "memory_budget", value)
 
 
 def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=None):
@@ -231,12 +244,7 @@ def measure(costs, devices, stage_layers=None, memory_limit=None, memory_budget=
     activation = np.asarray(costs.activation_sizes(probe), dtype=np.float64)[probe.kind == FORWARD]
     room = np.full(devices, np.inf)
     if memory_limit is not None:
-        count = _as_number("memory_limit", memory_limit)
-        if count < 1:
-            raise InvalidParameterError(
-                f"{NAME}: memory_limit {count:g} is below one microbatch's activation (the "
-                f"limit counts a device's microbatch activations; at least 1)")
-        room = np.minimum(room, count * activation)
+        room = np.minimum(room, limit_count(NAME, memory_limit, "microbatch") * activation)
     if memory_budget is not None:
         room = np.minimum(room, budget_room(NAME, costs, probe, memory_budget, activation,
                                             "its stage"))

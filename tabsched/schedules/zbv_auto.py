@@ -60,8 +60,8 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
-from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _as_number, _span,
-                                        budget_room, probed_durations)
+from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _span, budget_room,
+                                        limit_count, probed_durations)
 from tabsched.schedules.zbv import check_two_chunks, v_stages
 from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -420,11 +420,7 @@ def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
                                     f"{', '.join(OBJECTIVES)}, not {objective!r}")
     limit = setup_limit(setup, devices)
     if memory_limit is not None:
-        limit = _as_number("memory_limit", memory_limit)
-        if limit < 1:
-            raise InvalidParameterError(
-                f"{NAME}: memory_limit {limit:g} is below one microbatch's activation (the "
-                f"limit counts a device's chunk activations; at least 1)")
+        limit = limit_count(NAME, memory_limit, "chunk")
     from tabsched.evaluate import evaluate
     profile = measure_v(costs, devices, stage_layers, limit, memory_budget)
     params = {"devices": devices, "microbatches": microbatches, "chunks": 2, "setup": setup,
