@@ -14,7 +14,9 @@ numbers and the load the machine had (``os.getloadavg``). Not collected by pytes
 3. Monte Carlo on 1F1B S=8 M=32 (``paper-128l`` on ``slow_nw_mid_cp``, noise CV
    0.1) at 10,000 samples: operation-samples per second (target >= 150 M), and
    against a vectorised numpy longest path over the same DAG and durations
-   (samples as the vector axis): target at least 2x.
+   (samples as the vector axis): target at least 2x. With the build ``_kernel`` runs
+   here (``FUSED_PATH``), and the baseline build's rate from a child process
+   (``TABSCHED_SIMD=baseline``) beside it.
 4. ``evaluate()`` under contention ``link`` (1F1B S=64 M=4096 on ``paper-128l``
    and ``mid_nw_mid_cp``): the link-chain rewrite it now takes against the event
    heap on the same DAG, with the same makespan.
@@ -167,7 +169,16 @@ def monte_carlo_rate(repeat, samples):
     np.testing.assert_allclose(makespans, runs.makespans, rtol=1e-12)
     pass_seconds, _ = best_of(repeat, lambda: lowered.run_summary(durations))
     rate = len(table) * samples / seconds
+    baseline_rate = rate
+    if _kernel.FUSED_PATH != "baseline":     # the baseline build's rate, for comparison
+        child = subprocess.run(
+            [sys.executable, __file__, "--json", "--repeat", str(repeat), "--samples",
+             str(samples), "--skip", "generate,kernel,link,adapt,sweep"],
+            env=dict(os.environ, TABSCHED_SIMD="baseline"), check=True, capture_output=True,
+            text=True)
+        baseline_rate = json.loads(child.stdout)["montecarlo"]["op_samples_per_s"]
     return {"samples": samples, "operations": len(table), "monte_carlo_s": seconds,
+            "build": _kernel.FUSED_PATH, "baseline_build_op_samples_per_s": baseline_rate,
             "op_samples_per_s": rate, "target_rate": 150e6, "numpy_path_s": numpy_seconds,
             "ratio_to_numpy": numpy_seconds / seconds, "target_ratio": 2.0,
             "kernel_pass_s": pass_seconds, "kernel_pass_ratio_to_numpy":
@@ -339,7 +350,9 @@ def print_step(name, f):
     elif name == "montecarlo":
         print(f"3. Monte Carlo 1F1B S=8 M=32, {f['samples']} samples: "
               f"{f['monte_carlo_s'] * 1e3:.1f} ms, {f['op_samples_per_s'] / 1e6:.0f} M "
-              f"op-samples/s (target >= 150 M); numpy longest path {f['numpy_path_s'] * 1e3:.1f}"
+              f"op-samples/s with the {f['build']} build (target >= 150 M; the baseline "
+              f"build {f['baseline_build_op_samples_per_s'] / 1e6:.0f} M); numpy longest path "
+              f"{f['numpy_path_s'] * 1e3:.1f}"
               f" ms: {f['ratio_to_numpy']:.2f}x (target >= 2x; kernel pass alone "
               f"{f['kernel_pass_ratio_to_numpy']:.1f}x), {verdict(f['met'])}")
     elif name == "link":

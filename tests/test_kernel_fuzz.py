@@ -46,6 +46,16 @@ def test_entry_points_survive_inconsistent_arrays(seed):
             np.arange(3, dtype=np.uint64), 0.1, 0.0, rng.random(int(rng.integers(0, 4))),
             1, 2, np.zeros(5), np.zeros((5, devices)), np.zeros((5, devices)),
             np.zeros((5, devices)), np.zeros((n + 3 * devices) * _kernel.SUMMARY_BLOCK))
+    for build in _kernel.FUSED_PASSES.values():    # checks its own layout arrays
+        devices = int(rng.integers(0, 3))
+        cells = int(rng.integers(0, n + 1))
+        build(ints(rng, n + 1, -1, e + 2), ints(rng, e, -2, n + 2), ints(rng, n, -2, n + 2),
+              ints(rng, n, -2, 3), np.append(np.arange(cells), cells).astype(I32),
+              rng.random(cells), np.arange(cells, dtype=np.uint64),
+              np.full(cells, 0.1, np.float32), np.zeros(cells, np.float32), 1.0,
+              rng.random(n - cells), np.arange(n - cells, dtype=np.uint64), 0.1, 0.0,
+              np.zeros(0), 1, 2, np.zeros(5), np.zeros((5, devices)), np.zeros((5, devices)),
+              np.zeros((5, devices)), np.zeros((n + 3 * devices) * _kernel.SUMMARY_BLOCK))
     resources = ints(rng, (n, int(rng.integers(0, 3))), -2, 4)
     _kernel.evaluate(indptr, succ, rng.random((1, n)), resources, 3, np.zeros((1, n)),
                      np.zeros((1, n)), np.zeros(n, I32), np.zeros(n, I32), np.zeros(n, I32),

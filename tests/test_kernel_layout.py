@@ -1,6 +1,10 @@
 """The topological layout and the pull passes: kernel against twin, and against the
 event kernel they replace where no resource is held."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -133,7 +137,7 @@ def summary_pull_both(lowered, durations):
     return outputs
 
 
-@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 17, 40]),
+@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 17, 40, 70]),
        tail=st.booleans())
 def test_blocked_summary_equals_reference_and_the_event_kernel(seed, samples, tail):
     table = random_table(seed)
@@ -260,7 +264,7 @@ def test_lognormal_factors_have_mean_one_and_the_cv():
     assert abs(np.corrcoef(normals[0::2].ravel(), normals[1::2].ravel())[0, 1]) < 0.02
 
 
-@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 21]))
+@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 21, 33, 70]))
 def test_the_fused_monte_carlo_pass_equals_its_twin(seed, samples):
     table = random_table(seed, overlap=0.3)
     lowered = lower(table, optimizer=True, grad_sync="all")
@@ -275,14 +279,48 @@ def test_the_fused_monte_carlo_pass_equals_its_twin(seed, samples):
         rng.integers(0, 2**63, len(lowered.transfers), dtype=np.int64).astype(np.uint64),
         0.1, 0.005, rng.exponential(0.1, lowered.num_nodes - lowered.first_sync), 77, 78)
     devices = table.num_devices
-    outputs = []
-    for module, layout in zip((_kernel, _reference), layouts(lowered)):
-        out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
-               np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
-        status = module.monte_carlo_summary(
-            layout, *arguments, *out,
-            np.zeros((lowered.num_nodes + 3 * devices) * _kernel.SUMMARY_BLOCK))
-        assert status == _kernel.OK
-        outputs.append(out)
-    for mine, theirs in zip(*outputs):
-        np.testing.assert_array_equal(mine, theirs)
+
+    def outputs():
+        return (np.full(samples, np.nan), np.full((samples, devices), np.nan),
+                np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
+
+    def scratch():
+        return np.zeros((lowered.num_nodes + 3 * devices) * _kernel.SUMMARY_BLOCK)
+
+    expected = outputs()
+    assert _reference.monte_carlo_summary(layouts(lowered)[1], *arguments, *expected,
+                                          scratch()) == _kernel.OK
+    layout = lowered.layout
+    runs = {"monte_carlo_summary": lambda *args: _kernel.monte_carlo_summary(layout, *args)}
+    for name, build in _kernel.FUSED_PASSES.items():     # every build this CPU can run
+        runs[name] = lambda *args, build=build: build(layout.pred_indptr, layout.predecessors,
+                                                      layout.order, *args)
+    for name, run in runs.items():
+        out = outputs()
+        assert run(*arguments, *out, scratch()) == _kernel.OK, name
+        for mine, theirs in zip(out, expected):
+            np.testing.assert_array_equal(mine, theirs, err_msg=name)
+
+
+def test_the_avx2_build_runs_where_the_cpu_has_avx2():
+    """The build made the AVX2 pass on x86-64 and _kernel picked it; a build that lost
+    it would run at the baseline's speed with no other sign."""
+    import platform
+    flags = ""
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            flags = cpuinfo.read()
+    if platform.machine() != "x86_64" or " avx2" not in flags:
+        pytest.skip("needs an x86-64 CPU with AVX2 (and /proc/cpuinfo to tell)")
+    if os.environ.get("TABSCHED_SIMD", "").strip().lower() == "baseline":
+        pytest.skip("TABSCHED_SIMD=baseline keeps to the baseline build")
+    assert list(_kernel.FUSED_PASSES) == ["avx2", "baseline"]
+    assert _kernel.FUSED_PATH == "avx2"
+
+
+def test_tabsched_simd_baseline_keeps_to_the_baseline_build():
+    code = "from tabsched import _kernel; print(_kernel.FUSED_PATH, list(_kernel.FUSED_PASSES))"
+    environment = dict(os.environ, TABSCHED_SIMD="baseline")
+    shown = subprocess.run([sys.executable, "-c", code], env=environment, check=True,
+                           capture_output=True, text=True).stdout.split()
+    assert shown == ["baseline", "['baseline']"]
