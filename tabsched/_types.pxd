@@ -11,9 +11,13 @@ cdef enum:
     NO_NODE = -1              # "no node": a binding slot with nothing behind it
     NO_RESOURCE = -1          # padding in a node's resource list
     NO_DEVICE = -1            # a node on no device's compute stream (transfer, sync)
-    BLOCK = 16                # samples a blocked pass carries per node: its inner loops
-                              # have this fixed length, which the compiler vectorises
-    PAIRS = 8                 # BLOCK / 2: pairs of samples drawn from one hash
+    BLOCK = 32                # samples a blocked pass carries per node: its inner loops
+                              # have this fixed length, which the compiler vectorises.
+                              # 16 is too few: GCC unrolls a loop of 16 completely and
+                              # then leaves its max and min scalar (twice the pass's
+                              # time, measured with bench/bench_limits.py); 64 gains
+                              # nothing more and doubles the scratch rows
+    PAIRS = 16                # BLOCK / 2: pairs of samples drawn from one hash
 
 cdef enum Status:
     STATUS_OK = 0

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tabsched import InvalidParameterError, ModelCosts, StageCosts, evaluate, generate
+from tabsched import InvalidParameterError, ModelCosts, StageCosts, _kernel, evaluate, generate
 from tabsched._testing import random_table
 from tabsched.adapt import Noise, SlowLink, Straggler, VariationContext, monte_carlo
 from tabsched.adapt.montecarlo import _summary, link_chains
@@ -220,7 +220,7 @@ def test_a_table_without_operations(variation):
     assert runs.makespans.tolist() == [0.0] * 20 and runs.nominal_makespan == 0.0
 
 
-@pytest.mark.parametrize("samples", [2, 33, 100, 257])
+@pytest.mark.parametrize("samples", [2, 33, 65, 100, 257])
 def test_samples_split_over_threads_give_the_numbers_of_one_pass(monkeypatch, samples):
     import tabsched.adapt.montecarlo as montecarlo
     table = generate("zbv", devices=4, microbatches=8)
@@ -230,7 +230,8 @@ def test_samples_split_over_threads_give_the_numbers_of_one_pass(monkeypatch, sa
     monkeypatch.setattr(montecarlo, "_THREAD_WORK", 1)          # a thread for every few samples
     monkeypatch.setattr(montecarlo.os, "sched_getaffinity", lambda pid: range(4), raising=False)
     ranges = montecarlo._thread_ranges(samples, 100)
-    assert (len(ranges) > 1) == (samples > 32) and len(ranges) <= 4
+    pair_of_blocks = 2 * _kernel.SUMMARY_BLOCK       # the least a range holds
+    assert (len(ranges) > 1) == (samples > pair_of_blocks) and len(ranges) <= 4
     split = monte_carlo(table, costs, variation, samples=samples, seed=3)
     assert split.makespans.tobytes() == whole.makespans.tobytes()
     assert split.to_dict()["devices"] == whole.to_dict()["devices"]

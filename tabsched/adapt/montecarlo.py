@@ -8,9 +8,9 @@ The fused pass
     Lognormal noise on top of models that change every sample alike
     (stragglers, slow links without random spikes, single measurements) is
     drawn inside the kernel while it runs (``_kernel.monte_carlo_summary``):
-    blocks of 16 samples, node-major, each node's durations computed as the
-    pass reaches it. Memory is one block of end times per node, whatever the
-    number of samples.
+    blocks of ``_kernel.SUMMARY_BLOCK`` (32) samples, node-major, each node's
+    durations computed as the pass reaches it. Memory is one block of end times
+    per node, whatever the number of samples.
 Chunks
     Other models (random latency spikes, replayed measurements that cycle)
     draw the durations of a chunk of samples with numpy, a (chunk x nodes)
