@@ -16,7 +16,6 @@ the generator as ``stage_layers``, because a model's costs depend on it.
 from __future__ import annotations
 
 import difflib
-import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +219,3 @@ def describe_parameters(family):
             parts.append(f"{parameter.name}={parameter.default}")
     return ", ".join(parts)
 
-
-def accepts(build):
-    """Names the build function takes (for registry self-checks in tests)."""
-    return list(inspect.signature(build).parameters)
