@@ -146,8 +146,17 @@ cdef inline void _draw_block(const uint64_t *pair_keys, uint64_t key, float sigm
 # assume a row of ``finish`` may be a local block the draws wrote. Comparisons are
 # those of the reference: a NaN-free max and min that keep the old value on ties.
 cdef extern from *:
-    ctypedef time_t *block_t "double *__restrict__"
-    ctypedef const time_t *const_block_t "const double *__restrict__"
+    """
+    #if defined(_MSC_VER)
+    typedef double *__restrict tabsched_block_t;
+    typedef const double *__restrict tabsched_const_block_t;
+    #else
+    typedef double *__restrict__ tabsched_block_t;
+    typedef const double *__restrict__ tabsched_const_block_t;
+    #endif
+    """
+    ctypedef time_t *block_t "tabsched_block_t"
+    ctypedef const time_t *const_block_t "tabsched_const_block_t"
 
 
 cdef inline void _fill(block_t out, time_t value) noexcept nogil:
@@ -189,7 +198,6 @@ cdef inline void _end_into(block_t ends, const_block_t begin, const_block_t leng
         value = begin[b] + length[b]
         ends[b] = value
         longest[b] = value if value > longest[b] else longest[b]
-
 
 
 cdef index_t _check_layout(const index_t[::1] offsets, const index_t[::1] lists,
