@@ -954,11 +954,10 @@ cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
     cdef index_t samples = durations.shape[0]
     cdef index_t devices = busy.shape[1]
     cdef index_t edges = predecessors.shape[0]
-    cdef index_t first, width, b, i, v, e, p, d, low, high
+    cdef index_t first, width, b, i, v, e, d, low, high
     cdef time_t begin[BLOCK]
     cdef time_t length[BLOCK]
     cdef time_t longest[BLOCK]
-    cdef time_t value
     cdef time_t *row
     cdef time_t *ends = &finish[0] if n > 0 else NULL
     for v in range(n):
@@ -981,22 +980,14 @@ cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
             high = pred_indptr[i + 1]
             v = order[i] if ordered else i
             d = node_device[v]
-            for b in range(BLOCK):
-                begin[b] = 0.0
+            _fill(begin, 0.0)
             for e in range(low, high):
-                p = predecessors[e]
-                row = ends + <Py_ssize_t>p * BLOCK
-                for b in range(BLOCK):
-                    value = row[b]
-                    begin[b] = value if value > begin[b] else begin[b]
+                _max_into(begin, ends + <Py_ssize_t>predecessors[e] * BLOCK)
             low = high
             for b in range(width):
                 length[b] = durations[first + b, v]
             row = ends + <Py_ssize_t>i * BLOCK
-            for b in range(BLOCK):
-                value = begin[b] + length[b]
-                row[b] = value
-                longest[b] = value if value > longest[b] else longest[b]
+            _end_into(row, begin, length, longest)
             if d != NO_DEVICE:
                 for b in range(width):
                     busy[first + b, d] += length[b]
