@@ -192,7 +192,7 @@ class TorchSchedule:
     table: object
     format: str
     notes: list = field(default_factory=list)
-    transfer_after: tuple = None
+    transfer_after: tuple | None = None
     p2p: str = "ordered"
 
     def evaluate(self, costs=None, **options):

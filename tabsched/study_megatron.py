@@ -169,8 +169,8 @@ class MegatronStudy:
     evidence: list
     seconds: float
     files: list
-    mean_error: float = None
-    max_error: float = None
+    mean_error: float | None = None
+    max_error: float | None = None
     sensitivity: list = field(default_factory=list)
     layer_times: list = field(default_factory=list)
     implied_efficiency: list = field(default_factory=list)

@@ -517,7 +517,7 @@ class ScheduleTable:
                     for name in ("device", "slot", "kind", "stage", "microbatch", "row_lengths"))
                 and self.metadata == other.metadata)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # equal tables compare arrays: no hash
 
     def _repr_html_(self):
         """The table as a coloured grid in a notebook (:mod:`tabsched._html`)."""

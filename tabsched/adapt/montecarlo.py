@@ -108,7 +108,7 @@ class MonteCarloResult:
     time_unit: str
     variation: object = None
     chunks: int = 1
-    busy: np.ndarray = field(default=None, repr=False)
+    busy: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def mean(self):

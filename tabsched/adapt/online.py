@@ -61,7 +61,7 @@ class OnlineResult:
     iterations: list
     searches: int
     time_unit: str
-    budget: float = None
+    budget: float | None = None
 
     @property
     def static_total(self):

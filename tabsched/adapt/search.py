@@ -83,16 +83,16 @@ class Candidate:
     transforms: tuple
     status: str
     round: int = 0
-    reason: str = None
-    mean: float = None
-    p95: float = None
-    objective: float = None
-    peak_memory: list = None
-    over: float = None
+    reason: str | None = None
+    mean: float | None = None
+    p95: float | None = None
+    objective: float | None = None
+    peak_memory: list | None = None
+    over: float | None = None
     excess: float = 0.0
-    table: ScheduleTable = field(default=None, repr=False)
-    makespans: np.ndarray = field(default=None, repr=False)
-    activation_peaks: np.ndarray = field(default=None, repr=False)
+    table: ScheduleTable | None = field(default=None, repr=False)
+    makespans: np.ndarray | None = field(default=None, repr=False)
+    activation_peaks: np.ndarray | None = field(default=None, repr=False)
     context: object = field(default=None, repr=False)
 
     @property
@@ -196,8 +196,8 @@ class AdaptResult:
     time_unit: str
     memory_unit: str
     variation: object = None
-    started_from: str = None
-    returned_reference: str = None
+    started_from: str | None = None
+    returned_reference: str | None = None
 
     @property
     def transforms(self):

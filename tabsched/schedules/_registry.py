@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Family", "Parameter", "register", "generate", "families", "get_family"]
 
-_FAMILIES = {}
+_FAMILIES: dict[str, Family] = {}
 
 
 @dataclass(frozen=True)
