@@ -619,17 +619,25 @@ def activation_peaks(result):
             for _, values in result.memory_timeline()]
 
 
-def _peaks(table, costs, lowered, node_start, durations):
+def _peaks(table, costs, lowered, node_start, durations, sizes=None):
     """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
-    order the events (then the timelines decide)."""
-    activation = np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64)
-    transient = np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64)
+    order the events (then the timelines decide). ``sizes``: ``_memory_sizes(table,
+    costs)`` if at hand."""
+    activation, transient, _ = _memory_sizes(table, costs) if sizes is None else sizes
     peaks = np.zeros(table.num_devices)
     status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
                                      np.ascontiguousarray(node_start),
                                      np.ascontiguousarray(durations), activation, transient,
                                      float(costs.input_grad_release), peaks)
     return peaks.tolist() if status == _build.OK else None
+
+
+def _memory_sizes(table, costs):
+    """``(activation, transient, persistent)``: the arrays the memory of ``table`` under
+    ``costs`` is made of (the first two per operation, contiguous; the last per device)."""
+    return (np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64),
+            np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64),
+            np.asarray(costs.persistent_memory(table), dtype=np.float64))
 
 
 @dataclass
@@ -667,11 +675,25 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     for (mode, per_node, blocking, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([checked_durations(cost_models[index], lowered,
-                                                cost_models[index].node_durations(lowered))
-                              for index in members])
+        durations = _stacked_durations(lowered, [cost_models[index] for index in members])
         start, _, _ = run_lowered(lowered, durations, binding=False)
         yield lowered, mode, start, durations, members
+
+
+def _stacked_durations(lowered, cost_models):
+    """The node durations of each cost model, one row each, checked: the cost models of
+    one class give theirs together (:meth:`CostModel.stacked_node_durations`)."""
+    by_class = {}
+    for row, costs in enumerate(cost_models):
+        by_class.setdefault(type(costs), []).append(row)
+    durations = np.empty((len(cost_models), lowered.num_nodes))
+    for cls, rows in by_class.items():
+        durations[rows] = cls.stacked_node_durations(lowered,
+                                                     [cost_models[row] for row in rows])
+    if not np.all(durations >= 0) or not np.all(np.isfinite(durations)):
+        for costs, row in zip(cost_models, durations):   # the first bad one, named
+            checked_durations(costs, lowered, row)
+    return durations
 
 
 def _lowering_key(table, costs, contention, grad_sync, optimizer):
@@ -734,6 +756,7 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     """
     cost_models = list(cost_models)
     summaries = [None] * len(cost_models)
+    memory = {}     # cost models with one memory key share the table's memory sizes
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
                                                               grad_sync, optimizer):
         for row, index in enumerate(rows):
@@ -741,12 +764,16 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
             with np.errstate(over="ignore", invalid="ignore"):
                 _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
             _check_finite((makespan, bubble), costs, lowered, durations[row])
-            peaks = _peaks(table, costs, lowered, start[row], durations[row])
+            key = costs.memory_key()
+            sizes = memory.get(key)
+            if sizes is None:
+                sizes = memory[key] = _memory_sizes(table, costs)
+            peaks = _peaks(table, costs, lowered, start[row], durations[row], sizes)
             if peaks is None:
                 result = build_result(table, costs, lowered, start[row], None, durations[row],
                                       mode)
                 peaks = [d.peak_memory for d in result.devices]
-            persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+            persistent = sizes[2]
             totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
                       for d, peak in enumerate(peaks)]
             summary = Summary(makespan=makespan, bubble_ratio=bubble,

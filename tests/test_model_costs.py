@@ -312,3 +312,67 @@ def test_gpipe_and_1f1b_on_paper_128l(system):
         assert one.makespan == pytest.approx(gpipe.makespan, rel=0.01)
     else:
         assert one.makespan > gpipe.makespan * 1.01
+
+
+STACK_CASES = [
+    # family, devices, microbatches, ModelCosts keywords, lowering keywords
+    ("1f1b", 4, 8, {}, {}),
+    ("chimera", 4, 8, {"grad_sync": "replicas", "optimizer": True}, {"grad_sync": "replicas",
+                                                                     "optimizer": True}),
+    ("zbv", 4, 8, {"tensor_parallel": 2, "contention": "link"}, {"contention": "link"}),
+    ("dualpipe", 4, 8, {"overlap": 0.75, "tensor_parallel": 2, "sequence_parallel": True},
+     {}),
+    ("interleaved-1f1b", 4, 8, {"data_parallel": 2, "optimizer_sharding": True},
+     {"optimizer": True}),
+]
+
+
+@pytest.mark.parametrize("family, devices, microbatches, options, lowering", STACK_CASES)
+def test_stacked_node_durations_are_each_models_own_to_the_bit(family, devices, microbatches,
+                                                               options, lowering):
+    """One model on several systems (a shared memory key), and other models beside it
+    in the same stack: every row is that cost model's ``node_durations``."""
+    from tabsched.lower import lower
+    table = generate(family, devices=devices, microbatches=microbatches)
+    costs = [ModelCosts("paper-128l", system, microbatch_size=2, **options)
+             for system in ("slow_nw_slow_cp", "mid_nw_fast_cp", "fast_nw_mid_cp", "dgx-h100")]
+    costs.insert(2, ModelCosts("llama3-8b", "mid_nw_mid_cp", **options))
+    lowered = lower(table, **lowering)
+    stacked = ModelCosts.stacked_node_durations(lowered, costs)
+    assert stacked.shape == (len(costs), lowered.num_nodes)
+    for row, model_costs in zip(stacked, costs):
+        assert np.array_equal(row, model_costs.node_durations(lowered))
+    assert costs[0].memory_key() == costs[1].memory_key() != costs[2].memory_key()
+
+
+def test_stacked_node_durations_leave_a_subclass_its_own():
+    from tabsched.lower import lower
+
+    class Doubled(ModelCosts):
+        def op_durations(self, table):
+            return 2 * super().op_durations(table)
+
+    table = generate("1f1b", devices=4, microbatches=8)
+    lowered = lower(table)
+    costs = [Doubled("paper-128l", "mid_nw_mid_cp"), Doubled("paper-128l", "slow_nw_mid_cp")]
+    stacked = ModelCosts.stacked_node_durations(lowered, costs)
+    for row, model_costs in zip(stacked, costs):
+        assert np.array_equal(row, model_costs.node_durations(lowered))
+
+
+def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
+    costs = ModelCosts("paper-128l", "mid_nw_mid_cp",
+                       tensor_parallel=2)   # two pipeline ranks per node
+    for devices in (2, 6, 2):
+        for mine, fresh in zip(costs._link_matrices(devices),
+                               costs.placement.link_matrices(devices)):
+            assert np.array_equal(mine, fresh) and not mine.flags.writeable
+    table = generate("chimera", devices=4, microbatches=8)
+    params = costs.stage_parameters(table)
+    params[0] = -1                      # the caller's copy, not the remembered array
+    assert costs.stage_parameters(table)[0] > 0
+    assert costs._all_reduce_time(4e9, [3, 0]) == costs.placement.all_reduce_time(4e9, [0, 3])
+    assert costs._all_reduce_time(4e9, (0, 3)) == costs._all_reduce_time(4e9, [3, 0])
+    for size in range(300):             # a store forgets beyond 256 entries
+        costs._all_reduce_time(float(size), [0, 1])
+    assert len(costs._all_reduces) <= 256

@@ -106,3 +106,24 @@ def test_summaries_refuse_what_evaluate_many_refuses():
         evaluate_summaries("1f1b", [])
     with pytest.raises(InvalidParameterError, match=r"cost_models must hold cost models"):
         evaluate_summaries(generate("1f1b", devices=2, microbatches=2), ["paper-128l"])
+
+
+def test_summaries_share_memory_sizes_only_between_equal_memory_keys():
+    """Cost models on several systems share a table's memory sizes; other models,
+    parallelisms or microbatch sizes in the same call keep their own."""
+    from tabsched import ModelCosts, generate
+    from tabsched.evaluate import evaluate_summaries
+    table = generate("zb-h1", devices=4, microbatches=8)
+    costs = [ModelCosts("paper-128l", "slow_nw_mid_cp"),
+             ModelCosts("paper-128l", "fast_nw_fast_cp", tensor_parallel=2),
+             ModelCosts("paper-128l", "mid_nw_mid_cp"),
+             ModelCosts("llama3-8b", "mid_nw_mid_cp"),
+             ModelCosts("paper-128l", "fast_nw_slow_cp", microbatch_size=2),
+             ModelCosts("paper-128l", "dgx-h100", data_parallel=2, optimizer_sharding=True)]
+    summaries = evaluate_summaries(table, costs)
+    for model_costs, summary in zip(costs, summaries):
+        result = evaluate(table, model_costs)
+        assert summary.makespan == result.makespan
+        assert summary.peak_activation == [d.peak_memory for d in result.devices]
+        assert summary.peak_memory == [d.peak_total_memory for d in result.devices]
+    assert len({c.memory_key() for c in costs}) == 5

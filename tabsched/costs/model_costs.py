@@ -336,10 +336,86 @@ overlap_grad_reduce, scatter_gather
         per_microbatch = self.model.transfer_bytes(unique, self.parallel)[inverse]
         gather = self.receive_gather_seconds(unique)[inverse]
         nbytes = per_microbatch[transfers.microbatch]
-        bandwidth, latency = self.placement.link_matrices(table.num_devices)
+        bandwidth, latency = self._link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
         return (latency[src, dst] + gather[transfers.microbatch], nbytes / bandwidth[src, dst],
                 nbytes)
+
+    def _link_matrices(self, num_devices):
+        """``placement.link_matrices(num_devices)``, remembered (read-only arrays)."""
+        def compute():
+            matrices = self.placement.link_matrices(num_devices)
+            for matrix in matrices:
+                matrix.flags.writeable = False
+            return matrices
+        return self._remembered("_links", num_devices, compute)
+
+    @classmethod
+    def stacked_node_durations(cls, lowered, cost_models):
+        """``node_durations(lowered)`` of each cost model, one row each, to the bit.
+
+        Cost models with one :meth:`memory_key` (the same transformer and
+        parallelism, e.g. one model on several systems) share the table's shape,
+        its gather indices and the bytes of its transfers; what each system
+        changes (its per-stage times, its links) is stacked and gathered once for
+        all of them, with the same arithmetic per element as ``node_durations``.
+        """
+        cost_models = list(cost_models)
+        if any(type(costs) is not ModelCosts for costs in cost_models):   # a subclass's own
+            return super().stacked_node_durations(lowered, cost_models)
+        groups = {}
+        for row, costs in enumerate(cost_models):
+            groups.setdefault(costs.memory_key(), []).append(row)
+        stacked = None
+        for rows in groups.values():
+            durations = cls._shared_node_durations(lowered, [cost_models[row] for row in rows])
+            if stacked is None:
+                stacked = np.empty((len(cost_models), durations.shape[1]))
+            stacked[rows] = durations
+        return stacked
+
+    @staticmethod
+    def _shared_node_durations(lowered, cost_models):
+        """``stacked_node_durations`` of cost models with one memory key."""
+        table, transfers = lowered.table, lowered.transfers
+        first_costs = cost_models[0]
+        layers, first, last, unique, inverse = first_costs._shape(table)
+        per_stage = np.stack([costs._per_stage(costs.part_times(unique), layers, first, last)
+                              for costs in cost_models])
+        index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
+                 + inverse[table.microbatch])
+        ops = per_stage.reshape(len(cost_models), -1)[:, index]
+        n, cells = len(cost_models), lowered.num_cells
+        owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
+        cell = np.bincount(owner, weights=ops.ravel(), minlength=n * cells).reshape(n, cells)
+        parts = None
+        for row, costs in enumerate(cost_models):
+            if costs.overlap != 1.0:
+                if parts is None:
+                    parts = np.bincount(lowered.cell_of_op, minlength=cells) > 1
+                cell[row, parts] *= costs.overlap
+        D = table.num_devices
+        for costs in cost_models:
+            costs.placement.check_devices(D)
+        if len(transfers):
+            src, dst, microbatch = transfers.src, transfers.dst, transfers.microbatch
+            nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)[inverse]
+            links = [costs._link_matrices(D) for costs in cost_models]
+            bandwidth = np.stack([link[0] for link in links])[:, src, dst]
+            latency = np.stack([link[1] for link in links])[:, src, dst]
+            gather = np.stack([costs.receive_gather_seconds(unique)[inverse]
+                               for costs in cost_models])[:, microbatch]
+            transfer = (latency + gather) + nbytes[microbatch] / bandwidth
+        else:
+            transfer = np.zeros((n, 0))
+        tails = [costs.tail_durations(table, lowered) for costs in cost_models]
+        sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
+        step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
+        return np.concatenate([cell, transfer, sync, step], axis=1)
+
+    def memory_key(self):
+        """The transformer and the parallelism: all that memory sizes depend on."""
+        return (type(self), self.model, self.parallel)
 
     def receive_gather_seconds(self, samples):
         """Seconds the receiving tensor ranks spend re-assembling a scattered transfer.
@@ -382,15 +458,24 @@ overlap_grad_reduce, scatter_gather
 
     def stage_parameters(self, table):
         """Parameters of each stage (int64 array; all tensor ranks together)."""
-        layers = self.stage_layers(table)
-        S = len(layers)
-        return np.array([self.model.stage_parameters(int(layers[s]), s == 0, s == S - 1)
-                         for s in range(S)], dtype=np.int64)
+        return self._stage_parameters(table).copy()
+
+    def _stage_parameters(self, table):
+        """``stage_parameters``, remembered per stage count and layer split (read-only)."""
+        def compute():
+            layers = self.stage_layers(table)
+            S = len(layers)
+            params = np.array([self.model.stage_parameters(int(layers[s]), s == 0, s == S - 1)
+                               for s in range(S)], dtype=np.int64)
+            params.flags.writeable = False
+            return params
+        return self._remembered("_stage_params", (table.num_stages, table.stage_layers),
+                                compute)
 
     def _device_parameters(self, table):
         """Parameters of each device's stages, per tensor rank (float array)."""
         D, S = table.num_devices, table.num_stages
-        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.parallel.tensor_parallel
         key = table.stage.astype(np.int64) * D + table.device
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
@@ -399,6 +484,13 @@ overlap_grad_reduce, scatter_gather
         """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer state."""
         shards = self.parallel.data_parallel if self.parallel.optimizer_sharding else 1
         return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
+
+    def _all_reduce_time(self, nbytes, devices):
+        """``placement.all_reduce_time(nbytes, devices)``, remembered: a sweep syncs the
+        same stages among the same devices table after table."""
+        devices = tuple(sorted(int(device) for device in devices))
+        return self._remembered("_all_reduces", (nbytes, devices),
+                                lambda: self.placement.all_reduce_time(nbytes, devices))
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the ``d`` replicas of a tensor rank."""
@@ -420,7 +512,7 @@ overlap_grad_reduce, scatter_gather
             return sync
         nbytes = (self.model.embedding_parameters / self.parallel.tensor_parallel
                   * self.model.grad_bytes)
-        seconds = self.placement.all_reduce_time(nbytes, pair)
+        seconds = self._all_reduce_time(float(nbytes), pair)
         sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
         return sync
 
@@ -436,15 +528,15 @@ overlap_grad_reduce, scatter_gather
         read and one write of the gradients) and, with optimizer sharding, the
         all-gather of the updated parameters.
         """
-        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.parallel.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
         replicas = self.parallel.data_parallel > 1
         sharded = self.parallel.optimizer_sharding and replicas
         reduce = "reduce_scatter" if sharded else "all_reduce"
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
-            seconds = self.placement.all_reduce_time(gradient_bytes[int(stage)],
-                                                     lowered.sync_devices(k))
+            seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
+                                            lowered.sync_devices(k))
             if replicas and self.parallel.overlap_grad_reduce:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
