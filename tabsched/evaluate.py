@@ -776,15 +776,15 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
             persistent = sizes[2]
             totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
                       for d, peak in enumerate(peaks)]
-            summary = Summary(makespan=makespan, bubble_ratio=bubble,
-                              peak_activation=[float(peak) for peak in peaks],
-                              peak_memory=totals)
-            if formula:
-                from tabsched.formulas import formula_level
-                summary.formula, _ = formula_level(
-                    table, costs, lowered,
-                    transfer_times=durations[row, lowered.num_cells:lowered.first_sync])
-            summaries[index] = summary
+            summaries[index] = Summary(makespan=makespan, bubble_ratio=bubble,
+                                       peak_activation=[float(peak) for peak in peaks],
+                                       peak_memory=totals)
+        if formula:
+            from tabsched.formulas import formula_levels
+            levels = formula_levels(table, [cost_models[index] for index in rows], lowered,
+                                    durations[:, lowered.num_cells:lowered.first_sync])
+            for index, (numbers, _) in zip(rows, levels):
+                summaries[index].formula = numbers
     return summaries
 
 

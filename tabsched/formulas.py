@@ -23,7 +23,8 @@ import numpy as np
 from tabsched.costs import UnitCosts
 from tabsched.table import KINDS, ScheduleTable
 
-__all__ = ["formula_for", "formula_level", "formula_mismatch", "register_formula",
+__all__ = ["formula_for", "formula_level", "formula_levels", "formula_mismatch",
+           "register_formula",
            "nominal_times", "FORMULAS"]
 
 FORMULAS = {}
@@ -105,6 +106,25 @@ def formula_level(table, costs=None, lowered=None, transfer_times=None):
     return formula_for(table, costs, lowered, transfer_times), None
 
 
+def formula_levels(table, cost_models, lowered=None, transfer_times=None):
+    """``[formula_level(table, costs, lowered, times) for costs, times in ...]``, with the
+    family's formula looked up and checked against the table once for them all.
+
+    ``transfer_times``: one row of transfer durations per cost model, or None.
+    """
+    cost_models = list(cost_models)
+    if transfer_times is None:
+        transfer_times = [None] * len(cost_models)
+    function = FORMULAS.get(table.family)
+    if function is None:
+        return [(None, None)] * len(cost_models)
+    mismatch = formula_mismatch(table)
+    if mismatch is not None:
+        return [(None, f"formula level omitted: {mismatch}")] * len(cost_models)
+    return [(_formula_numbers(function, table, costs, lowered, times), None)
+            for costs, times in zip(cost_models, transfer_times)]
+
+
 def formula_for(table, costs=None, lowered=None, transfer_times=None):
     """Formula-level numbers for ``table``'s family, or ``None`` if there are none.
 
@@ -120,6 +140,10 @@ def formula_for(table, costs=None, lowered=None, transfer_times=None):
     function = FORMULAS.get(table.family)
     if function is None or formula_mismatch(table) is not None:
         return None
+    return _formula_numbers(function, table, costs, lowered, transfer_times)
+
+
+def _formula_numbers(function, table, costs, lowered, transfer_times):
     times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered,
                           transfer_times)
     return {"level": "formula", "family": table.family, **function(dict(table.params), times)}
@@ -141,7 +165,7 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
     >>> times["F"], times["B"], times["uniform_stages"]
     (2.0, 4.0, False)
     """
-    per_stage = _probe_durations(table, costs)
+    stage_times = _probe_durations(table, costs)[1]
     if transfer_times is not None:
         comm_times = transfer_times
     else:
@@ -150,12 +174,11 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
             lowered = lower(table)
         comm_times, _ = costs.transfer_costs(table, lowered.transfers)
     comm_times = np.asarray(comm_times, dtype=float)
-    times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
+    times = {kind: stage_times[kind] for kind in KINDS}
     times.update(
         comm=float(comm_times.mean()) if len(comm_times) else 0.0,
         overlap=float(getattr(costs, "overlap", 1.0)),
-        uniform_stages=bool(np.all(np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(
-            initial=1.0))),
+        uniform_stages=stage_times["uniform_stages"],
         uniform_comm=bool(len(comm_times) == 0 or np.ptp(comm_times) <= 1e-12 * max(
             1.0, float(comm_times.max()))))
     return times
@@ -177,9 +200,11 @@ def _hanayo_stages(params):
 
 
 def _probe_durations(table, costs):
-    """(kinds x stages) durations ``costs`` give one full microbatch, on a probe table
-    with one operation of every kind on every stage; remembered per cost model and
-    table shape (a sweep asks the same question for table after table)."""
+    """``(durations, stage_times)``: the (kinds x stages) durations ``costs`` give one
+    full microbatch, on a probe table with one operation of every kind on every stage,
+    and what :func:`nominal_times` takes of them (each kind's mean over the stages,
+    ``uniform_stages``); remembered per cost model and table shape (a sweep asks the
+    same question for table after table)."""
     # a cost model prices an operation by its kind, stage, the stage's layers and the
     # microbatch size, not by the family or its parameters (the probe carries them
     # all the same, as metadata)
@@ -197,7 +222,10 @@ def _probe(table, costs):
         family=table.family, params=table.params, validate=False)
     per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
     per_stage.flags.writeable = False
-    return per_stage
+    stage_times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
+    stage_times["uniform_stages"] = bool(np.all(
+        np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(initial=1.0)))
+    return per_stage, stage_times
 
 
 _PROBES = {}

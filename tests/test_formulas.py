@@ -42,3 +42,27 @@ def test_flush_formula_not_exact_with_communication():
     assert evaluate(table).formula["exact"] is True
     assert evaluate(table, StageCosts(1.0, comm=0.1)).formula["exact"] is False
     assert evaluate(table, StageCosts([1.0, 1.0, 1.0, 2.0])).formula["exact"] is False
+
+
+def test_formula_levels_are_formula_level_for_each_cost_model():
+    """The one lookup and check for many cost models, and the remembered stage times,
+    give each cost model what formula_level gives it alone (a fresh cache included)."""
+    from tabsched.formulas import _PROBES, formula_level, formula_levels
+    from tabsched.lower import lower
+    costs = [ModelCosts("paper-128l", "slow_nw_mid_cp"), StageCosts([1.0, 2.0, 3.0, 4.0]),
+             ModelCosts("paper-128l", "fast_nw_fast_cp"), UnitCosts(b=2)]
+    tables = [generate("zb-h1", devices=4, microbatches=8),
+              generate("chimera", devices=4, microbatches=8),
+              generate("1f1b", devices=4, microbatches=8).replace(params={"devices": 2}),
+              generate("gpipe", devices=4, microbatches=8).replace(family="no-such-family")]
+    for table in tables:
+        lowered = lower(table)
+        times = [c.node_durations(lowered)[lowered.num_cells:lowered.first_sync]
+                 for c in costs]
+        together = formula_levels(table, costs, lowered, times)
+        _PROBES.clear()
+        alone = [formula_level(table, c, lowered, transfer_times=t)
+                 for c, t in zip(costs, times)]
+        assert together == alone
+        assert formula_levels(table, costs, lowered) == [formula_level(table, c, lowered)
+                                                         for c in costs]
