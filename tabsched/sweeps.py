@@ -111,14 +111,16 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
             for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
 
 
-def _base_row(task, system):
-    row = dict.fromkeys(COLUMNS)
-    row.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
-            "devices": task.devices, "microbatches": task.microbatches, "model": task.model,
-            "system": system, "global_batch": task.global_batch, "microbatch_size": None,
-            "status": "ok", "reason": "", "slot_lengths": describe_lengths(task.lengths),
-            "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
-    return row
+def _base_rows(task):
+    """A row per system of ``task``, with what the task alone decides."""
+    base = dict.fromkeys(COLUMNS)
+    base.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
+                 "devices": task.devices, "microbatches": task.microbatches,
+                 "model": task.model, "global_batch": task.global_batch,
+                 "microbatch_size": None, "status": "ok", "reason": "",
+                 "slot_lengths": describe_lengths(task.lengths),
+                 "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
+    return [{**base, "system": system} for system in task.systems]
 
 
 # Presets are parsed once per process, and a cost model is built once per
@@ -155,7 +157,7 @@ def _warm(tasks):
 
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
-    rows = [_base_row(task, system) for system in task.systems]
+    rows = _base_rows(task)
     spec = parse_spec(task.spec)
 
     def skip(reason, which=None):

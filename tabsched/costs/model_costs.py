@@ -490,7 +490,9 @@ overlap_grad_reduce, scatter_gather
         same stages among the same devices table after table."""
         devices = tuple(sorted(int(device) for device in devices))
         return self._remembered("_all_reduces", (nbytes, devices),
-                                lambda: self.placement.all_reduce_time(nbytes, devices))
+                                lambda: self.placement.all_reduce_time(
+                                    nbytes, devices, self._link_matrices(devices[-1] + 1)
+                                    if devices else None))
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the ``d`` replicas of a tensor rank."""
