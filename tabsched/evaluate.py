@@ -561,6 +561,36 @@ def _device_times(lowered, node_start, durations):
     return busy, first, last, has_ops, makespan, bubble
 
 
+@np.errstate(over="ignore", invalid="ignore")
+def _makespans(lowered, start, durations):
+    """``(makespan, bubble_ratio)`` of every sample (row) of ``start`` and ``durations``:
+    :func:`_device_times`' totals, the same numbers to the bit, a device at a time
+    over all samples rather than a sample at a time."""
+    D = lowered.table.num_devices
+    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    has_ops = bounds[1:] > bounds[:-1]
+    samples = len(durations)
+    busy = np.empty((samples, D))
+    for d in range(D):      # each sample's row slice summed alone, as _device_times does
+        busy[:, d] = durations[:, bounds[d]:bounds[d + 1]].sum(axis=1)
+    ends = np.maximum(bounds[1:] - 1, 0)
+    last = np.where(has_ops, start[:, ends] + durations[:, ends], 0.0)
+    if lowered.optimizer:
+        step = durations[:, lowered.first_optimizer:]
+        busy = busy + step
+        last = np.where(has_ops, start[:, lowered.first_optimizer:] + step, last)
+    tail = slice(lowered.first_sync, lowered.num_nodes)
+    tail_end = ((start[:, tail] + durations[:, tail]).max(axis=1)
+                if lowered.num_nodes > lowered.first_sync else np.zeros(samples))
+    totals = []
+    for row in range(samples):
+        makespan = max(float(last[row].max()) if D else 0.0, float(tail_end[row]))
+        total = float(busy[row].sum())
+        totals.append((makespan, 1.0 - total / (D * makespan) if makespan > 0 and D
+                       else 0.0))
+    return totals
+
+
 @np.errstate(over="ignore", invalid="ignore")   # an overflow is refused, not warned about
 def build_result(table, costs, lowered, node_start, binding, durations, contention):
     """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
@@ -759,10 +789,10 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     memory = {}     # cost models with one memory key share the table's memory sizes
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
                                                               grad_sync, optimizer):
+        spans = _makespans(lowered, start, durations)
         for row, index in enumerate(rows):
             costs = cost_models[index]
-            with np.errstate(over="ignore", invalid="ignore"):
-                _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            makespan, bubble = spans[row]
             _check_finite((makespan, bubble), costs, lowered, durations[row])
             key = costs.memory_key()
             sizes = memory.get(key)
