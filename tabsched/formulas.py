@@ -214,18 +214,26 @@ def _probe_durations(table, costs):
 
 def _probe(table, costs):
     S = table.num_stages
+    per_stage = costs.microbatch_durations(table)
+    if per_stage is None:
+        per_stage = _measured_on_probe(table, costs)
+    per_stage = np.array(per_stage, dtype=float).reshape(len(KINDS), S)
+    per_stage.flags.writeable = False
+    stage_times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
+    stage_times["uniform_stages"] = bool(np.all(
+        np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(initial=1.0)))
+    return per_stage, stage_times
+
+
+def _measured_on_probe(table, costs):
+    S = table.num_stages
     kinds = np.repeat(np.arange(len(KINDS)), S)
     stages = np.tile(np.arange(S), len(KINDS))
     probe = ScheduleTable.from_arrays(
         np.zeros(len(kinds)), np.arange(len(kinds)), kinds, stages, np.zeros(len(kinds)),
         [len(kinds)], num_stages=S, microbatch_sizes=(1.0,), stage_layers=table.stage_layers,
         family=table.family, params=table.params, validate=False)
-    per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
-    per_stage.flags.writeable = False
-    stage_times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
-    stage_times["uniform_stages"] = bool(np.all(
-        np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(initial=1.0)))
-    return per_stage, stage_times
+    return costs.op_durations(probe)
 
 
 _PROBES = {}

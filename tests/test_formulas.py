@@ -1,5 +1,6 @@
 """The formula level: times measured from any cost model, and the `exact` verdict."""
 
+import numpy as np
 import pytest
 
 from tabsched import StageCosts, UnitCosts, evaluate, generate
@@ -66,3 +67,22 @@ def test_formula_levels_are_formula_level_for_each_cost_model():
         assert together == alone
         assert formula_levels(table, costs, lowered) == [formula_level(table, c, lowered)
                                                          for c in costs]
+
+
+@pytest.mark.parametrize("model, options, stage_layers", [
+    ("paper-128l", {}, None), ("paper-128l", {"tensor_parallel": 2}, [40, 30, 30, 28]),
+    ("llama3-8b", {"recompute": "full", "microbatch_size": 3}, None),
+    ("gpt3-175b", {"tensor_parallel": 8, "sequence_parallel": True}, [24, 24, 24, 24]),
+])
+def test_model_costs_give_the_probe_tables_durations_directly(model, options, stage_layers):
+    """ModelCosts.microbatch_durations is what op_durations gives the probe table, to
+    the bit, so the formula level need not build one."""
+    from tabsched.formulas import _measured_on_probe
+    table = generate("1f1b", devices=4, microbatches=8)
+    if stage_layers:
+        table = table.replace(stage_layers=stage_layers)
+    costs = ModelCosts(model, "mid_nw_mid_cp", **options)
+    direct = costs.microbatch_durations(table)
+    probed = np.asarray(_measured_on_probe(table, costs)).reshape(4, 4)
+    assert np.array_equal(direct, probed)
+    assert StageCosts(1.0).microbatch_durations(table) is None

@@ -144,6 +144,12 @@ class CostModel:
                                np.asarray(sync, dtype=np.float64),
                                np.asarray(optimizer, dtype=np.float64)])
 
+    def microbatch_durations(self, table):
+        """``(kinds x stages)`` durations of one full microbatch on ``table``'s stages, if
+        the cost model knows them without a table; None (the default): the formula
+        level then measures them with ``op_durations`` on a probe table."""
+        return None
+
     @classmethod
     def stacked_node_durations(cls, lowered, cost_models):
         """``node_durations(lowered)`` of each of ``cost_models`` (all of this class), one

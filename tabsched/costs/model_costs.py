@@ -28,6 +28,14 @@ _PARTS = ("layer", "embedding", "output")
 _KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
 
 
+def _end_stages(stages):
+    """``(first, last)``: 1.0 on the first (embedding) and the last (output) stage."""
+    first, last = np.zeros(stages), np.zeros(stages)
+    if stages:
+        first[0] = last[-1] = 1.0
+    return first, last
+
+
 class ModelCosts(CostModel):
     """A transformer on a system: per-kernel rooflines, Hockney transfers, memory in bytes.
 
@@ -164,7 +172,10 @@ overlap_grad_reduce, scatter_gather
 
     def microbatch_samples(self, table):
         """Samples in each microbatch of ``table`` (float array of whole numbers)."""
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        return self._samples(table.microbatch_sizes)
+
+    def _samples(self, microbatch_sizes):
+        sizes = np.asarray(microbatch_sizes, dtype=np.float64)
         samples = sizes * self.model.microbatch_size
         whole = np.round(samples)
         bad = np.flatnonzero((np.abs(samples - whole) > 1e-9 * np.maximum(samples, 1.0))
@@ -200,11 +211,7 @@ overlap_grad_reduce, scatter_gather
         samples = self.microbatch_samples(table)
         unique, inverse = np.unique(samples, return_inverse=True)
         self._check_int64(layers, unique, samples)
-        first = np.zeros(len(layers))
-        last = np.zeros(len(layers))
-        if len(layers):
-            first[0] = 1.0
-            last[-1] = 1.0
+        first, last = _end_stages(len(layers))
         for array in (layers, first, last, unique, inverse):
             array.flags.writeable = False
         return layers, first, last, unique, inverse
@@ -305,6 +312,15 @@ overlap_grad_reduce, scatter_gather
         layers, first, last, unique, inverse = self._shape(table)
         durations = self._per_stage(self.part_times(unique), layers, first, last)
         return durations[table.kind, table.stage, inverse[table.microbatch]]
+
+    def microbatch_durations(self, table):
+        """``(kinds x stages)`` seconds of one full microbatch on ``table``'s stages: what
+        ``op_durations`` gives a table of one full-size microbatch with those stages."""
+        layers = self.stage_layers(table)
+        samples = self._samples((1.0,))
+        self._check_int64(layers, samples, samples)
+        first, last = _end_stages(len(layers))
+        return self._per_stage(self.part_times(samples), layers, first, last)[:, :, 0]
 
     def transfer_costs(self, table, transfers):
         """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link.
