@@ -402,8 +402,13 @@ overlap_grad_reduce, scatter_gather
                  + inverse[table.microbatch])
         ops = per_stage.reshape(len(cost_models), -1)[:, index]
         n, cells = len(cost_models), lowered.num_cells
-        owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
-        cell = np.bincount(owner, weights=ops.ravel(), minlength=n * cells).reshape(n, cells)
+        if cells == len(table):     # a cell per operation, in order: the sum is 0.0 + it
+            ops += 0.0
+            cell = ops
+        else:
+            owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
+            cell = np.bincount(owner, weights=ops.ravel(),
+                               minlength=n * cells).reshape(n, cells)
         parts = None
         for row, costs in enumerate(cost_models):
             if costs.overlap != 1.0:
@@ -414,14 +419,19 @@ overlap_grad_reduce, scatter_gather
         for costs in cost_models:
             costs.placement.check_devices(D)
         if len(transfers):
-            src, dst, microbatch = transfers.src, transfers.dst, transfers.microbatch
-            nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)[inverse]
+            # a transfer's time depends on its link and its microbatch's size only: each
+            # pair of them present is priced once, then gathered
+            U = len(unique)
+            pairs, which = np.unique((transfers.src.astype(np.intp) * D + transfers.dst) * U
+                                     + inverse[transfers.microbatch], return_inverse=True)
+            link, size = pairs // U, pairs % U
+            nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)
             links = [costs._link_matrices(D) for costs in cost_models]
-            bandwidth = np.stack([link[0] for link in links])[:, src, dst]
-            latency = np.stack([link[1] for link in links])[:, src, dst]
-            gather = np.stack([costs.receive_gather_seconds(unique)[inverse]
-                               for costs in cost_models])[:, microbatch]
-            transfer = (latency + gather) + nbytes[microbatch] / bandwidth
+            bandwidth = np.stack([matrices[0].ravel() for matrices in links])[:, link]
+            latency = np.stack([matrices[1].ravel() for matrices in links])[:, link]
+            gather = np.stack([costs.receive_gather_seconds(unique)
+                               for costs in cost_models])[:, size]
+            transfer = ((latency + gather) + nbytes[size] / bandwidth)[:, which.ravel()]
         else:
             transfer = np.zeros((n, 0))
         tails = [costs.tail_durations(table, lowered) for costs in cost_models]
