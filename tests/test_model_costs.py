@@ -334,9 +334,11 @@ def test_stacked_node_durations_are_each_models_own_to_the_bit(family, devices, 
     in the same stack: every row is that cost model's ``node_durations``."""
     from tabsched.lower import lower
     table = generate(family, devices=devices, microbatches=microbatches)
+    if family == "1f1b":        # microbatches of two sizes: transfers priced per size
+        table = table.replace(microbatch_sizes=[0.5, 1.0] * (microbatches // 2))
     costs = [ModelCosts("paper-128l", system, microbatch_size=2, **options)
              for system in ("slow_nw_slow_cp", "mid_nw_fast_cp", "fast_nw_mid_cp", "dgx-h100")]
-    costs.insert(2, ModelCosts("llama3-8b", "mid_nw_mid_cp", **options))
+    costs.insert(2, ModelCosts("llama3-8b", "mid_nw_mid_cp", microbatch_size=2, **options))
     lowered = lower(table, **lowering)
     stacked = ModelCosts.stacked_node_durations(lowered, costs)
     assert stacked.shape == (len(costs), lowered.num_nodes)
