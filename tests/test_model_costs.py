@@ -373,8 +373,10 @@ def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
     params = costs.stage_parameters(table)
     params[0] = -1                      # the caller's copy, not the remembered array
     assert costs.stage_parameters(table)[0] > 0
-    assert costs._all_reduce_time(4e9, [3, 0]) == costs.placement.all_reduce_time(4e9, [0, 3])
-    assert costs._all_reduce_time(4e9, (0, 3)) == costs._all_reduce_time(4e9, [3, 0])
+    for devices in (4, 6, 8):          # the run's matrices serve every ring in it
+        assert costs._all_reduce_time(4e9, [3, 0], devices) == \
+            costs.placement.all_reduce_time(4e9, [0, 3])
+    assert costs._all_reduce_time(4e9, (0, 3), 4) == costs._all_reduce_time(4e9, [3, 0], 4)
     for size in range(300):             # a store forgets beyond 256 entries
-        costs._all_reduce_time(float(size), [0, 1])
+        costs._all_reduce_time(float(size), [0, 1], 2)
     assert len(costs._all_reduces) <= 256

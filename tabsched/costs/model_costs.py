@@ -221,7 +221,8 @@ overlap_grad_reduce, scatter_gather
         if not len(layers) or not len(unique):
             return
         model = self.model
-        per_sample = [int(n) * model.layer_activation(1) for n in layers.tolist()]
+        per_layer = model.layer_activation(1)
+        per_sample = [int(n) * per_layer for n in layers.tolist()]
         per_sample[0] += model.embedding_activation(1)
         per_sample[-1] += model.output_activation(1)
         largest = max(per_sample) * int(unique.max())
@@ -511,14 +512,14 @@ overlap_grad_reduce, scatter_gather
         shards = self.parallel.data_parallel if self.parallel.optimizer_sharding else 1
         return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
 
-    def _all_reduce_time(self, nbytes, devices):
-        """``placement.all_reduce_time(nbytes, devices)``, remembered: a sweep syncs the
-        same stages among the same devices table after table."""
+    def _all_reduce_time(self, nbytes, devices, num_devices):
+        """``placement.all_reduce_time(nbytes, devices)`` among some of ``num_devices``,
+        remembered: a sweep syncs the same stages among the same devices table after
+        table (and the link matrices of the run serve every ring in it)."""
         devices = tuple(sorted(int(device) for device in devices))
         return self._remembered("_all_reduces", (nbytes, devices),
                                 lambda: self.placement.all_reduce_time(
-                                    nbytes, devices, self._link_matrices(devices[-1] + 1)
-                                    if devices else None))
+                                    nbytes, devices, self._link_matrices(num_devices)))
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the ``d`` replicas of a tensor rank."""
@@ -540,7 +541,7 @@ overlap_grad_reduce, scatter_gather
             return sync
         nbytes = (self.model.embedding_parameters / self.parallel.tensor_parallel
                   * self.model.grad_bytes)
-        seconds = self._all_reduce_time(float(nbytes), pair)
+        seconds = self._all_reduce_time(float(nbytes), pair, D)
         sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
         return sync
 
@@ -564,7 +565,7 @@ overlap_grad_reduce, scatter_gather
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
             seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
-                                            lowered.sync_devices(k))
+                                            lowered.sync_devices(k), table.num_devices)
             if replicas and self.parallel.overlap_grad_reduce:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
