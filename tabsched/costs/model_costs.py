@@ -275,7 +275,7 @@ overlap_grad_reduce, scatter_gather
         longer than that kernel: its data-gradient all-reduce hides behind the
         weight gradient in a full backward ``B``, not in a split ``I``.
         """
-        key = tuple(float(value) for value in np.asarray(samples, dtype=np.float64).ravel())
+        key = tuple(np.asarray(samples, dtype=np.float64).ravel().tolist())
         return self._remembered("_part_times", key, lambda: self._compute_part_times(samples))
 
     def _compute_part_times(self, samples):
@@ -435,6 +435,8 @@ overlap_grad_reduce, scatter_gather
             transfer = ((latency + gather) + nbytes[size] / bandwidth)[:, which.ravel()]
         else:
             transfer = np.zeros((n, 0))
+        if not lowered.num_syncs and not lowered.optimizer:
+            return np.concatenate([cell, transfer], axis=1)     # no tail to price
         tails = [costs.tail_durations(table, lowered) for costs in cost_models]
         sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
         step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
