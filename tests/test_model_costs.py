@@ -380,3 +380,21 @@ def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
     for size in range(300):             # a store forgets beyond 256 entries
         costs._all_reduce_time(float(size), [0, 1], 2)
     assert len(costs._all_reduces) <= 256
+
+
+def test_kernel_tables_are_shared_by_one_model_on_several_systems():
+    """The kernel lists are the model's and the parallelism's, not the system's: cost
+    models on several systems share them, other parallelisms get their own, and the
+    durations are those of tables built afresh."""
+    from tabsched.costs.model_costs import _kernel_tables
+    table = generate("1f1b", devices=4, microbatches=8)
+    first = ModelCosts("paper-128l", "mid_nw_mid_cp")
+    second = ModelCosts("paper-128l", "fast_nw_slow_cp")
+    other = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2)
+    assert first._tables is second._tables and other._tables is not first._tables
+    durations = [c.op_durations(table) for c in (first, second, other)]
+    _kernel_tables.cache_clear()
+    fresh = [ModelCosts("paper-128l", s, **o).op_durations(table) for s, o in (
+        ("mid_nw_mid_cp", {}), ("fast_nw_slow_cp", {}), ("mid_nw_mid_cp", {"tensor_parallel": 2}))]
+    assert all(np.array_equal(a, b) for a, b in zip(durations, fresh))
+    assert _kernel_tables.cache_info().maxsize is not None

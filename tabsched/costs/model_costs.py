@@ -9,6 +9,8 @@ every transfer on its link (Hockney) and every collective on its ring
 how many replicas of the pipeline sync their gradients.
 """
 
+import functools
+
 import numpy as np
 
 from tabsched.costs.base import CostModel, _non_negative
@@ -26,6 +28,16 @@ _INT64_MAX = 2**63 - 1
 _PARTS = ("layer", "embedding", "output")
 #: The kernel lists each kind of operation runs (R: the recompute forward).
 _KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_tables(model, parallel):
+    """``{part: {phase: KernelTable}}`` of ``model`` run with ``parallel``: what the
+    system does not change, built once for the cost models of one model on many
+    systems (the tables are not changed once built)."""
+    return {part: {phase: KernelTable(kernels) for phase, kernels in
+                   model.kernels(part, parallel).items()}
+            for part in _PARTS}
 
 
 def _end_stages(stages):
@@ -149,9 +161,7 @@ overlap_grad_reduce, scatter_gather
         self.optimizer = bool(optimizer)
         self.optimizer_step = self.optimizer or (replicas and not self.parallel.overlap_grad_reduce)
         self.input_grad_release = self.model.input_grad_release_for(self.parallel)
-        self._tables = {part: {phase: KernelTable(kernels) for phase, kernels in
-                               self.model.kernels(part, self.parallel).items()}
-                        for part in _PARTS}
+        self._tables = _kernel_tables(self.model, self.parallel)
 
     # ----------------------------------------------------------- the table's shape
     def stage_layers(self, table):
