@@ -732,7 +732,10 @@ def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
 
 def _stage_holders(table):
     """Sorted devices holding each stage."""
-    pairs = np.unique(table.stage.astype(np.int64) * table.num_devices + table.device)
+    # the (stage, device) pairs, sorted and each once (np.unique's answer, without the
+    # numpy.ma import that np.unique costs the first time it is called without indices)
+    pairs = np.sort(table.stage.astype(np.int64) * table.num_devices + table.device)
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if len(pairs) else pairs
     holders = {stage: [] for stage in range(table.num_stages)}
     for pair in pairs.tolist():
         holders[pair // table.num_devices].append(pair % table.num_devices)
