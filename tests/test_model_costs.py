@@ -398,3 +398,23 @@ def test_kernel_tables_are_shared_by_one_model_on_several_systems():
         ("mid_nw_mid_cp", {}), ("fast_nw_slow_cp", {}), ("mid_nw_mid_cp", {"tensor_parallel": 2}))]
     assert all(np.array_equal(a, b) for a, b in zip(durations, fresh))
     assert _kernel_tables.cache_info().maxsize is not None
+
+
+@pytest.mark.parametrize("system, options", [
+    ("mid_nw_mid_cp", {}), ("dgx-h100", {"tensor_parallel": 4, "recompute": "full"}),
+    ("gb200-nvl72", {"tensor_parallel": 2, "sequence_parallel": True,
+                     "recompute": "selective"}),
+])
+def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
+    """part_times times every kernel of the model in one pass; each phase's kernels
+    timed on their own table give the same seconds, to the bit."""
+    from tabsched.costs.model_costs import _all_kernels
+    costs = ModelCosts("gpt3-175b", system, **options)
+    samples = np.array([1.0, 3.0])
+    everything, slices = _all_kernels(costs.model, costs.parallel)
+    together = costs._kernel_seconds(everything, samples)[0]
+    for part, phases in costs._tables.items():
+        for phase, kernels in phases.items():
+            if len(kernels):
+                alone = costs._kernel_seconds(kernels, samples)[0]
+                assert np.array_equal(together[slices[part, phase]], alone)
