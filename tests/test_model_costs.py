@@ -377,9 +377,20 @@ def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
         assert costs._all_reduce_time(4e9, [3, 0], devices) == \
             costs.placement.all_reduce_time(4e9, [0, 3])
     assert costs._all_reduce_time(4e9, (0, 3), 4) == costs._all_reduce_time(4e9, [3, 0], 4)
-    for size in range(300):             # a store forgets beyond 256 entries
+    from tabsched.costs.model_costs import _SYSTEM_ANSWERS
+    for size in range(5000):            # the answers are forgotten beyond 4096
         costs._all_reduce_time(float(size), [0, 1], 2)
-    assert len(costs._all_reduces) <= 256
+    assert 0 < len(_SYSTEM_ANSWERS) <= 4096
+    # answers belong to the system: another microbatch size shares them, another
+    # system (equal but for one slow link) has its own
+    other_size = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2,
+                            microbatch_size=4)
+    assert other_size._all_reduce_time(4e9, [0, 3], 4) == costs._all_reduce_time(4e9, [0, 3], 4)
+    slow = ModelCosts("paper-128l", costs.system.replace(
+        link_overrides=[{"devices": [0, 3], "bandwidth": "1GB/s"}]), tensor_parallel=2)
+    assert slow._all_reduce_time(4e9, [0, 3], 4) == slow.placement.all_reduce_time(4e9, [0, 3])
+    assert slow._all_reduce_time(4e9, [0, 3], 4) > costs._all_reduce_time(4e9, [0, 3], 4)
+    assert np.array_equal(slow._link_matrices(4)[0], slow.placement.link_matrices(4)[0])
 
 
 def test_kernel_tables_are_shared_by_one_model_on_several_systems():

@@ -54,6 +54,21 @@ def _all_kernels(model, parallel):
     return KernelTable(kernels), where
 
 
+_SYSTEM_ANSWERS = {}
+
+
+def _by_system(key, compute):
+    """``compute()``, remembered under ``key``: a question of a system alone (its link
+    matrices, a ring's time), asked again by every cost model on that system (one per
+    microbatch size in a sweep). Equal systems are one key; at most 4096 answers."""
+    found = _SYSTEM_ANSWERS.get(key)
+    if found is None:
+        if len(_SYSTEM_ANSWERS) >= 4096:
+            _SYSTEM_ANSWERS.clear()
+        found = _SYSTEM_ANSWERS[key] = compute()
+    return found
+
+
 def _end_stages(stages):
     """``(first, last)``: 1.0 on the first (embedding) and the last (output) stage."""
     first, last = np.zeros(stages), np.zeros(stages)
@@ -391,7 +406,7 @@ overlap_grad_reduce, scatter_gather
             for matrix in matrices:
                 matrix.flags.writeable = False
             return matrices
-        return self._remembered("_links", num_devices, compute)
+        return _by_system(("links", self.placement, num_devices), compute)
 
     @classmethod
     def stacked_node_durations(cls, lowered, cost_models):
@@ -545,9 +560,9 @@ overlap_grad_reduce, scatter_gather
         remembered: a sweep syncs the same stages among the same devices table after
         table (and the link matrices of the run serve every ring in it)."""
         devices = tuple(sorted(int(device) for device in devices))
-        return self._remembered("_all_reduces", (nbytes, devices),
-                                lambda: self.placement.all_reduce_time(
-                                    nbytes, devices, self._link_matrices(num_devices)))
+        return _by_system(("all_reduce", self.placement, nbytes, devices),
+                          lambda: self.placement.all_reduce_time(
+                              nbytes, devices, self._link_matrices(num_devices)))
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the ``d`` replicas of a tensor rank."""
