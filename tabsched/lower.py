@@ -546,13 +546,17 @@ def lower(table: ScheduleTable, *, contention: str = "none",
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
-    if (contention == "none" and not blocking_sends and not optimizer
-            and transfer_after is None and (grad_sync is None or grad_sync is False
-                                            or (isinstance(grad_sync, (list, tuple))
-                                                and not grad_sync))):
-        offered = _take_offered(table)
+    if not blocking_sends and not optimizer and transfer_after is None:
+        offered = _take_offered(table, grad_sync)
         if offered is not None:
-            return offered
+            if contention == "none":
+                return offered
+            # the same DAG: only the transfers' resources are added
+            resources, num_resources = _resources(contention, offered.num_nodes,
+                                                  offered.num_cells, offered.transfers,
+                                                  table.num_devices, devices_per_node)
+            return dataclasses.replace(offered, resources=resources,
+                                       num_resources=num_resources, contention=contention)
 
     D = table.num_devices
     device = table.device
@@ -677,15 +681,20 @@ _offered = [None]
 
 
 def offer_lowering(table, lowered):
-    """Let the next plain ``lower(table)`` (contention none, no tail, no extra edges)
-    take ``lowered``, a plain lowering of a table with the same row orders."""
+    """Let the next ``lower(table)`` whose DAG is the plain one (no sync node, no
+    optimizer step, no extra edges; any contention) take ``lowered``, a plain
+    lowering of a table with the same row orders."""
     transfers = dataclasses.replace(lowered.transfers, table=table)
     _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
 
 
-def _take_offered(table):
+def _take_offered(table, grad_sync):
+    """The lowering offered for ``table``, if ``grad_sync`` adds no sync node to it."""
     offered = _offered[0]
     if offered is None or offered.table is not table:
+        return None
+    if grad_sync is not None and grad_sync is not False and len(
+            _sync_nodes(table, grad_sync, offered.cell_of_op, offered.num_nodes)[0]):
         return None
     _offered[0] = None
     return offered

@@ -208,3 +208,26 @@ def test_stage_holders_are_every_stages_sorted_devices():
         expected = {stage: sorted(int(d) for d in pairs[1][pairs[0] == stage])
                     for stage in range(table.num_stages)}
         assert _stage_holders(table) == expected
+
+
+@pytest.mark.parametrize("family", ["1f1b", "zbv", "chimera", "dualpipe"])
+@pytest.mark.parametrize("contention, grad_sync", [("none", None), ("link", "replicas"),
+                                                   ("nic", None), ("link", [])])
+def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family, contention,
+                                                                       grad_sync):
+    """The layout's lowering serves the next lower() of its table whatever the
+    contention, when no sync node is added; it equals a lowering made afresh."""
+    made = generate(family, devices=4, microbatches=8)
+    offered = generate(family, devices=4, microbatches=8)   # the layout offers this one's
+    from tabsched.lower import _offered
+    pending = _offered[0]
+    options = dict(contention=contention, devices_per_node=2, grad_sync=grad_sync)
+    fresh, reused = lower(made, **options), lower(offered, **options)
+    adds_syncs = grad_sync == "replicas" and family in ("chimera", "dualpipe")
+    assert (reused.layout is pending.layout) is not adds_syncs
+    for name in ("cell_of_op", "cell_device", "indptr", "successors", "resources",
+                 "sync_stage", "topo_order", "topo_pred_indptr", "topo_predecessors"):
+        assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
+    assert (fresh.num_resources, fresh.contention) == (reused.num_resources,
+                                                      reused.contention)
+    assert reused.table is offered and reused.transfers.table is offered
