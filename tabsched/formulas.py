@@ -110,19 +110,24 @@ def formula_levels(table, cost_models, lowered=None, transfer_times=None):
     """``[formula_level(table, costs, lowered, times) for costs, times in ...]``, with the
     family's formula looked up and checked against the table once for them all.
 
-    ``transfer_times``: one row of transfer durations per cost model, or None.
+    ``transfer_times``: one row of transfer durations per cost model (a 2-D array:
+    their means and spreads are then taken for all rows at once), or None.
     """
     cost_models = list(cost_models)
-    if transfer_times is None:
-        transfer_times = [None] * len(cost_models)
     function = FORMULAS.get(table.family)
     if function is None:
         return [(None, None)] * len(cost_models)
     mismatch = formula_mismatch(table)
     if mismatch is not None:
         return [(None, f"formula level omitted: {mismatch}")] * len(cost_models)
-    return [(_formula_numbers(function, table, costs, lowered, times), None)
-            for costs, times in zip(cost_models, transfer_times)]
+    if transfer_times is None:
+        return [(_formula_numbers(function, table, costs, lowered, None), None)
+                for costs in cost_models]
+    comm = _comm_times(np.asarray(transfer_times, dtype=float).reshape(len(cost_models), -1))
+    params = table.params
+    return [({"level": "formula", "family": table.family,
+              **function(dict(params), _nominal(table, costs, *row))}, None)
+             for costs, row in zip(cost_models, comm)]
 
 
 def formula_for(table, costs=None, lowered=None, transfer_times=None):
@@ -165,7 +170,6 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
     >>> times["F"], times["B"], times["uniform_stages"]
     (2.0, 4.0, False)
     """
-    stage_times = _probe_durations(table, costs)[1]
     if transfer_times is not None:
         comm_times = transfer_times
     else:
@@ -174,13 +178,25 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
             lowered = lower(table)
         comm_times, _ = costs.transfer_costs(table, lowered.transfers)
     comm_times = np.asarray(comm_times, dtype=float)
+    return _nominal(table, costs, *_comm_times(comm_times[None, :])[0])
+
+
+def _comm_times(rows):
+    """``[(mean, uniform)]`` of each row of transfer times: the mean (0 without
+    transfers) and whether they are all equal (to 1e-12 of the largest)."""
+    if rows.shape[1] == 0:
+        return [(0.0, True)] * len(rows)
+    means = rows.mean(axis=1).tolist()   # each row's own sum, as a 1-D mean takes it
+    uniform = (np.ptp(rows, axis=1) <= 1e-12 * np.maximum(1.0, rows.max(axis=1))).tolist()
+    return list(zip(means, uniform))
+
+
+def _nominal(table, costs, comm, uniform_comm):
+    """:func:`nominal_times` from the transfers' mean time and uniformity."""
+    stage_times = _probe_durations(table, costs)[1]
     times = {kind: stage_times[kind] for kind in KINDS}
-    times.update(
-        comm=float(comm_times.mean()) if len(comm_times) else 0.0,
-        overlap=float(getattr(costs, "overlap", 1.0)),
-        uniform_stages=stage_times["uniform_stages"],
-        uniform_comm=bool(len(comm_times) == 0 or np.ptp(comm_times) <= 1e-12 * max(
-            1.0, float(comm_times.max()))))
+    times.update(comm=comm, overlap=float(getattr(costs, "overlap", 1.0)),
+                 uniform_stages=stage_times["uniform_stages"], uniform_comm=uniform_comm)
     return times
 
 

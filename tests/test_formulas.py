@@ -86,3 +86,17 @@ def test_model_costs_give_the_probe_tables_durations_directly(model, options, st
     probed = np.asarray(_measured_on_probe(table, costs)).reshape(4, 4)
     assert np.array_equal(direct, probed)
     assert StageCosts(1.0).microbatch_durations(table) is None
+
+
+@pytest.mark.parametrize("length", [0, 1, 7, 9, 130, 1000, 4099])
+def test_comm_times_of_all_rows_are_each_rows_own(length):
+    """Means and uniformity of many rows at once equal each row's alone, to the bit
+    (numpy's pairwise sums included)."""
+    from tabsched.formulas import _comm_times
+    rng = np.random.default_rng(length)
+    rows = rng.random((6, length)) * 10.0 ** rng.uniform(-7, 2, (6, 1))
+    rows[0] = rows[0, :1] if length else rows[0]       # a uniform row
+    for row, (mean, uniform) in zip(rows, _comm_times(rows)):
+        assert mean == (float(row.mean()) if length else 0.0)
+        assert uniform == bool(length == 0 or np.ptp(row) <= 1e-12 * max(
+            1.0, float(row.max())))
