@@ -199,8 +199,11 @@ def run_task(task):
             level = table_level_with(table, task.lengths)
     except TabschedError as error:
         return skip(str(error), live)
+    described = {}      # the params of each table, written once for all its rows
     for row, table, result in zip(live, tables, results):
-        params = json.dumps(table.params, sort_keys=True)
+        params = described.get(id(table))
+        if params is None:
+            params = described[id(table)] = json.dumps(table.params, sort_keys=True)
         formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")
