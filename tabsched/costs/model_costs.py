@@ -438,8 +438,13 @@ overlap_grad_reduce, scatter_gather
         table, transfers = lowered.table, lowered.transfers
         first_costs = cost_models[0]
         layers, first, last, unique, inverse = first_costs._shape(table)
-        per_stage = np.stack([costs._per_stage(costs.part_times(unique), layers, first, last)
-                              for costs in cost_models])
+        times = [costs.part_times(unique) for costs in cost_models]
+        # _per_stage of each, with the cost models as a leading axis
+        per_part = {part: np.stack([one[part] for one in times])[:, :, None, :]
+                    for part in _PARTS}
+        per_stage = (layers[None, None, :, None] * per_part["layer"]
+                     + first[None, None, :, None] * per_part["embedding"]
+                     + last[None, None, :, None] * per_part["output"])
         index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
                  + inverse[table.microbatch])
         ops = per_stage.reshape(len(cost_models), -1)[:, index]
