@@ -263,8 +263,10 @@ class LoweredSchedule:
 
     def sync_devices(self, index):
         """Devices holding the stage of sync node ``first_sync + index``."""
-        stage = int(self.sync_stage[index])
-        return tuple(sorted(set(self.table.device[self.table.stage == stage].tolist())))
+        holders = self.__dict__.get("_holders")
+        if holders is None:     # every stage's, found once per lowering
+            holders = self.__dict__["_holders"] = _stage_holders(self.table)
+        return tuple(holders[int(self.sync_stage[index])])
 
     @property
     def num_edges(self):

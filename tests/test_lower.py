@@ -231,3 +231,11 @@ def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family,
     assert (fresh.num_resources, fresh.contention) == (reused.num_resources,
                                                       reused.contention)
     assert reused.table is offered and reused.transfers.table is offered
+
+
+def test_sync_devices_are_the_stages_holders():
+    table = generate("chimera", devices=6, microbatches=12)
+    lowered = lower(table, grad_sync="all")
+    for k, stage in enumerate(lowered.sync_stage.tolist()):
+        expected = tuple(sorted(set(table.device[table.stage == stage].tolist())))
+        assert lowered.sync_devices(k) == expected

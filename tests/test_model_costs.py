@@ -429,3 +429,14 @@ def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
             if len(kernels):
                 alone = costs._kernel_seconds(kernels, samples)[0]
                 assert np.array_equal(together[slices[part, phase]], alone)
+
+
+@pytest.mark.parametrize("count, space", [(0, 5), (1, 1), (50, 7), (1000, 300),
+                                          (20, 100_000), (5000, 4_000_000)])
+def test_present_keys_are_np_uniques_answer(count, space):
+    """Both ways (a table of the key space, or a sort when the space is large)."""
+    from tabsched.costs.model_costs import _present
+    keys = np.random.default_rng(count).integers(0, space, count)
+    unique, inverse = _present(keys, space)
+    expected, expected_inverse = np.unique(keys, return_inverse=True)
+    assert np.array_equal(unique, expected) and np.array_equal(inverse, expected_inverse)

@@ -69,6 +69,20 @@ def _by_system(key, compute):
     return found
 
 
+def _present(keys, space):
+    """``np.unique(keys, return_inverse=True)`` for ``keys`` in ``0 .. space-1``: by a
+    table of the space when it is small beside the keys, else by np.unique's sort."""
+    if space > 4 * len(keys) + 4096:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, inverse.ravel()
+    seen = np.zeros(space, dtype=bool)
+    seen[keys] = True
+    unique = np.flatnonzero(seen)
+    position = np.empty(space, dtype=np.intp)
+    position[unique] = np.arange(len(unique))
+    return unique, position[keys]
+
+
 def _end_stages(stages):
     """``(first, last)``: 1.0 on the first (embedding) and the last (output) stage."""
     first, last = np.zeros(stages), np.zeros(stages)
@@ -469,8 +483,8 @@ overlap_grad_reduce, scatter_gather
             # a transfer's time depends on its link and its microbatch's size only: each
             # pair of them present is priced once, then gathered
             U = len(unique)
-            pairs, which = np.unique((transfers.src.astype(np.intp) * D + transfers.dst) * U
-                                     + inverse[transfers.microbatch], return_inverse=True)
+            pairs, which = _present((transfers.src.astype(np.intp) * D + transfers.dst) * U
+                                    + inverse[transfers.microbatch], D * D * U)
             link, size = pairs // U, pairs % U
             nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)
             links = [costs._link_matrices(D) for costs in cost_models]
@@ -478,7 +492,7 @@ overlap_grad_reduce, scatter_gather
             latency = np.stack([matrices[1].ravel() for matrices in links])[:, link]
             gather = np.stack([costs.receive_gather_seconds(unique)
                                for costs in cost_models])[:, size]
-            transfer = ((latency + gather) + nbytes[size] / bandwidth)[:, which.ravel()]
+            transfer = ((latency + gather) + nbytes[size] / bandwidth)[:, which]
         else:
             transfer = np.zeros((n, 0))
         if not lowered.num_syncs and not lowered.optimizer:
