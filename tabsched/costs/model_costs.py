@@ -373,7 +373,9 @@ overlap_grad_reduce, scatter_gather
         """``(kinds x stages)`` seconds of one full microbatch on ``table``'s stages: what
         ``op_durations`` gives a table of one full-size microbatch with those stages."""
         layers = self.stage_layers(table)
-        samples = self._samples((1.0,))
+        samples = self.__dict__.get("_full_samples")
+        if samples is None:     # the cost model's own microbatch, as a table holds it
+            samples = self.__dict__["_full_samples"] = self._samples((1.0,))
         self._check_int64(layers, samples, samples)
         first, last = _end_stages(len(layers))
         return self._per_stage(self.part_times(samples), layers, first, last)[:, :, 0]
@@ -552,10 +554,12 @@ overlap_grad_reduce, scatter_gather
     def _stage_parameters(self, table):
         """``stage_parameters``, remembered per stage count and layer split (read-only)."""
         def compute():
-            layers = self.stage_layers(table)
+            layers = self.stage_layers(table).tolist()
             S = len(layers)
-            params = np.array([self.model.stage_parameters(int(layers[s]), s == 0, s == S - 1)
-                               for s in range(S)], dtype=np.int64)
+            # stages alike (same layers, neither or both ends) hold alike: each kind once
+            kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
+            each = {kind: self.model.stage_parameters(*kind) for kind in set(kinds)}
+            params = np.array([each[kind] for kind in kinds], dtype=np.int64)
             params.flags.writeable = False
             return params
         return self._remembered("_stage_params", (table.num_stages, table.stage_layers),
