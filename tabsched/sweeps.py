@@ -309,6 +309,13 @@ def _run_dask(tasks, dask, jobs, record):
 
 
 def _cell(value):
+    kind = type(value)      # the common exact types first: a sweep writes many cells
+    if kind is float:
+        return repr(value)
+    if kind is str:
+        return value
+    if kind is int:
+        return str(value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -408,8 +415,12 @@ def rows_to_csv(rows):
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
+    dicts = [k for k, column in enumerate(COLUMNS) if column in ("params", "parallel")]
     for row in rows:
-        writer.writerow([_cell(_as_text(column, row.get(column))) for column in COLUMNS])
+        values = [row.get(column) for column in COLUMNS]
+        for k in dicts:
+            values[k] = _as_text(COLUMNS[k], values[k])
+        writer.writerow([_cell(value) for value in values])
     return buffer.getvalue()
 
 

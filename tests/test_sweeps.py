@@ -127,3 +127,24 @@ def test_summaries_share_memory_sizes_only_between_equal_memory_keys():
         assert summary.peak_activation == [d.peak_memory for d in result.devices]
         assert summary.peak_memory == [d.peak_total_memory for d in result.devices]
     assert len({c.memory_key() for c in costs}) == 5
+
+
+def test_csv_cells_keep_their_forms():
+    """The writer's fast paths for exact types give what the general rule gives."""
+    from tabsched.sweeps import _cell
+
+    class Name(str):
+        pass
+
+    class Count(int):
+        pass
+
+    for value, text in [(None, ""), (True, "true"), (False, "false"), (3, "3"),
+                        (Count(4), "4"), (0.1, "0.1"), (1e-300, "1e-300"), (2.0, "2.0"),
+                        ("ok", "ok"), (Name("zbv"), "zbv"), (float("inf"), "inf")]:
+        assert _cell(value) == text
+    row = dict.fromkeys(COLUMNS)
+    row.update(params={"devices": 2}, parallel={}, formula_exact=False, devices=2)
+    line = rows_to_csv([row]).splitlines()[1].split(",")
+    assert line[COLUMNS.index("formula_exact")] == "false"
+    assert line[COLUMNS.index("devices")] == "2" and line[COLUMNS.index("parallel")] == "{}"
