@@ -449,7 +449,8 @@ def run_lowered(lowered, durations, *, binding=True):
     """
     if lowered.contention == "link":
         durations = np.asarray(durations, dtype=np.float64)
-        if np.all(durations[..., :lowered.num_cells] > 0):
+        cells = durations[..., :lowered.num_cells]
+        if not cells.size or cells.min() > 0:       # (a minimum: no temporary array)
             chained = lowered.link_chains()
             if chained is not None:
                 return chained.run(durations, end=False, binding=binding)
@@ -716,11 +717,16 @@ def _stacked_durations(lowered, cost_models):
     by_class = {}
     for row, costs in enumerate(cost_models):
         by_class.setdefault(type(costs), []).append(row)
-    durations = np.empty((len(cost_models), lowered.num_nodes))
-    for cls, rows in by_class.items():
-        durations[rows] = cls.stacked_node_durations(lowered,
-                                                     [cost_models[row] for row in rows])
-    if not np.all(durations >= 0) or not np.all(np.isfinite(durations)):
+    if len(by_class) == 1:
+        durations = np.asarray(type(cost_models[0]).stacked_node_durations(
+            lowered, cost_models), dtype=np.float64)
+    else:
+        durations = np.empty((len(cost_models), lowered.num_nodes))
+        for cls, rows in by_class.items():
+            durations[rows] = cls.stacked_node_durations(lowered,
+                                                         [cost_models[row] for row in rows])
+    # a minimum and a maximum, no temporaries: NaN fails the first comparison
+    if durations.size and not (durations.min() >= 0 and np.isfinite(durations.max())):
         for costs, row in zip(cost_models, durations):   # the first bad one, named
             checked_durations(costs, lowered, row)
     return durations
