@@ -440,6 +440,8 @@ overlap_grad_reduce, scatter_gather
         groups = {}
         for row, costs in enumerate(cost_models):
             groups.setdefault(costs.memory_key(), []).append(row)
+        if len(groups) == 1:
+            return cls._shared_node_durations(lowered, cost_models)
         stacked = None
         for rows in groups.values():
             durations = cls._shared_node_durations(lowered, [cost_models[row] for row in rows])
@@ -463,15 +465,19 @@ overlap_grad_reduce, scatter_gather
                      + last[None, None, :, None] * per_part["output"])
         index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
                  + inverse[table.microbatch])
-        ops = per_stage.reshape(len(cost_models), -1)[:, index]
         n, cells = len(cost_models), lowered.num_cells
+        # every row written in place: cells, then transfers, then the tail
+        durations = np.empty((n, lowered.num_nodes))
+        cell = durations[:, :cells]
+        flat = per_stage.reshape(n, -1)
         if cells == len(table):     # a cell per operation, in order: the sum is 0.0 + it
-            ops += 0.0
-            cell = ops
+            for row in range(n):
+                np.take(flat[row], index, out=cell[row], mode="clip")
+            cell += 0.0
         else:
             owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
-            cell = np.bincount(owner, weights=ops.ravel(),
-                               minlength=n * cells).reshape(n, cells)
+            cell[:] = np.bincount(owner, weights=flat[:, index].ravel(),
+                                  minlength=n * cells).reshape(n, cells)
         parts = None
         for row, costs in enumerate(cost_models):
             if costs.overlap != 1.0:
@@ -494,15 +500,17 @@ overlap_grad_reduce, scatter_gather
             latency = np.stack([matrices[1].ravel() for matrices in links])[:, link]
             gather = np.stack([costs.receive_gather_seconds(unique)
                                for costs in cost_models])[:, size]
-            transfer = ((latency + gather) + nbytes[size] / bandwidth)[:, which]
-        else:
-            transfer = np.zeros((n, 0))
+            per_pair = (latency + gather) + nbytes[size] / bandwidth
+            for row in range(n):
+                np.take(per_pair[row], which, mode="clip",
+                        out=durations[row, cells:cells + len(transfers)])
         if not lowered.num_syncs and not lowered.optimizer:
-            return np.concatenate([cell, transfer], axis=1)     # no tail to price
+            return durations        # no tail to price
         tails = [costs.tail_durations(table, lowered) for costs in cost_models]
         sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
         step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
-        return np.concatenate([cell, transfer, sync, step], axis=1)
+        durations[:, lowered.first_sync:] = np.concatenate([sync, step], axis=1)
+        return durations
 
     def memory_key(self):
         """The transformer and the parallelism: all that memory sizes depend on."""
