@@ -27,7 +27,10 @@ import functools
 import io
 import itertools
 import json
+import multiprocessing
 import os
+import pickle
+import queue
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -236,7 +239,8 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     ----------
     tasks : list of SweepTask
     jobs : int
-        Local worker processes (1: run here).
+        Local processes working: this one and ``jobs - 1`` forked from it (1: run
+        here). Where processes cannot fork, ``jobs`` worker processes.
     dask : str or distributed.Client, optional
         A scheduler address (``tcp://host:8786``), ``"local"`` for a LocalCluster
         of ``jobs`` workers, or a Client; needs ``dask.distributed``
@@ -263,21 +267,104 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         for index, task in enumerate(tasks):
             record(index, run_task(task), index + 1)
     else:
-        from concurrent.futures import ProcessPoolExecutor
         _warm(tasks)    # forked workers inherit the parsed presets and built cost models
-        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
-        # long chunk at the end keeps the other idle (one round trip costs well under
-        # a typical task)
-        chunk = max(1, len(tasks) // (64 * jobs))
         # the largest tables first (operations grow with devices x microbatches), so
         # that no worker starts a long task when the others are nearly done
         largest_first = sorted(range(len(tasks)),
                                key=lambda index: -tasks[index].devices * tasks[index].microbatches)
+        if "fork" in multiprocessing.get_all_start_methods():
+            _run_forked(tasks, largest_first, jobs, record)
+            return [row for rows in results for row in rows]
+        from concurrent.futures import ProcessPoolExecutor
+        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
+        # long chunk at the end keeps the other idle (one round trip costs well under
+        # a typical task)
+        chunk = max(1, len(tasks) // (64 * jobs))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             done = pool.map(run_task, [tasks[index] for index in largest_first], chunksize=chunk)
             for count, (index, rows) in enumerate(zip(largest_first, done), 1):
                 record(index, rows, count)
     return [row for rows in results for row in rows]
+
+
+def _run_forked(tasks, order, jobs, record):
+    """Run ``tasks`` in ``order`` here and on ``jobs - 1`` processes forked from here.
+
+    Every process takes the next task from one shared counter, so the long tasks
+    (first in ``order``) spread and no process idles while another has several
+    left. This process works too: it holds the presets and cost models the forked
+    ones inherit, and it spares a worker's start and the round trips of a pool
+    (whose workers wait between tasks for the next to be handed over). The forked
+    processes send each task's rows as they finish; they are recorded between this
+    process's own tasks. A forked process that fails raises here.
+    """
+    context = multiprocessing.get_context("fork")
+    counter = context.Value("l", 0)
+    finished = context.Queue()
+
+    def take():
+        with counter.get_lock():
+            position = counter.value
+            counter.value = position + 1
+        return order[position] if position < len(order) else None
+
+    def work(worker):   # in a forked process; its last message says it ended, and how
+        try:
+            while (index := take()) is not None:
+                finished.put((index, run_task(tasks[index])))
+        except BaseException as error:  # noqa: BLE001 - raised again in the parent
+            try:
+                pickle.dumps(error)
+            except Exception:   # noqa: BLE001 - an error that cannot travel as it is
+                error = RuntimeError(f"{type(error).__name__}: {error}")
+            finished.put((None, (worker, error)))
+        else:
+            finished.put((None, (worker, None)))
+
+    done = 0
+    children = [context.Process(target=work, args=(worker,), daemon=True)
+                for worker in range(jobs - 1)]
+    ended = set()
+
+    def receive(timeout):
+        nonlocal done
+        try:
+            index, rows = finished.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        if index is None:
+            worker, error = rows
+            ended.add(worker)
+            if error is not None:
+                raise error
+        else:
+            done += 1
+            record(index, rows, done)
+        return True
+
+    try:
+        for child in children:
+            child.start()
+        while (index := take()) is not None:
+            rows = run_task(tasks[index])
+            done += 1
+            record(index, rows, done)
+            while receive(0):       # what the others finished meanwhile
+                pass
+        while len(ended) < len(children):
+            gone = [worker for worker, child in enumerate(children)
+                    if child.exitcode is not None and worker not in ended]
+            # a process that exited has sent all it will: if its last message is not
+            # in transit either, it died in the middle of a task
+            if not receive(0.1) and gone and not receive(0.1):
+                raise TabschedError(f"a sweep worker process died (exit status "
+                                    f"{children[gone[0]].exitcode}); run with -j 1 to "
+                                    f"see why")
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+            child.join()
 
 
 def _run_dask(tasks, dask, jobs, record):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tabsched import InvalidParameterError, evaluate, generate
+from tabsched import InvalidParameterError, TabschedError, evaluate, generate
 from tabsched.compare import model_costs_for
 from tabsched.sweeps import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
                             run_sweep, run_task)
@@ -148,3 +148,43 @@ def test_csv_cells_keep_their_forms():
     line = rows_to_csv([row]).splitlines()[1].split(",")
     assert line[COLUMNS.index("formula_exact")] == "false"
     assert line[COLUMNS.index("devices")] == "2" and line[COLUMNS.index("parallel")] == "{}"
+
+
+def test_forked_workers_share_the_tasks_and_report_each_once(small_grid):
+    serial = rows_to_csv(run_sweep(small_grid))
+    seen = []
+    rows = run_sweep(small_grid, jobs=3, progress=lambda *args: seen.append(args))
+    assert rows_to_csv(rows) == serial
+    assert [done for done, _, _ in seen] == list(range(1, len(small_grid) + 1))
+    assert seen[-1] == (len(small_grid), len(small_grid), len(rows))
+
+
+def _failing_in_workers(failure):
+    """run_task that fails the way ``failure`` says in a forked process only."""
+    import os
+    import tabsched.sweeps as sweeps
+    parent, run_task_here = os.getpid(), sweeps.run_task
+
+    def run(task):
+        if os.getpid() != parent:
+            if failure == "raise":
+                raise ValueError(f"a bug at {task.spec}")
+            os._exit(3)
+        # the parent runs its tasks slowly, so that the workers take some
+        import time
+        time.sleep(0.05)
+        return run_task_here(task)
+    return run
+
+
+def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
+    import multiprocessing
+    import tabsched.sweeps as sweeps
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork here: the process pool runs the tasks")
+    monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("raise"))
+    with pytest.raises(ValueError, match="a bug at"):
+        run_sweep(small_grid, jobs=2)
+    monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("exit"))
+    with pytest.raises(TabschedError, match=r"a sweep worker process died \(exit status 3\)"):
+        run_sweep(small_grid, jobs=2)
