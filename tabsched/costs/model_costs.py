@@ -42,16 +42,33 @@ def _kernel_tables(model, parallel):
 
 @functools.lru_cache(maxsize=64)
 def _all_kernels(model, parallel):
-    """Every kernel of ``_kernel_tables(model, parallel)`` in one table, and the slice of
-    it each ``(part, phase)`` takes: a system times them all in one pass (each kernel's
-    time is its own, whatever the others)."""
+    """Every kernel of ``_kernel_tables(model, parallel)`` in one table, and how
+    ``part_times`` sums them: per part, ``(kind, rows, hides)`` for each kind of
+    operation, ``rows`` its kernels in that table (phase by phase) and ``hides`` the
+    ``(kernel, partner)`` positions among them of each collective that hides behind
+    a kernel of the same operation, in order. A system times every kernel in one
+    pass (each kernel's time is its own, whatever the others)."""
     tables = _kernel_tables(model, parallel)
     kernels, where = [], {}
     for part in _PARTS:
         for phase, table in tables[part].items():
-            where[part, phase] = slice(len(kernels), len(kernels) + len(table))
+            where[part, phase] = np.arange(len(kernels), len(kernels) + len(table))
             kernels.extend(table.kernels)
-    return KernelTable(kernels), where
+    plan = {}
+    for part in _PARTS:
+        plan[part] = []
+        for kind, phases in _KIND_PHASES.items():
+            present = [phase for phase in phases if len(tables[part].get(phase, ()))]
+            if not present:
+                continue
+            names = [name for phase in present for name in tables[part][phase].names]
+            hide = [hidden for phase in present for hidden in tables[part][phase].hides_behind]
+            position = {name: index for index, name in enumerate(names)}
+            hides = [(index, position[partner]) for index, partner in enumerate(hide)
+                     if partner is not None and partner in position]
+            plan[part].append((kind, np.concatenate([where[part, phase] for phase in present]),
+                               hides))
+    return KernelTable(kernels), plan
 
 
 _SYSTEM_ANSWERS = {}
@@ -333,24 +350,14 @@ overlap_grad_reduce, scatter_gather
 
     def _compute_part_times(self, samples):
         result = {}
-        everything, slices = _all_kernels(self.model, self.parallel)
+        everything, plan = _all_kernels(self.model, self.parallel)
         every_seconds = self._kernel_seconds(everything, samples)[0]
         for part in _PARTS:
-            seconds = {phase: every_seconds[slices[part, phase]]
-                       for phase, kernels in self._tables[part].items() if len(kernels)}
             times = np.zeros((4, len(samples)))
-            for kind, phases in _KIND_PHASES.items():
-                present = [phase for phase in phases if phase in seconds]
-                if not present:
-                    continue
-                names = [name for phase in present for name in self._tables[part][phase].names]
-                hide = [hidden for phase in present
-                        for hidden in self._tables[part][phase].hides_behind]
-                cost = np.concatenate([seconds[phase] for phase in present])
-                where = {name: index for index, name in enumerate(names)}
-                for index, partner in enumerate(hide):
-                    if partner is not None and partner in where:
-                        cost[index] = np.maximum(cost[index] - cost[where[partner]], 0.0)
+            for kind, rows, hides in plan[part]:
+                cost = every_seconds[rows]
+                for index, partner in hides:
+                    cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
                 times[kind] = cost.sum(axis=0)
             times.flags.writeable = False
             result[part] = times
