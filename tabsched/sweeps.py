@@ -27,10 +27,7 @@ import functools
 import io
 import itertools
 import json
-import multiprocessing
 import os
-import pickle
-import queue
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -272,6 +269,7 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         # that no worker starts a long task when the others are nearly done
         largest_first = sorted(range(len(tasks)),
                                key=lambda index: -tasks[index].devices * tasks[index].microbatches)
+        import multiprocessing     # (~9 ms to import: only for local processes)
         if "fork" in multiprocessing.get_all_start_methods():
             _run_forked(tasks, largest_first, jobs, record)
             return [row for rows in results for row in rows]
@@ -298,6 +296,9 @@ def _run_forked(tasks, order, jobs, record):
     processes send each task's rows as they finish; they are recorded between this
     process's own tasks. A forked process that fails raises here.
     """
+    import multiprocessing
+    import pickle
+    import queue
     context = multiprocessing.get_context("fork")
     counter = context.Value("l", 0)
     finished = context.Queue()
