@@ -26,7 +26,7 @@ The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Resul
 (33.0, 0.273)
 """
 
-from importlib import metadata as _metadata
+from typing import TYPE_CHECKING
 
 try:
     from tabsched import _kernel  # noqa: F401  (compiled by the package build)
@@ -47,18 +47,51 @@ from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidSc
 from tabsched.formulas import formula_for
 from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
                          to_csv, to_json, write_table)
-from tabsched.kineto import KinetoProfile, read_kineto
 from tabsched.lower import LoweredSchedule, lower
-from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
 from tabsched.schedules import families, generate
-from tabsched.sweeps import SweepResult, sweep
 from tabsched.table import Op, Overlap, ScheduleTable
-from tabsched import adapt  # noqa: E402  (run-time variation, transforms, search)
 
-try:  # one source for the version: the installed package's metadata (pyproject.toml)
-    __version__ = _metadata.version("tabsched")
-except _metadata.PackageNotFoundError:  # built in place, never installed
-    __version__ = "unknown"
+# Imported when first used (module __getattr__ below), so that a command that needs
+# none of them (``tabsched sweep``) does not pay for them at start-up. The names
+# whose module shares them (``evaluate``, ``lower``) are imported above: importing the
+# module would otherwise bind the package attribute to the module, not the function.
+_LAZY = {
+    "KinetoProfile": "tabsched.kineto", "read_kineto": "tabsched.kineto",
+    "TorchSchedule": "tabsched.pytorch", "from_pytorch_csv": "tabsched.pytorch",
+    "read_pytorch": "tabsched.pytorch", "write_pytorch": "tabsched.pytorch",
+    "SweepResult": "tabsched.sweeps", "sweep": "tabsched.sweeps",
+}
+if TYPE_CHECKING:  # what the lazy names are, for readers and type checkers
+    from tabsched import adapt
+    from tabsched.kineto import KinetoProfile, read_kineto
+    from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
+    from tabsched.sweeps import SweepResult, sweep
+
+
+def __getattr__(name):
+    """The lazy public names, ``adapt`` (run-time variation, transforms, search) and
+    ``__version__``, imported on first use and then kept as ordinary attributes."""
+    import importlib
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "adapt":
+        value = importlib.import_module("tabsched.adapt")
+    elif name == "__version__":
+        # one source for the version: the installed package's metadata (pyproject.toml)
+        from importlib import metadata
+        try:
+            value = metadata.version("tabsched")
+        except metadata.PackageNotFoundError:  # built in place, never installed
+            value = "unknown"
+    else:
+        raise AttributeError(f"module 'tabsched' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
+
 
 __all__ = [
     "ScheduleTable", "Op", "Overlap",

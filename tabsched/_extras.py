@@ -12,7 +12,6 @@ True
 
 import importlib
 import json
-from importlib import metadata
 
 from tabsched.exceptions import MissingDependencyError
 
@@ -21,6 +20,7 @@ __all__ = ["install_command", "require"]
 
 def _editable_checkout():
     """The source folder of an editable install of tabsched, else None."""
+    from importlib import metadata     # ~10 ms to import: only when a hint is written
     try:
         text = metadata.distribution("tabsched").read_text("direct_url.json")
         record = json.loads(text) if text else {}

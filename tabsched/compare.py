@@ -108,7 +108,7 @@ def slot_lengths(lengths=None):
     if len(lengths) != 4:
         raise InvalidParameterError(f"slot lengths must be four numbers (F, B, I, W), not "
                                     f"{lengths!r}")
-    return tuple(float(UnitCosts(*lengths).lengths[k]) for k in range(4))
+    return tuple(UnitCosts(*lengths).lengths.tolist())     # checked as UnitCosts checks them
 
 
 def describe_lengths(lengths):

@@ -449,7 +449,8 @@ def run_lowered(lowered, durations, *, binding=True):
     """
     if lowered.contention == "link":
         durations = np.asarray(durations, dtype=np.float64)
-        if np.all(durations[..., :lowered.num_cells] > 0):
+        cells = durations[..., :lowered.num_cells]
+        if not cells.size or cells.min() > 0:       # (a minimum: no temporary array)
             chained = lowered.link_chains()
             if chained is not None:
                 return chained.run(durations, end=False, binding=binding)
@@ -561,6 +562,36 @@ def _device_times(lowered, node_start, durations):
     return busy, first, last, has_ops, makespan, bubble
 
 
+@np.errstate(over="ignore", invalid="ignore")
+def _makespans(lowered, start, durations):
+    """``(makespan, bubble_ratio)`` of every sample (row) of ``start`` and ``durations``:
+    :func:`_device_times`' totals, the same numbers to the bit, a device at a time
+    over all samples rather than a sample at a time."""
+    D = lowered.table.num_devices
+    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    has_ops = bounds[1:] > bounds[:-1]
+    samples = len(durations)
+    busy = np.empty((samples, D))
+    for d in range(D):      # each sample's row slice summed alone, as _device_times does
+        busy[:, d] = durations[:, bounds[d]:bounds[d + 1]].sum(axis=1)
+    ends = np.maximum(bounds[1:] - 1, 0)
+    last = np.where(has_ops, start[:, ends] + durations[:, ends], 0.0)
+    if lowered.optimizer:
+        step = durations[:, lowered.first_optimizer:]
+        busy = busy + step
+        last = np.where(has_ops, start[:, lowered.first_optimizer:] + step, last)
+    tail = slice(lowered.first_sync, lowered.num_nodes)
+    tail_end = ((start[:, tail] + durations[:, tail]).max(axis=1)
+                if lowered.num_nodes > lowered.first_sync else np.zeros(samples))
+    totals = []
+    for row in range(samples):
+        makespan = max(float(last[row].max()) if D else 0.0, float(tail_end[row]))
+        total = float(busy[row].sum())
+        totals.append((makespan, 1.0 - total / (D * makespan) if makespan > 0 and D
+                       else 0.0))
+    return totals
+
+
 @np.errstate(over="ignore", invalid="ignore")   # an overflow is refused, not warned about
 def build_result(table, costs, lowered, node_start, binding, durations, contention):
     """Assemble a Result from one sample of a kernel run (``durations`` of that sample)."""
@@ -619,17 +650,25 @@ def activation_peaks(result):
             for _, values in result.memory_timeline()]
 
 
-def _peaks(table, costs, lowered, node_start, durations):
+def _peaks(table, costs, lowered, node_start, durations, sizes=None):
     """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
-    order the events (then the timelines decide)."""
-    activation = np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64)
-    transient = np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64)
+    order the events (then the timelines decide). ``sizes``: ``_memory_sizes(table,
+    costs)`` if at hand."""
+    activation, transient, _ = _memory_sizes(table, costs) if sizes is None else sizes
     peaks = np.zeros(table.num_devices)
     status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
                                      np.ascontiguousarray(node_start),
                                      np.ascontiguousarray(durations), activation, transient,
                                      float(costs.input_grad_release), peaks)
     return peaks.tolist() if status == _build.OK else None
+
+
+def _memory_sizes(table, costs):
+    """``(activation, transient, persistent)``: the arrays the memory of ``table`` under
+    ``costs`` is made of (the first two per operation, contiguous; the last per device)."""
+    return (np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64),
+            np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64),
+            np.asarray(costs.persistent_memory(table), dtype=np.float64))
 
 
 @dataclass
@@ -667,11 +706,30 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     for (mode, per_node, blocking, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
-        durations = np.stack([checked_durations(cost_models[index], lowered,
-                                                cost_models[index].node_durations(lowered))
-                              for index in members])
+        durations = _stacked_durations(lowered, [cost_models[index] for index in members])
         start, _, _ = run_lowered(lowered, durations, binding=False)
         yield lowered, mode, start, durations, members
+
+
+def _stacked_durations(lowered, cost_models):
+    """The node durations of each cost model, one row each, checked: the cost models of
+    one class give theirs together (:meth:`CostModel.stacked_node_durations`)."""
+    by_class = {}
+    for row, costs in enumerate(cost_models):
+        by_class.setdefault(type(costs), []).append(row)
+    if len(by_class) == 1:
+        durations = np.asarray(type(cost_models[0]).stacked_node_durations(
+            lowered, cost_models), dtype=np.float64)
+    else:
+        durations = np.empty((len(cost_models), lowered.num_nodes))
+        for cls, rows in by_class.items():
+            durations[rows] = cls.stacked_node_durations(lowered,
+                                                         [cost_models[row] for row in rows])
+    # a minimum and a maximum, no temporaries: NaN fails the first comparison
+    if durations.size and not (durations.min() >= 0 and np.isfinite(durations.max())):
+        for costs, row in zip(cost_models, durations):   # the first bad one, named
+            checked_durations(costs, lowered, row)
+    return durations
 
 
 def _lowering_key(table, costs, contention, grad_sync, optimizer):
@@ -734,30 +792,35 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     """
     cost_models = list(cost_models)
     summaries = [None] * len(cost_models)
+    memory = {}     # cost models with one memory key share the table's memory sizes
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
                                                               grad_sync, optimizer):
+        spans = _makespans(lowered, start, durations)
         for row, index in enumerate(rows):
             costs = cost_models[index]
-            with np.errstate(over="ignore", invalid="ignore"):
-                _, _, _, _, makespan, bubble = _device_times(lowered, start[row], durations[row])
+            makespan, bubble = spans[row]
             _check_finite((makespan, bubble), costs, lowered, durations[row])
-            peaks = _peaks(table, costs, lowered, start[row], durations[row])
+            key = costs.memory_key()
+            sizes = memory.get(key)
+            if sizes is None:
+                sizes = memory[key] = _memory_sizes(table, costs)
+            peaks = _peaks(table, costs, lowered, start[row], durations[row], sizes)
             if peaks is None:
                 result = build_result(table, costs, lowered, start[row], None, durations[row],
                                       mode)
                 peaks = [d.peak_memory for d in result.devices]
-            persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
+            persistent = sizes[2]
             totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
                       for d, peak in enumerate(peaks)]
-            summary = Summary(makespan=makespan, bubble_ratio=bubble,
-                              peak_activation=[float(peak) for peak in peaks],
-                              peak_memory=totals)
-            if formula:
-                from tabsched.formulas import formula_level
-                summary.formula, _ = formula_level(
-                    table, costs, lowered,
-                    transfer_times=durations[row, lowered.num_cells:lowered.first_sync])
-            summaries[index] = summary
+            summaries[index] = Summary(makespan=makespan, bubble_ratio=bubble,
+                                       peak_activation=[float(peak) for peak in peaks],
+                                       peak_memory=totals)
+        if formula:
+            from tabsched.formulas import formula_levels
+            levels = formula_levels(table, [cost_models[index] for index in rows], lowered,
+                                    durations[:, lowered.num_cells:lowered.first_sync])
+            for index, (numbers, _) in zip(rows, levels):
+                summaries[index].formula = numbers
     return summaries
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from tabsched.costs import UnitCosts
 from tabsched.table import KINDS, ScheduleTable
 
-__all__ = ["formula_for", "formula_level", "formula_mismatch", "register_formula",
+__all__ = ["formula_for", "formula_level", "formula_levels", "formula_mismatch",
+           "register_formula",
            "nominal_times", "FORMULAS"]
 
 FORMULAS = {}
@@ -105,6 +106,30 @@ def formula_level(table, costs=None, lowered=None, transfer_times=None):
     return formula_for(table, costs, lowered, transfer_times), None
 
 
+def formula_levels(table, cost_models, lowered=None, transfer_times=None):
+    """``[formula_level(table, costs, lowered, times) for costs, times in ...]``, with the
+    family's formula looked up and checked against the table once for them all.
+
+    ``transfer_times``: one row of transfer durations per cost model (a 2-D array:
+    their means and spreads are then taken for all rows at once), or None.
+    """
+    cost_models = list(cost_models)
+    function = FORMULAS.get(table.family)
+    if function is None:
+        return [(None, None)] * len(cost_models)
+    mismatch = formula_mismatch(table)
+    if mismatch is not None:
+        return [(None, f"formula level omitted: {mismatch}")] * len(cost_models)
+    if transfer_times is None:
+        return [(_formula_numbers(function, table, costs, lowered, None), None)
+                for costs in cost_models]
+    comm = _comm_times(np.asarray(transfer_times, dtype=float).reshape(len(cost_models), -1))
+    params = table.params
+    return [({"level": "formula", "family": table.family,
+              **function(dict(params), _nominal(table, costs, *row))}, None)
+             for costs, row in zip(cost_models, comm)]
+
+
 def formula_for(table, costs=None, lowered=None, transfer_times=None):
     """Formula-level numbers for ``table``'s family, or ``None`` if there are none.
 
@@ -120,6 +145,10 @@ def formula_for(table, costs=None, lowered=None, transfer_times=None):
     function = FORMULAS.get(table.family)
     if function is None or formula_mismatch(table) is not None:
         return None
+    return _formula_numbers(function, table, costs, lowered, transfer_times)
+
+
+def _formula_numbers(function, table, costs, lowered, transfer_times):
     times = nominal_times(table, costs if costs is not None else UnitCosts(), lowered,
                           transfer_times)
     return {"level": "formula", "family": table.family, **function(dict(table.params), times)}
@@ -141,7 +170,6 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
     >>> times["F"], times["B"], times["uniform_stages"]
     (2.0, 4.0, False)
     """
-    per_stage = _probe_durations(table, costs)
     if transfer_times is not None:
         comm_times = transfer_times
     else:
@@ -150,14 +178,25 @@ def nominal_times(table, costs, lowered=None, transfer_times=None):
             lowered = lower(table)
         comm_times, _ = costs.transfer_costs(table, lowered.transfers)
     comm_times = np.asarray(comm_times, dtype=float)
-    times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
-    times.update(
-        comm=float(comm_times.mean()) if len(comm_times) else 0.0,
-        overlap=float(getattr(costs, "overlap", 1.0)),
-        uniform_stages=bool(np.all(np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(
-            initial=1.0))),
-        uniform_comm=bool(len(comm_times) == 0 or np.ptp(comm_times) <= 1e-12 * max(
-            1.0, float(comm_times.max()))))
+    return _nominal(table, costs, *_comm_times(comm_times[None, :])[0])
+
+
+def _comm_times(rows):
+    """``[(mean, uniform)]`` of each row of transfer times: the mean (0 without
+    transfers) and whether they are all equal (to 1e-12 of the largest)."""
+    if rows.shape[1] == 0:
+        return [(0.0, True)] * len(rows)
+    means = rows.mean(axis=1).tolist()   # each row's own sum, as a 1-D mean takes it
+    uniform = (np.ptp(rows, axis=1) <= 1e-12 * np.maximum(1.0, rows.max(axis=1))).tolist()
+    return list(zip(means, uniform))
+
+
+def _nominal(table, costs, comm, uniform_comm):
+    """:func:`nominal_times` from the transfers' mean time and uniformity."""
+    stage_times = _probe_durations(table, costs)[1]
+    times = {kind: stage_times[kind] for kind in KINDS}
+    times.update(comm=comm, overlap=float(getattr(costs, "overlap", 1.0)),
+                 uniform_stages=stage_times["uniform_stages"], uniform_comm=uniform_comm)
     return times
 
 
@@ -177,9 +216,11 @@ def _hanayo_stages(params):
 
 
 def _probe_durations(table, costs):
-    """(kinds x stages) durations ``costs`` give one full microbatch, on a probe table
-    with one operation of every kind on every stage; remembered per cost model and
-    table shape (a sweep asks the same question for table after table)."""
+    """``(durations, stage_times)``: the (kinds x stages) durations ``costs`` give one
+    full microbatch, on a probe table with one operation of every kind on every stage,
+    and what :func:`nominal_times` takes of them (each kind's mean over the stages,
+    ``uniform_stages``); remembered per cost model and table shape (a sweep asks the
+    same question for table after table)."""
     # a cost model prices an operation by its kind, stage, the stage's layers and the
     # microbatch size, not by the family or its parameters (the probe carries them
     # all the same, as metadata)
@@ -189,15 +230,26 @@ def _probe_durations(table, costs):
 
 def _probe(table, costs):
     S = table.num_stages
+    per_stage = costs.microbatch_durations(table)
+    if per_stage is None:
+        per_stage = _measured_on_probe(table, costs)
+    per_stage = np.array(per_stage, dtype=float).reshape(len(KINDS), S)
+    per_stage.flags.writeable = False
+    stage_times = {kind: float(per_stage[code].mean()) for code, kind in enumerate(KINDS)}
+    stage_times["uniform_stages"] = bool(np.all(
+        np.ptp(per_stage, axis=1) <= 1e-12 * np.abs(per_stage).max(initial=1.0)))
+    return per_stage, stage_times
+
+
+def _measured_on_probe(table, costs):
+    S = table.num_stages
     kinds = np.repeat(np.arange(len(KINDS)), S)
     stages = np.tile(np.arange(S), len(KINDS))
     probe = ScheduleTable.from_arrays(
         np.zeros(len(kinds)), np.arange(len(kinds)), kinds, stages, np.zeros(len(kinds)),
         [len(kinds)], num_stages=S, microbatch_sizes=(1.0,), stage_layers=table.stage_layers,
         family=table.family, params=table.params, validate=False)
-    per_stage = np.asarray(costs.op_durations(probe), dtype=float).reshape(len(KINDS), S)
-    per_stage.flags.writeable = False
-    return per_stage
+    return costs.op_durations(probe)
 
 
 _PROBES = {}

@@ -83,9 +83,8 @@ def lay_out(order):
     """
     lowered = lower(order)
     slots, lengths = unit_layout(order, lowered)
-    table = ScheduleTable.from_arrays(order.device, slots, order.kind, order.stage,
-                                      order.microbatch, lengths, validate=False,
-                                      **order.metadata)
+    # a row's cells take slots in its order, and every row is as long as the layout
+    table = order._with_slots(slots, lengths)
     # Lowering reads the row orders, not the slots: the table's plain lowering is
     # the one just made; the next lower(table) takes it instead of redoing it.
     offer_lowering(table, lowered)

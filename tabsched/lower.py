@@ -263,8 +263,10 @@ class LoweredSchedule:
 
     def sync_devices(self, index):
         """Devices holding the stage of sync node ``first_sync + index``."""
-        stage = int(self.sync_stage[index])
-        return tuple(sorted(set(self.table.device[self.table.stage == stage].tolist())))
+        holders = self.__dict__.get("_holders")
+        if holders is None:     # every stage's, found once per lowering
+            holders = self.__dict__["_holders"] = _stage_holders(self.table)
+        return tuple(holders[int(self.sync_stage[index])])
 
     @property
     def num_edges(self):
@@ -546,13 +548,17 @@ def lower(table: ScheduleTable, *, contention: str = "none",
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
-    if (contention == "none" and not blocking_sends and not optimizer
-            and transfer_after is None and (grad_sync is None or grad_sync is False
-                                            or (isinstance(grad_sync, (list, tuple))
-                                                and not grad_sync))):
-        offered = _take_offered(table)
+    if not blocking_sends and not optimizer and transfer_after is None:
+        offered = _take_offered(table, grad_sync)
         if offered is not None:
-            return offered
+            if contention == "none":
+                return offered
+            # the same DAG: only the transfers' resources are added
+            resources, num_resources = _resources(contention, offered.num_nodes,
+                                                  offered.num_cells, offered.transfers,
+                                                  table.num_devices, devices_per_node)
+            return dataclasses.replace(offered, resources=resources,
+                                       num_resources=num_resources, contention=contention)
 
     D = table.num_devices
     device = table.device
@@ -677,15 +683,20 @@ _offered = [None]
 
 
 def offer_lowering(table, lowered):
-    """Let the next plain ``lower(table)`` (contention none, no tail, no extra edges)
-    take ``lowered``, a plain lowering of a table with the same row orders."""
+    """Let the next ``lower(table)`` whose DAG is the plain one (no sync node, no
+    optimizer step, no extra edges; any contention) take ``lowered``, a plain
+    lowering of a table with the same row orders."""
     transfers = dataclasses.replace(lowered.transfers, table=table)
     _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
 
 
-def _take_offered(table):
+def _take_offered(table, grad_sync):
+    """The lowering offered for ``table``, if ``grad_sync`` adds no sync node to it."""
     offered = _offered[0]
     if offered is None or offered.table is not table:
+        return None
+    if grad_sync is not None and grad_sync is not False and len(
+            _sync_nodes(table, grad_sync, offered.cell_of_op, offered.num_nodes)[0]):
         return None
     _offered[0] = None
     return offered
@@ -732,7 +743,10 @@ def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
 
 def _stage_holders(table):
     """Sorted devices holding each stage."""
-    pairs = np.unique(table.stage.astype(np.int64) * table.num_devices + table.device)
+    # the (stage, device) pairs, sorted and each once (np.unique's answer, without the
+    # numpy.ma import that np.unique costs the first time it is called without indices)
+    pairs = np.sort(table.stage.astype(np.int64) * table.num_devices + table.device)
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if len(pairs) else pairs
     holders = {stage: [] for stage in range(table.num_stages)}
     for pair in pairs.tolist():
         holders[pair // table.num_devices].append(pair % table.num_devices)

@@ -111,14 +111,16 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
             for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
 
 
-def _base_row(task, system):
-    row = dict.fromkeys(COLUMNS)
-    row.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
-            "devices": task.devices, "microbatches": task.microbatches, "model": task.model,
-            "system": system, "global_batch": task.global_batch, "microbatch_size": None,
-            "status": "ok", "reason": "", "slot_lengths": describe_lengths(task.lengths),
-            "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
-    return row
+def _base_rows(task):
+    """A row per system of ``task``, with what the task alone decides."""
+    base = dict.fromkeys(COLUMNS)
+    base.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
+                 "devices": task.devices, "microbatches": task.microbatches,
+                 "model": task.model, "global_batch": task.global_batch,
+                 "microbatch_size": None, "status": "ok", "reason": "",
+                 "slot_lengths": describe_lengths(task.lengths),
+                 "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
+    return [{**base, "system": system} for system in task.systems]
 
 
 # Presets are parsed once per process, and a cost model is built once per
@@ -155,7 +157,7 @@ def _warm(tasks):
 
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
-    rows = [_base_row(task, system) for system in task.systems]
+    rows = _base_rows(task)
     spec = parse_spec(task.spec)
 
     def skip(reason, which=None):
@@ -197,8 +199,11 @@ def run_task(task):
             level = table_level_with(table, task.lengths)
     except TabschedError as error:
         return skip(str(error), live)
+    described = {}      # the params of each table, written once for all its rows
     for row, table, result in zip(live, tables, results):
-        params = json.dumps(table.params, sort_keys=True)
+        params = described.get(id(table))
+        if params is None:
+            params = described[id(table)] = json.dumps(table.params, sort_keys=True)
         formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")
@@ -231,7 +236,8 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     ----------
     tasks : list of SweepTask
     jobs : int
-        Local worker processes (1: run here).
+        Local processes working: this one and ``jobs - 1`` forked from it (1: run
+        here). Where processes cannot fork, ``jobs`` worker processes.
     dask : str or distributed.Client, optional
         A scheduler address (``tcp://host:8786``), ``"local"`` for a LocalCluster
         of ``jobs`` workers, or a Client; needs ``dask.distributed``
@@ -258,21 +264,108 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         for index, task in enumerate(tasks):
             record(index, run_task(task), index + 1)
     else:
-        from concurrent.futures import ProcessPoolExecutor
         _warm(tasks)    # forked workers inherit the parsed presets and built cost models
-        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
-        # long chunk at the end keeps the other idle (one round trip costs well under
-        # a typical task)
-        chunk = max(1, len(tasks) // (64 * jobs))
         # the largest tables first (operations grow with devices x microbatches), so
         # that no worker starts a long task when the others are nearly done
         largest_first = sorted(range(len(tasks)),
                                key=lambda index: -tasks[index].devices * tasks[index].microbatches)
+        import multiprocessing     # (~9 ms to import: only for local processes)
+        if "fork" in multiprocessing.get_all_start_methods():
+            _run_forked(tasks, largest_first, jobs, record)
+            return [row for rows in results for row in rows]
+        from concurrent.futures import ProcessPoolExecutor
+        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
+        # long chunk at the end keeps the other idle (one round trip costs well under
+        # a typical task)
+        chunk = max(1, len(tasks) // (64 * jobs))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             done = pool.map(run_task, [tasks[index] for index in largest_first], chunksize=chunk)
             for count, (index, rows) in enumerate(zip(largest_first, done), 1):
                 record(index, rows, count)
     return [row for rows in results for row in rows]
+
+
+def _run_forked(tasks, order, jobs, record):
+    """Run ``tasks`` in ``order`` here and on ``jobs - 1`` processes forked from here.
+
+    Every process takes the next task from one shared counter, so the long tasks
+    (first in ``order``) spread and no process idles while another has several
+    left. This process works too: it holds the presets and cost models the forked
+    ones inherit, and it spares a worker's start and the round trips of a pool
+    (whose workers wait between tasks for the next to be handed over). The forked
+    processes send each task's rows as they finish; they are recorded between this
+    process's own tasks. A forked process that fails raises here.
+    """
+    import multiprocessing
+    import pickle
+    import queue
+    context = multiprocessing.get_context("fork")
+    counter = context.Value("l", 0)
+    finished = context.Queue()
+
+    def take():
+        with counter.get_lock():
+            position = counter.value
+            counter.value = position + 1
+        return order[position] if position < len(order) else None
+
+    def work(worker):   # in a forked process; its last message says it ended, and how
+        try:
+            while (index := take()) is not None:
+                finished.put((index, run_task(tasks[index])))
+        except BaseException as error:  # noqa: BLE001 - raised again in the parent
+            try:
+                pickle.dumps(error)
+            except Exception:   # noqa: BLE001 - an error that cannot travel as it is
+                error = RuntimeError(f"{type(error).__name__}: {error}")
+            finished.put((None, (worker, error)))
+        else:
+            finished.put((None, (worker, None)))
+
+    done = 0
+    children = [context.Process(target=work, args=(worker,), daemon=True)
+                for worker in range(jobs - 1)]
+    ended = set()
+
+    def receive(timeout):
+        nonlocal done
+        try:
+            index, rows = finished.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        if index is None:
+            worker, error = rows
+            ended.add(worker)
+            if error is not None:
+                raise error
+        else:
+            done += 1
+            record(index, rows, done)
+        return True
+
+    try:
+        for child in children:
+            child.start()
+        while (index := take()) is not None:
+            rows = run_task(tasks[index])
+            done += 1
+            record(index, rows, done)
+            while receive(0):       # what the others finished meanwhile
+                pass
+        while len(ended) < len(children):
+            gone = [worker for worker, child in enumerate(children)
+                    if child.exitcode is not None and worker not in ended]
+            # a process that exited has sent all it will: if its last message is not
+            # in transit either, it died in the middle of a task
+            if not receive(0.1) and gone and not receive(0.1):
+                raise TabschedError(f"a sweep worker process died (exit status "
+                                    f"{children[gone[0]].exitcode}); run with -j 1 to "
+                                    f"see why")
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+            child.join()
 
 
 def _run_dask(tasks, dask, jobs, record):
@@ -304,6 +397,13 @@ def _run_dask(tasks, dask, jobs, record):
 
 
 def _cell(value):
+    kind = type(value)      # the common exact types first: a sweep writes many cells
+    if kind is float:
+        return repr(value)
+    if kind is str:
+        return value
+    if kind is int:
+        return str(value)
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -403,8 +503,12 @@ def rows_to_csv(rows):
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
+    dicts = [k for k, column in enumerate(COLUMNS) if column in ("params", "parallel")]
     for row in rows:
-        writer.writerow([_cell(_as_text(column, row.get(column))) for column in COLUMNS])
+        values = [row.get(column) for column in COLUMNS]
+        for k in dicts:
+            values[k] = _as_text(COLUMNS[k], values[k])
+        writer.writerow([_cell(value) for value in values])
     return buffer.getvalue()
 
 

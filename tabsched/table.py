@@ -450,6 +450,23 @@ class ScheduleTable:
             metadata["grad_sync"] = self.grad_sync
         return metadata
 
+    def _with_slots(self, slot, row_lengths):
+        """This table's operations in ``slot`` with rows ``row_lengths`` long: what
+        ``from_arrays`` builds from them and this table's metadata, without checking
+        again what this table passed. Only for slots that keep every row's order
+        (not decreasing along a row) and rows that reach past their last slot, as
+        a row order laid out gives them (``layout.lay_out``)."""
+        table = ScheduleTable.__new__(ScheduleTable)
+        for name in ScheduleTable.__slots__:
+            setattr(table, name, getattr(self, name))
+        table.slot = np.array(slot, dtype=np.int32)
+        table.row_lengths = np.array(row_lengths, dtype=np.int32)
+        for array in (table.slot, table.row_lengths):
+            array.flags.writeable = False
+        table.params = dict(self.params)
+        table._rows = None
+        return table
+
     def replace(self, **metadata):
         """The same cells with some metadata changed."""
         merged = {**self.metadata, **metadata}

@@ -164,3 +164,31 @@ def test_the_architecture_map_names_every_module():
         if leaf in ("__main__",) or name == "tabsched":
             continue
         assert leaf in text, f"ARCHITECTURE.md does not mention {name}"
+
+
+def test_public_names_resolve_and_the_lazy_ones_load_on_first_use():
+    """Every name of ``tabsched.__all__`` resolves; the modules behind the lazy ones
+    (adapt, kineto, pytorch, sweeps) are not imported by ``import tabsched`` or the CLI,
+    and ``evaluate`` and ``lower`` stay the functions after their modules are imported."""
+    import subprocess
+    import sys
+    code = (
+        "import sys, tabsched, tabsched.cli\n"
+        "lazy = ['tabsched.adapt', 'tabsched.kineto', 'tabsched.sweeps']\n"
+        "assert not [m for m in lazy if m in sys.modules], sorted(sys.modules)\n"
+        "import importlib.metadata as metadata\n"
+        "assert tabsched.__version__ == metadata.version('tabsched')\n"
+        "import tabsched.evaluate, tabsched.lower, tabsched.sweeps\n"
+        "assert callable(tabsched.evaluate) and callable(tabsched.lower)\n"
+        "for name in tabsched.__all__:\n"
+        "    assert getattr(tabsched, name) is not None, name\n"
+        "assert tabsched.sweep is tabsched.sweeps.sweep and tabsched.adapt.adapt\n"
+        "assert set(tabsched.__all__) <= set(dir(tabsched))\n"
+        "try:\n"
+        "    tabsched.no_such_name\n"
+        "except AttributeError as error:\n"
+        "    assert 'no_such_name' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -88,3 +88,43 @@ def test_adapt_reports_progress_on_a_terminal(cli, monkeypatch):
     code, _, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "12",
                        "--max-rounds", "2", "--samples", "8", "-q")
     assert code == 0 and "adapt  [" not in err
+
+
+def test_commands_are_imported_when_they_run(tmp_path):
+    """``tabsched sweep`` starts without the modules of the other commands (adapt,
+    plot, tables, pytorch...) nor what only other paths need (processes, package
+    metadata, masked arrays); every command still resolves under its own name."""
+    import subprocess
+    import sys
+    out = str(tmp_path / "s.csv")
+    code = (
+        "import sys\n"
+        "from tabsched.cli import main\n"
+        "try:\n"
+        f"    main(['sweep', 'gpipe', '-p', '2', '-m', '2', '-q', '-o', {out!r}])\n"
+        "except SystemExit as done:\n"
+        "    assert done.code == 0\n"
+        "loaded = [m for m in ('tabsched.cli.adapt', 'tabsched.cli.plot', 'tabsched.cli.tables',\n"
+        "                      'tabsched.cli.eval', 'tabsched.pytorch', 'tabsched.adapt',\n"
+        "                      'tabsched.kineto', 'multiprocessing', 'importlib.metadata',\n"
+        "                      'numpy.ma') if m in sys.modules]\n"
+        "assert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name, command in group.commands.items():
+        assert command.name == name
+
+
+def test_lazy_commands_are_a_mapping():
+    from tabsched.cli import COMMANDS, LazyCommands
+    commands = LazyCommands(COMMANDS)
+    assert list(commands) == list(COMMANDS) and len(commands) == len(COMMANDS)
+    assert commands.get("no-such-command") is None and "sweep" in commands
+    extra = click.Command("extra")
+    commands["extra"] = extra
+    commands["sweep"] = extra          # replaced before it was ever imported
+    assert commands["sweep"] is extra and len(commands) == len(COMMANDS) + 1
+    del commands["extra"], commands["list"]
+    assert "list" not in commands and len(commands) == len(COMMANDS) - 1
+    with pytest.raises(KeyError):
+        del commands["list"]

@@ -315,3 +315,24 @@ def test_link_contention_takes_the_chains_with_the_heaps_numbers(seed, blocking,
     np.testing.assert_array_equal(chained_binding[transfers], heap_binding[transfers])
     result = evaluate(table, costs, grad_sync="all" if tail else None, optimizer=tail)
     assert result.makespan == float((heap + durations).max())
+
+
+@pytest.mark.parametrize("family, devices, microbatches, lowering", [
+    ("1f1b", 4, 8, {}), ("chimera", 4, 8, {"grad_sync": "replicas", "optimizer": True}),
+    ("zbv", 3, 70, {"optimizer": True}), ("gpipe", 1, 1, {}), ("interleaved-1f1b", 4, 300, {}),
+])
+def test_makespans_of_all_samples_are_each_samples_to_the_bit(family, devices, microbatches,
+                                                              lowering):
+    """The totals a summary takes, computed a device at a time over all samples, are
+    _device_times' per sample (rows long enough for numpy's pairwise sums included)."""
+    from tabsched.evaluate import _device_times, _makespans
+    from tabsched.lower import lower
+    table = generate(family, devices=devices, microbatches=microbatches)
+    lowered = lower(table, **lowering)
+    rng = np.random.default_rng(7)
+    durations = rng.random((5, lowered.num_nodes)) * 10.0 ** rng.uniform(-6, 3, (5, 1))
+    start, _, _ = lowered.run(durations, end=False)
+    spans = _makespans(lowered, start, durations)
+    for row in range(len(durations)):
+        *_, makespan, bubble = _device_times(lowered, start[row], durations[row])
+        assert spans[row] == (makespan, bubble)

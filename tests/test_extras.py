@@ -37,8 +37,8 @@ class FakeDistribution:
     ({"url": "file:///home/me/tabsched", "dir_info": {}}, "pip install 'tabsched[plot]'"),
 ])
 def test_install_command_fits_how_tabsched_was_installed(monkeypatch, record, command):
-    import tabsched._extras as extras
-    monkeypatch.setattr(extras.metadata, "distribution", lambda name: FakeDistribution(record))
+    from importlib import metadata      # _extras imports it when it writes a hint
+    monkeypatch.setattr(metadata, "distribution", lambda name: FakeDistribution(record))
     assert install_command("plot") == command
 
 

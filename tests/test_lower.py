@@ -196,3 +196,46 @@ def test_tables_beyond_int32_ids_are_refused(monkeypatch):
                                                     r"edges; the kernel's int32 ids hold at "
                                                     r"most 20"):
         lower(generate("1f1b", devices=2, microbatches=4))
+
+
+def test_stage_holders_are_every_stages_sorted_devices():
+    """The holders come from a sort, not np.unique: the same sorted devices per stage."""
+    from tabsched.lower import _stage_holders
+    for table in (generate("chimera", devices=4, microbatches=8),
+                  generate("zbv", devices=3, microbatches=5),
+                  generate("1f1b", devices=1, microbatches=1)):
+        pairs = np.unique(np.stack([table.stage, table.device]), axis=1)
+        expected = {stage: sorted(int(d) for d in pairs[1][pairs[0] == stage])
+                    for stage in range(table.num_stages)}
+        assert _stage_holders(table) == expected
+
+
+@pytest.mark.parametrize("family", ["1f1b", "zbv", "chimera", "dualpipe"])
+@pytest.mark.parametrize("contention, grad_sync", [("none", None), ("link", "replicas"),
+                                                   ("nic", None), ("link", [])])
+def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family, contention,
+                                                                       grad_sync):
+    """The layout's lowering serves the next lower() of its table whatever the
+    contention, when no sync node is added; it equals a lowering made afresh."""
+    made = generate(family, devices=4, microbatches=8)
+    offered = generate(family, devices=4, microbatches=8)   # the layout offers this one's
+    from tabsched.lower import _offered
+    pending = _offered[0]
+    options = dict(contention=contention, devices_per_node=2, grad_sync=grad_sync)
+    fresh, reused = lower(made, **options), lower(offered, **options)
+    adds_syncs = grad_sync == "replicas" and family in ("chimera", "dualpipe")
+    assert (reused.layout is pending.layout) is not adds_syncs
+    for name in ("cell_of_op", "cell_device", "indptr", "successors", "resources",
+                 "sync_stage", "topo_order", "topo_pred_indptr", "topo_predecessors"):
+        assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
+    assert (fresh.num_resources, fresh.contention) == (reused.num_resources,
+                                                      reused.contention)
+    assert reused.table is offered and reused.transfers.table is offered
+
+
+def test_sync_devices_are_the_stages_holders():
+    table = generate("chimera", devices=6, microbatches=12)
+    lowered = lower(table, grad_sync="all")
+    for k, stage in enumerate(lowered.sync_stage.tolist()):
+        expected = tuple(sorted(set(table.device[table.stage == stage].tolist())))
+        assert lowered.sync_devices(k) == expected

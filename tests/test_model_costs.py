@@ -312,3 +312,144 @@ def test_gpipe_and_1f1b_on_paper_128l(system):
         assert one.makespan == pytest.approx(gpipe.makespan, rel=0.01)
     else:
         assert one.makespan > gpipe.makespan * 1.01
+
+
+STACK_CASES = [
+    # family, devices, microbatches, ModelCosts keywords, lowering keywords
+    ("1f1b", 4, 8, {}, {}),
+    ("chimera", 4, 8, {"grad_sync": "replicas", "optimizer": True}, {"grad_sync": "replicas",
+                                                                     "optimizer": True}),
+    ("zbv", 4, 8, {"tensor_parallel": 2, "contention": "link"}, {"contention": "link"}),
+    ("dualpipe", 4, 8, {"overlap": 0.75, "tensor_parallel": 2, "sequence_parallel": True},
+     {}),
+    ("interleaved-1f1b", 4, 8, {"data_parallel": 2, "optimizer_sharding": True},
+     {"optimizer": True}),
+]
+
+
+@pytest.mark.parametrize("family, devices, microbatches, options, lowering", STACK_CASES)
+def test_stacked_node_durations_are_each_models_own_to_the_bit(family, devices, microbatches,
+                                                               options, lowering):
+    """One model on several systems (a shared memory key), and other models beside it
+    in the same stack: every row is that cost model's ``node_durations``."""
+    from tabsched.lower import lower
+    table = generate(family, devices=devices, microbatches=microbatches)
+    if family == "1f1b":        # microbatches of two sizes: transfers priced per size
+        table = table.replace(microbatch_sizes=[0.5, 1.0] * (microbatches // 2))
+    costs = [ModelCosts("paper-128l", system, microbatch_size=2, **options)
+             for system in ("slow_nw_slow_cp", "mid_nw_fast_cp", "fast_nw_mid_cp", "dgx-h100")]
+    costs.insert(2, ModelCosts("llama3-8b", "mid_nw_mid_cp", microbatch_size=2, **options))
+    lowered = lower(table, **lowering)
+    stacked = ModelCosts.stacked_node_durations(lowered, costs)
+    assert stacked.shape == (len(costs), lowered.num_nodes)
+    for row, model_costs in zip(stacked, costs):
+        assert np.array_equal(row, model_costs.node_durations(lowered))
+    assert costs[0].memory_key() == costs[1].memory_key() != costs[2].memory_key()
+
+
+def test_stacked_node_durations_leave_a_subclass_its_own():
+    from tabsched.lower import lower
+
+    class Doubled(ModelCosts):
+        def op_durations(self, table):
+            return 2 * super().op_durations(table)
+
+    table = generate("1f1b", devices=4, microbatches=8)
+    lowered = lower(table)
+    costs = [Doubled("paper-128l", "mid_nw_mid_cp"), Doubled("paper-128l", "slow_nw_mid_cp")]
+    stacked = ModelCosts.stacked_node_durations(lowered, costs)
+    for row, model_costs in zip(stacked, costs):
+        assert np.array_equal(row, model_costs.node_durations(lowered))
+
+
+def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
+    costs = ModelCosts("paper-128l", "mid_nw_mid_cp",
+                       tensor_parallel=2)   # two pipeline ranks per node
+    for devices in (2, 6, 2):
+        for mine, fresh in zip(costs._link_matrices(devices),
+                               costs.placement.link_matrices(devices)):
+            assert np.array_equal(mine, fresh) and not mine.flags.writeable
+    table = generate("chimera", devices=4, microbatches=8)
+    params = costs.stage_parameters(table)
+    params[0] = -1                      # the caller's copy, not the remembered array
+    assert costs.stage_parameters(table)[0] > 0
+    for devices in (4, 6, 8):          # the run's matrices serve every ring in it
+        assert costs._all_reduce_time(4e9, [3, 0], devices) == \
+            costs.placement.all_reduce_time(4e9, [0, 3])
+    assert costs._all_reduce_time(4e9, (0, 3), 4) == costs._all_reduce_time(4e9, [3, 0], 4)
+    from tabsched.costs.model_costs import _SYSTEM_ANSWERS
+    for size in range(5000):            # the answers are forgotten beyond 4096
+        costs._all_reduce_time(float(size), [0, 1], 2)
+    assert 0 < len(_SYSTEM_ANSWERS) <= 4096
+    # answers belong to the system: another microbatch size shares them, another
+    # system (equal but for one slow link) has its own
+    other_size = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2,
+                            microbatch_size=4)
+    assert other_size._all_reduce_time(4e9, [0, 3], 4) == costs._all_reduce_time(4e9, [0, 3], 4)
+    slow = ModelCosts("paper-128l", costs.system.replace(
+        link_overrides=[{"devices": [0, 3], "bandwidth": "1GB/s"}]), tensor_parallel=2)
+    assert slow._all_reduce_time(4e9, [0, 3], 4) == slow.placement.all_reduce_time(4e9, [0, 3])
+    assert slow._all_reduce_time(4e9, [0, 3], 4) > costs._all_reduce_time(4e9, [0, 3], 4)
+    assert np.array_equal(slow._link_matrices(4)[0], slow.placement.link_matrices(4)[0])
+
+
+def test_kernel_tables_are_shared_by_one_model_on_several_systems():
+    """The kernel lists are the model's and the parallelism's, not the system's: cost
+    models on several systems share them, other parallelisms get their own, and the
+    durations are those of tables built afresh."""
+    from tabsched.costs.model_costs import _kernel_tables
+    table = generate("1f1b", devices=4, microbatches=8)
+    first = ModelCosts("paper-128l", "mid_nw_mid_cp")
+    second = ModelCosts("paper-128l", "fast_nw_slow_cp")
+    other = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2)
+    assert first._tables is second._tables and other._tables is not first._tables
+    durations = [c.op_durations(table) for c in (first, second, other)]
+    _kernel_tables.cache_clear()
+    fresh = [ModelCosts("paper-128l", s, **o).op_durations(table) for s, o in (
+        ("mid_nw_mid_cp", {}), ("fast_nw_slow_cp", {}), ("mid_nw_mid_cp", {"tensor_parallel": 2}))]
+    assert all(np.array_equal(a, b) for a, b in zip(durations, fresh))
+    assert _kernel_tables.cache_info().maxsize is not None
+
+
+@pytest.mark.parametrize("system, options", [
+    ("mid_nw_mid_cp", {}), ("dgx-h100", {"tensor_parallel": 4, "recompute": "full"}),
+    ("gb200-nvl72", {"tensor_parallel": 2, "sequence_parallel": True,
+                     "recompute": "selective"}),
+])
+def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
+    """part_times times every kernel of the model in one pass and sums them by a plan
+    made once per model; each phase's kernels timed on their own table and summed
+    kind by kind (hidden collectives costing what they run beyond their partner)
+    give the same seconds, to the bit."""
+    from tabsched.costs.model_costs import _KIND_PHASES
+    costs = ModelCosts("gpt3-175b", system, **options)
+    samples = np.array([1.0, 3.0])
+    together = costs.part_times(samples)
+    for part, phases in costs._tables.items():
+        seconds = {phase: costs._kernel_seconds(kernels, samples)[0]
+                   for phase, kernels in phases.items() if len(kernels)}
+        expected = np.zeros((4, len(samples)))
+        for kind, kind_phases in _KIND_PHASES.items():
+            present = [phase for phase in kind_phases if phase in seconds]
+            if not present:
+                continue
+            names = [name for phase in present for name in phases[phase].names]
+            hide = [hidden for phase in present for hidden in phases[phase].hides_behind]
+            cost = np.concatenate([seconds[phase] for phase in present])
+            where = {name: index for index, name in enumerate(names)}
+            for index, partner in enumerate(hide):
+                if partner is not None and partner in where:
+                    cost[index] = np.maximum(cost[index] - cost[where[partner]], 0.0)
+            expected[kind] = cost.sum(axis=0)
+        assert np.array_equal(together[part], expected), part
+
+
+@pytest.mark.parametrize("count, space", [(0, 5), (1, 1), (50, 7), (1000, 300),
+                                          (20, 100_000), (5000, 4_000_000)])
+def test_present_keys_are_np_uniques_answer(count, space):
+    """Both ways (a table of the key space, or a sort when the space is large)."""
+    from tabsched.costs.model_costs import _present
+    keys = np.random.default_rng(count).integers(0, space, count)
+    unique, inverse = _present(keys, space)
+    expected, expected_inverse = np.unique(keys, return_inverse=True)
+    assert np.array_equal(unique, expected) and np.array_equal(inverse, expected_inverse)

@@ -115,3 +115,27 @@ def test_tables_too_large_to_lower_are_refused_before_building():
     with pytest.raises(InvalidParameterError, match=r"hanayo at devices=1000, "
                                                     r"microbatches=1000, waves=100"):
         generate("hanayo", devices=1000, microbatches=1000, waves=100)
+
+
+def test_a_family_module_is_imported_when_its_family_is_asked_for():
+    """Generating a family imports its module only; every name and alias resolves from
+    a fresh start; the index of irregular names points at the modules that register
+    them; listing imports them all."""
+    import subprocess
+    import sys
+    from tabsched.schedules import _MODULE_OF, families
+    names = sorted({name for family in families() for name in (family.name, *family.aliases)})
+    code = (
+        "import sys\n"
+        "from tabsched.schedules import generate, get_family, families\n"
+        "generate('1f1b', devices=2, microbatches=2)\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('tabsched.schedules.')\n"
+        "                and not m.rpartition('.')[2].startswith('_'))\n"
+        "assert loaded == ['tabsched.schedules.one_f_one_b'], loaded\n"
+        f"for name in {names!r}:\n"
+        "    assert get_family(name.upper()).name\n"
+        f"assert len(families()) == {len(families())}\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name, module in _MODULE_OF.items():
+        assert get_family(name).build.__module__ == f"tabsched.schedules.{module}", name

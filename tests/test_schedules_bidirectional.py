@@ -457,3 +457,45 @@ def test_chimera_golden_file_is_the_equal_slot_grid_of_schedules_md(golden):
         tokens = grid.split()[1:]
         assert [cell or "." for cell in cells] == \
             ["." if token == "." else str(to_op(device, token)) for token in tokens]
+
+
+def _chimera_phase_loop(D, N, variant):
+    """The phase rule op by op, a counter per (kind, direction) (the oracle)."""
+    from tabsched.schedules.chimera import _microbatch
+    H, unit = D // 2, D if variant == "direct" else 2 * D
+    repeat, extra_p4 = (1, 0) if variant == "direct" else (2, H)
+    orders = []
+    for r in range(D):
+        a = H - r if r < H else r - H + 1
+        b, home = H - a, 0 if r < H else 1
+        other, taken, order = 1 - home, {}, []
+
+        def op(kind, direction, count=1):
+            for _ in range(count):
+                k = taken.get((kind, direction), 0)
+                taken[kind, direction] = k + 1
+                order.append((kind, direction, _microbatch(direction, k, unit)))
+        for u in range(N // unit):
+            for _ in range(a):
+                if u:
+                    op("B", home)
+                op("F", home, repeat)
+            for _ in range(b):
+                op("F", other, repeat), op("F", home, repeat)
+            for _ in range(a):
+                op("F", other, repeat), op("B", other)
+            for _ in range(b + extra_p4):
+                op("B", home), op("B", other)
+        for _ in range(a):
+            op("B", home)
+        orders.append(order)
+    return orders
+
+
+@pytest.mark.parametrize("devices", [2, 4, 6, 8, 12])
+@pytest.mark.parametrize("variant", ["direct", "doubling"])
+def test_chimera_phase_columns_follow_the_phase_loop(devices, variant):
+    unit = devices if variant == "direct" else 2 * devices
+    for microbatches in (unit, 2 * unit, 5 * unit):
+        assert phase_orders(devices, microbatches, variant) == _chimera_phase_loop(
+            devices, microbatches, variant)

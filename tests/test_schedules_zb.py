@@ -314,3 +314,65 @@ def test_v_schedules_every_size_up_to_p12_m40():
                 result = evaluate(generate(family, devices=p, microbatches=n))
                 assert result.peak_memory == min(2 * device_peak(p), 2 * n), (family, p, n)
                 assert result.bubble_ratio <= (p - 1) / (n + p - 1) + 1e-12, (family, p, n)
+
+
+def _zb_h_loop(p, n, r, c):
+    """The authors' get_hand_schedule loop for device r, op by op (the oracle)."""
+    warmup = min(c * (p - r - 1), n)
+    order = [("F", m) for m in range(warmup)]
+    weights = 0
+    for i in range(n):
+        if warmup + i < n:
+            order.append(("F", warmup + i))
+        order.append(("I", i))
+        if i >= c * r:
+            order.append(("W", weights))
+            weights += 1
+    return order + [("W", m) for m in range(weights, n)]
+
+
+def _zbv_loop(p, n, r):
+    """The authors' get_zb_v_schedule loop for device r, op by op (the oracle)."""
+    total, order = max(2 * p - 1, n), []
+    count = dict.fromkeys([(k, c) for k in "FIW" for c in (0, 1)], 0)
+
+    def run(kind, chunk):
+        order.append((kind, chunk, count[kind, chunk]))
+        count[kind, chunk] += 1
+    for _ in range(2 * (p - r) - 1):
+        run("F", 0)
+    for _ in range(r):
+        run("F", 1), run("F", 0)
+    for _ in range(p - r):
+        run("F", 1), run("I", 1), run("W", 1)
+    while count["F", 1] < count["F", 0] or count["F", 0] < total:
+        if count["F", 0] < total:
+            run("F", 0)
+        run("I", 0), run("W", 0), run("F", 1), run("I", 1), run("W", 1)
+    for _ in range(r):
+        run("I", 0), run("I", 1)
+    for _ in range(p - r):
+        run("I", 0), run("W", 0)
+    while count["W", 1] < count["I", 1]:
+        run("W", 1)
+    while count["W", 0] < count["I", 0]:
+        run("W", 0)
+    return [op for op in order if op[2] < n]
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3, 4, 5, 8, 13])
+def test_the_column_builders_follow_the_authors_loops(devices):
+    """zb-h1, zb-h2 and zbv build each device's order as arrays, phase by phase; the
+    op-by-op loops of the authors' code give the same order at every size."""
+    from tabsched.schedules import zb_handcrafted, zbv
+    for n in list(range(1, 3 * devices + 3)) + [64]:
+        for r in range(devices):
+            for c in (1, 2):
+                assert zb_handcrafted.device_order(devices, n, r, c) == _zb_h_loop(
+                    devices, n, r, c)
+            assert zbv.device_order(devices, n, r) == _zbv_loop(devices, n, r)
+        table = generate("zbv", devices=devices, microbatches=n)
+        for r in range(devices):
+            stages = zbv.v_stages(devices, r)
+            assert [(op.kind, op.stage, op.microbatch) for op in table.rows[r] if op] == [
+                (kind, stages[chunk], m) for kind, chunk, m in _zbv_loop(devices, n, r)]

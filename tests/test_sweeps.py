@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from tabsched import InvalidParameterError, evaluate, generate
+from tabsched import InvalidParameterError, TabschedError, evaluate, generate
 from tabsched.compare import model_costs_for
 from tabsched.sweeps import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
                             run_sweep, run_task)
@@ -106,3 +106,85 @@ def test_summaries_refuse_what_evaluate_many_refuses():
         evaluate_summaries("1f1b", [])
     with pytest.raises(InvalidParameterError, match=r"cost_models must hold cost models"):
         evaluate_summaries(generate("1f1b", devices=2, microbatches=2), ["paper-128l"])
+
+
+def test_summaries_share_memory_sizes_only_between_equal_memory_keys():
+    """Cost models on several systems share a table's memory sizes; other models,
+    parallelisms or microbatch sizes in the same call keep their own."""
+    from tabsched import ModelCosts, generate
+    from tabsched.evaluate import evaluate_summaries
+    table = generate("zb-h1", devices=4, microbatches=8)
+    costs = [ModelCosts("paper-128l", "slow_nw_mid_cp"),
+             ModelCosts("paper-128l", "fast_nw_fast_cp", tensor_parallel=2),
+             ModelCosts("paper-128l", "mid_nw_mid_cp"),
+             ModelCosts("llama3-8b", "mid_nw_mid_cp"),
+             ModelCosts("paper-128l", "fast_nw_slow_cp", microbatch_size=2),
+             ModelCosts("paper-128l", "dgx-h100", data_parallel=2, optimizer_sharding=True)]
+    summaries = evaluate_summaries(table, costs)
+    for model_costs, summary in zip(costs, summaries):
+        result = evaluate(table, model_costs)
+        assert summary.makespan == result.makespan
+        assert summary.peak_activation == [d.peak_memory for d in result.devices]
+        assert summary.peak_memory == [d.peak_total_memory for d in result.devices]
+    assert len({c.memory_key() for c in costs}) == 5
+
+
+def test_csv_cells_keep_their_forms():
+    """The writer's fast paths for exact types give what the general rule gives."""
+    from tabsched.sweeps import _cell
+
+    class Name(str):
+        pass
+
+    class Count(int):
+        pass
+
+    for value, text in [(None, ""), (True, "true"), (False, "false"), (3, "3"),
+                        (Count(4), "4"), (0.1, "0.1"), (1e-300, "1e-300"), (2.0, "2.0"),
+                        ("ok", "ok"), (Name("zbv"), "zbv"), (float("inf"), "inf")]:
+        assert _cell(value) == text
+    row = dict.fromkeys(COLUMNS)
+    row.update(params={"devices": 2}, parallel={}, formula_exact=False, devices=2)
+    line = rows_to_csv([row]).splitlines()[1].split(",")
+    assert line[COLUMNS.index("formula_exact")] == "false"
+    assert line[COLUMNS.index("devices")] == "2" and line[COLUMNS.index("parallel")] == "{}"
+
+
+def test_forked_workers_share_the_tasks_and_report_each_once(small_grid):
+    serial = rows_to_csv(run_sweep(small_grid))
+    seen = []
+    rows = run_sweep(small_grid, jobs=3, progress=lambda *args: seen.append(args))
+    assert rows_to_csv(rows) == serial
+    assert [done for done, _, _ in seen] == list(range(1, len(small_grid) + 1))
+    assert seen[-1] == (len(small_grid), len(small_grid), len(rows))
+
+
+def _failing_in_workers(failure):
+    """run_task that fails the way ``failure`` says in a forked process only."""
+    import os
+    import tabsched.sweeps as sweeps
+    parent, run_task_here = os.getpid(), sweeps.run_task
+
+    def run(task):
+        if os.getpid() != parent:
+            if failure == "raise":
+                raise ValueError(f"a bug at {task.spec}")
+            os._exit(3)
+        # the parent runs its tasks slowly, so that the workers take some
+        import time
+        time.sleep(0.05)
+        return run_task_here(task)
+    return run
+
+
+def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
+    import multiprocessing
+    import tabsched.sweeps as sweeps
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork here: the process pool runs the tasks")
+    monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("raise"))
+    with pytest.raises(ValueError, match="a bug at"):
+        run_sweep(small_grid, jobs=2)
+    monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("exit"))
+    with pytest.raises(TabschedError, match=r"a sweep worker process died \(exit status 3\)"):
+        run_sweep(small_grid, jobs=2)

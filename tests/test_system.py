@@ -305,3 +305,13 @@ def test_every_time_is_finite_inside_the_sane_ranges(bandwidth, latency, peak, e
 def test_values_outside_the_sane_ranges_name_the_key(changes, message):
     with pytest.raises(InvalidParameterError, match=message):
         two_nodes(**changes)
+
+
+@pytest.mark.parametrize("devices", [[0, 1], [3, 0, 5], [2, 9, 4, 7], [6]])
+def test_all_reduce_time_on_given_link_matrices_is_the_same(devices):
+    """Matrices of any size beyond the devices give the time of the system's own."""
+    system = load_system("mid_nw_mid_cp").replace(
+        devices_per_node=4, link_overrides=[{"devices": [2, 4], "bandwidth": "1GB/s"}])
+    alone = system.all_reduce_time(3e9, devices)
+    for size in (max(devices) + 1, 16):
+        assert system.all_reduce_time(3e9, devices, system.link_matrices(size)) == alone

@@ -425,6 +425,14 @@ def test_a_duration_that_is_not_finite_is_refused_before_the_kernel_runs():
         evaluate(table, _NotANumber())
     with pytest.raises(InvalidParameterError, match=r"0F0 d0->d1 a duration of nan"):
         evaluate_many(table, [UnitCosts(), _NotANumber()])
+    with pytest.raises(InvalidParameterError, match=r"0F0 d0->d1 a duration of nan"):
+        evaluate_many(table, [_NotANumber(), _NotANumber()])     # one class: one stack
+
+    class Negative(UnitCosts):
+        def op_durations(self, table):
+            return -super().op_durations(table)
+    with pytest.raises(InvalidParameterError, match=r"the costs give 0F0 a duration of -1"):
+        evaluate_many(table, [Negative(), Negative()])
 
 
 def test_a_sweep_skips_the_configuration_with_the_same_line(cli, tmp_path):

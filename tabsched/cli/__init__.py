@@ -7,30 +7,65 @@ its ``-h`` hint and exit status 2; ``--strict`` with a device over the memory bu
 exits 3 (:data:`~tabsched.cli.format.EXIT_OVER_BUDGET`).
 
 One module per command or close group of commands; a new command is a new
-module added to ``COMMANDS``. Option groups the commands share live in
-:mod:`~tabsched.cli.options`, human output and error translation in
-:mod:`~tabsched.cli.format`.
+module added to ``COMMANDS``, imported only when its command runs. Option groups
+the commands share live in :mod:`~tabsched.cli.options`, human output and error
+translation in :mod:`~tabsched.cli.format`.
 """
 
+import importlib
 import sys
+from collections.abc import MutableMapping
 
 import click
 
-from tabsched.cli.adapt import adapt_command
-from tabsched.cli.compare import compare_command, study_command, sweep_command
-from tabsched.cli.costs import costs_command
-from tabsched.cli.eval import eval_command
 from tabsched.cli.format import EXIT_FAILURE, EXIT_OK, EXIT_STATUS_HELP, EXIT_USAGE
-from tabsched.cli.megatron import megatron_command
-from tabsched.cli.plot import plot_group, trace_command
-from tabsched.cli.presets import presets_command
-from tabsched.cli.tables import convert_command, list_command, show_command
 
 __all__ = ["cli", "main"]
 
-COMMANDS = (list_command, show_command, eval_command, adapt_command, presets_command,
-            costs_command, convert_command, compare_command, sweep_command, study_command,
-            plot_group, trace_command, megatron_command)
+#: command name -> (module of tabsched.cli, attribute): the commands of the group.
+COMMANDS = {
+    "list": ("tables", "list_command"), "show": ("tables", "show_command"),
+    "eval": ("eval", "eval_command"), "adapt": ("adapt", "adapt_command"),
+    "presets": ("presets", "presets_command"), "costs": ("costs", "costs_command"),
+    "convert": ("tables", "convert_command"), "compare": ("compare", "compare_command"),
+    "sweep": ("compare", "sweep_command"), "study": ("compare", "study_command"),
+    "plot": ("plot", "plot_group"), "trace": ("plot", "trace_command"),
+    "megatron": ("megatron", "megatron_command"),
+}
+
+
+class LazyCommands(MutableMapping):
+    """The group's ``commands``: names known up front, each command's module imported
+    the first time the command is looked up, so that ``tabsched sweep`` starts without
+    importing what ``adapt``, ``plot`` or ``tables`` need (``--help`` and shell
+    completion look every command up, and so import them all)."""
+
+    def __init__(self, where):
+        self._where = dict(where)
+        self._loaded = {}
+
+    def __getitem__(self, name):
+        if name not in self._loaded:
+            module, attribute = self._where[name]
+            self._loaded[name] = getattr(importlib.import_module(f"tabsched.cli.{module}"),
+                                         attribute)
+        return self._loaded[name]
+
+    def __setitem__(self, name, command):
+        self._where.pop(name, None)
+        self._loaded[name] = command
+
+    def __delitem__(self, name):
+        if name not in self._where and name not in self._loaded:
+            raise KeyError(name)
+        self._where.pop(name, None)
+        self._loaded.pop(name, None)
+
+    def __iter__(self):
+        return iter(dict.fromkeys([*self._where, *self._loaded]))
+
+    def __len__(self):
+        return len(set(self._where) | set(self._loaded))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]},
@@ -44,8 +79,7 @@ def cli():
     """
 
 
-for _command in COMMANDS:
-    cli.add_command(_command)
+cli.commands = LazyCommands(COMMANDS)
 
 
 def main(argv=None):

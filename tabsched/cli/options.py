@@ -11,7 +11,6 @@ from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError
 from tabsched.io import TABLE_SUFFIXES, read_table
 from tabsched.lower import CONTENTION_MODES
-from tabsched.pytorch import P2P_MODES, read_pytorch
 from tabsched.schedules import describe_parameters, families, generate, get_family
 
 #: Help sections: which heading each option is listed under in ``--help`` (by the
@@ -216,6 +215,7 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
 
 def torch_options(command):
     """Options for reading PyTorch's CSV files."""
+    from tabsched.pytorch import P2P_MODES     # only the commands that read tables need it
     options = [
         click.option("--torch-legacy", is_flag=True,
                      help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "
@@ -232,6 +232,7 @@ def torch_options(command):
 def load_with_torch(schedule, torch_legacy, p2p, **params):
     """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
     if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
+        from tabsched.pytorch import read_pytorch
         torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
         return torch_schedule.table, torch_schedule
     return load_schedule(schedule, **params), None

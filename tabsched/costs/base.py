@@ -144,6 +144,25 @@ class CostModel:
                                np.asarray(sync, dtype=np.float64),
                                np.asarray(optimizer, dtype=np.float64)])
 
+    def microbatch_durations(self, table):
+        """``(kinds x stages)`` durations of one full microbatch on ``table``'s stages, if
+        the cost model knows them without a table; None (the default): the formula
+        level then measures them with ``op_durations`` on a probe table."""
+        return None
+
+    @classmethod
+    def stacked_node_durations(cls, lowered, cost_models):
+        """``node_durations(lowered)`` of each of ``cost_models`` (all of this class), one
+        row each: a subclass may share between them the work that does not depend on
+        the member (:class:`~tabsched.costs.model_costs.ModelCosts` does), to the bit."""
+        return np.stack([costs.node_durations(lowered) for costs in cost_models])
+
+    def memory_key(self):
+        """Cost models with equal keys give every table the same ``activation_sizes``,
+        ``transient_sizes``, ``persistent_memory`` and ``input_grad_release``, so that
+        an evaluation of many shares them; by default each cost model is its own key."""
+        return self
+
     def describe(self):
         """Parameters for reports and JSON."""
         return {"model": type(self).__name__}

@@ -9,6 +9,8 @@ every transfer on its link (Hockney) and every collective on its ring
 how many replicas of the pipeline sync their gradients.
 """
 
+import functools
+
 import numpy as np
 
 from tabsched.costs.base import CostModel, _non_negative
@@ -26,6 +28,84 @@ _INT64_MAX = 2**63 - 1
 _PARTS = ("layer", "embedding", "output")
 #: The kernel lists each kind of operation runs (R: the recompute forward).
 _KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_tables(model, parallel):
+    """``{part: {phase: KernelTable}}`` of ``model`` run with ``parallel``: what the
+    system does not change, built once for the cost models of one model on many
+    systems (the tables are not changed once built)."""
+    return {part: {phase: KernelTable(kernels) for phase, kernels in
+                   model.kernels(part, parallel).items()}
+            for part in _PARTS}
+
+
+@functools.lru_cache(maxsize=64)
+def _all_kernels(model, parallel):
+    """Every kernel of ``_kernel_tables(model, parallel)`` in one table, and how
+    ``part_times`` sums them: per part, ``(kind, rows, hides)`` for each kind of
+    operation, ``rows`` its kernels in that table (phase by phase) and ``hides`` the
+    ``(kernel, partner)`` positions among them of each collective that hides behind
+    a kernel of the same operation, in order. A system times every kernel in one
+    pass (each kernel's time is its own, whatever the others)."""
+    tables = _kernel_tables(model, parallel)
+    kernels, where = [], {}
+    for part in _PARTS:
+        for phase, table in tables[part].items():
+            where[part, phase] = np.arange(len(kernels), len(kernels) + len(table))
+            kernels.extend(table.kernels)
+    plan = {}
+    for part in _PARTS:
+        plan[part] = []
+        for kind, phases in _KIND_PHASES.items():
+            present = [phase for phase in phases if len(tables[part].get(phase, ()))]
+            if not present:
+                continue
+            names = [name for phase in present for name in tables[part][phase].names]
+            hide = [hidden for phase in present for hidden in tables[part][phase].hides_behind]
+            position = {name: index for index, name in enumerate(names)}
+            hides = [(index, position[partner]) for index, partner in enumerate(hide)
+                     if partner is not None and partner in position]
+            plan[part].append((kind, np.concatenate([where[part, phase] for phase in present]),
+                               hides))
+    return KernelTable(kernels), plan
+
+
+_SYSTEM_ANSWERS = {}
+
+
+def _by_system(key, compute):
+    """``compute()``, remembered under ``key``: a question of a system alone (its link
+    matrices, a ring's time), asked again by every cost model on that system (one per
+    microbatch size in a sweep). Equal systems are one key; at most 4096 answers."""
+    found = _SYSTEM_ANSWERS.get(key)
+    if found is None:
+        if len(_SYSTEM_ANSWERS) >= 4096:
+            _SYSTEM_ANSWERS.clear()
+        found = _SYSTEM_ANSWERS[key] = compute()
+    return found
+
+
+def _present(keys, space):
+    """``np.unique(keys, return_inverse=True)`` for ``keys`` in ``0 .. space-1``: by a
+    table of the space when it is small beside the keys, else by np.unique's sort."""
+    if space > 4 * len(keys) + 4096:
+        unique, inverse = np.unique(keys, return_inverse=True)
+        return unique, inverse.ravel()
+    seen = np.zeros(space, dtype=bool)
+    seen[keys] = True
+    unique = np.flatnonzero(seen)
+    position = np.empty(space, dtype=np.intp)
+    position[unique] = np.arange(len(unique))
+    return unique, position[keys]
+
+
+def _end_stages(stages):
+    """``(first, last)``: 1.0 on the first (embedding) and the last (output) stage."""
+    first, last = np.zeros(stages), np.zeros(stages)
+    if stages:
+        first[0] = last[-1] = 1.0
+    return first, last
 
 
 class ModelCosts(CostModel):
@@ -141,9 +221,7 @@ overlap_grad_reduce, scatter_gather
         self.optimizer = bool(optimizer)
         self.optimizer_step = self.optimizer or (replicas and not self.parallel.overlap_grad_reduce)
         self.input_grad_release = self.model.input_grad_release_for(self.parallel)
-        self._tables = {part: {phase: KernelTable(kernels) for phase, kernels in
-                               self.model.kernels(part, self.parallel).items()}
-                        for part in _PARTS}
+        self._tables = _kernel_tables(self.model, self.parallel)
 
     # ----------------------------------------------------------- the table's shape
     def stage_layers(self, table):
@@ -164,7 +242,10 @@ overlap_grad_reduce, scatter_gather
 
     def microbatch_samples(self, table):
         """Samples in each microbatch of ``table`` (float array of whole numbers)."""
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
+        return self._samples(table.microbatch_sizes)
+
+    def _samples(self, microbatch_sizes):
+        sizes = np.asarray(microbatch_sizes, dtype=np.float64)
         samples = sizes * self.model.microbatch_size
         whole = np.round(samples)
         bad = np.flatnonzero((np.abs(samples - whole) > 1e-9 * np.maximum(samples, 1.0))
@@ -200,11 +281,7 @@ overlap_grad_reduce, scatter_gather
         samples = self.microbatch_samples(table)
         unique, inverse = np.unique(samples, return_inverse=True)
         self._check_int64(layers, unique, samples)
-        first = np.zeros(len(layers))
-        last = np.zeros(len(layers))
-        if len(layers):
-            first[0] = 1.0
-            last[-1] = 1.0
+        first, last = _end_stages(len(layers))
         for array in (layers, first, last, unique, inverse):
             array.flags.writeable = False
         return layers, first, last, unique, inverse
@@ -214,7 +291,8 @@ overlap_grad_reduce, scatter_gather
         if not len(layers) or not len(unique):
             return
         model = self.model
-        per_sample = [int(n) * model.layer_activation(1) for n in layers.tolist()]
+        per_layer = model.layer_activation(1)
+        per_sample = [int(n) * per_layer for n in layers.tolist()]
         per_sample[0] += model.embedding_activation(1)
         per_sample[-1] += model.output_activation(1)
         largest = max(per_sample) * int(unique.max())
@@ -267,27 +345,19 @@ overlap_grad_reduce, scatter_gather
         longer than that kernel: its data-gradient all-reduce hides behind the
         weight gradient in a full backward ``B``, not in a split ``I``.
         """
-        key = tuple(float(value) for value in np.asarray(samples, dtype=np.float64).ravel())
+        key = tuple(np.asarray(samples, dtype=np.float64).ravel().tolist())
         return self._remembered("_part_times", key, lambda: self._compute_part_times(samples))
 
     def _compute_part_times(self, samples):
         result = {}
+        everything, plan = _all_kernels(self.model, self.parallel)
+        every_seconds = self._kernel_seconds(everything, samples)[0]
         for part in _PARTS:
-            seconds = {phase: self._kernel_seconds(kernels, samples)[0]
-                       for phase, kernels in self._tables[part].items() if len(kernels)}
             times = np.zeros((4, len(samples)))
-            for kind, phases in _KIND_PHASES.items():
-                present = [phase for phase in phases if phase in seconds]
-                if not present:
-                    continue
-                names = [name for phase in present for name in self._tables[part][phase].names]
-                hide = [hidden for phase in present
-                        for hidden in self._tables[part][phase].hides_behind]
-                cost = np.concatenate([seconds[phase] for phase in present])
-                where = {name: index for index, name in enumerate(names)}
-                for index, partner in enumerate(hide):
-                    if partner is not None and partner in where:
-                        cost[index] = np.maximum(cost[index] - cost[where[partner]], 0.0)
+            for kind, rows, hides in plan[part]:
+                cost = every_seconds[rows]
+                for index, partner in hides:
+                    cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
                 times[kind] = cost.sum(axis=0)
             times.flags.writeable = False
             result[part] = times
@@ -305,6 +375,17 @@ overlap_grad_reduce, scatter_gather
         layers, first, last, unique, inverse = self._shape(table)
         durations = self._per_stage(self.part_times(unique), layers, first, last)
         return durations[table.kind, table.stage, inverse[table.microbatch]]
+
+    def microbatch_durations(self, table):
+        """``(kinds x stages)`` seconds of one full microbatch on ``table``'s stages: what
+        ``op_durations`` gives a table of one full-size microbatch with those stages."""
+        layers = self.stage_layers(table)
+        samples = self.__dict__.get("_full_samples")
+        if samples is None:     # the cost model's own microbatch, as a table holds it
+            samples = self.__dict__["_full_samples"] = self._samples((1.0,))
+        self._check_int64(layers, samples, samples)
+        first, last = _end_stages(len(layers))
+        return self._per_stage(self.part_times(samples), layers, first, last)[:, :, 0]
 
     def transfer_costs(self, table, transfers):
         """``(seconds, bytes)`` per transfer: ``latency + bytes / bandwidth`` on its link.
@@ -336,10 +417,111 @@ overlap_grad_reduce, scatter_gather
         per_microbatch = self.model.transfer_bytes(unique, self.parallel)[inverse]
         gather = self.receive_gather_seconds(unique)[inverse]
         nbytes = per_microbatch[transfers.microbatch]
-        bandwidth, latency = self.placement.link_matrices(table.num_devices)
+        bandwidth, latency = self._link_matrices(table.num_devices)
         src, dst = transfers.src, transfers.dst
         return (latency[src, dst] + gather[transfers.microbatch], nbytes / bandwidth[src, dst],
                 nbytes)
+
+    def _link_matrices(self, num_devices):
+        """``placement.link_matrices(num_devices)``, remembered (read-only arrays)."""
+        def compute():
+            matrices = self.placement.link_matrices(num_devices)
+            for matrix in matrices:
+                matrix.flags.writeable = False
+            return matrices
+        return _by_system(("links", self.placement, num_devices), compute)
+
+    @classmethod
+    def stacked_node_durations(cls, lowered, cost_models):
+        """``node_durations(lowered)`` of each cost model, one row each, to the bit.
+
+        Cost models with one :meth:`memory_key` (the same transformer and
+        parallelism, e.g. one model on several systems) share the table's shape,
+        its gather indices and the bytes of its transfers; what each system
+        changes (its per-stage times, its links) is stacked and gathered once for
+        all of them, with the same arithmetic per element as ``node_durations``.
+        """
+        cost_models = list(cost_models)
+        if any(type(costs) is not ModelCosts for costs in cost_models):   # a subclass's own
+            return super().stacked_node_durations(lowered, cost_models)
+        groups = {}
+        for row, costs in enumerate(cost_models):
+            groups.setdefault(costs.memory_key(), []).append(row)
+        if len(groups) == 1:
+            return cls._shared_node_durations(lowered, cost_models)
+        stacked = None
+        for rows in groups.values():
+            durations = cls._shared_node_durations(lowered, [cost_models[row] for row in rows])
+            if stacked is None:
+                stacked = np.empty((len(cost_models), durations.shape[1]))
+            stacked[rows] = durations
+        return stacked
+
+    @staticmethod
+    def _shared_node_durations(lowered, cost_models):
+        """``stacked_node_durations`` of cost models with one memory key."""
+        table, transfers = lowered.table, lowered.transfers
+        first_costs = cost_models[0]
+        layers, first, last, unique, inverse = first_costs._shape(table)
+        times = [costs.part_times(unique) for costs in cost_models]
+        # _per_stage of each, with the cost models as a leading axis
+        per_part = {part: np.stack([one[part] for one in times])[:, :, None, :]
+                    for part in _PARTS}
+        per_stage = (layers[None, None, :, None] * per_part["layer"]
+                     + first[None, None, :, None] * per_part["embedding"]
+                     + last[None, None, :, None] * per_part["output"])
+        index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
+                 + inverse[table.microbatch])
+        n, cells = len(cost_models), lowered.num_cells
+        # every row written in place: cells, then transfers, then the tail
+        durations = np.empty((n, lowered.num_nodes))
+        cell = durations[:, :cells]
+        flat = per_stage.reshape(n, -1)
+        if cells == len(table):     # a cell per operation, in order: the sum is 0.0 + it
+            for row in range(n):
+                np.take(flat[row], index, out=cell[row], mode="clip")
+            cell += 0.0
+        else:
+            owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
+            cell[:] = np.bincount(owner, weights=flat[:, index].ravel(),
+                                  minlength=n * cells).reshape(n, cells)
+        parts = None
+        for row, costs in enumerate(cost_models):
+            if costs.overlap != 1.0:
+                if parts is None:
+                    parts = np.bincount(lowered.cell_of_op, minlength=cells) > 1
+                cell[row, parts] *= costs.overlap
+        D = table.num_devices
+        for costs in cost_models:
+            costs.placement.check_devices(D)
+        if len(transfers):
+            # a transfer's time depends on its link and its microbatch's size only: each
+            # pair of them present is priced once, then gathered
+            U = len(unique)
+            pairs, which = _present((transfers.src.astype(np.intp) * D + transfers.dst) * U
+                                    + inverse[transfers.microbatch], D * D * U)
+            link, size = pairs // U, pairs % U
+            nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)
+            links = [costs._link_matrices(D) for costs in cost_models]
+            bandwidth = np.stack([matrices[0].ravel() for matrices in links])[:, link]
+            latency = np.stack([matrices[1].ravel() for matrices in links])[:, link]
+            gather = np.stack([costs.receive_gather_seconds(unique)
+                               for costs in cost_models])[:, size]
+            per_pair = (latency + gather) + nbytes[size] / bandwidth
+            for row in range(n):
+                np.take(per_pair[row], which, mode="clip",
+                        out=durations[row, cells:cells + len(transfers)])
+        if not lowered.num_syncs and not lowered.optimizer:
+            return durations        # no tail to price
+        tails = [costs.tail_durations(table, lowered) for costs in cost_models]
+        sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
+        step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
+        durations[:, lowered.first_sync:] = np.concatenate([sync, step], axis=1)
+        return durations
+
+    def memory_key(self):
+        """The transformer and the parallelism: all that memory sizes depend on."""
+        return (type(self), self.model, self.parallel)
 
     def receive_gather_seconds(self, samples):
         """Seconds the receiving tensor ranks spend re-assembling a scattered transfer.
@@ -382,15 +564,26 @@ overlap_grad_reduce, scatter_gather
 
     def stage_parameters(self, table):
         """Parameters of each stage (int64 array; all tensor ranks together)."""
-        layers = self.stage_layers(table)
-        S = len(layers)
-        return np.array([self.model.stage_parameters(int(layers[s]), s == 0, s == S - 1)
-                         for s in range(S)], dtype=np.int64)
+        return self._stage_parameters(table).copy()
+
+    def _stage_parameters(self, table):
+        """``stage_parameters``, remembered per stage count and layer split (read-only)."""
+        def compute():
+            layers = self.stage_layers(table).tolist()
+            S = len(layers)
+            # stages alike (same layers, neither or both ends) hold alike: each kind once
+            kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
+            each = {kind: self.model.stage_parameters(*kind) for kind in set(kinds)}
+            params = np.array([each[kind] for kind in kinds], dtype=np.int64)
+            params.flags.writeable = False
+            return params
+        return self._remembered("_stage_params", (table.num_stages, table.stage_layers),
+                                compute)
 
     def _device_parameters(self, table):
         """Parameters of each device's stages, per tensor rank (float array)."""
         D, S = table.num_devices, table.num_stages
-        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.parallel.tensor_parallel
         key = table.stage.astype(np.int64) * D + table.device
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
@@ -399,6 +592,15 @@ overlap_grad_reduce, scatter_gather
         """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer state."""
         shards = self.parallel.data_parallel if self.parallel.optimizer_sharding else 1
         return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
+
+    def _all_reduce_time(self, nbytes, devices, num_devices):
+        """``placement.all_reduce_time(nbytes, devices)`` among some of ``num_devices``,
+        remembered: a sweep syncs the same stages among the same devices table after
+        table (and the link matrices of the run serve every ring in it)."""
+        devices = tuple(sorted(int(device) for device in devices))
+        return _by_system(("all_reduce", self.placement, nbytes, devices),
+                          lambda: self.placement.all_reduce_time(
+                              nbytes, devices, self._link_matrices(num_devices)))
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the ``d`` replicas of a tensor rank."""
@@ -420,7 +622,7 @@ overlap_grad_reduce, scatter_gather
             return sync
         nbytes = (self.model.embedding_parameters / self.parallel.tensor_parallel
                   * self.model.grad_bytes)
-        seconds = self.placement.all_reduce_time(nbytes, pair)
+        seconds = self._all_reduce_time(float(nbytes), pair, D)
         sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
         return sync
 
@@ -436,15 +638,15 @@ overlap_grad_reduce, scatter_gather
         read and one write of the gradients) and, with optimizer sharding, the
         all-gather of the updated parameters.
         """
-        params = self.stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.parallel.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
         replicas = self.parallel.data_parallel > 1
         sharded = self.parallel.optimizer_sharding and replicas
         reduce = "reduce_scatter" if sharded else "all_reduce"
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
-            seconds = self.placement.all_reduce_time(gradient_bytes[int(stage)],
-                                                     lowered.sync_devices(k))
+            seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
+                                            lowered.sync_devices(k), table.num_devices)
             if replicas and self.parallel.overlap_grad_reduce:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)

@@ -526,12 +526,13 @@ class System:
         bandwidth, latency = self.link_matrices(max(src, dst) + 1)
         return float(latency[src, dst] + nbytes / bandwidth[src, dst])
 
-    def all_reduce_time(self, nbytes, devices):
+    def all_reduce_time(self, nbytes, devices, links=None):
         """Ring all-reduce of ``nbytes`` among ``devices`` (sorted, in ring order).
 
         ``2*(n-1)`` steps, each moving ``nbytes/n`` over every link of the ring at
         once, so each step takes the slowest link's Hockney time
         (:func:`tabsched.costs.collectives.ring_time`). One device needs no sync: 0.
+        ``links``: ``link_matrices(n)`` for any ``n`` beyond the devices, if at hand.
 
         >>> load_system("mid_nw_mid_cp").all_reduce_time(4e9, [0, 1])   # 2*(500ns + 2GB/50GB/s)
         0.080001
@@ -539,9 +540,9 @@ class System:
         devices = sorted(int(device) for device in devices)
         if len(devices) < 2:
             return 0.0
-        bandwidth, latency = self.link_matrices(devices[-1] + 1)
+        bandwidth, latency = self.link_matrices(devices[-1] + 1) if links is None else links
         src = np.array(devices)
-        dst = np.roll(src, -1)
+        dst = np.concatenate([src[1:], src[:1]])     # each device sends to the next
         return self.ring_time("all_reduce", nbytes, len(devices),
                               float(np.min(bandwidth[src, dst])), float(np.max(latency[src, dst])))
 

@@ -1,8 +1,9 @@
 """The registry of schedule families: ``generate(name, **params)``.
 
 A family is one module in ``tabsched/schedules/`` that calls :func:`register`
-with a :class:`Family`; the package imports every such module, so adding a
-family means adding one file.
+with a :class:`Family`; the package imports such a module when its family is
+first asked for (:func:`get_family`, :func:`generate`) and all of them when the
+families are listed (:func:`families`), so adding a family means adding one file.
 
 Two kinds of family exist. A *fixed pattern* (1F1B, ZB-H1, ...) builds its
 table from the sizes alone. A *cost-driven* family (``Family.cost_driven``,
@@ -25,9 +26,23 @@ from tabsched.schedules._layers import resolve_stage_layers
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
-__all__ = ["Family", "Parameter", "register", "generate", "families", "get_family"]
+__all__ = ["Family", "Parameter", "register", "generate", "families", "get_family",
+           "set_loader"]
 
 _FAMILIES: dict[str, Family] = {}
+#: ``load(name)``, set by the package: import the module that registers ``name``
+#: (as far as the name tells), or every family module when ``name`` is None.
+_loader = []
+
+
+def set_loader(load):
+    """Let the registry import family modules on demand with ``load(name)``."""
+    _loader[:] = [load]
+
+
+def _load(name=None):
+    for load in _loader:
+        load(name)
 
 
 @dataclass(frozen=True)
@@ -91,13 +106,21 @@ def register(family):
 
 def families() -> list[Family]:
     """Registered families, sorted by name (aliases left out)."""
+    _load()
     unique = {id(family): family for family in _FAMILIES.values()}
     return sorted(unique.values(), key=lambda family: family.name)
 
 
 def get_family(name):
     """The family called ``name``; the error lists valid names and a close match."""
-    family = _FAMILIES.get(str(name).lower())
+    key = str(name).lower()
+    family = _FAMILIES.get(key)
+    if family is None:
+        _load(key)          # the module the name points at, if any
+        family = _FAMILIES.get(key)
+        if family is None:
+            _load()         # else every module
+            family = _FAMILIES.get(key)
     if family is None:
         names = [family.name for family in families()]
         close = difflib.get_close_matches(str(name).lower(), list(_FAMILIES), n=1)

@@ -43,9 +43,12 @@ its operations in grid order. For two pipelines this grid gives exactly the
 order of the phases above (tests check it).
 """
 
+import numpy as np
+
 from tabsched.exceptions import InvalidParameterError
-from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder, table_from_columns
 from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.table import BACKWARD, FORWARD
 
 VARIANTS = ("direct", "doubling")
 DOWN, UP = 0, 1
@@ -89,45 +92,48 @@ def _microbatch(direction, k, unit):
 
 def phase_orders(devices, microbatches, variant="direct"):
     """Per worker, ``(kind, direction, microbatch)`` in the order of the phase rule."""
-    D, N = devices, microbatches
+    names = {FORWARD: "F", BACKWARD: "B"}
+    return [[(names[kind], direction, microbatch) for kind, direction, microbatch in
+             zip(*(column.tolist() for column in phase_columns(devices, microbatches,
+                                                               variant, r)))]
+            for r in range(devices)]
+
+
+def phase_columns(devices, microbatches, variant, worker):
+    """Worker ``worker``'s ``phase_orders`` as arrays ``(kind codes, directions,
+    microbatches)``.
+
+    The phases give the sequence of (kind, direction) pairs; the k-th op of a pair
+    runs that direction's k-th microbatch (:func:`_microbatch`), numbered here
+    by a running count per pair.
+    """
+    D, N, r = devices, microbatches, worker
     H = D // 2
     unit = D if variant == "direct" else 2 * D
     units = N // unit
     repeat = 1 if variant == "direct" else 2
     extra_p4 = 0 if variant == "direct" else H
-    orders = []
-    for r in range(D):
-        a = H - r if r < H else r - H + 1
-        b = H - a
-        home = DOWN if r < H else UP
-        other = 1 - home
-        taken = {("F", DOWN): 0, ("F", UP): 0, ("B", DOWN): 0, ("B", UP): 0}
-        order = []
-
-        def op(kind, direction, count=1):
-            for _ in range(count):
-                k = taken[kind, direction]
-                taken[kind, direction] = k + 1
-                order.append((kind, direction, _microbatch(direction, k, unit)))
-
-        for u in range(units):
-            for _ in range(a):                       # P1 (absorbing the previous P5)
-                if u:
-                    op("B", home)
-                op("F", home, repeat)
-            for _ in range(b):                       # P2
-                op("F", other, repeat)
-                op("F", home, repeat)
-            for _ in range(a):                       # P3
-                op("F", other, repeat)
-                op("B", other)
-            for _ in range(b + extra_p4):            # P4
-                op("B", home)
-                op("B", other)
-        for _ in range(a):                           # P5 of the last unit
-            op("B", home)
-        orders.append(order)
-    return orders
+    a = H - r if r < H else r - H + 1
+    b = H - a
+    home = DOWN if r < H else UP
+    other = 1 - home
+    # (kind, direction) as one code: kind * 2 + direction
+    f_home, f_other = [FORWARD * 2 + home] * repeat, [FORWARD * 2 + other] * repeat
+    b_home, b_other = BACKWARD * 2 + home, BACKWARD * 2 + other
+    rest = (b * (f_other + f_home) + a * (f_other + [b_other])
+            + (b + extra_p4) * [b_home, b_other])          # P2, P3, P4
+    first = a * f_home + rest                               # P1 of the first unit
+    later = a * ([b_home] + f_home) + rest                  # P1 absorbing the last P5
+    codes = np.array((first + later * (units - 1) if units else []) + a * [b_home],
+                     dtype=np.int64)
+    count = np.empty(len(codes), dtype=np.int64)            # k: the pair's running count
+    for code in range(4):
+        where = np.flatnonzero(codes == code)
+        count[where] = np.arange(len(where))
+    direction = codes % 2
+    half = unit // 2
+    microbatch = (count // half) * unit + direction * half + count % half
+    return (codes // 2).astype(np.int8), direction, microbatch
 
 
 def grid_orders(devices, microbatches, pipelines):
@@ -166,19 +172,24 @@ def grid_orders(devices, microbatches, pipelines):
 def build(devices, microbatches, variant="direct", pipelines=2):
     D, N = devices, microbatches
     _check(D, N, variant, pipelines)
-    builder = OrderBuilder(D)
-    if pipelines == 2:
-        for r, order in enumerate(phase_orders(D, N, variant)):
-            for kind, direction, microbatch in order:
-                builder.add(r, kind, r if direction == DOWN else D - 1 - r, microbatch)
-    else:
-        for r, order in enumerate(grid_orders(D, N, pipelines)):
-            for kind, _, microbatch, stage in order:
-                builder.add(r, kind, stage, microbatch)
     params = {"devices": D, "microbatches": N, "variant": variant}
     if pipelines != 2:
         params["pipelines"] = pipelines
-    return builder.table(num_stages=D, num_microbatches=N, family="chimera", params=params)
+    metadata = dict(num_stages=D, num_microbatches=N, family="chimera", params=params)
+    if pipelines != 2:
+        builder = OrderBuilder(D)
+        for r, order in enumerate(grid_orders(D, N, pipelines)):
+            for kind, _, microbatch, stage in order:
+                builder.add(r, kind, stage, microbatch)
+        return builder.table(**metadata)
+    columns = ([], [], [], [], [])
+    for r in range(D):
+        kinds, directions, mbs = phase_columns(D, N, variant, r)
+        values = (np.full(len(kinds), r), np.arange(len(kinds)), kinds,
+                  np.where(directions == DOWN, r, D - 1 - r), mbs)
+        for column, value in zip(columns, values):
+            column.append(value)
+    return table_from_columns(columns, D, **metadata)
 
 
 FAMILY = register(Family(

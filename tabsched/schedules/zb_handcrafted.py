@@ -18,27 +18,37 @@ peak at ``min(N, c*(p-1)+1)``. The published bubbles, however, are only
 guaranteed for ``N >= 2p`` (see ``tabsched.formulas``).
 """
 
-from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+import numpy as np
+
+from tabsched.schedules._common import DEVICES, MICROBATCHES, table_from_columns
 from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 WARMUP_FACTOR = {"zb-h1": 1, "zb-h2": 2}
 
 
 def device_order(devices, microbatches, device, factor):
     """Device ``device``'s ops as ``(kind, microbatch)`` pairs, in order."""
+    kinds, mbs = device_columns(devices, microbatches, device, factor)
+    names = {FORWARD: "F", INPUT_GRAD: "I", WEIGHT_GRAD: "W"}
+    return [(names[kind], microbatch) for kind, microbatch in zip(kinds.tolist(), mbs.tolist())]
+
+
+def device_columns(devices, microbatches, device, factor):
+    """``device_order`` as arrays ``(kind codes, microbatches)``: step ``i`` of the
+    loop is a row of three ops (F, I, W), of which the absent ones are masked out."""
     p, n, r, c = devices, microbatches, device, factor
     warmup = min(c * (p - r - 1), n)
-    order = [("F", m) for m in range(warmup)]
-    weights = 0
-    for i in range(n):
-        if warmup + i < n:
-            order.append(("F", warmup + i))
-        order.append(("I", i))
-        if i >= c * r:
-            order.append(("W", weights))
-            weights += 1
-    order.extend(("W", m) for m in range(weights, n))
-    return order
+    step = np.arange(n)
+    kinds = np.empty((n, 3), dtype=np.int8)
+    kinds[:] = (FORWARD, INPUT_GRAD, WEIGHT_GRAD)
+    mbs = np.stack([warmup + step, step, step - c * r], axis=1)
+    present = np.stack([warmup + step < n, np.ones(n, dtype=bool), step >= c * r], axis=1)
+    weights = max(0, n - c * r)      # the W's the loop runs; the rest follow it
+    kinds = np.concatenate([np.full(warmup, FORWARD, dtype=np.int8), kinds[present],
+                            np.full(n - weights, WEIGHT_GRAD, dtype=np.int8)])
+    mbs = np.concatenate([np.arange(warmup), mbs[present], np.arange(weights, n)])
+    return kinds, mbs
 
 
 def _builder(name):
@@ -46,12 +56,15 @@ def _builder(name):
 
     def build(devices, microbatches):
         p, n = devices, microbatches
-        builder = OrderBuilder(p)
+        columns = ([], [], [], [], [])
         for r in range(p):
-            for kind, microbatch in device_order(p, n, r, factor):
-                builder.add(r, kind, r, microbatch)
-        return builder.table(num_stages=p, num_microbatches=n, family=name,
-                             params={"devices": p, "microbatches": n})
+            kinds, mbs = device_columns(p, n, r, factor)
+            values = (np.full(len(kinds), r), np.arange(len(kinds)), kinds,
+                      np.full(len(kinds), r), mbs)
+            for column, value in zip(columns, values):
+                column.append(value)
+        return table_from_columns(columns, p, num_stages=p, num_microbatches=n, family=name,
+                                  params={"devices": p, "microbatches": n})
 
     build.__name__ = f"build_{name.replace('-', '_')}"
     build.__doc__ = f"Generate {name.upper()} for ``devices`` x ``microbatches``."

@@ -22,11 +22,15 @@ and every op whose microbatch is ``>= N`` is dropped (the code turns it into an
 idle slot; here the layout comes from execution).
 """
 
+import numpy as np
+
 from tabsched.exceptions import InvalidParameterError
-from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._common import DEVICES, MICROBATCHES, table_from_columns
 from tabsched.schedules._registry import Family, Parameter, register
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 NAME = "zbv"
+_F, _I, _W = FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 
 def v_stages(devices, device):
@@ -36,43 +40,48 @@ def v_stages(devices, device):
 
 def device_order(devices, microbatches, device):
     """Device ``device``'s ops as ``(kind, chunk, microbatch)``, in order."""
+    names = {_F: "F", _I: "I", _W: "W"}
+    return [(names[kind], chunk, microbatch) for kind, chunk, microbatch in
+            zip(*(column.tolist() for column in device_columns(devices, microbatches, device)))]
+
+
+def device_columns(devices, microbatches, device):
+    """``device_order`` as arrays ``(kind codes, chunks, microbatches)``.
+
+    Each phase of the order is a block of rows of a few ops (a warm-up pair, a
+    steady step of six); every counter of the authors' loop advances by one per
+    row, so a phase's microbatches are ranges. The steady loop runs while chunk 1
+    has fewer forwards than chunk 0 or chunk 0 fewer than ``n``: chunk 0 reaches
+    ``n`` first, so it runs ``n - p`` times (chunk 1 starts it with ``p``).
+    """
     p, r = devices, device
     total = max(2 * p - 1, microbatches)
-    order = []
-    count = {("F", 0): 0, ("F", 1): 0, ("I", 0): 0, ("I", 1): 0, ("W", 0): 0, ("W", 1): 0}
+    warm = 2 * (p - r) - 1              # chunk 0's first forwards
+    steps = total - p                   # the steady loop's rounds
+    rows = []                           # blocks of (kinds, chunks, microbatch starts)
 
-    def run(kind, chunk):
-        order.append((kind, chunk, count[kind, chunk]))
-        count[kind, chunk] += 1
+    def block(count, kinds, chunks, starts, present=None):
+        shape = (count, len(kinds))
+        kind_codes, chunk_ids = np.empty(shape, dtype=np.int8), np.empty(shape, dtype=np.int8)
+        kind_codes[:], chunk_ids[:] = kinds, chunks
+        rows.append((kind_codes, chunk_ids, np.add.outer(np.arange(count), starts),
+                     np.ones(shape, dtype=bool) if present is None else present))
 
-    for _ in range(2 * (p - r) - 1):
-        run("F", 0)
-    for _ in range(r):
-        run("F", 1)
-        run("F", 0)
-    for _ in range(p - r):
-        run("F", 1)
-        run("I", 1)
-        run("W", 1)
-    while count["F", 1] < count["F", 0] or count["F", 0] < total:
-        if count["F", 0] < total:
-            run("F", 0)
-        run("I", 0)
-        run("W", 0)
-        run("F", 1)
-        run("I", 1)
-        run("W", 1)
-    for _ in range(r):
-        run("I", 0)
-        run("I", 1)
-    for _ in range(p - r):
-        run("I", 0)
-        run("W", 0)
-    while count["W", 1] < count["I", 1]:
-        run("W", 1)
-    while count["W", 0] < count["I", 0]:
-        run("W", 0)
-    return [op for op in order if op[2] < microbatches]
+    block(warm, [_F], [0], [0])
+    block(r, [_F, _F], [1, 0], [0, warm])
+    block(p - r, [_F, _I, _W], [1, 1, 1], [r, 0, 0])
+    steady = np.ones((steps, 6), dtype=bool)
+    steady[:, 0] = warm + r + np.arange(steps) < total     # chunk 0's forwards stop at n
+    block(steps, [_F, _I, _W, _F, _I, _W], [0, 0, 0, 1, 1, 1],
+          [warm + r, 0, 0, p, p - r, p - r], steady)
+    block(r, [_I, _I], [0, 1], [steps, p - r + steps])
+    block(p - r, [_I, _W], [0, 0], [steps + r, steps])
+    block(r, [_W], [1], [p - r + steps])
+    block(r, [_W], [0], [steps + p - r])
+    kinds, chunks, mbs = (np.concatenate([part[column][part[3]] for part in rows])
+                          for column in range(3))
+    keep = mbs < microbatches
+    return kinds[keep], chunks[keep], mbs[keep]
 
 
 def check_two_chunks(family, chunks):
@@ -86,13 +95,15 @@ def check_two_chunks(family, chunks):
 def build(devices, microbatches, chunks=2):
     check_two_chunks(NAME, chunks)
     p, n = devices, microbatches
-    builder = OrderBuilder(p)
+    columns = ([], [], [], [], [])
     for r in range(p):
-        stages = v_stages(p, r)
-        for kind, chunk, microbatch in device_order(p, n, r):
-            builder.add(r, kind, stages[chunk], microbatch)
-    return builder.table(num_stages=2 * p, num_microbatches=n, family=NAME,
-                         params={"devices": p, "microbatches": n, "chunks": 2})
+        kinds, chunks_of, mbs = device_columns(p, n, r)
+        stages = np.where(chunks_of == 0, *v_stages(p, r))
+        values = (np.full(len(kinds), r), np.arange(len(kinds)), kinds, stages, mbs)
+        for column, value in zip(columns, values):
+            column.append(value)
+    return table_from_columns(columns, p, num_stages=2 * p, num_microbatches=n, family=NAME,
+                              params={"devices": p, "microbatches": n, "chunks": 2})
 
 
 FAMILY = register(Family(
