@@ -145,7 +145,7 @@ def sweep_frame(rows):
     records = []
     for row in rows:
         record = dict(row)
-        if isinstance(record.get("params"), str):
-            record["params"] = json.loads(record["params"])
+        if isinstance(record.get("params"), str):     # empty for a skipped row
+            record["params"] = json.loads(record["params"]) if record["params"] else None
         records.append([record.get(column) for column in columns])
     return _frame(records, columns, time_unit="s", memory_unit="bytes")

@@ -440,10 +440,12 @@ class SweepResult(list):
 
 
 def _typed_row(row):
+    """The dict columns parsed; a skipped row's empty ``params`` (no table was built)
+    becomes None, which the CSV writes back as the empty cell it was."""
     row = dict(row)
-    for column in ("params", "parallel"):
+    for column, empty in (("params", None), ("parallel", {})):
         if isinstance(row.get(column), str):
-            row[column] = json.loads(row[column]) if row[column] else {}
+            row[column] = json.loads(row[column]) if row[column] else empty
     return row
 
 

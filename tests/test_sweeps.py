@@ -42,6 +42,15 @@ def test_invalid_combinations_are_skipped_with_a_reason(small_grid):
     assert gpipe["simulation_makespan_s"] is None
 
 
+def test_a_sweep_result_writes_the_csv_of_its_rows_skipped_ones_included(small_grid):
+    from tabsched.sweeps import SweepResult
+    rows = run_sweep(small_grid)
+    typed = SweepResult(rows)
+    skipped = next(row for row in typed if row["status"] == "skipped")
+    assert skipped["params"] is None and skipped["parallel"] == {}
+    assert typed.to_csv() == rows_to_csv(rows)
+
+
 def test_serial_processes_and_dask_give_identical_csv(small_grid, tmp_path):
     serial = rows_to_csv(run_sweep(small_grid))
     assert rows_to_csv(run_sweep(small_grid, jobs=2)) == serial
