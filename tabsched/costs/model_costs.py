@@ -71,6 +71,17 @@ def _all_kernels(model, parallel):
     return KernelTable(kernels), plan
 
 
+def _remember(cache, key, compute, limit):
+    """``compute()``, kept in ``cache`` under ``key``; a cache that holds ``limit``
+    answers starts over."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= limit:
+            cache.clear()
+        found = cache[key] = compute()
+    return found
+
+
 _SYSTEM_ANSWERS = {}
 
 
@@ -78,12 +89,7 @@ def _by_system(key, compute):
     """``compute()``, remembered under ``key``: a question of a system alone (its link
     matrices, a ring's time), asked again by every cost model on that system (one per
     microbatch size in a sweep). Equal systems are one key; at most 4096 answers."""
-    found = _SYSTEM_ANSWERS.get(key)
-    if found is None:
-        if len(_SYSTEM_ANSWERS) >= 4096:
-            _SYSTEM_ANSWERS.clear()
-        found = _SYSTEM_ANSWERS[key] = compute()
-    return found
+    return _remember(_SYSTEM_ANSWERS, key, compute, 4096)
 
 
 def _present(keys, space):
@@ -263,13 +269,7 @@ overlap_grad_reduce, scatter_gather
         depends on the table only through its stage count, layer split and microbatch
         sizes, and a sweep asks the same question for table after table. The arrays
         are read-only; a store holds at most 256 shapes."""
-        cache = self.__dict__.setdefault(store, {})
-        found = cache.get(key)
-        if found is None:
-            if len(cache) >= 256:
-                cache.clear()
-            found = cache[key] = compute()
-        return found
+        return _remember(self.__dict__.setdefault(store, {}), key, compute, 256)
 
     def _shape(self, table):
         """Layers per stage, first/last-stage masks, unique samples and each microbatch's index."""
