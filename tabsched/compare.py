@@ -177,12 +177,12 @@ class Comparison:
     label: str
     family: str
     params: dict
-    formula: dict = None
-    table: dict = None
-    simulation: dict = None
+    formula: dict | None = None
+    table: dict | None = None
+    simulation: dict | None = None
     ranks: dict = field(default_factory=dict)
-    error: str = None
-    lengths: dict = None
+    error: str | None = None
+    lengths: dict | None = None
 
     @property
     def disagrees(self):

@@ -58,8 +58,8 @@ class PathStep:
     label: str
     start: float
     end: float
-    device: int = None
-    link: tuple = None
+    device: int | None = None
+    link: tuple | None = None
     kind: str = "op"
 
     @property
@@ -133,13 +133,13 @@ class Result:
     memory_unit: str
     costs: dict
     contention: str
-    formula: dict = None
-    memory_budget: float = None
+    formula: dict | None = None
+    memory_budget: float | None = None
     violations: list = field(default_factory=list)
     _lowered: object = field(default=None, repr=False)
-    _node_start: np.ndarray = field(default=None, repr=False)
-    _node_durations: np.ndarray = field(default=None, repr=False)
-    _binding: np.ndarray = field(default=None, repr=False)
+    _node_start: np.ndarray | None = field(default=None, repr=False)
+    _node_durations: np.ndarray | None = field(default=None, repr=False)
+    _binding: np.ndarray | None = field(default=None, repr=False)
     _cost_model: object = field(default=None, repr=False)
     notes: list = field(default_factory=list)
 
@@ -683,7 +683,7 @@ class Summary:
     bubble_ratio: float
     peak_activation: list
     peak_memory: list
-    formula: dict = None
+    formula: dict | None = None
 
 
 def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):

@@ -18,6 +18,8 @@ so every cost model, profiled or model-based, is judged the same way.
 (0.2727, [4, 3, 2, 1])
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tabsched.costs import UnitCosts
@@ -27,9 +29,9 @@ __all__ = ["formula_for", "formula_level", "formula_levels", "formula_mismatch",
            "register_formula",
            "nominal_times", "FORMULAS"]
 
-FORMULAS = {}
+FORMULAS: dict[str, Callable] = {}
 #: family -> function(params) -> the number of stages of the family's table.
-FORMULA_STAGES = {}
+FORMULA_STAGES: dict[str, Callable] = {}
 #: Parameters that are counts wherever a family takes them.
 _COUNT_PARAMETERS = ("devices", "microbatches", "chunks", "waves", "pipelines", "group_size")
 
@@ -252,7 +254,7 @@ def _measured_on_probe(table, costs):
     return costs.op_durations(probe)
 
 
-_PROBES = {}
+_PROBES: dict[tuple, object] = {}
 
 
 def _remembered_probe(key, table, costs):

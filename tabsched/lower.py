@@ -130,7 +130,7 @@ class LoweredSchedule:
     num_resources: int
     transfers: Transfers
     contention: str
-    sync_stage: np.ndarray = None
+    sync_stage: np.ndarray | None = None
     optimizer: bool = False
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
@@ -141,7 +141,7 @@ class LoweredSchedule:
     #: row orders deadlock.
     layout: object = None
     #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
-    unfinished: np.ndarray = None
+    unfinished: np.ndarray | None = None
 
     def __post_init__(self):
         if self.layout is None and self.unfinished is None:
@@ -631,13 +631,15 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         raise InvalidParameterError(
             f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
             f"int32 ids hold at most {MAX_IDS}")
-    sources = np.concatenate([group for group, _ in edge_groups]).astype(INDEX, copy=False)
-    targets = np.concatenate([group for _, group in edge_groups]).astype(INDEX, copy=False)
+    edge_sources = np.concatenate([group for group, _ in edge_groups]).astype(INDEX,
+                                                                              copy=False)
+    edge_targets = np.concatenate([group for _, group in edge_groups]).astype(INDEX,
+                                                                              copy=False)
     del edge_groups
     indptr = np.empty(num_nodes + 1, dtype=INDEX)
     successors = np.empty(num_edges, dtype=INDEX)
-    _check_status(_build.csr(sources, targets, indptr, successors))
-    del sources, targets
+    _check_status(_build.csr(edge_sources, edge_targets, indptr, successors))
+    del edge_sources, edge_targets
 
     resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
                                           devices_per_node)

@@ -74,11 +74,11 @@ class SweepTask:
     microbatches: int
     model: str
     systems: tuple
-    global_batch: int = None
-    recompute: str = None
-    contention: str = None
+    global_batch: int | None = None
+    recompute: str | None = None
+    contention: str | None = None
     grad_sync: str = "replicas"
-    lengths: tuple = None
+    lengths: tuple | None = None
     parallel: tuple = ()
 
     @property

@@ -27,7 +27,7 @@ import numpy as np
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as a package (tomllib's origin)
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef,import-not-found]
 
 from tabsched.costs.units import UNITS, format_quantity, parse_quantity
 from tabsched.exceptions import InvalidParameterError, UnknownNameError

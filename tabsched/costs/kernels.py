@@ -130,10 +130,10 @@ class Kernel:
     flops: tuple = (0.0, 0.0)
     read: tuple = (0.0, 0.0)
     written: tuple = (0.0, 0.0)
-    collective: str = None
+    collective: str | None = None
     message: tuple = (0.0, 0.0)
     outputs: tuple = (0.0, 0.0)
-    hides_behind: str = None
+    hides_behind: str | None = None
 
     def at(self, samples):
         """``(flops, read, written, message)`` for microbatches of ``samples`` samples."""

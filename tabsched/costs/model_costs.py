@@ -82,7 +82,7 @@ def _remember(cache, key, compute, limit):
     return found
 
 
-_SYSTEM_ANSWERS = {}
+_SYSTEM_ANSWERS: dict[tuple, object] = {}
 
 
 def _by_system(key, compute):

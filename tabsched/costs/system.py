@@ -99,16 +99,16 @@ class LinkOverride(NamedTuple):
     """The link between ``devices[0]`` and ``devices[1]`` (both directions)."""
 
     devices: tuple
-    bandwidth: float = None
-    latency: float = None
+    bandwidth: float | None = None
+    latency: float | None = None
 
 
 class NodeOverride(NamedTuple):
     """Every link into or out of the devices of ``node``."""
 
     node: int
-    bandwidth: float = None
-    latency: float = None
+    bandwidth: float | None = None
+    latency: float | None = None
 
 
 # Sane ranges of what a file (or a caller) may say, in SI units. A value outside them is a
@@ -309,7 +309,7 @@ class System:
     inter_node_efficiency: float = 1.0
     matrix_wave: float = 0.0
     launch_latency: float = 0.0
-    memory_capacity: float = None
+    memory_capacity: float | None = None
     contention: str = "link"
     blocking_sends: bool = False
     link_overrides: tuple = field(default=())

@@ -218,8 +218,8 @@ class TransformerModel:
     heads: int
     sequence: int
     vocab: int
-    kv_heads: int = None
-    ffn: int = None
+    kv_heads: int | None = None
+    ffn: int | None = None
     gated_ffn: bool = False
     dropout: bool = True
     norm: str = "layernorm"
@@ -227,9 +227,9 @@ class TransformerModel:
     dtype: object = "bf16"
     microbatch_size: int = 1
     recompute: str = "none"
-    grad_bytes: int = None
+    grad_bytes: int | None = None
     optimizer_bytes: float = 12.0
-    bytes_per_param: float = None
+    bytes_per_param: float | None = None
     name: str = "custom"
     description: str = ""
 

@@ -176,14 +176,16 @@ def parse_quantity(value: float | str, unit: str, *, name: str | None = None) ->
     else:
         text = str(value)
         match = _NUMBER.fullmatch(text)
-        try:
-            factor = _multiplier(match.group(2), unit) if match else None
-        except _Ambiguous:
-            raise InvalidParameterError(
-                f"{label}{_shown(text)} is ambiguous: write {match.group(1)}"
-                f"{match.group(2).strip()[:1].upper()}B/s for bytes or {match.group(1)}"
-                f"{match.group(2).strip()[:1].upper()}bit/s for bits per second") from None
-        if factor is None:
+        factor = None
+        if match is not None:
+            try:
+                factor = _multiplier(match.group(2), unit)
+            except _Ambiguous:
+                raise InvalidParameterError(
+                    f"{label}{_shown(text)} is ambiguous: write {match.group(1)}"
+                    f"{match.group(2).strip()[:1].upper()}B/s for bytes or {match.group(1)}"
+                    f"{match.group(2).strip()[:1].upper()}bit/s for bits per second") from None
+        if match is None or factor is None:
             raise InvalidParameterError(f"{label}{_shown(text)} is not {_WHAT[unit]} "
                                         f"(expected e.g. {UNITS[unit]}; accepted forms: "
                                         f"{ACCEPTED[unit]})")

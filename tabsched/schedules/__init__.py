@@ -27,7 +27,7 @@ _FAMILY_MODULES = [module.name for module in pkgutil.iter_modules(__path__)
 _MODULE_OF = {"1f1b": "one_f_one_b", "interleaved-1f1b": "interleaved",
               "zb-h1": "zb_handcrafted", "zb-h2": "zb_handcrafted", "v-half": "v_shape",
               "v-min": "v_shape"}
-_everything = []
+_everything: list[bool] = []   # [True] once every family module is imported
 
 
 def _load(name=None):

@@ -17,6 +17,7 @@ the generator as ``stage_layers``, because a model's costs depend on it.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ __all__ = ["Family", "Parameter", "register", "generate", "families", "get_famil
 _FAMILIES: dict[str, Family] = {}
 #: ``load(name)``, set by the package: import the module that registers ``name``
 #: (as far as the name tells), or every family module when ``name`` is None.
-_loader = []
+_loader: list[Callable[[str | None], None]] = []
 
 
 def set_loader(load):
