@@ -1060,12 +1060,18 @@ def _fused_passes():
 
     ``_kernel_avx2`` is imported only on a CPU with AVX2 (its code would fault on
     another) and only if the build made it (x86-64 with GCC or Clang);
-    ``TABSCHED_SIMD=baseline`` in the environment keeps to this module's build.
+    ``TABSCHED_SIMD=baseline`` in the environment keeps to this module's build
+    (``auto``, ``avx2`` or unset: the best this CPU runs; another value is named in a
+    warning and read as ``auto``).
     """
     import os
+    choice = os.environ.get("TABSCHED_SIMD", "").strip().lower()
+    if choice not in ("", "auto", "avx2", "baseline"):
+        import warnings
+        warnings.warn(f"TABSCHED_SIMD={choice[:40]!r} is not auto, avx2 or baseline: "
+                      f"read as auto", RuntimeWarning, stacklevel=1)
     passes = {}
-    if (tabsched_cpu_has_avx2()
-            and os.environ.get("TABSCHED_SIMD", "").strip().lower() != "baseline"):
+    if tabsched_cpu_has_avx2() and choice != "baseline":
         try:
             from tabsched import _kernel_avx2
         except ImportError:

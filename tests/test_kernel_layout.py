@@ -324,3 +324,19 @@ def test_tabsched_simd_baseline_keeps_to_the_baseline_build():
     shown = subprocess.run([sys.executable, "-c", code], env=environment, check=True,
                            capture_output=True, text=True).stdout.split()
     assert shown == ["baseline", "['baseline']"]
+
+
+def test_an_unknown_tabsched_simd_is_named_in_a_warning_and_read_as_auto():
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "try:\n"
+            "    from tabsched import _kernel\n"
+            "except RuntimeWarning as warning:\n"
+            "    print(warning)\n")
+    environment = dict(os.environ, TABSCHED_SIMD="sse9")
+    shown = subprocess.run([sys.executable, "-c", code], env=environment, check=True,
+                           capture_output=True, text=True).stdout.strip()
+    assert shown == "TABSCHED_SIMD='sse9' is not auto, avx2 or baseline: read as auto"
+    code = "from tabsched import _kernel; print(list(_kernel.FUSED_PASSES)[-1])"
+    shown = subprocess.run([sys.executable, "-c", code], env=environment, check=True,
+                           capture_output=True, text=True)
+    assert shown.stdout.strip() == "baseline" and shown.stderr.count("\n") <= 2
