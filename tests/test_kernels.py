@@ -4,7 +4,7 @@ import pytest
 
 from tabsched.costs.kernels import (COLLECTIVE, MATRIX, VECTOR, KernelTable, embedding_kernels,
                                     layer_kernels, output_kernels)
-from tabsched.costs.parallel import Parallelism
+from tabsched.execution import Parallelism
 from tabsched.costs.transformer import TransformerModel
 
 # h=64, a=4 (dh 16), s=16, V=100, bf16 (d=2), dropout (1-byte masks), f=4h=256, g=2.

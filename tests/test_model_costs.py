@@ -377,10 +377,10 @@ def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
         assert costs._all_reduce_time(4e9, [3, 0], devices) == \
             costs.placement.all_reduce_time(4e9, [0, 3])
     assert costs._all_reduce_time(4e9, (0, 3), 4) == costs._all_reduce_time(4e9, [3, 0], 4)
-    from tabsched.costs.model_costs import _SYSTEM_ANSWERS
+    from tabsched import _memo
     for size in range(5000):            # the answers are forgotten beyond 4096
         costs._all_reduce_time(float(size), [0, 1], 2)
-    assert 0 < len(_SYSTEM_ANSWERS) <= 4096
+    assert 0 < _memo.sizes()["tabsched.costs.model_costs._ring_all_reduce"] <= 4096
     # answers belong to the system: another microbatch size shares them, another
     # system (equal but for one slow link) has its own
     other_size = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2,
@@ -421,12 +421,13 @@ def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
     made once per model; each phase's kernels timed on their own table and summed
     kind by kind (hidden collectives costing what they run beyond their partner)
     give the same seconds, to the bit."""
-    from tabsched.costs.model_costs import _KIND_PHASES
+    from tabsched.costs.model_costs import _KIND_PHASES, _kernel_seconds
     costs = ModelCosts("gpt3-175b", system, **options)
     samples = np.array([1.0, 3.0])
     together = costs.part_times(samples)
     for part, phases in costs._tables.items():
-        seconds = {phase: costs._kernel_seconds(kernels, samples)[0]
+        seconds = {phase: _kernel_seconds(costs.model, costs.system, costs.placement,
+                                          kernels, samples)[0]
                    for phase, kernels in phases.items() if len(kernels)}
         expected = np.zeros((4, len(samples)))
         for kind, kind_phases in _KIND_PHASES.items():

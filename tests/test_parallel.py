@@ -5,7 +5,7 @@ import pytest
 
 from tabsched import InvalidParameterError, ModelCosts, System, TransformerModel, evaluate, generate
 from tabsched.costs.collectives import ring_time
-from tabsched.costs.parallel import Parallelism
+from tabsched.execution import Parallelism
 from tabsched.lower import lower
 
 

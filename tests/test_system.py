@@ -198,8 +198,10 @@ def test_link_efficiency_applies_to_transfers_and_collectives():
     system = two_nodes(intra_node_efficiency=0.5, inter_node_efficiency=0.8)
     bandwidth, _ = system.link_matrices(4)
     assert bandwidth[0, 1] == 50e9 and bandwidth[1, 2] == 8e9
-    assert system.group_link(True) == (50e9, 1e-6)
-    assert system.group_link(False) == (8e9, 1e-5)
+    assert system.tier_link("node") == (50e9, 1e-6)
+    assert system.tier_link("network") == (8e9, 1e-5)
+    with pytest.raises(InvalidParameterError, match="tier 'rack' is not one of node, network"):
+        system.tier_link("rack")
     assert system.transfer_time(8e9, 1, 2) == pytest.approx(1e-5 + 1.0)
 
 

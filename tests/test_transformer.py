@@ -5,7 +5,7 @@ import pytest
 
 from tabsched import (InvalidParameterError, TransformerModel, UnknownNameError, load_model,
                       model_presets)
-from tabsched.costs.parallel import Parallelism
+from tabsched.execution import Parallelism
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 # A small GPT layer: h=64, a=4, s=16, V=100, bf16; b=2 samples, so T=32 tokens.

@@ -88,8 +88,10 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                           memory_budget=memory_budget_value(memory_budget, costs),
                           **schedule_params)
     if grad_sync or optimizer:
-        costs.grad_sync = parse_grad_sync(grad_sync) if grad_sync else costs.grad_sync
-        costs.optimizer_step = bool(optimizer) or costs.optimizer_step
+        run = costs.execution
+        costs = costs.with_execution(run.replace(
+            grad_sync=parse_grad_sync(grad_sync) if grad_sync else run.grad_sync,
+            optimizer_step=True if optimizer else run.optimizer_step))
     if max_rounds < 1:
         raise click.ClickException(f"--max-rounds must be >= 1, not {max_rounds}")
     check_samples(variation_params)

@@ -6,7 +6,7 @@ import os
 import click
 
 from tabsched.costs import ModelCosts, StageCosts, UnitCosts
-from tabsched.costs.parallel import ATTENTION_IMPLEMENTATIONS
+from tabsched.execution import ATTENTION_IMPLEMENTATIONS
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError
 from tabsched.io import TABLE_SUFFIXES, read_table

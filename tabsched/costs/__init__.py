@@ -20,8 +20,9 @@ The package holds the seam and what the models stand on:
   bytes moved, activations, working memory, parameters);
 * :mod:`~tabsched.costs.kernels` -- the kernels of a layer, the embedding and the
   output layer per operation kind (FLOPs, bytes read and written, class);
-* :mod:`~tabsched.costs.parallel` -- ``Parallelism``: tensor, sequence and data
-  parallelism, the attention kernel, optimizer sharding;
+* :mod:`~tabsched.costs.placement` -- where each parallel group of an execution
+  (:mod:`tabsched.execution`) sits on the system's nodes, and so which network
+  tier its collectives cross;
 * :mod:`~tabsched.costs.system` -- the system description (a roofline per
   kernel, efficiency tables, wave quantization, links);
 * :mod:`~tabsched.costs.collectives` -- ring all-reduce, reduce-scatter and
@@ -32,12 +33,12 @@ The package holds the seam and what the models stand on:
 
 from tabsched.costs.base import CostModel, StageCosts, UnitCosts
 from tabsched.costs.model_costs import ModelCosts
-from tabsched.costs.parallel import Parallelism
 from tabsched.costs.system import System, load_system, system_presets
 from tabsched.costs.transformer import TransformerModel, load_model, model_presets
 from tabsched.costs.units import format_quantity, parse_quantity
+from tabsched.execution import Execution, Parallelism
 
-__all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "Parallelism",
+__all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "Execution", "Parallelism",
            "TransformerModel",
            "load_model", "model_presets", "System", "load_system", "system_presets",
            "parse_quantity", "format_quantity"]

@@ -11,12 +11,17 @@ A cost model answers, vectorised over a table's operations:
   (working memory; zeros unless the model states it);
 * ``persistent_memory(table)`` -- memory each device holds all the time.
 
-and carries the execution options that belong to the system it models:
-``contention``, ``devices_per_node``, ``blocking_sends``, and ``overlap``, the
-factor applied to the summed parts of an overlapped cell (1.0: no overlap gain).
-The iteration's tail, when lowered with one, costs ``tail_durations(table,
-lowered)``: a gradient sync per synced stage and an optimizer step per device;
-``grad_sync`` and ``optimizer_step`` say whether the model wants them by default.
+and holds the :class:`~tabsched.execution.Execution` it prices (``execution``:
+``contention``, ``devices_per_node``, ``blocking_sends``, ``grad_sync`` and
+``optimizer_step`` are read from it), and ``overlap``, the factor applied to the
+summed parts of an overlapped cell (1.0: no overlap gain). The iteration's tail,
+when lowered with one, costs ``tail_durations(table, lowered)``: a gradient sync
+per synced stage and an optimizer step per device.
+
+Cost models are frozen: once built, assigning to one raises
+(``dataclasses.FrozenInstanceError``, an ``AttributeError``), so that nothing it
+computed and remembered can go stale. ``with_execution(execution)`` gives the
+same costs run another way.
 
 ``UnitCosts`` is the idealized-table level; ``StageCosts`` takes profiled
 per-stage numbers; ``ModelCosts`` (:mod:`tabsched.costs.model_costs`) derives
@@ -24,12 +29,15 @@ everything from a transformer (:mod:`tabsched.costs.transformer`) on a system
 (:mod:`tabsched.costs.system`), in seconds and bytes.
 """
 
+import copy
+import dataclasses
+import functools
 import numbers
 
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import CONTENTION_MODES
+from tabsched.execution import Execution
 
 __all__ = ["CostModel", "UnitCosts", "StageCosts"]
 
@@ -76,7 +84,10 @@ def _stage_values(name, value, table):
 
 
 class CostModel:
-    """Base class of the cost models; see the module docstring."""
+    """Base class of the cost models; see the module docstring.
+
+    A subclass's instances are frozen when its outermost ``__init__`` returns.
+    """
 
     #: "table" for the idealized level, "simulation" when times are modelled.
     level = "simulation"
@@ -84,13 +95,72 @@ class CostModel:
     memory_unit = "activations"
     #: unit of every time a result reports.
     time_unit = "slots"
-    contention = "none"
-    devices_per_node = None
-    blocking_sends = False
+    #: How the model runs across devices; a cost model that prices no parallelism runs
+    #: the default execution (contention none, no tail).
+    execution = Execution()
     input_grad_release = 0.0
     overlap = 1.0
-    grad_sync = None
-    optimizer_step = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def frozen_after(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            if type(self).__init__ is frozen_after:   # the outermost constructor is done
+                object.__setattr__(self, "_frozen", True)
+        cls.__init__ = frozen_after
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_frozen"):
+            raise dataclasses.FrozenInstanceError(
+                f"cannot assign to field {name!r}: {type(self).__name__} is frozen (build a "
+                f"new one, or use with_execution() to run it another way)")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        if self.__dict__.get("_frozen"):
+            raise dataclasses.FrozenInstanceError(
+                f"cannot delete field {name!r}: {type(self).__name__} is frozen")
+        object.__delattr__(self, name)
+
+    # The lowering options, read from the execution.
+    @property
+    def contention(self):
+        return self.execution.contention or "none"
+
+    @property
+    def devices_per_node(self):
+        """Table devices per node (what ``nic`` contention's ports count)."""
+        return self.execution.devices_per_node
+
+    @property
+    def blocking_sends(self):
+        return bool(self.execution.blocking_sends)
+
+    @property
+    def grad_sync(self):
+        """The stages synced at the end when the table says nothing."""
+        return self.execution.default_grad_sync
+
+    @property
+    def optimizer_step(self):
+        return self.execution.needs_optimizer_step
+
+    def with_execution(self, execution):
+        """These costs run as ``execution``: ``self`` when it is the one held already,
+        else a copy holding it (a cost model that prices parallelism builds anew)."""
+        if not isinstance(execution, Execution):
+            raise InvalidParameterError(f"execution must be an Execution, not "
+                                        f"{type(execution).__name__}")
+        if execution == self.execution:
+            return self
+        changed = copy.copy(self)
+        object.__setattr__(changed, "execution", execution)
+        return changed
 
     def op_durations(self, table):
         raise NotImplementedError
@@ -257,6 +327,9 @@ class StageCosts(CostModel):
     contention : {"none", "link", "nic"}
     devices_per_node : int, optional
         For ``nic`` contention.
+    blocking_sends : bool
+    execution : Execution, optional
+        The execution the three keywords above change (default ``Execution()``).
     time_unit : str
         Label of the unit the numbers are in (default "s").
 
@@ -269,8 +342,8 @@ class StageCosts(CostModel):
 
     def __init__(self, forward, backward=None, input_grad=None, weight_grad=None, *,
                  comm=0.0, activation=1.0, input_grad_release=0.0, overlap=1.0,
-                 contention="none", devices_per_node=None, blocking_sends=False,
-                 sync=0.0, optimizer=0.0, time_unit="s"):
+                 contention=None, devices_per_node=None, blocking_sends=None,
+                 sync=0.0, optimizer=0.0, time_unit="s", execution=None):
         self.forward = _per_stage("forward", forward)
         self.backward = (_per_stage("backward", backward) if backward is not None
                          else self.forward * 2)
@@ -294,12 +367,15 @@ class StageCosts(CostModel):
         self.activation = _per_stage("activation", activation)
         self.input_grad_release = _fraction("input_grad_release", input_grad_release)
         self.overlap = _non_negative("overlap", overlap)
-        if contention not in CONTENTION_MODES:
-            raise InvalidParameterError(f"contention {contention!r} is not one of "
-                                        f"{', '.join(CONTENTION_MODES)}")
-        self.contention = contention
-        self.devices_per_node = devices_per_node
-        self.blocking_sends = bool(blocking_sends)
+        base = Execution() if execution is None else execution
+        if not isinstance(base, Execution):
+            raise InvalidParameterError(f"execution must be an Execution, not "
+                                        f"{type(base).__name__}")
+        given = {key: value for key, value in (
+            ("contention", contention), ("devices_per_node", devices_per_node),
+            ("blocking_sends", None if blocking_sends is None else bool(blocking_sends)))
+            if value is not None}
+        self.execution = base.replace(**given) if given else base
         self.sync = _non_negative("sync", sync)
         self.optimizer = _non_negative("optimizer", optimizer)
         self.time_unit = time_unit

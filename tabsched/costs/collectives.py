@@ -4,7 +4,10 @@ One place for the cost of the collectives tabsched models, used alike by
 tensor parallelism (the all-reduces, or reduce-scatters and all-gathers, inside
 a layer), data parallelism (the gradient all-reduce at the end of an
 iteration, the parameter all-gather after a sharded optimizer step) and the
-gradient sync of replicated stages (Chimera's replicas).
+gradient sync of replicated stages (Chimera's replicas). A collective runs over
+one parallel group: :func:`group_time` prices it from where the group sits
+(:class:`~tabsched.costs.placement.GroupSpan`: inside a node, or across nodes)
+on the system's link of that tier.
 
 ``n`` ranks hold ``nbytes`` each (all-reduce; the full buffer for
 reduce-scatter and all-gather). The ring algorithm (Patarasuk and Yuan 2009,
@@ -35,7 +38,7 @@ import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["COLLECTIVES", "ring_steps", "ring_time"]
+__all__ = ["COLLECTIVES", "ring_steps", "ring_time", "group_time"]
 
 #: Per collective: (steps per rank beyond the first, as a multiple of ``n-1``).
 COLLECTIVES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
@@ -61,3 +64,21 @@ def ring_time(collective, nbytes, ranks, bandwidth, latency):
     chunk = np.asarray(nbytes, dtype=np.float64) / int(ranks)
     time = steps * (latency + chunk / bandwidth)
     return time if np.ndim(time) else float(time)
+
+
+def group_time(collective, nbytes, group, system):
+    """Seconds of ``collective`` of ``nbytes`` over a parallel group, as a ring.
+
+    ``group`` is a :class:`~tabsched.costs.placement.GroupSpan`; the ring's
+    slowest link is the system's link of the tier the group crosses
+    (:meth:`~tabsched.costs.system.System.tier_link`): inside a node when every
+    member shares one, else between nodes, each member on its own network port.
+
+    >>> from tabsched.costs.placement import GroupSpan
+    >>> from tabsched.costs.system import load_system
+    >>> inside = GroupSpan("tensor", 8, 1, 8, 1)
+    >>> group_time("all_reduce", 8e9, inside, load_system("dgx-a100")) > 0
+    True
+    """
+    bandwidth, latency = system.tier_link(group.tier)
+    return ring_time(collective, nbytes, group.size, bandwidth, latency)

@@ -100,7 +100,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched.costs.collectives import COLLECTIVES
-from tabsched.costs.parallel import Parallelism
+from tabsched.costs.placement import GROUPS
+from tabsched.execution import Execution
 
 __all__ = ["Kernel", "KernelTable", "layer_kernels", "embedding_kernels", "output_kernels",
            "CLASSES", "MATRIX", "VECTOR", "COLLECTIVE", "PHASES"]
@@ -120,9 +121,12 @@ class Kernel:
     its tiles cover; see ``matrix_wave`` in :mod:`tabsched.costs.system`). A
     collective kernel's ``message`` is the buffer it reduces or gathers (the
     full ``s*b*h`` activation, not one rank's part), in ``(fixed,
-    per_sample)`` bytes; its ``collective`` names the ring algorithm, and
-    ``hides_behind`` names the kernel it runs beside when both are in one
-    operation (Megatron-LM launches it asynchronously before that kernel).
+    per_sample)`` bytes; its ``collective`` names the ring algorithm, its
+    ``group`` the parallel group it runs over (one of
+    :data:`~tabsched.costs.placement.GROUPS`: the placement says which links
+    that group crosses), and ``hides_behind`` names the kernel it runs beside
+    when both are in one operation (Megatron-LM launches it asynchronously
+    before that kernel).
     """
 
     name: str
@@ -134,6 +138,7 @@ class Kernel:
     message: tuple = (0.0, 0.0)
     outputs: tuple = (0.0, 0.0)
     hides_behind: str | None = None
+    group: str | None = None
 
     def at(self, samples):
         """``(flops, read, written, message)`` for microbatches of ``samples`` samples."""
@@ -152,6 +157,7 @@ class KernelTable:
         self.matrix = cls == MATRIX
         self.collective = cls == COLLECTIVE
         self.kinds = [kernel.collective for kernel in self.kernels]
+        self.groups = [kernel.group for kernel in self.kernels]
         self.hides_behind = [kernel.hides_behind for kernel in self.kernels]
         self._coefficients = {
             field: np.array([getattr(kernel, field) for kernel in self.kernels],
@@ -169,8 +175,11 @@ class KernelTable:
 
 
 # ---------------------------------------------------------------- builders
+_SERIAL = Execution()
+
+
 def _shape(model, parallel):
-    parallel = Parallelism() if parallel is None else parallel
+    parallel = _SERIAL if parallel is None else parallel
     t = parallel.tensor_parallel
     return dict(
         h=float(model.hidden), s=float(model.sequence), d=float(model.dtype_bytes),
@@ -194,10 +203,13 @@ def _vector(name, reads, writes):
     return Kernel(name, VECTOR, (0.0, 0.0), (0.0, reads), (0.0, writes))
 
 
-def _collective(name, collective, message, hides_behind=None):
-    assert collective in COLLECTIVES
+def _collective(name, collective, message, hides_behind=None, group="tensor"):
+    """A collective over ``group``: every collective inside a layer, the embedding and
+    the output layer runs over the tensor group (Megatron-LM's vocabulary-parallel
+    embedding and cross entropy reduce over the tensor ranks too)."""
+    assert collective in COLLECTIVES and group in GROUPS
     return Kernel(name, COLLECTIVE, collective=collective, message=(0.0, message),
-                  hides_behind=hides_behind)
+                  hides_behind=hides_behind, group=group)
 
 
 def _forward(x, norm_name):

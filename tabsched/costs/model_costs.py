@@ -4,22 +4,27 @@ The transformer (:mod:`tabsched.costs.transformer`) gives each operation's
 kernels (:mod:`tabsched.costs.kernels`) and activation bytes; the system
 (:mod:`tabsched.costs.system`) times each kernel by its own roofline and prices
 every transfer on its link (Hockney) and every collective on its ring
-(:mod:`tabsched.costs.collectives`); the parallelism
-(:mod:`tabsched.costs.parallel`) says how many tensor ranks share a stage and
-how many replicas of the pipeline sync their gradients.
-"""
+(:mod:`tabsched.costs.collectives`); the execution
+(:class:`~tabsched.execution.Execution`) says how many tensor ranks share a stage
+and how many replicas of the pipeline reduce their gradients, and its placement
+(:mod:`tabsched.costs.placement`) which links each parallel group crosses.
 
-import functools
+A cost model is frozen: assigning to it raises. What it computes per table shape
+is remembered by :mod:`tabsched._memo`, keyed by the frozen model, system and
+execution it was built from, so no answer can outlive a change.
+"""
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs.base import CostModel, _non_negative
+from tabsched.costs.collectives import group_time
 from tabsched.costs.kernels import KernelTable
-from tabsched.costs.parallel import Parallelism
+from tabsched.costs.placement import Placement
 from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import CONTENTION_MODES
+from tabsched.execution import Execution
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
@@ -30,7 +35,7 @@ _PARTS = ("layer", "embedding", "output")
 _KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
 
 
-@functools.lru_cache(maxsize=64)
+@memo(limit=64)
 def _kernel_tables(model, parallel):
     """``{part: {phase: KernelTable}}`` of ``model`` run with ``parallel``: what the
     system does not change, built once for the cost models of one model on many
@@ -40,7 +45,7 @@ def _kernel_tables(model, parallel):
             for part in _PARTS}
 
 
-@functools.lru_cache(maxsize=64)
+@memo(limit=64)
 def _all_kernels(model, parallel):
     """Every kernel of ``_kernel_tables(model, parallel)`` in one table, and how
     ``part_times`` sums them: per part, ``(kind, rows, hides)`` for each kind of
@@ -71,25 +76,137 @@ def _all_kernels(model, parallel):
     return KernelTable(kernels), plan
 
 
-def _remember(cache, key, compute, limit):
-    """``compute()``, kept in ``cache`` under ``key``; a cache that holds ``limit``
-    answers starts over."""
-    found = cache.get(key)
-    if found is None:
-        if len(cache) >= limit:
-            cache.clear()
-        found = cache[key] = compute()
-    return found
+@memo(limit=4096)
+def _link_matrices(pipeline_view, num_devices):
+    """``pipeline_view.link_matrices(num_devices)``: asked again by every cost model on a
+    system (one per microbatch size in a sweep); equal systems are one answer."""
+    return pipeline_view.link_matrices(num_devices)
 
 
-_SYSTEM_ANSWERS: dict[tuple, object] = {}
+@memo(limit=4096)
+def _ring_all_reduce(pipeline_view, nbytes, devices, num_devices):
+    """A ring all-reduce of ``nbytes`` among ``devices`` (sorted) of a run of
+    ``num_devices``: a sweep syncs the same stages among the same devices table after
+    table, and the link matrices of the run serve every ring in it."""
+    return pipeline_view.all_reduce_time(nbytes, devices,
+                                         _link_matrices(pipeline_view, num_devices))
 
 
-def _by_system(key, compute):
-    """``compute()``, remembered under ``key``: a question of a system alone (its link
-    matrices, a ring's time), asked again by every cost model on that system (one per
-    microbatch size in a sweep). Equal systems are one key; at most 4096 answers."""
-    return _remember(_SYSTEM_ANSWERS, key, compute, 4096)
+@memo(limit=4096)
+def _table_shape(model, num_stages, stage_layers, microbatch_sizes):
+    """Layers per stage, first/last-stage masks, unique samples and each microbatch's
+    index: the per-shape work of a cost model depends on a table only through its stage
+    count, layer split and microbatch sizes, and a sweep asks it table after table."""
+    layers = _stage_layers(model, num_stages, stage_layers)
+    samples = _samples(model, microbatch_sizes)
+    unique, inverse = np.unique(samples, return_inverse=True)
+    _check_int64(model, layers, unique, samples)
+    first, last = _end_stages(len(layers))
+    return layers, first, last, unique, inverse.ravel()
+
+
+def _stage_layers(model, num_stages, stage_layers):
+    """Layers of each stage: ``stage_layers``, or an even split of the model's."""
+    S, layers = num_stages, model.layers
+    if stage_layers is None:
+        if S and layers % S:
+            raise InvalidParameterError(
+                f"model {model.name} has {layers} layers, which do not split evenly "
+                f"over the table's {S} stages (give the table stage_layers)")
+        return np.full(S, layers // S if S else 0, dtype=np.int64)
+    per_stage = np.asarray(stage_layers, dtype=np.int64)
+    if int(per_stage.sum()) != layers:
+        raise InvalidParameterError(
+            f"the table's stage_layers sum to {int(per_stage.sum())} but model "
+            f"{model.name} has {layers} layers")
+    return per_stage
+
+
+def _samples(model, microbatch_sizes):
+    """Samples of each microbatch of relative size ``microbatch_sizes`` (whole numbers)."""
+    sizes = np.asarray(microbatch_sizes, dtype=np.float64)
+    samples = sizes * model.microbatch_size
+    whole = np.round(samples)
+    bad = np.flatnonzero((np.abs(samples - whole) > 1e-9 * np.maximum(samples, 1.0))
+                         | (whole < 1))
+    if len(bad):
+        m = int(bad[0])
+        raise InvalidParameterError(
+            f"microbatch {m} has relative size {sizes[m]:g}: {samples[m]:g} samples of a "
+            f"{model.microbatch_size}-sample microbatch, but samples must be whole "
+            f"(raise microbatch_size)")
+    return whole
+
+
+def _check_int64(model, layers, unique, samples):
+    """Activation bytes (exact, in Python ints) must fit int64, per stage and in total."""
+    if not len(layers) or not len(unique):
+        return
+    per_layer = model.layer_activation(1)
+    per_sample = [int(n) * per_layer for n in layers.tolist()]
+    per_sample[0] += model.embedding_activation(1)
+    per_sample[-1] += model.output_activation(1)
+    largest = max(per_sample) * int(unique.max())
+    total = sum(per_sample) * int(samples.sum())
+    if max(largest, total) > _INT64_MAX:
+        raise InvalidParameterError(
+            f"microbatch_size {model.microbatch_size} makes the activations of one "
+            f"iteration {float(total):.3g} bytes, which overflows int64 "
+            f"({float(_INT64_MAX):.3g}); use a smaller microbatch_size")
+
+
+@memo(limit=1024)
+def _stage_parameters(model, num_stages, stage_layers):
+    """Parameters of each stage (int64, all tensor ranks together): stages alike (same
+    layers, neither or both ends) hold alike, so each kind of stage is counted once."""
+    layers = _stage_layers(model, num_stages, stage_layers).tolist()
+    S = len(layers)
+    kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
+    each = {kind: model.stage_parameters(*kind) for kind in set(kinds)}
+    return np.array([each[kind] for kind in kinds], dtype=np.int64)
+
+
+def _kernel_seconds(model, system, placement, kernels, samples):
+    """``(seconds, work)`` per kernel and size: each kernel's roofline plus the launch
+    latency, each collective a ring over its group as the placement puts it."""
+    samples = np.asarray(samples, dtype=np.float64)
+    work = kernels.work(samples)
+    nbytes = work["read"] + work["written"]
+    tokens = samples[None, :] * model.sequence
+    seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
+                                   work["outputs"]) + system.launch_latency)
+    for index in np.flatnonzero(kernels.collective):
+        seconds[index] = group_time(kernels.kinds[index], work["message"][index],
+                                    placement.group(kernels.groups[index]), system)
+    return seconds, work
+
+
+@memo(limit=4096)
+def _part_times(model, system, placement, samples):
+    """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
+    microbatches of ``samples`` (a tuple); see :meth:`ModelCosts.part_times`."""
+    result = {}
+    everything, plan = _all_kernels(model, _priced_part(placement.execution))
+    every_seconds = _kernel_seconds(model, system, placement, everything,
+                                    np.asarray(samples, dtype=np.float64))[0]
+    for part in _PARTS:
+        times = np.zeros((4, len(samples)))
+        for kind, rows, hides in plan[part]:
+            cost = every_seconds[rows]
+            for index, partner in hides:
+                cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
+            times[kind] = cost.sum(axis=0)
+        result[part] = times
+    return result
+
+
+def _priced_part(execution):
+    """The part of an execution that kernels, activations and parameters depend on (the
+    network, the tail and the batch left out): cost models that differ only there, one
+    model on several systems, share kernel tables and memory sizes."""
+    return execution.replace(contention=None, devices_per_node=None, blocking_sends=None,
+                             grad_sync=None, optimizer_step=None, global_batch=None,
+                             overlap_grad_reduce=False)
 
 
 def _present(keys, space):
@@ -139,6 +256,12 @@ class ModelCosts(CostModel):
         A model, a preset name (``"paper-128l"``) or a TOML file.
     system : System or str
         A system, a preset name (``"mid_nw_mid_cp"``) or a TOML file.
+    execution : Execution or str, optional
+        How the model runs across devices (:class:`~tabsched.execution.Execution`,
+        or a TOML/JSON file of one); default ``Execution()``. The keywords
+        below are conveniences that change one field each (``optimizer``:
+        ``optimizer_step``, ``optimizer_sharding``: ``zero_stage=1``); the
+        resolved execution is :attr:`execution`.
     microbatch_size : int, optional
         Samples in a full microbatch; default the model's. A table's microbatch
         of relative size ``x`` holds ``x * microbatch_size`` samples, which must
@@ -167,8 +290,9 @@ class ModelCosts(CostModel):
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
 overlap_grad_reduce, scatter_gather
-        See :class:`~tabsched.costs.parallel.Parallelism`; or give ``parallel``.
-    parallel : Parallelism, optional
+        Fields of :class:`~tabsched.execution.Execution`.
+    parallel : Execution, optional
+        The name ``execution`` had before executions held the whole run.
 
     Examples
     --------
@@ -183,125 +307,79 @@ overlap_grad_reduce, scatter_gather
     >>> tp = ModelCosts("gpt3-175b", "dgx-a100", tensor_parallel=8, sequence_parallel=True)
     >>> tp.describe()["tensor_parallel"], tp.devices_per_node
     (8, 1)
+    >>> tp.execution.contention, tp.placement.group("tensor").tier
+    ('link', 'node')
     """
 
     level = "simulation"
     memory_unit = "bytes"
     time_unit = "s"
 
-    def __init__(self, model, system, *, microbatch_size=None, recompute=None, overlap=1.0,
-                 contention=None, blocking_sends=None, grad_sync=None, optimizer=False,
-                 tensor_parallel=None, sequence_parallel=None, data_parallel=None,
-                 attention=None, optimizer_sharding=None, overlap_grad_reduce=None,
-                 scatter_gather=None, parallel=None):
-        model = load_model(model)
-        changes = {key: value for key, value in (("microbatch_size", microbatch_size),
-                                                 ("recompute", recompute)) if value is not None}
+    def __init__(self, model, system, execution=None, *, microbatch_size=None, recompute=None,
+                 overlap=1.0, contention=None, blocking_sends=None, grad_sync=None,
+                 optimizer=None, tensor_parallel=None, sequence_parallel=None,
+                 data_parallel=None, attention=None, optimizer_sharding=None,
+                 overlap_grad_reduce=None, scatter_gather=None, parallel=None):
+        asked = _asked_execution(execution, parallel, {
+            "microbatch_size": microbatch_size, "recompute": recompute,
+            "contention": contention, "blocking_sends": blocking_sends,
+            "grad_sync": grad_sync, "optimizer_step": True if optimizer else None,
+            "tensor_parallel": tensor_parallel, "sequence_parallel": sequence_parallel,
+            "data_parallel": data_parallel, "attention": attention,
+            "optimizer_sharding": optimizer_sharding,
+            "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather})
+        self._given_model = model = load_model(model)
+        changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
+                                                 ("recompute", asked.recompute))
+                   if value is not None}
         self.model = model.replace(**changes) if changes else model
         self.system = load_system(system)
-        given = {key: value for key, value in (
-            ("tensor_parallel", tensor_parallel), ("sequence_parallel", sequence_parallel),
-            ("data_parallel", data_parallel), ("attention", attention),
-            ("optimizer_sharding", optimizer_sharding),
-            ("overlap_grad_reduce", overlap_grad_reduce), ("scatter_gather", scatter_gather))
-            if value is not None}
-        base = Parallelism() if parallel is None else parallel
-        if not isinstance(base, Parallelism):
-            raise InvalidParameterError(f"parallel must be a Parallelism, not "
-                                        f"{type(base).__name__}")
-        self.parallel = (base.replace(**given) if given else base).check(self.model, self.system)
-        per_node = self.parallel.devices_per_node(self.system)
-        self.placement = (self.system if per_node == self.system.devices_per_node
-                          else self.system.replace(devices_per_node=per_node))
+        #: What was asked (None fields left to the model and the system).
+        self.asked = asked
+        #: The execution this cost model prices, every field resolved.
+        self.execution = asked.resolved(self.model, self.system).check(self.model,
+                                                                       self.system)
+        #: Where each parallel group sits on the system's nodes.
+        self.placement = Placement(self.execution, self.system)
         self.overlap = _non_negative("overlap", overlap)
-        contention = self.system.contention if contention is None else contention
-        if contention not in CONTENTION_MODES:
-            raise InvalidParameterError(f"contention {contention!r} is not one of "
-                                        f"{', '.join(CONTENTION_MODES)}")
-        self.contention = contention
-        self.devices_per_node = per_node
-        self.blocking_sends = (self.system.blocking_sends if blocking_sends is None
-                               else bool(blocking_sends))
-        replicas = self.parallel.data_parallel > 1
-        self.grad_sync = "all" if replicas and self.parallel.overlap_grad_reduce else grad_sync
-        self.optimizer = bool(optimizer)
-        self.optimizer_step = self.optimizer or (replicas and not self.parallel.overlap_grad_reduce)
-        self.input_grad_release = self.model.input_grad_release_for(self.parallel)
-        self._tables = _kernel_tables(self.model, self.parallel)
+        self.input_grad_release = self.model.input_grad_release_for(self.execution)
+        self._priced = _priced_part(self.execution)
+        self._tables = _kernel_tables(self.model, self._priced)
+
+    def with_execution(self, execution):
+        """This model on this system, run as ``execution`` (its None fields the model's and
+        the system's own); ``self`` when that is the execution priced already."""
+        execution = Execution() if execution is None else execution
+        if not isinstance(execution, Execution):
+            raise InvalidParameterError(f"execution must be an Execution, not "
+                                        f"{type(execution).__name__}")
+        if execution in (self.asked, self.execution):
+            return self
+        return type(self)(self._given_model, self.system, execution, overlap=self.overlap)
+
+    @property
+    def parallel(self):
+        """The execution (the name it had when it held only the parallelism)."""
+        return self.execution
+
+    @property
+    def devices_per_node(self):
+        """Pipeline ranks (table devices) per node: what the lowering's ``nic`` ports count."""
+        return self.placement.pipeline_ranks_per_node
 
     # ----------------------------------------------------------- the table's shape
     def stage_layers(self, table):
         """Layers of each stage: ``table.stage_layers``, or an even split."""
-        S, layers = table.num_stages, self.model.layers
-        if table.stage_layers is None:
-            if S and layers % S:
-                raise InvalidParameterError(
-                    f"model {self.model.name} has {layers} layers, which do not split evenly "
-                    f"over the table's {S} stages (give the table stage_layers)")
-            return np.full(S, layers // S if S else 0, dtype=np.int64)
-        per_stage = np.asarray(table.stage_layers, dtype=np.int64)
-        if int(per_stage.sum()) != layers:
-            raise InvalidParameterError(
-                f"the table's stage_layers sum to {int(per_stage.sum())} but model "
-                f"{self.model.name} has {layers} layers")
-        return per_stage
+        return _stage_layers(self.model, table.num_stages, table.stage_layers)
 
     def microbatch_samples(self, table):
         """Samples in each microbatch of ``table`` (float array of whole numbers)."""
-        return self._samples(table.microbatch_sizes)
-
-    def _samples(self, microbatch_sizes):
-        sizes = np.asarray(microbatch_sizes, dtype=np.float64)
-        samples = sizes * self.model.microbatch_size
-        whole = np.round(samples)
-        bad = np.flatnonzero((np.abs(samples - whole) > 1e-9 * np.maximum(samples, 1.0))
-                             | (whole < 1))
-        if len(bad):
-            m = int(bad[0])
-            raise InvalidParameterError(
-                f"microbatch {m} has relative size {sizes[m]:g}: {samples[m]:g} samples of a "
-                f"{self.model.microbatch_size}-sample microbatch, but samples must be whole "
-                f"(raise microbatch_size)")
-        return whole
-
-    def _remembered(self, store, key, compute):
-        """``compute()``, remembered under ``key``: the per-shape work of a cost model
-        depends on the table only through its stage count, layer split and microbatch
-        sizes, and a sweep asks the same question for table after table. The arrays
-        are read-only; a store holds at most 256 shapes."""
-        return _remember(self.__dict__.setdefault(store, {}), key, compute, 256)
+        return _samples(self.model, table.microbatch_sizes)
 
     def _shape(self, table):
         """Layers per stage, first/last-stage masks, unique samples and each microbatch's index."""
-        key = (table.num_stages, table.stage_layers, table.microbatch_sizes)
-        return self._remembered("_shapes", key, lambda: self._compute_shape(table))
-
-    def _compute_shape(self, table):
-        layers = self.stage_layers(table)
-        samples = self.microbatch_samples(table)
-        unique, inverse = np.unique(samples, return_inverse=True)
-        self._check_int64(layers, unique, samples)
-        first, last = _end_stages(len(layers))
-        for array in (layers, first, last, unique, inverse):
-            array.flags.writeable = False
-        return layers, first, last, unique, inverse
-
-    def _check_int64(self, layers, unique, samples):
-        """Activation bytes (exact, in Python ints) must fit int64, per stage and in total."""
-        if not len(layers) or not len(unique):
-            return
-        model = self.model
-        per_layer = model.layer_activation(1)
-        per_sample = [int(n) * per_layer for n in layers.tolist()]
-        per_sample[0] += model.embedding_activation(1)
-        per_sample[-1] += model.output_activation(1)
-        largest = max(per_sample) * int(unique.max())
-        total = sum(per_sample) * int(samples.sum())
-        if max(largest, total) > _INT64_MAX:
-            raise InvalidParameterError(
-                f"microbatch_size {model.microbatch_size} makes the activations of one "
-                f"iteration {float(total):.3g} bytes, which overflows int64 "
-                f"({float(_INT64_MAX):.3g}); use a smaller microbatch_size")
+        return _table_shape(self.model, table.num_stages, table.stage_layers,
+                            table.microbatch_sizes)
 
     def _per_stage(self, per_part, layers, first, last):
         """``(kinds, stages, sizes)`` from ``{part: (kinds, sizes)}`` arrays."""
@@ -313,30 +391,14 @@ overlap_grad_reduce, scatter_gather
         """FLOPs and bytes per (kind, stage, unique size), and the size index."""
         layers, first, last, unique, inverse = self._shape(table)
         model = self.model
-        parts = {"layer": model.layer_work(unique, self.parallel),
-                 "embedding": model.embedding_work(unique, self.parallel),
-                 "output": model.output_work(unique, self.parallel)}
+        parts = {"layer": model.layer_work(unique, self.execution),
+                 "embedding": model.embedding_work(unique, self.execution),
+                 "output": model.output_work(unique, self.execution)}
         work = [self._per_stage({part: parts[part][k] for part in _PARTS}, layers, first, last)
                 for k in (0, 1)]
         return work[0], work[1], inverse
 
     # --------------------------------------------------------------- kernel times
-    def _kernel_seconds(self, kernels, samples):
-        """``(seconds, work, matrix efficiency, memory efficiency)`` per kernel and size."""
-        samples = np.asarray(samples, dtype=np.float64)
-        work = kernels.work(samples)
-        system = self.system
-        nbytes = work["read"] + work["written"]
-        tokens = samples[None, :] * self.model.sequence
-        seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
-                                       work["outputs"]) + system.launch_latency)
-        bandwidth, latency = system.group_link(True)
-        t = self.parallel.tensor_parallel
-        for index in np.flatnonzero(kernels.collective):
-            seconds[index] = system.ring_time(kernels.kinds[index], work["message"][index], t,
-                                              bandwidth, latency)
-        return seconds, work
-
     def part_times(self, samples):
         """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output.
 
@@ -346,22 +408,7 @@ overlap_grad_reduce, scatter_gather
         weight gradient in a full backward ``B``, not in a split ``I``.
         """
         key = tuple(np.asarray(samples, dtype=np.float64).ravel().tolist())
-        return self._remembered("_part_times", key, lambda: self._compute_part_times(samples))
-
-    def _compute_part_times(self, samples):
-        result = {}
-        everything, plan = _all_kernels(self.model, self.parallel)
-        every_seconds = self._kernel_seconds(everything, samples)[0]
-        for part in _PARTS:
-            times = np.zeros((4, len(samples)))
-            for kind, rows, hides in plan[part]:
-                cost = every_seconds[rows]
-                for index, partner in hides:
-                    cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
-                times[kind] = cost.sum(axis=0)
-            times.flags.writeable = False
-            result[part] = times
-        return result
+        return _part_times(self.model, self.system, self.placement, key)
 
     # --------------------------------------------------------------- cost model
     def op_work(self, table):
@@ -380,10 +427,8 @@ overlap_grad_reduce, scatter_gather
         """``(kinds x stages)`` seconds of one full microbatch on ``table``'s stages: what
         ``op_durations`` gives a table of one full-size microbatch with those stages."""
         layers = self.stage_layers(table)
-        samples = self.__dict__.get("_full_samples")
-        if samples is None:     # the cost model's own microbatch, as a table holds it
-            samples = self.__dict__["_full_samples"] = self._samples((1.0,))
-        self._check_int64(layers, samples, samples)
+        samples = _samples(self.model, (1.0,))   # the cost model's own microbatch
+        _check_int64(self.model, layers, samples, samples)
         first, last = _end_stages(len(layers))
         return self._per_stage(self.part_times(samples), layers, first, last)[:, :, 0]
 
@@ -414,7 +459,7 @@ overlap_grad_reduce, scatter_gather
 
     def _transfer_parts(self, table, transfers):
         _, _, _, unique, inverse = self._shape(table)
-        per_microbatch = self.model.transfer_bytes(unique, self.parallel)[inverse]
+        per_microbatch = self.model.transfer_bytes(unique, self.execution)[inverse]
         gather = self.receive_gather_seconds(unique)[inverse]
         nbytes = per_microbatch[transfers.microbatch]
         bandwidth, latency = self._link_matrices(table.num_devices)
@@ -424,12 +469,7 @@ overlap_grad_reduce, scatter_gather
 
     def _link_matrices(self, num_devices):
         """``placement.link_matrices(num_devices)``, remembered (read-only arrays)."""
-        def compute():
-            matrices = self.placement.link_matrices(num_devices)
-            for matrix in matrices:
-                matrix.flags.writeable = False
-            return matrices
-        return _by_system(("links", self.placement, num_devices), compute)
+        return _link_matrices(self.placement.pipeline_view, num_devices)
 
     @classmethod
     def stacked_node_durations(cls, lowered, cost_models):
@@ -501,7 +541,7 @@ overlap_grad_reduce, scatter_gather
             pairs, which = _present((transfers.src.astype(np.intp) * D + transfers.dst) * U
                                     + inverse[transfers.microbatch], D * D * U)
             link, size = pairs // U, pairs % U
-            nbytes = first_costs.model.transfer_bytes(unique, first_costs.parallel)
+            nbytes = first_costs.model.transfer_bytes(unique, first_costs.execution)
             links = [costs._link_matrices(D) for costs in cost_models]
             bandwidth = np.stack([matrices[0].ravel() for matrices in links])[:, link]
             latency = np.stack([matrices[1].ravel() for matrices in links])[:, link]
@@ -520,8 +560,9 @@ overlap_grad_reduce, scatter_gather
         return durations
 
     def memory_key(self):
-        """The transformer and the parallelism: all that memory sizes depend on."""
-        return (type(self), self.model, self.parallel)
+        """The transformer and the priced part of the execution: all that memory sizes
+        depend on."""
+        return (type(self), self.model, self._priced)
 
     def receive_gather_seconds(self, samples):
         """Seconds the receiving tensor ranks spend re-assembling a scattered transfer.
@@ -535,19 +576,17 @@ overlap_grad_reduce, scatter_gather
         node. 0 without tensor parallelism or with sequence parallelism.
         """
         samples = np.asarray(samples, dtype=np.float64)
-        parallel = self.parallel
-        t = parallel.tensor_parallel
-        if t == 1 or parallel.sequence_parallel or not parallel.scatter_gather:
+        run = self.execution
+        if run.tensor_parallel == 1 or run.sequence_parallel or not run.scatter_gather:
             return np.zeros(samples.shape)
-        whole = self.model.transfer_bytes(samples, parallel.replace(scatter_gather=False))
-        bandwidth, latency = self.system.group_link(True)
-        return np.asarray(self.system.ring_time("all_gather", whole, t, bandwidth, latency),
-                          dtype=np.float64) * np.ones(samples.shape)
+        whole = self.model.transfer_bytes(samples, run.replace(scatter_gather=False))
+        return np.asarray(group_time("all_gather", whole, self.placement.group("tensor"),
+                                     self.system), dtype=np.float64) * np.ones(samples.shape)
 
     def activation_sizes(self, table):
         """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
         layers, first, last, unique, inverse = self._shape(table)
-        model, parallel = self.model, self.parallel
+        model, parallel = self.model, self.execution
         per_stage = (layers[:, None] * np.asarray(model.layer_activation(
                         unique, parallel=parallel), dtype=np.float64)[None, :]
                      + first[:, None] * model.embedding_activation(unique, parallel)[None, :]
@@ -557,7 +596,7 @@ overlap_grad_reduce, scatter_gather
     def transient_sizes(self, table):
         """Bytes each operation holds only while it runs: one layer's backward working memory."""
         layers, _, _, unique, inverse = self._shape(table)
-        per_size = self.model.layer_transient(unique, self.parallel)
+        per_size = self.model.layer_transient(unique, self.execution)
         backward = (table.kind == BACKWARD) | (table.kind == INPUT_GRAD)
         has_layers = layers[table.stage] > 0
         return np.where(backward & has_layers, per_size[inverse[table.microbatch]], 0.0)
@@ -568,46 +607,30 @@ overlap_grad_reduce, scatter_gather
 
     def _stage_parameters(self, table):
         """``stage_parameters``, remembered per stage count and layer split (read-only)."""
-        def compute():
-            layers = self.stage_layers(table).tolist()
-            S = len(layers)
-            # stages alike (same layers, neither or both ends) hold alike: each kind once
-            kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
-            each = {kind: self.model.stage_parameters(*kind) for kind in set(kinds)}
-            params = np.array([each[kind] for kind in kinds], dtype=np.int64)
-            params.flags.writeable = False
-            return params
-        return self._remembered("_stage_params", (table.num_stages, table.stage_layers),
-                                compute)
+        return _stage_parameters(self.model, table.num_stages, table.stage_layers)
 
     def _device_parameters(self, table):
         """Parameters of each device's stages, per tensor rank (float array)."""
         D, S = table.num_devices, table.num_stages
-        params = self._stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.execution.tensor_parallel
         key = table.stage.astype(np.int64) * D + table.device
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
 
     def persistent_memory(self, table):
         """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer state."""
-        shards = self.parallel.data_parallel if self.parallel.optimizer_sharding else 1
+        shards = self.execution.data_parallel if self.execution.optimizer_sharding else 1
         return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
 
     def _all_reduce_time(self, nbytes, devices, num_devices):
         """``placement.all_reduce_time(nbytes, devices)`` among some of ``num_devices``,
-        remembered: a sweep syncs the same stages among the same devices table after
-        table (and the link matrices of the run serve every ring in it)."""
+        remembered (see :func:`_ring_all_reduce`)."""
         devices = tuple(sorted(int(device) for device in devices))
-        return _by_system(("all_reduce", self.placement, nbytes, devices),
-                          lambda: self.placement.all_reduce_time(
-                              nbytes, devices, self._link_matrices(num_devices)))
+        return _ring_all_reduce(self.placement.pipeline_view, nbytes, devices, num_devices)
 
     def _data_parallel_time(self, collective, nbytes):
-        """A ring collective over the ``d`` replicas of a tensor rank."""
-        d = self.parallel.data_parallel
-        bandwidth, latency = self.system.group_link(
-            self.parallel.data_parallel_inside_node(self.system))
-        return self.system.ring_time(collective, nbytes, d, bandwidth, latency)
+        """A ring collective over the data-parallel group of a tensor rank."""
+        return group_time(collective, nbytes, self.placement.group("data"), self.system)
 
     def _embedding_sync(self, table):
         """Seconds each device spends all-reducing the tied embedding's gradient (Megatron-LM)."""
@@ -620,7 +643,7 @@ overlap_grad_reduce, scatter_gather
         pair = sorted({holders[0][0], holders[S - 1][0]})
         if len(pair) < 2:
             return sync
-        nbytes = (self.model.embedding_parameters / self.parallel.tensor_parallel
+        nbytes = (self.model.embedding_parameters / self.execution.tensor_parallel
                   * self.model.grad_bytes)
         seconds = self._all_reduce_time(float(nbytes), pair, D)
         sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
@@ -638,16 +661,16 @@ overlap_grad_reduce, scatter_gather
         read and one write of the gradients) and, with optimizer sharding, the
         all-gather of the updated parameters.
         """
-        params = self._stage_parameters(table) / self.parallel.tensor_parallel
+        params = self._stage_parameters(table) / self.execution.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
-        replicas = self.parallel.data_parallel > 1
-        sharded = self.parallel.optimizer_sharding and replicas
+        replicas = self.execution.data_parallel > 1
+        sharded = self.execution.optimizer_sharding and replicas
         reduce = "reduce_scatter" if sharded else "all_reduce"
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
             seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
                                             lowered.sync_devices(k), table.num_devices)
-            if replicas and self.parallel.overlap_grad_reduce:
+            if replicas and self.execution.overlap_grad_reduce:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
         sync = np.array(sync, dtype=np.float64)
@@ -655,9 +678,9 @@ overlap_grad_reduce, scatter_gather
             return sync, np.zeros(0)
         device_params = self._device_parameters(table)
         step = self._embedding_sync(table)
-        if replicas and not self.parallel.overlap_grad_reduce:
+        if replicas and not self.execution.overlap_grad_reduce:
             step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
-        shards = self.parallel.data_parallel if sharded else 1
+        shards = self.execution.data_parallel if sharded else 1
         state_bytes = self.model.optimizer_step_bytes * device_params / shards
         # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
         # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
@@ -692,13 +715,17 @@ overlap_grad_reduce, scatter_gather
             kernels = self._tables[part][phase]
             if not len(kernels):
                 continue
-            seconds, work = self._kernel_seconds(kernels, np.array([samples]))
+            seconds, work = _kernel_seconds(self.model, system, self.placement, kernels,
+                                            np.array([samples]))
             tokens = samples * self.model.sequence
             for index, kernel in enumerate(kernels.kernels):
                 flops = float(work["flops"][index, 0])
                 read, written = float(work["read"][index, 0]), float(work["written"][index, 0])
                 if kernel.cls == "collective":
-                    bound, efficiency = "network", system.intra_node_efficiency
+                    tier = self.placement.group(kernel.group).tier
+                    bound, efficiency = "network", (system.intra_node_efficiency if
+                                                    tier == "node" else
+                                                    system.inter_node_efficiency)
                     read, written = float(work["message"][index, 0]), 0.0
                 else:
                     e_c = float(system.compute_efficiency_at(tokens, flops)
@@ -738,13 +765,55 @@ overlap_grad_reduce, scatter_gather
         info = {"model": "ModelCosts", "transformer": self.model.name,
                 "system": self.system.name, "microbatch_size": self.model.microbatch_size,
                 "recompute": self.model.recompute}
-        defaults = Parallelism().describe()
-        info.update({key: value for key, value in self.parallel.describe().items()
+        defaults = _parallel_settings(Execution())
+        info.update({key: value for key, value in _parallel_settings(self.execution).items()
                      if key in ("tensor_parallel", "data_parallel", "attention")
                      or value != defaults[key]})
-        if self.optimizer:
+        if self.asked.optimizer_step:
             info["optimizer"] = True
         if self.overlap != 1.0:
             info["overlap"] = self.overlap
         return info
 
+
+def _parallel_settings(execution):
+    """The parallelism a cost model's description names (as it has since before
+    executions: ``optimizer_sharding`` for ZeRO-1)."""
+    return {"tensor_parallel": execution.tensor_parallel,
+            "sequence_parallel": execution.sequence_parallel,
+            "data_parallel": execution.data_parallel, "attention": execution.attention,
+            "optimizer_sharding": execution.optimizer_sharding,
+            "overlap_grad_reduce": execution.overlap_grad_reduce,
+            "scatter_gather": execution.scatter_gather}
+
+
+#: ModelCosts keywords that are not fields of an execution by the same name.
+_KEYWORD_FIELDS = {"optimizer_sharding": "zero_stage"}
+
+
+def _asked_execution(execution, parallel, keywords):
+    """The execution a ModelCosts is asked for: ``execution`` (or the older ``parallel``)
+    with the keywords that were given (not None) as field changes."""
+    if execution is not None and parallel is not None:
+        raise InvalidParameterError("give execution or parallel, not both (parallel is the "
+                                    "older name of execution)")
+    base = parallel if execution is None else execution
+    if base is None:
+        base = Execution()
+    elif isinstance(base, (str, bytes)) or hasattr(base, "__fspath__"):
+        from tabsched.execution import load_execution
+        base = load_execution(base)
+    elif not isinstance(base, Execution):
+        raise InvalidParameterError(f"execution must be an Execution, not "
+                                    f"{type(base).__name__}")
+    changes = {}
+    for key, value in keywords.items():
+        if value is None:
+            continue
+        if key == "optimizer_sharding":
+            if not isinstance(value, (bool, np.bool_)):
+                raise InvalidParameterError(f"optimizer_sharding must be true or false, not "
+                                            f"{value!r}")
+            value = 1 if value else 0
+        changes[_KEYWORD_FIELDS.get(key, key)] = value
+    return base.replace(**changes) if changes else base

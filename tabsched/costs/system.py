@@ -546,15 +546,17 @@ class System:
         return self.ring_time("all_reduce", nbytes, len(devices),
                               float(np.min(bandwidth[src, dst])), float(np.max(latency[src, dst])))
 
-    def group_link(self, inside_node):
-        """``(bandwidth, latency)`` a collective of a group reaches on the ring's slowest link.
+    def tier_link(self, tier):
+        """``(bandwidth, latency)`` a collective reaches on the slowest link of a tier.
 
-        ``inside_node``: the group's devices share a node (NVLink), else the
+        ``"node"``: the group's devices share a node (NVLink); ``"network"``: the
         ring crosses nodes (each device its own network port).
         """
-        if inside_node:
+        if tier == "node":
             return self.intra_node_bandwidth * self.intra_node_efficiency, self.intra_node_latency
-        return self.inter_node_bandwidth * self.inter_node_efficiency, self.inter_node_latency
+        if tier == "network":
+            return self.inter_node_bandwidth * self.inter_node_efficiency, self.inter_node_latency
+        raise InvalidParameterError(f"tier {tier!r} is not one of node, network")
 
     @staticmethod
     def ring_time(collective, nbytes, ranks, bandwidth, latency):

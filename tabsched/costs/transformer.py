@@ -6,7 +6,7 @@ key/value heads, then an MLP of width ``ffn``, each behind a norm), an input
 embedding on the first pipeline stage, and a final norm, output layer and loss
 on the last. Everything is per microbatch of ``b`` samples of ``sequence``
 tokens each (``T = b*s``) and, under tensor parallelism
-(:class:`~tabsched.costs.parallel.Parallelism`), per tensor rank.
+(:class:`~tabsched.execution.Execution`), per tensor rank.
 
 Notation: ``h`` hidden, ``a`` heads, ``g`` kv_heads, ``dh = h/a``, ``hk = g*dh``
 (width of K and of V), ``f`` ffn, ``s`` sequence, ``V`` vocab, ``d`` bytes per
@@ -89,8 +89,8 @@ Examples
 True
 >>> int(gpt.layer_activation(1)) == 16 * 64 * (34 + 5 * 4 * 16 // 64)
 True
->>> from tabsched.costs.parallel import Parallelism
->>> sp = Parallelism(tensor_parallel=4, sequence_parallel=True)
+>>> from tabsched.execution import Execution
+>>> sp = Execution(tensor_parallel=4, sequence_parallel=True)
 >>> int(gpt.layer_activation(1, parallel=sp)) == 16 * 64 * (34 + 5 * 4 * 16 // 64) // 4
 True
 """
@@ -105,14 +105,14 @@ import numpy as np
 
 from tabsched.costs import _presets
 from tabsched.costs.kernels import KernelTable, embedding_kernels, layer_kernels, output_kernels
-from tabsched.costs.parallel import Parallelism
 from tabsched.exceptions import InvalidParameterError
+from tabsched.execution import Execution
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["TransformerModel", "load_model", "model_presets", "RECOMPUTE_MODES", "DTYPES",
            "NORMS"]
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+from tabsched.execution import RECOMPUTE_MODES  # noqa: E402  (one list, the execution's)
 NORMS = ("layernorm", "rmsnorm")
 #: Bytes per element of the dtypes a model may name.
 DTYPES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
@@ -120,7 +120,7 @@ _REQUIRED = ("layers", "hidden", "heads", "sequence", "vocab")
 _OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings", "dtype",
              "microbatch_size", "recompute", "grad_bytes", "optimizer_bytes", "bytes_per_param",
              "name")
-_SERIAL = Parallelism()
+_SERIAL = Execution()
 
 
 # Sane ranges of a model's sizes: a value outside them is a typo, never a model. They are

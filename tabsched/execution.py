@@ -1,0 +1,531 @@
+"""Execution: how a model runs across devices, as one frozen value.
+
+An evaluation stands on four descriptions, kept apart as Calculon keeps them
+(Isaev et al., SC'23): the **model** (what a layer computes,
+:mod:`tabsched.costs.transformer`), the **system** (what the hardware does,
+:mod:`tabsched.costs.system`), the **execution** (how the model runs across the
+devices: this module) and the **schedule** (the table: which pipeline rank runs
+which operation when). An :class:`Execution` holds everything of the third:
+
+Parallel degrees beside the pipeline
+    ``tensor_parallel`` *t* splits every layer over *t* GPUs (Megatron-LM;
+    Shoeybi et al. 2019, section 3); ``sequence_parallel`` turns its
+    all-reduces into reduce-scatter + all-gather pairs and splits the norms and
+    dropouts over the sequence (Korthikanti et al. 2022, section 4.2.2; needs
+    *t* > 1); ``context_parallel`` and ``expert_parallel`` are the degrees of
+    context and expert parallelism (their groups are placed; the cost model
+    refuses them above 1 until it prices them); ``data_parallel`` *d* is the
+    number of replicas of the pipeline, whose gradients are reduced over the
+    data-parallel group.
+The batch
+    ``microbatch_size`` *b*: samples per microbatch (``None``: the model's);
+    ``global_batch``: samples per iteration over all *d* replicas, as
+    Megatron-LM's ``--global-batch-size`` and torchtitan's global batch count
+    them, so that a pipeline runs ``global_batch / (d * b)`` microbatches
+    (:attr:`Execution.microbatches`).
+Memory
+    ``recompute``: ``none``, ``selective`` (the attention core) or ``full``
+    (``None``: the model's); ``zero_stage``: 0, or 1 for the optimizer state
+    sharded over the data-parallel group (ZeRO stage 1; Rajbhandari et al.
+    2020, section 5.1; Megatron-LM's distributed optimizer). Stages 2 and 3
+    (and FSDP) are not modelled yet and are refused.
+Kernels and sends
+    ``attention``: ``eager`` (the ``s x s`` scores in memory) or ``flash``
+    (Dao et al. 2022); ``scatter_gather``: pipeline transfers carry ``1/t``
+    of the activation per tensor rank (Megatron-LM's
+    ``--scatter-gather-tensors-in-pipeline``, on by default);
+    ``blocking_sends``: a transfer keeps its sender's compute stream busy
+    until it ends (``None``: the system's).
+The network
+    ``contention``: ``none`` (transfers never wait for each other), ``link``
+    (each directed device pair is a FIFO) or ``nic`` (transfers between nodes
+    also share each node's ports) (``None``: the system's, else ``none``);
+    ``devices_per_node``: GPUs per node (``None``: the system's).
+The iteration's tail
+    ``overlap_grad_reduce``: the data-parallel gradient reduction of each stage
+    starts after the stage's last backward and runs beside the remaining
+    backwards; ``grad_sync``: stages whose gradients are all-reduced among the
+    pipeline ranks that hold them, ``None`` (the table's own, PyTorch's
+    ``REDUCE_GRAD``, else none, or every stage when the data-parallel reduction
+    overlaps), ``"replicas"`` (stages held by two or more ranks, Chimera's),
+    ``"all"`` or a tuple of stages; ``optimizer_step``: an optimizer step per
+    device ends the iteration (``None``: when the data-parallel reduction needs
+    it, that is ``d > 1`` without ``overlap_grad_reduce``).
+
+A field left ``None`` is "what the model or the system says"; a cost model
+resolves them (:meth:`Execution.resolved`), and the resolved execution is what a
+result echoes. Executions compare and hash by value, so they can be searched
+over, kept in sets and used as cache keys.
+
+Files are TOML (``.toml``) or JSON (``.json``) with the fields as top-level keys;
+any key left out keeps its default. A file is untrusted: its size and nesting
+are bounded before parsing, and an unknown key, a wrong type or a degree that
+does not fit is one line naming the file and the key.
+
+>>> run = Execution(tensor_parallel=8, sequence_parallel=True, data_parallel=4,
+...                 microbatch_size=1, global_batch=512)
+>>> run.microbatches
+128
+>>> run.replace(data_parallel=8).microbatches
+64
+>>> print(run.to_toml().splitlines()[0])
+tensor_parallel = 8
+>>> Execution.from_dict({"tensor_parallel": 8, "sequence_parallel": True}) == Execution(
+...     tensor_parallel=8, sequence_parallel=True)
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from tabsched import _untrusted
+from tabsched.exceptions import InvalidParameterError
+
+__all__ = ["Execution", "load_execution", "Parallelism", "CONTENTION_MODES",
+           "ATTENTION_IMPLEMENTATIONS", "RECOMPUTE_MODES", "GRAD_SYNC_MODES", "ZERO_STAGES"]
+
+#: How transfers share the network (see the module docstring).
+CONTENTION_MODES = ("none", "link", "nic")
+#: The attention kernels (``eager``: Megatron-LM without FlashAttention).
+ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
+#: Activation recomputation (Korthikanti et al. 2022, section 5).
+RECOMPUTE_MODES = ("none", "selective", "full")
+#: The named choices of ``grad_sync`` (besides None and a tuple of stages).
+GRAD_SYNC_MODES = ("replicas", "all")
+#: ZeRO stages tabsched prices: 0 (replicated state) and 1 (optimizer state sharded).
+ZERO_STAGES = (0, 1)
+#: Largest parallel degree: the largest published training runs use about 2**15 GPUs in
+#: all (Llama 3 405B: 16,384 H100s); 2**20 is 64x that, and every product of degrees
+#: stays an exact int64.
+MAX_DEGREE = 2**20
+#: Largest microbatch size and global batch: 2**24 samples (16.7M; GPT-3 used 1,600
+#: samples per iteration, Megatron-LM's 1T run 3,072), as the model's own bound.
+MAX_SAMPLES = 2**24
+#: Most stages a ``grad_sync`` list names: a table's stages are bounded by its own
+#: operations, and no pipeline has more than 2**16.
+MAX_SYNC_STAGES = 2**16
+#: GPUs in one node: the largest shipping NVLink domain (GB200 NVL72) has 72; 2**12 is
+#: the system's own bound.
+MAX_NODE = 4096
+
+#: The fields that take a degree (an integer >= 1).
+_DEGREES = ("tensor_parallel", "context_parallel", "expert_parallel", "data_parallel")
+#: The fields that take true or false.
+_FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce")
+#: Fields that may be None: "the model's" or "the system's".
+_DEFAULTED = ("microbatch_size", "global_batch", "recompute", "contention",
+              "devices_per_node", "blocking_sends", "grad_sync", "optimizer_step")
+
+
+def _degree(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidParameterError(f"{name} must be an integer >= 1, not "
+                                    f"{_untrusted.shown_value(value)}")
+    if value > MAX_DEGREE:
+        raise InvalidParameterError(f"{name} must be an integer from 1 to {MAX_DEGREE}, not "
+                                    f"{_untrusted.shown_value(value)}")
+    return int(value)
+
+
+def _flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidParameterError(f"{name} must be true or false, not "
+                                    f"{_untrusted.shown_value(value)}")
+    return bool(value)
+
+
+def _choice(name, value, choices):
+    if not isinstance(value, str) or value not in choices:
+        shown = repr(value) if isinstance(value, str) and len(value) < 40 else \
+            _untrusted.shown_value(value)
+        raise InvalidParameterError(f"{name} {shown} is not one of {', '.join(choices)}")
+    return value
+
+
+def _grad_sync(value):
+    """``None``, ``"replicas"``, ``"all"`` or a sorted tuple of distinct stages."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "all"
+    if isinstance(value, str):
+        return _choice("grad_sync", value, GRAD_SYNC_MODES)
+    try:
+        stages = list(value)
+    except TypeError:
+        raise InvalidParameterError(f"grad_sync must be None, 'replicas', 'all' or a list of "
+                                    f"stages, not {_untrusted.shown_value(value)}") from None
+    if len(stages) > MAX_SYNC_STAGES:
+        raise InvalidParameterError(f"grad_sync names {len(stages)} stages; at most "
+                                    f"{MAX_SYNC_STAGES}")
+    for k, stage in enumerate(stages):
+        _untrusted.integer(f"grad_sync[{k}]", stage, 0, MAX_SYNC_STAGES - 1)
+    return tuple(sorted({int(stage) for stage in stages}))
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a model runs across devices; see the module docstring for every field.
+
+    Parameters
+    ----------
+    tensor_parallel, context_parallel, expert_parallel, data_parallel : int
+        Parallel degrees beside the pipeline (default 1).
+    sequence_parallel : bool
+    microbatch_size : int, optional
+        Samples per microbatch; None: the model's.
+    global_batch : int, optional
+        Samples per iteration over all data-parallel replicas.
+    recompute : {"none", "selective", "full"}, optional
+    zero_stage : {0, 1}
+    attention : {"eager", "flash"}
+    scatter_gather : bool
+    contention : {"none", "link", "nic"}, optional
+    devices_per_node : int, optional
+        GPUs per node; None: the system's.
+    blocking_sends : bool, optional
+    overlap_grad_reduce : bool
+    grad_sync : None, "replicas", "all" or tuple of int
+    optimizer_step : bool, optional
+
+    Assigning to a field raises (the dataclass is frozen): use :meth:`replace`.
+    """
+
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    context_parallel: int = 1
+    expert_parallel: int = 1
+    data_parallel: int = 1
+    microbatch_size: int | None = None
+    global_batch: int | None = None
+    recompute: str | None = None
+    zero_stage: int = 0
+    attention: str = "eager"
+    scatter_gather: bool = True
+    contention: str | None = None
+    devices_per_node: int | None = None
+    blocking_sends: bool | None = None
+    overlap_grad_reduce: bool = False
+    grad_sync: str | tuple | None = None
+    optimizer_step: bool | None = None
+
+    def __post_init__(self):
+        def set_(key, value):
+            object.__setattr__(self, key, value)
+        for key in _DEGREES:
+            set_(key, _degree(key, getattr(self, key)))
+        for key in _FLAGS:
+            set_(key, _flag(key, getattr(self, key)))
+        for key in ("blocking_sends", "optimizer_step"):
+            if getattr(self, key) is not None:
+                set_(key, _flag(key, getattr(self, key)))
+        if self.microbatch_size is not None:
+            set_("microbatch_size", _untrusted.integer("microbatch_size", self.microbatch_size,
+                                                       1, MAX_SAMPLES))
+        if self.global_batch is not None:
+            set_("global_batch", _untrusted.integer("global_batch", self.global_batch, 1,
+                                                    MAX_SAMPLES))
+        if self.recompute is not None:
+            _choice("recompute", self.recompute, RECOMPUTE_MODES)
+        if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage,
+                                                               (int, np.integer)):
+            raise InvalidParameterError(f"zero_stage must be 0 or 1, not "
+                                        f"{_untrusted.shown_value(self.zero_stage)}")
+        if self.zero_stage not in ZERO_STAGES:
+            raise InvalidParameterError(
+                f"zero_stage {_untrusted.shown_value(self.zero_stage)} is not modelled: 0 "
+                f"(replicated optimizer state) or 1 (sharded over the data-parallel group); "
+                f"ZeRO-2/3 and FSDP are not priced yet")
+        set_("zero_stage", int(self.zero_stage))
+        _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
+        if self.contention is not None:
+            _choice("contention", self.contention, CONTENTION_MODES)
+        if self.devices_per_node is not None:
+            set_("devices_per_node", _untrusted.integer("devices_per_node",
+                                                        self.devices_per_node, 1, MAX_NODE))
+        set_("grad_sync", _grad_sync(self.grad_sync))
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise InvalidParameterError("sequence_parallel needs tensor_parallel > 1 (it splits "
+                                        "the sequence over the tensor ranks)")
+        self._check_batch(self.microbatch_size)
+
+    def _check_batch(self, microbatch_size):
+        """The global batch must be whole microbatches on every replica."""
+        if self.global_batch is None or microbatch_size is None:
+            return
+        per_step = self.data_parallel * microbatch_size
+        if self.global_batch % per_step:
+            raise InvalidParameterError(
+                f"global_batch {self.global_batch} is not divisible by data_parallel "
+                f"{self.data_parallel} x microbatch_size {microbatch_size} = {per_step} "
+                f"(each replica runs whole microbatches)")
+
+    # ------------------------------------------------------------------ values
+    def replace(self, **changes) -> Execution:
+        """A copy with some fields changed (validated again).
+
+        >>> Execution().replace(tensor_parallel=2).tensor_parallel
+        2
+        """
+        unknown = sorted(set(changes) - set(FIELDS))
+        if unknown:
+            raise InvalidParameterError(f"Execution has no field {unknown[0]!r}"
+                                        f"{_untrusted.suggestion(unknown[0], FIELDS)}")
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def microbatches(self) -> int | None:
+        """Microbatches per pipeline and iteration, ``global_batch / (d * b)``, or None."""
+        if self.global_batch is None or self.microbatch_size is None:
+            return None
+        return self.global_batch // (self.data_parallel * self.microbatch_size)
+
+    @property
+    def flash(self) -> bool:
+        return self.attention == "flash"
+
+    @property
+    def optimizer_sharding(self) -> bool:
+        """ZeRO stage 1 or more: the optimizer state divided over the data-parallel group."""
+        return self.zero_stage >= 1
+
+    @property
+    def transfer_split(self) -> int:
+        """Parts a pipeline transfer is cut into per tensor rank (``t`` or 1)."""
+        split = self.sequence_parallel or self.scatter_gather
+        return self.tensor_parallel if split else 1
+
+    @property
+    def ranks_per_stage(self) -> int:
+        """GPUs of one pipeline rank over all its groups: ``t * cp * d``."""
+        return self.tensor_parallel * self.context_parallel * self.data_parallel
+
+    @property
+    def needs_optimizer_step(self) -> bool:
+        """Whether the iteration ends with an optimizer step per device: as asked, or
+        (``optimizer_step`` None) when the data-parallel reduction runs in it."""
+        if self.optimizer_step is not None:
+            return self.optimizer_step
+        return self.data_parallel > 1 and not self.overlap_grad_reduce
+
+    @property
+    def default_grad_sync(self):
+        """The stages synced when the table says nothing: ``grad_sync``, or every stage
+        when the data-parallel reduction overlaps the backwards (it runs in the sync nodes)."""
+        if self.data_parallel > 1 and self.overlap_grad_reduce:
+            return "all"
+        return self.grad_sync
+
+    def resolved(self, model=None, system=None) -> Execution:
+        """This execution with its None fields filled from ``model`` and ``system``.
+
+        The microbatch size and recompute come from the model, contention, the node
+        size and blocking sends from the system (without one: ``none``, unset,
+        false), the optimizer step from :attr:`needs_optimizer_step`.
+        """
+        changes = {}
+        if model is not None:
+            if self.microbatch_size is None:
+                changes["microbatch_size"] = model.microbatch_size
+            if self.recompute is None:
+                changes["recompute"] = model.recompute
+        if self.contention is None:
+            changes["contention"] = system.contention if system is not None else "none"
+        if self.devices_per_node is None and system is not None:
+            changes["devices_per_node"] = system.devices_per_node
+        if self.blocking_sends is None:
+            changes["blocking_sends"] = system.blocking_sends if system is not None else False
+        if self.optimizer_step is None:
+            changes["optimizer_step"] = self.needs_optimizer_step
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def check(self, model, system=None) -> Execution:
+        """Raise for a model or system this execution cannot run (one line each).
+
+        Every degree must divide what it splits: the tensor degree the hidden size,
+        the heads, the key/value heads and the MLP width; with sequence parallelism
+        the tensor degree, and the context degree, the sequence. The global batch
+        must be whole microbatches on every replica. On a system, the GPUs of one
+        pipeline rank (``t * cp * d``) must fill nodes or share one evenly (Megatron-LM
+        places ranks tensor first, then context, data, pipeline), and a tensor group
+        must share a node.
+        """
+        t, cp = self.tensor_parallel, self.context_parallel
+        if t > 1:
+            for what, size in (("hidden", model.hidden), ("heads", model.heads),
+                               ("kv_heads", model.kv_heads), ("ffn", model.ffn)):
+                if size % t:
+                    raise InvalidParameterError(
+                        f"tensor_parallel {t} does not divide {what} {size} of model "
+                        f"{model.name}")
+        if self.sequence_parallel and model.sequence % t:
+            raise InvalidParameterError(f"sequence_parallel: tensor_parallel {t} does not "
+                                        f"divide sequence {model.sequence} of model "
+                                        f"{model.name}")
+        if cp > 1 and model.sequence % cp:
+            raise InvalidParameterError(f"context_parallel {cp} does not divide sequence "
+                                        f"{model.sequence} of model {model.name}")
+        self._check_batch(self.microbatch_size if self.microbatch_size is not None
+                          else model.microbatch_size)
+        if system is not None:
+            node = self.node_size(system)
+            if t > node:
+                raise InvalidParameterError(
+                    f"tensor_parallel {t} is larger than a node of system {system.name} "
+                    f"({node} devices): a tensor group must share a node")
+            if node % t:
+                raise InvalidParameterError(
+                    f"tensor_parallel {t} does not divide the {node} devices of a node of "
+                    f"system {system.name}: tensor groups would straddle nodes")
+            ranks = self.ranks_per_stage
+            if node % ranks and ranks % node:
+                raise InvalidParameterError(
+                    f"the {ranks} devices of a pipeline rank (tensor x context x data "
+                    f"parallel) neither divide nor fill the {node}-device nodes of system "
+                    f"{system.name}")
+        return self
+
+    def node_size(self, system) -> int:
+        """GPUs per node: this execution's ``devices_per_node``, else the system's."""
+        return self.devices_per_node if self.devices_per_node is not None \
+            else system.devices_per_node
+
+    # ------------------------------------------------------------------- files
+    def to_dict(self) -> dict:
+        """Every field, in order, as JSON holds it (a tuple of stages as a list).
+
+        >>> Execution(data_parallel=2).to_dict()["data_parallel"]
+        2
+        """
+        data = {}
+        for key in FIELDS:
+            value = getattr(self, key)
+            data[key] = list(value) if isinstance(value, tuple) else value
+        return data
+
+    def to_json(self) -> str:
+        """The fields as one JSON object (the format :func:`load_execution` reads)."""
+        return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    def to_toml(self) -> str:
+        """The fields that are set, as TOML (a field left None is left out: its default).
+
+        >>> print(Execution(tensor_parallel=2, contention="link").to_toml(), end="")
+        tensor_parallel = 2
+        sequence_parallel = false
+        context_parallel = 1
+        expert_parallel = 1
+        data_parallel = 1
+        zero_stage = 0
+        attention = "eager"
+        scatter_gather = true
+        contention = "link"
+        overlap_grad_reduce = false
+        """
+        lines = []
+        for key, value in self.to_dict().items():
+            if value is None:
+                continue
+            lines.append(f"{key} = {_toml_value(value)}")
+        return "\n".join(lines) + "\n"
+
+    def write(self, path) -> None:
+        """Write this execution to ``path`` (TOML, or JSON for a ``.json`` path), atomically."""
+        from tabsched.io import atomic_write
+        text = self.to_json() if os.fspath(path).lower().endswith(".json") else self.to_toml()
+        atomic_write(path, text.encode("utf-8"))
+
+    @classmethod
+    def from_dict(cls, data, source="execution") -> Execution:
+        """An execution from a mapping of its fields; every problem names ``source`` and the key.
+
+        >>> Execution.from_dict({"tensor_paralel": 2}, "run.toml")
+        Traceback (most recent call last):
+        ...
+        tabsched.exceptions.InvalidParameterError: run.toml: unknown key 'tensor_paralel' (did you mean 'tensor_parallel'?)
+        """
+        if not isinstance(data, dict):
+            raise InvalidParameterError(f"{source}: an execution is a table of keys, not "
+                                        f"{_untrusted.shown_value(data)}")
+        for key in sorted(data, key=str):
+            if key not in FIELDS:
+                raise InvalidParameterError(f"{source}: unknown key "
+                                            f"{_untrusted.shown_value(key)}"
+                                            f"{_untrusted.suggestion(key, FIELDS)}")
+        try:
+            return cls(**data)
+        except InvalidParameterError as error:
+            raise InvalidParameterError(f"{source}: {error}") from None
+
+
+FIELDS = tuple(field.name for field in dataclasses.fields(Execution))
+
+
+def _toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return str(value)
+
+
+def load_execution(reference) -> Execution:
+    """The execution in a TOML or JSON file (``.json``: JSON, anything else: TOML).
+
+    The file is untrusted: at most ``MAX_FILE_BYTES`` are read and its nesting is
+    bounded before parsing; every problem is one line naming the file and the key.
+    An :class:`Execution` is returned as it is.
+    """
+    if isinstance(reference, Execution):
+        return reference
+    path = os.fspath(reference)
+    with open(path, "rb") as stream:
+        raw = stream.read(_untrusted.MAX_FILE_BYTES + 1)
+    if path.lower().endswith(".json"):
+        data = _parse_json(raw, path)
+    else:
+        data = _untrusted.parse(raw, path, "execution")
+    return Execution.from_dict(data, path)
+
+
+def _parse_json(raw, source):
+    if len(raw) > _untrusted.MAX_FILE_BYTES:
+        raise InvalidParameterError(f"{source}: larger than "
+                                    f"{_untrusted.MAX_FILE_BYTES // 2**20} MiB; an execution "
+                                    f"file holds a few hundred bytes of keys")
+    problem = _untrusted.nesting_problem(raw.decode("utf-8", "replace"))
+    if problem:
+        raise InvalidParameterError(f"{source}: not an execution file: {problem}")
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as error:
+        raise InvalidParameterError(f"{source}: byte {error.start} is not UTF-8 text; not an "
+                                    f"execution file") from None
+    except (ValueError, RecursionError) as error:
+        raise InvalidParameterError(f"{source}: not valid JSON: "
+                                    f"{_untrusted._one_line(str(error), 160)}") from None
+
+
+def Parallelism(*, tensor_parallel=1, sequence_parallel=False, data_parallel=1,
+                attention="eager", optimizer_sharding=False, overlap_grad_reduce=False,
+                scatter_gather=True) -> Execution:
+    """The parallelism keywords tabsched took before :class:`Execution`, as an execution.
+
+    ``optimizer_sharding=True`` is ``zero_stage=1``; the other keywords are fields
+    of the same name. Kept so that code written against ``Parallelism`` runs on.
+
+    >>> Parallelism(tensor_parallel=8, optimizer_sharding=True).zero_stage
+    1
+    """
+    return Execution(tensor_parallel=tensor_parallel, sequence_parallel=sequence_parallel,
+                     data_parallel=data_parallel, attention=attention,
+                     zero_stage=1 if _flag("optimizer_sharding", optimizer_sharding) else 0,
+                     overlap_grad_reduce=overlap_grad_reduce, scatter_gather=scatter_gather)
