@@ -141,15 +141,19 @@ def table_level_with(table, lengths=None):
 
 
 def model_costs_for(model, system, microbatches, *, global_batch=None, recompute=None,
-                    contention=None, grad_sync="replicas", **parallel):
+                    contention=None, grad_sync="replicas", execution=None, **parallel):
     """ModelCosts for one configuration; ``global_batch`` fixes the microbatch size.
 
     With a fixed global batch (the tabular paper holds it fixed while M varies),
     a microbatch holds ``global_batch / microbatches`` samples, which must be whole.
+    ``execution`` (an :class:`~tabsched.execution.Execution`) is the base the other
+    keywords change; its own ``grad_sync``, when set, wins over the default.
     ``parallel``: ``tensor_parallel``, ``sequence_parallel``, ``data_parallel``,
     ``attention``, ``optimizer_sharding``, ``overlap_grad_reduce``,
     ``blocking_sends`` (see :class:`~tabsched.costs.ModelCosts`).
     """
+    if execution is not None and execution.grad_sync is not None:
+        grad_sync = None
     microbatch_size = None
     if global_batch is not None:
         if global_batch < 1 or global_batch % microbatches:
@@ -157,8 +161,9 @@ def model_costs_for(model, system, microbatches, *, global_batch=None, recompute
                 f"global batch {global_batch} does not split into {microbatches} microbatches "
                 f"of whole samples")
         microbatch_size = global_batch // microbatches
-    return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
-                      contention=contention, grad_sync=grad_sync, **parallel)
+    return ModelCosts(model, system, execution, microbatch_size=microbatch_size,
+                      recompute=recompute, contention=contention, grad_sync=grad_sync,
+                      **parallel)
 
 
 @dataclass
@@ -183,6 +188,8 @@ class Comparison:
     ranks: dict = field(default_factory=dict)
     error: str | None = None
     lengths: dict | None = None
+    #: The simulation level's execution (every field resolved), as JSON holds it.
+    execution: dict | None = None
 
     @property
     def disagrees(self):
@@ -197,6 +204,8 @@ class Comparison:
                 "table_lengths": self.lengths}
         if self.error:
             data["error"] = self.error
+        if self.execution is not None:
+            data["execution"] = self.execution
         return data
 
 
@@ -240,7 +249,7 @@ class Comparisons(list):
 
 def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT_SYSTEM,
             costs=None, global_batch=None, recompute=None, contention=None,
-            grad_sync="replicas", lengths=None, parallel=None):
+            grad_sync="replicas", lengths=None, parallel=None, execution=None):
     """Every family of ``specs`` at the three levels, ranked within each level.
 
     Parameters
@@ -260,6 +269,8 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     parallel : dict, optional
         Tensor, sequence and data parallelism of the simulation level (see
         :func:`model_costs_for`).
+    execution : Execution, optional
+        How the model runs at the simulation level; the keywords above change it.
 
     Returns
     -------
@@ -274,21 +285,22 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     if costs is None:
         costs = model_costs_for(model, system, microbatches, global_batch=global_batch,
                                 recompute=recompute, contention=contention,
-                                grad_sync=grad_sync, **(parallel or {}))
+                                grad_sync=grad_sync, execution=execution, **(parallel or {}))
         layers = costs.model.layers
     else:
         layers = getattr(getattr(costs, "model", None), "layers", None)
     rows = []
     for spec in specs:
         row = Comparison(spec.label, spec.family, spec.kwargs(),
-                         lengths=dict(zip("FBIW", lengths)))
+                         lengths=dict(zip("FBIW", lengths)),
+                         execution=costs.execution.to_dict())
         try:
             table = generate_spec(spec, devices, microbatches, layers, costs)
             # a cost-driven family's table level is its table for the slot lengths
             unit_table = generate_spec(spec, devices, microbatches, layers,
                                        UnitCosts(*lengths)) \
                 if get_family(spec.family).cost_driven else table
-            result = evaluate(table, costs, grad_sync=_grad_sync(costs, grad_sync))
+            result = evaluate(table, costs, grad_sync=grad_sync_for(costs, grad_sync))
         except TabschedError as error:
             row.error = str(error)
             rows.append(row)
@@ -316,12 +328,15 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     return Comparisons(rows)
 
 
-def _grad_sync(costs, grad_sync):
+def grad_sync_for(costs, grad_sync):
     """The sync a comparison asks for: every stage when the costs overlap a data-parallel
     all-reduce with the backwards (it lives in the sync nodes), else ``grad_sync``."""
     if not isinstance(costs, ModelCosts):
         return None
-    return "all" if costs.grad_sync == "all" else grad_sync
+    if costs.grad_sync == "all":
+        return "all"
+    own = costs.execution.grad_sync
+    return grad_sync if own is None else own
 
 
 def disagreements(rows):

@@ -352,9 +352,10 @@ class Execution:
         the heads, the key/value heads and the MLP width; with sequence parallelism
         the tensor degree, and the context degree, the sequence. The global batch
         must be whole microbatches on every replica. On a system, the GPUs of one
-        pipeline rank (``t * cp * d``) must fill nodes or share one evenly (Megatron-LM
-        places ranks tensor first, then context, data, pipeline), and a tensor group
-        must share a node.
+        pipeline rank (``t * cp * d``), and those of its tensor and context groups
+        (``t * cp``), must fill nodes or share one evenly (Megatron-LM places ranks
+        tensor first, then context, data, pipeline), and a tensor group must share a
+        node.
         """
         t, cp = self.tensor_parallel, self.context_parallel
         if t > 1:
@@ -383,12 +384,13 @@ class Execution:
                 raise InvalidParameterError(
                     f"tensor_parallel {t} does not divide the {node} devices of a node of "
                     f"system {system.name}: tensor groups would straddle nodes")
-            ranks = self.ranks_per_stage
-            if node % ranks and ranks % node:
-                raise InvalidParameterError(
-                    f"the {ranks} devices of a pipeline rank (tensor x context x data "
-                    f"parallel) neither divide nor fill the {node}-device nodes of system "
-                    f"{system.name}")
+            for what, ranks in (("tensor x context parallel", t * cp),
+                                ("a pipeline rank (tensor x context x data parallel)",
+                                 self.ranks_per_stage)):
+                if node % ranks and ranks % node:
+                    raise InvalidParameterError(
+                        f"the {ranks} devices of {what} neither divide nor fill the "
+                        f"{node}-device nodes of system {system.name}")
         return self
 
     def node_size(self, system) -> int:

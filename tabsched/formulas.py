@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs import UnitCosts
 from tabsched.table import KINDS, ScheduleTable
 
@@ -224,10 +225,12 @@ def _probe_durations(table, costs):
     ``uniform_stages``); remembered per cost model and table shape (a sweep asks the
     same question for table after table)."""
     # a cost model prices an operation by its kind, stage, the stage's layers and the
-    # microbatch size, not by the family or its parameters (the probe carries them
-    # all the same, as metadata)
-    key = (costs, table.num_stages, table.stage_layers)
-    return _remembered_probe(key, table, costs)
+    # microbatch size, not by the family or its parameters
+    try:
+        hash(costs)
+    except TypeError:     # a cost model that holds unhashable values: measured each time
+        return _probe(table, costs)
+    return _remembered_probe(costs, table.num_stages, table.stage_layers)
 
 
 def _probe(table, costs):
@@ -254,18 +257,25 @@ def _measured_on_probe(table, costs):
     return costs.op_durations(probe)
 
 
-_PROBES: dict[tuple, object] = {}
+@memo(limit=512)
+def _remembered_probe(costs, num_stages, stage_layers):
+    """:func:`_probe` of tables with these stages, remembered per cost model (a frozen
+    value) and stage split: a sweep asks the same question for table after table."""
+    return _probe(_Shape(num_stages, stage_layers), costs)
 
 
-def _remembered_probe(key, table, costs):
-    # by identity of the cost model (cost models are not changed once built); a few
-    # hundred entries at most, then forgotten
-    found = _PROBES.get(key)
-    if found is None:
-        if len(_PROBES) > 512:
-            _PROBES.clear()
-        found = _PROBES[key] = _probe(table, costs)
-    return found
+class _Shape:
+    """What a cost model reads of a table to price one microbatch: its stages and their
+    layers (the family and its parameters change no price)."""
+
+    family = None
+
+    def __init__(self, num_stages, stage_layers):
+        self.num_stages, self.stage_layers = num_stages, stage_layers
+
+    @property
+    def params(self):
+        return {}
 
 
 def _flush_exact(times):

@@ -23,7 +23,6 @@ system's costs, and its table level from the table it builds for the slot length
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import itertools
 import json
@@ -32,11 +31,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tabsched._extras import require
-from tabsched.compare import (describe_lengths, generate_spec, model_costs_for, parse_spec,
-                              slot_lengths, table_level_with)
+from tabsched._memo import memo
+from tabsched.compare import (describe_lengths, generate_spec, grad_sync_for,
+                              model_costs_for, parse_spec, slot_lengths, table_level_with)
 from tabsched.costs import UnitCosts
 from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.execution import Execution
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
@@ -80,6 +81,8 @@ class SweepTask:
     grad_sync: str = "replicas"
     lengths: tuple | None = None
     parallel: tuple = ()
+    #: The execution every configuration starts from (the options above change it).
+    execution: Execution | None = None
 
     @property
     def configurations(self):
@@ -88,12 +91,24 @@ class SweepTask:
 
 def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=SYSTEM_GRID,
                global_batch=None, recompute=None, contention=None, grad_sync="replicas",
-               lengths=None, parallel=None):
+               lengths=None, parallel=None, execution=None):
     """The tasks of a full grid (specs x devices x microbatches x models).
 
     ``lengths``: the table level's slot lengths ``(F, B, I, W)``; ``parallel``:
-    ModelCosts' parallelism keywords (``tensor_parallel=8``...) for every task.
+    ModelCosts' parallelism keywords (``tensor_parallel=8``...) for every task;
+    ``execution``: the :class:`~tabsched.execution.Execution` they change. Its
+    ``global_batch`` counts samples over all data-parallel replicas (Megatron-LM's
+    meaning): a microbatch then holds ``global_batch / (data_parallel * M)``; it
+    cannot be combined with ``global_batch``, which counts one pipeline's samples.
     """
+    if execution is not None and not isinstance(execution, Execution):
+        raise InvalidParameterError(f"execution must be an Execution, not "
+                                    f"{type(execution).__name__}")
+    if execution is not None and execution.global_batch is not None and \
+            global_batch is not None:
+        raise InvalidParameterError(
+            f"give global_batch {global_batch} (samples per pipeline) or the execution's "
+            f"global_batch {execution.global_batch} (samples over every replica), not both")
     lengths = slot_lengths(lengths)
     parallel = tuple(sorted((parallel or {}).items()))
     specs = [parse_spec(spec).label for spec in specs]   # fail early on a bad spec
@@ -107,7 +122,8 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
     for system in systems:
         load_system(system)
     return [SweepTask(spec, int(p), int(m), str(model), tuple(str(s) for s in systems),
-                      global_batch, recompute, contention, grad_sync, lengths, parallel)
+                      global_batch, recompute, contention, grad_sync, lengths, parallel,
+                      execution)
             for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
 
 
@@ -119,28 +135,59 @@ def _base_rows(task):
                  "model": task.model, "global_batch": task.global_batch,
                  "microbatch_size": None, "status": "ok", "reason": "",
                  "slot_lengths": describe_lengths(task.lengths),
-                 "parallel": json.dumps(dict(task.parallel), sort_keys=True)})
+                 "parallel": json.dumps(_parallel_column(task), sort_keys=True)})
     return [{**base, "system": system} for system in task.systems]
+
+
+def _parallel_column(task):
+    """The ``parallel`` column: the options given, over the fields the execution sets."""
+    given = dict(task.parallel)
+    if task.execution is None:
+        return given
+    default = Execution().to_dict()
+    own = {key: value for key, value in task.execution.to_dict().items()
+           if value != default[key]}
+    return {**own, **given}
 
 
 # Presets are parsed once per process, and a cost model is built once per
 # (model, system, microbatch size, options): a sweep meets the same ones in task
-# after task. Cost models are not changed after they are built.
-_load_model = functools.lru_cache(maxsize=None)(load_model)
-_load_system = functools.lru_cache(maxsize=None)(load_system)
+# after task. Cost models are frozen once built.
+@memo(limit=256)
+def _load_model(reference):
+    return load_model(reference)
+
+
+@memo(limit=256)
+def _load_system(reference):
+    return load_system(reference)
 
 
 def _hashable(grad_sync):
     return tuple(grad_sync) if isinstance(grad_sync, list) else grad_sync
 
 
-@functools.lru_cache(maxsize=1024)
+@memo(limit=1024)
 def _model_costs(model, system, microbatches, global_batch, recompute, contention, grad_sync,
-                 parallel=()):
+                 parallel=(), execution=None):
     """The cost model of one configuration, built once per process (presets parsed once)."""
+    if execution is not None and execution.global_batch is not None:
+        global_batch = _pipeline_batch(execution, dict(parallel))
+        execution = execution.replace(global_batch=None, microbatch_size=None)
     return model_costs_for(_load_model(model), _load_system(system), microbatches,
                            global_batch=global_batch, recompute=recompute,
-                           contention=contention, grad_sync=grad_sync, **dict(parallel))
+                           contention=contention, grad_sync=grad_sync, execution=execution,
+                           **dict(parallel))
+
+
+def _pipeline_batch(execution, parallel):
+    """Samples of one pipeline replica per iteration: the execution's global batch over
+    its data-parallel degree (the options' ``data_parallel`` if given)."""
+    replicas = parallel.get("data_parallel") or execution.data_parallel
+    if execution.global_batch % replicas:
+        raise InvalidParameterError(f"the execution's global_batch {execution.global_batch} "
+                                    f"does not split over {replicas} data-parallel replicas")
+    return execution.global_batch // replicas
 
 
 def _warm(tasks):
@@ -150,7 +197,7 @@ def _warm(tasks):
             try:
                 _model_costs(task.model, system, task.microbatches, task.global_batch,
                              task.recompute, task.contention, _hashable(task.grad_sync),
-                             tuple(task.parallel))
+                             tuple(task.parallel), task.execution)
             except TabschedError:
                 pass        # the task reports it as a skipped row
 
@@ -170,7 +217,8 @@ def run_task(task):
         try:
             system_costs = _model_costs(task.model, system, task.microbatches,
                                         task.global_batch, task.recompute, task.contention,
-                                        _hashable(task.grad_sync), tuple(task.parallel))
+                                        _hashable(task.grad_sync), tuple(task.parallel),
+                                        task.execution)
             # an override of a device this run lacks skips this system's row, not all of them
             system_costs.placement.check_devices(task.devices)
             costs.append(system_costs)
@@ -182,7 +230,7 @@ def run_task(task):
         return rows
     layers = costs[0].model.layers
     try:
-        sync = "all" if costs[0].grad_sync == "all" else task.grad_sync   # overlapped DP
+        sync = grad_sync_for(costs[0], task.grad_sync)   # overlapped DP: every stage
         if get_family(spec.family).cost_driven:
             # one table per system, built for its costs; the table level for the slot lengths
             tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
@@ -453,7 +501,7 @@ def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequenc
           models: Sequence[str] = ("paper-128l",), systems: Sequence[str] = SYSTEM_GRID,
           global_batch: int | None = None, recompute: str | None = None,
           contention: str | None = None, lengths: object = None, parallel: dict | None = None,
-          jobs: int = 1, dask: object = None,
+          execution: Execution | None = None, jobs: int = 1, dask: object = None,
           progress: Callable[[int, int, int], None] | None = None) -> SweepResult:
     """Evaluate a grid of configurations: every family x devices x microbatches x model x system.
 
@@ -477,6 +525,8 @@ def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequenc
         Slot lengths of the table level.
     parallel : dict, optional
         ``tensor_parallel``, ``data_parallel``... for every configuration.
+    execution : Execution, optional
+        The execution every configuration starts from (see :func:`grid_tasks`).
     jobs : int
     dask : str or distributed.Client, optional
     progress : callable, optional
@@ -496,7 +546,8 @@ def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequenc
     """
     tasks = grid_tasks(families, devices, microbatches, models=tuple(models),
                        systems=tuple(systems), global_batch=global_batch, recompute=recompute,
-                       contention=contention, lengths=lengths, parallel=parallel)
+                       contention=contention, lengths=lengths, parallel=parallel,
+                       execution=execution)
     return SweepResult(run_sweep(tasks, jobs=jobs, dask=dask, progress=progress))
 
 

@@ -192,3 +192,61 @@ def test_public_names_resolve_and_the_lazy_ones_load_on_first_use():
         "    raise AssertionError('no AttributeError')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def _module_state():
+    """``{(module, name): repr}`` of every dict, list, set and bytearray bound at the top
+    level of a tabsched module (its constants, registries filled at import...)."""
+    import pkgutil
+    import sys
+
+    import tabsched
+    from tabsched.schedules import families
+    for info in pkgutil.walk_packages(tabsched.__path__, "tabsched."):
+        if info.name != "tabsched._kernel_avx2":   # loaded by _kernel where the CPU has AVX2
+            importlib.import_module(info.name)
+    families()                       # every family module, as listing them imports them
+    state = {}
+    for name, module in list(sys.modules.items()):
+        if not (name == "tabsched" or name.startswith("tabsched.")) or module is None:
+            continue
+        for attribute, value in vars(module).items():
+            if type(value) in (dict, list, set, bytearray) and not attribute.startswith("__"):
+                state[name, attribute] = repr(value)
+    return state
+
+
+def test_the_library_keeps_no_module_level_mutable_state(tmp_path):
+    """Module-level dicts, lists and sets are constants: a workload through the public API
+    and the command line (evaluations, sweeps, Monte Carlo, the search, files) leaves them
+    as importing left them. Caches live in tabsched._memo, as memos of frozen values."""
+    import tabsched
+    from tabsched.adapt import Noise, adapt, monte_carlo
+    from tabsched.cli import main
+    before = _module_state()
+    table = tabsched.generate("1f1b", devices=4, microbatches=8)
+    costs = tabsched.ModelCosts("paper-128l", "mid_nw_mid_cp", data_parallel=2)
+    for cost_model in (tabsched.UnitCosts(b=2), tabsched.StageCosts(1.0, comm=0.1,
+                                                                   contention="link"), costs):
+        tabsched.evaluate(table, cost_model).critical_path
+    tabsched.evaluate_summaries(tabsched.generate("zbv", devices=4, microbatches=8), [costs])
+    tabsched.sweep(["gpipe", "chimera"], [4], [8], systems=["mid_nw_mid_cp"])
+    monte_carlo(table, costs, Noise(0.1), samples=64)
+    adapt(table, costs, Noise(0.1), "400GB", samples=8, max_rounds=1)
+    tabsched.write_table(table, tmp_path / "t.json")
+    tabsched.read_table(tmp_path / "t.json")
+    with pytest.raises(SystemExit):
+        main(["eval", "zb-auto", "-p", "4", "-m", "8", "--model", "paper-128l", "--system",
+              "mid_nw_mid_cp", "--json"])
+    after = _module_state()
+    changed = sorted(f"{module}.{name}" for module, name in set(before) | set(after)
+                     if before.get((module, name)) != after.get((module, name)))
+    assert not changed, f"module-level state changed at run time: {changed}"
+
+
+def test_no_function_rebinds_a_module_global():
+    """No ``global`` statement anywhere in the library: state at module level is bound once."""
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Global)]
+        assert not found, f"{path.relative_to(ROOT)}:{found[0]}: a global statement"

@@ -48,7 +48,8 @@ def test_flush_formula_not_exact_with_communication():
 def test_formula_levels_are_formula_level_for_each_cost_model():
     """The one lookup and check for many cost models, and the remembered stage times,
     give each cost model what formula_level gives it alone (a fresh cache included)."""
-    from tabsched.formulas import _PROBES, formula_level, formula_levels
+    from tabsched import _memo
+    from tabsched.formulas import formula_level, formula_levels
     from tabsched.lower import lower
     costs = [ModelCosts("paper-128l", "slow_nw_mid_cp"), StageCosts([1.0, 2.0, 3.0, 4.0]),
              ModelCosts("paper-128l", "fast_nw_fast_cp"), UnitCosts(b=2)]
@@ -61,7 +62,7 @@ def test_formula_levels_are_formula_level_for_each_cost_model():
         times = [c.node_durations(lowered)[lowered.num_cells:lowered.first_sync]
                  for c in costs]
         together = formula_levels(table, costs, lowered, times)
-        _PROBES.clear()
+        _memo.clear()
         alone = [formula_level(table, c, lowered, transfer_times=t)
                  for c, t in zip(costs, times)]
         assert together == alone

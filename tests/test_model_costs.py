@@ -454,3 +454,40 @@ def test_present_keys_are_np_uniques_answer(count, space):
     unique, inverse = _present(keys, space)
     expected, expected_inverse = np.unique(keys, return_inverse=True)
     assert np.array_equal(unique, expected) and np.array_equal(inverse, expected_inverse)
+
+
+def test_cost_models_are_frozen_so_no_remembered_answer_goes_stale():
+    """The stale-cache case of issue 20: a cost model evaluated on one system and then
+    given another kept the first system's compute times. Assigning now raises."""
+    import dataclasses
+    from tabsched import StageCosts, UnitCosts, evaluate
+    table = generate("1f1b", devices=8, microbatches=32)
+    slow = ModelCosts("paper-128l", "slow_nw_slow_cp")
+    first = evaluate(table, slow).makespan
+    for costs, field in ((slow, "system"), (slow, "parallel"), (UnitCosts(), "lengths"),
+                         (StageCosts(1.0), "comm")):
+        with pytest.raises(dataclasses.FrozenInstanceError, match=f"field '{field}'"):
+            setattr(costs, field, None)
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'model'"):
+        del slow.model
+    fast = ModelCosts("paper-128l", "fast_nw_fast_cp")
+    assert evaluate(table, fast).makespan < first
+    assert evaluate(table, slow).makespan == first
+    # another execution is another cost model, priced afresh
+    wide = slow.with_execution(slow.execution.replace(contention="none"))
+    assert wide is not slow and wide.contention == "none" and slow.contention == "link"
+    assert slow.with_execution(slow.execution) is slow
+
+
+def test_a_subclass_is_frozen_once_its_own_constructor_is_done():
+    from tabsched import UnitCosts
+
+    class Scaled(UnitCosts):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor        # still building: allowed
+
+    costs = Scaled(2.0)
+    assert costs.factor == 2.0
+    with pytest.raises(AttributeError, match="Scaled is frozen"):
+        costs.factor = 3.0

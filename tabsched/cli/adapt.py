@@ -10,12 +10,12 @@ import numpy as np
 
 from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_time,
                                  progress_reporter, translate_errors)
-from tabsched.cli.options import (PARALLEL_OPTIONS, SectionedCommand, build_costs,
-                                  build_model_costs, build_variation, check_layer_options,
-                                  check_parallel_without_model, check_samples, complete_schedule,
-                                  cost_options, given_parallel, is_table_file, layers_from_model,
-                                  load_schedule, memory_budget_value, model_options,
-                                  parse_grad_sync, schedule_options, variation_options)
+from tabsched.cli.options import (SectionedCommand, build_variation, check_layer_options,
+                                  check_samples, complete_schedule, cost_options,
+                                  costs_from_options, is_table_file, layers_from_model,
+                                  load_schedule, memory_budget_value,
+                                  microbatches_from_execution, model_options, schedule_options,
+                                  variation_options)
 from tabsched.io import check_output_path, render_grid, write_json
 
 
@@ -67,31 +67,22 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
-    parallel = {name: parallel.get(name) for name in PARALLEL_OPTIONS}
     modelled = model is not None or system is not None
+    costs = costs_from_options(dict(
+        parallel, forward=forward, backward=backward, input_grad=input_grad,
+        weight_grad=weight_grad, comm=comm, contention=contention, model=model, system=system,
+        microbatch_size=microbatch_size, recompute=recompute, grad_sync=grad_sync,
+        optimizer=optimizer), modelled)
     if modelled:
-        costs = build_model_costs(model, system, microbatch_size, recompute, contention,
-                                  {"--f": forward, "--b": backward, "--i": input_grad,
-                                   "--w": weight_grad, "--comm": comm}, given_parallel(parallel))
         schedule_params = layers_from_model(schedule_params, costs)
-    else:
-        for flag, value in (("--microbatch-size", microbatch_size), ("--recompute", recompute)):
-            if value is not None:
-                raise click.ClickException(f"{flag} needs --model and --system")
-        check_parallel_without_model(parallel)
-        costs = build_costs(forward, backward, input_grad, weight_grad, comm, contention)
     if not is_table_file(schedule):
         check_layer_options(schedule_params, modelled)
+        schedule_params = microbatches_from_execution(schedule_params, costs)
     given = modelled or any(value is not None for value in (
         forward, backward, input_grad, weight_grad, comm))
     table = load_schedule(schedule, costs=costs if given else None,
                           memory_budget=memory_budget_value(memory_budget, costs),
                           **schedule_params)
-    if grad_sync or optimizer:
-        run = costs.execution
-        costs = costs.with_execution(run.replace(
-            grad_sync=parse_grad_sync(grad_sync) if grad_sync else run.grad_sync,
-            optimizer_step=True if optimizer else run.optimizer_step))
     if max_rounds < 1:
         raise click.ClickException(f"--max-rounds must be >= 1, not {max_rounds}")
     check_samples(variation_params)
@@ -114,6 +105,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
         from tabsched.io import to_json
         data = found.to_dict(log=show_log)
         data["table"] = json.loads(to_json(found.table))
+        data["execution"] = costs.execution.to_dict()
         echo_json(data)
     else:
         click.echo(adapt_summary(found, costs))

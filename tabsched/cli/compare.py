@@ -7,9 +7,9 @@ from tabsched.cli.format import (echo_json, format_columns, format_memory, forma
                                  format_time, progress_reporter, translate_errors)
 from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
                                   SectionedCommand, build_model_costs, complete_family,
-                                  complete_preset, complete_study, given_parallel, int_list,
-                                  name_list, parallel_options)
-from tabsched.lower import CONTENTION_MODES
+                                  complete_preset, complete_study, execution_from_options,
+                                  execution_option, int_list, name_list, parallel_options)
+from tabsched.execution import CONTENTION_MODES
 
 
 def slot_length_options(default_note):
@@ -36,6 +36,7 @@ def simulation_options(command):
                      help=RECOMPUTE_HELP),
         click.option("--contention", type=click.Choice(CONTENTION_MODES),
                      help=CONTENTION_HELP),
+        execution_option,
         parallel_options,
         slot_length_options("default 1"),
     ]
@@ -53,7 +54,18 @@ def _lengths(options):
 def _parallel(options):
     """The parallelism options given (popped from ``options``)."""
     values = {name: options.pop(name, None) for name in PARALLEL_OPTIONS}
-    return given_parallel(values)
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _execution(options, parallel, recompute, contention):
+    """``(execution, sources, file's execution or None)`` of ``--execution FILE`` and the
+    run options (see :func:`~tabsched.cli.options.execution_from_options`)."""
+    path = options.pop("execution", None)
+    execution, sources = execution_from_options(dict(parallel, execution=path,
+                                                     recompute=recompute,
+                                                     contention=contention))
+    base = execution_from_options({"execution": path})[0] if path else None
+    return execution, sources, base
 
 
 @click.command("compare", cls=SectionedCommand)
@@ -82,11 +94,12 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     from tabsched.compare import compare, describe_lengths, disagreements
     lengths = _lengths(options)
     parallel = _parallel(options)
-    if parallel:  # check the options against the model and system up front (one line)
-        build_model_costs(model, system, None, recompute, contention, {}, parallel)
+    execution, sources, base = _execution(options, parallel, recompute, contention)
+    if parallel or base is not None:  # the options against the model and system, up front
+        build_model_costs(model, system, execution, sources)
     rows = compare(families, devices, microbatches, model=model, system=system,
                    global_batch=global_batch, recompute=recompute, contention=contention,
-                   lengths=lengths, parallel=parallel)
+                   lengths=lengths, parallel=parallel, execution=base)
     if as_json:
         echo_json([row.to_dict() for row in rows])
         return
@@ -172,14 +185,17 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
                       for name in (SYSTEM_GRID if system == "grid" else (system,))]
     lengths = _lengths(options)
     parallel = _parallel(options)
-    if parallel:  # a bad -t or -d is a mistake, not a configuration to skip
+    execution, sources, base = _execution(options, parallel, recompute, contention)
+    if parallel or base is not None:  # a bad -t or -d is a mistake, not a configuration to skip
+        check = execution.replace(global_batch=None, microbatch_size=None)
         for model in models:
             for system in chosen_systems:
-                build_model_costs(model, system, None, recompute, contention, {}, parallel)
+                build_model_costs(model, system, check, sources)
     tasks = grid_tasks(families, int_list("--devices", ",".join(devices)),
                        int_list("--microbatches", ",".join(microbatches)), models=models,
                        systems=chosen_systems, global_batch=global_batch, recompute=recompute,
-                       contention=contention, lengths=lengths, parallel=parallel)
+                       contention=contention, lengths=lengths, parallel=parallel,
+                       execution=base)
     rows = run_sweep(tasks, jobs=jobs, dask=dask,
                      progress=progress_reporter("sweep", quiet=quiet))
     text = rows_to_csv(rows)

@@ -4,8 +4,8 @@ import click
 import numpy as np
 
 from tabsched.cli.format import echo_json, format_columns, translate_errors
-from tabsched.cli.options import (SectionedCommand, build_model_costs, given_parallel,
-                                  parallel_options)
+from tabsched.cli.options import (SectionedCommand, build_model_costs, execution_from_options,
+                                  execution_option, parallel_options)
 from tabsched.costs.units import format_quantity
 
 KINDS = ("F", "B", "I", "W")
@@ -23,6 +23,7 @@ PHASE_NAMES = {"F": "forward", "R": "recompute forward (run before I)", "I": "in
               help="Samples in the microbatch (default: the model's).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
               help="Activation recomputation (default: the model's).")
+@execution_option
 @parallel_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @translate_errors
@@ -36,8 +37,9 @@ def costs_command(model, system, part, microbatch_size, recompute, as_json, **pa
     kernel X does (Megatron-LM launches it asynchronously) and costs the
     operation only what it runs longer than X.
     """
-    costs = build_model_costs(model, system, microbatch_size, recompute, None, {},
-                              given_parallel(parallel))
+    execution, sources = execution_from_options(dict(parallel, microbatch_size=microbatch_size,
+                                                     recompute=recompute))
+    costs = build_model_costs(model, system, execution, sources)
     samples = costs.model.microbatch_size
     rows = costs.kernel_report(part, samples)
     totals = costs.part_times(np.array([float(samples)]))[part][:, 0]
@@ -45,7 +47,7 @@ def costs_command(model, system, part, microbatch_size, recompute, as_json, **pa
     if as_json:
         echo_json({"model": costs.model.name, "system": costs.system.name, "part": part,
                    "samples": samples, "costs": costs.describe(), "kernels": rows,
-                   "totals": totals})
+                   "totals": totals, "execution": costs.execution.to_dict()})
         return
     settings = costs.describe()
     click.echo(f"{costs.model.name} on {costs.system.name}: one {part}, microbatch of "

@@ -6,8 +6,8 @@ import click
 from tabsched.cli.format import (OverBudget, echo_json, formula_summary, monte_carlo_summary,
                                  summary, translate_errors)
 from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
-                                  monte_carlo_from_options, parse_grad_sync, prepare_evaluation,
-                                  run_evaluation, variation_options)
+                                  monte_carlo_from_options, prepare_evaluation, run_evaluation,
+                                  tail_overrides, variation_options)
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.formulas import formula_level
 
@@ -46,21 +46,19 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
                     else "the table names no family, so it has no formula level")
             raise click.ClickException(what)
         if as_json:
-            echo_json(numbers)
+            echo_json({**numbers, "execution": costs.execution.to_dict()})
         else:
             click.echo(formula_summary(table, numbers))
         return
     result = run_evaluation(table, torch_schedule, costs, evaluation)
-    grad_sync = evaluation["grad_sync"]
     runs = monte_carlo_from_options(
-        table, costs, variation_params, contention=evaluation["contention"],
-        grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
-        optimizer=True if evaluation["optimizer"] else None,
+        table, costs, variation_params, **tail_overrides(costs),
         **({"transfer_after": torch_schedule.transfer_after} if torch_schedule else {}))
     if as_json:
         data = result.to_dict()
         if runs is not None:
             data["monte_carlo"] = runs.to_dict()
+        data["execution"] = costs.execution.to_dict()
         echo_json(data)
     else:
         click.echo(summary(result))

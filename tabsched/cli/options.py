@@ -6,11 +6,11 @@ import os
 import click
 
 from tabsched.costs import ModelCosts, StageCosts, UnitCosts
-from tabsched.execution import ATTENTION_IMPLEMENTATIONS
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError
+from tabsched.execution import (ATTENTION_IMPLEMENTATIONS, CONTENTION_MODES, Execution,
+                                load_execution)
 from tabsched.io import TABLE_SUFFIXES, read_table
-from tabsched.lower import CONTENTION_MODES
 from tabsched.schedules import describe_parameters, families, generate, get_family
 
 #: Help sections: which heading each option is listed under in ``--help`` (by the
@@ -21,8 +21,9 @@ HELP_SECTIONS = {
                  "torch_legacy", "p2p"),
     "Costs without a model (slots)": ("forward", "backward", "input_grad", "weight_grad",
                                       "comm", "contention"),
-    "Model, system and parallelism": ("model", "system", "microbatch_size", "recompute",
-                                      "global_batch", "tensor_parallel", "sequence_parallel",
+    "Model, system and parallelism": ("model", "system", "execution", "microbatch_size",
+                                      "recompute", "global_batch", "tensor_parallel",
+                                      "sequence_parallel",
                                       "data_parallel", "attention", "optimizer_sharding",
                                       "overlap_grad_reduce", "blocking_sends"),
     "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer"),
@@ -259,14 +260,17 @@ def cost_options(command):
 LEVELS = ("formula", "table", "simulation")
 
 
-def build_costs(forward, backward, input_grad, weight_grad, comm, contention):
+def build_costs(forward, backward, input_grad, weight_grad, comm, execution=None):
+    """Slot-length costs (``UnitCosts``, or ``StageCosts`` with ``--comm``) run as
+    ``execution`` (its contention and tail: these costs price no parallelism)."""
+    execution = Execution() if execution is None else execution
     lengths = {"f": forward, "b": backward, "i": input_grad, "w": weight_grad}
     given = {key: value for key, value in lengths.items() if value is not None}
     if comm is None:
-        return UnitCosts(**given)
+        return UnitCosts(**given, execution=execution)
     unit = UnitCosts(**given).lengths
-    return StageCosts(unit[0], unit[1], unit[2], unit[3], comm=comm,
-                      contention=contention or "none", time_unit="slots")
+    return StageCosts(unit[0], unit[1], unit[2], unit[3], comm=comm, time_unit="slots",
+                      execution=execution.replace(contention=execution.contention or "none"))
 
 
 #: Parallelism options: (option name, its flags, the keyword of ModelCosts).
@@ -276,6 +280,108 @@ PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "optimizer_sharding": "--optimizer-sharding",
                   "overlap_grad_reduce": "--overlap-grad-reduce"}
 PARALLEL_OPTIONS = tuple(PARALLEL_FLAGS) + ("blocking_sends",)
+#: The flag that sets each field of an execution (``--optimizer-sharding`` is
+#: ``zero_stage = 1``, ``--optimizer`` is ``optimizer_step = true``).
+EXECUTION_FLAGS = {**{name: flag for name, flag in PARALLEL_FLAGS.items()
+                      if name != "optimizer_sharding"},
+                   "zero_stage": "--optimizer-sharding", "blocking_sends": "--blocking-sends",
+                   "microbatch_size": "--microbatch-size", "recompute": "--recompute",
+                   "contention": "--contention", "grad_sync": "--grad-sync",
+                   "optimizer_step": "--optimizer"}
+#: The option each field is read from when it is not the field's own name.
+_OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
+#: Fields that only model costs price: slot-length costs refuse them (a flag or a file).
+MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
+                "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
+                "attention", "scatter_gather", "overlap_grad_reduce", "blocking_sends")
+EXECUTION_HELP = ("How the model runs across devices: a TOML or JSON file of an execution "
+                  "(parallel degrees, microbatch size, global batch, recompute, zero_stage, "
+                  "attention, contention, devices_per_node, sends, grad sync, optimizer "
+                  "step); the other options override its fields.")
+
+
+def execution_option(command):
+    """``--execution FILE``: the execution every other run option changes."""
+    return click.option("--execution", metavar="FILE", help=EXECUTION_HELP)(command)
+
+
+def execution_from_options(options):
+    """``(execution, sources)``: ``--execution FILE`` (else the default execution) with
+    the run options that were given as field changes, and ``{field: source}`` of every
+    field set, by a flag (``"--tensor-parallel/-t"``) or the file (its path), for messages.
+
+    ``options`` holds the commands' option values by name (``tensor_parallel``,
+    ``optimizer_sharding``, ``optimizer``, ``grad_sync`` as its text...); a missing or
+    None value was not given.
+    """
+    path = options.get("execution")
+    base = load_execution(path) if path else Execution()
+    default = Execution()
+    sources = {field: path for field, value in base.to_dict().items()
+               if value != default.to_dict()[field]} if path else {}
+    for name in ("tensor_parallel", "data_parallel"):
+        value = options.get(name)
+        if value is not None and value < 1:
+            raise click.ClickException(f"{PARALLEL_FLAGS[name]} must be >= 1, not {value}")
+    changes = {}
+    for field, flag in EXECUTION_FLAGS.items():
+        value = options.get(_OPTION_OF.get(field, field))
+        if value is None or (field == "optimizer_step" and not value):
+            continue
+        if field == "zero_stage":
+            value = 1 if value else 0
+        elif field == "grad_sync":
+            value = parse_grad_sync(value)
+        changes[field] = value
+        sources[field] = flag
+    if changes.get("sequence_parallel") and changes.get("tensor_parallel",
+                                                        base.tensor_parallel) == 1:
+        raise click.ClickException("--sequence-parallel needs --tensor-parallel/-t > 1 (it "
+                                   "splits the sequence over the tensor ranks)")
+    try:
+        execution = base.replace(**changes) if changes else base
+    except InvalidParameterError as error:
+        raise click.ClickException(_named(str(error), sources)) from None
+    return execution, sources
+
+
+def _named(text, sources):
+    """An execution's message with the field it starts with named as the user set it: the
+    flag (``--tensor-parallel/-t 3 does not divide ...``) or the file (``run.toml: ...``)."""
+    field = next((field for field in sorted(sources, key=len, reverse=True)
+                  if text.startswith(field)), None)
+    if field is None:
+        return text
+    source = sources[field]
+    if source.startswith("--"):
+        return f"{source}{text[len(field):]}"
+    return f"{source}: {text}"
+
+
+def check_execution_without_model(execution, sources):
+    """Slot-length costs price no parallelism: a field only model costs read, set by a flag
+    or a file, is one line naming it; so is ``nic`` contention, which needs a system."""
+    for field in MODEL_FIELDS:
+        source = sources.get(field)
+        if source is None:
+            continue
+        if source.startswith("--"):
+            raise click.ClickException(f"{source} needs --model and --system")
+        raise click.ClickException(f"{source}: {field} {_shown(getattr(execution, field))} "
+                                   f"needs --model and --system")
+    if execution.contention == "nic":
+        source = sources.get("contention", "--contention")
+        where = "--contention nic" if source.startswith("--") else \
+            f"{source}: contention 'nic'"
+        raise click.ClickException(f"{where} needs --system (it says which devices share a "
+                                   f"node)")
+
+
+def _shown(value):
+    """A field's value as the file wrote it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def parallel_options(command):
@@ -311,6 +417,7 @@ def model_options(command):
                           "--system."),
         click.option("--system", metavar="NAME|FILE", shell_complete=complete_preset("system"),
                      help="System preset or TOML file; needs --model."),
+        click.option("--execution", metavar="FILE", help=EXECUTION_HELP),
         click.option("--microbatch-size", type=int,
                      help="Samples per full microbatch (default: the model's)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
@@ -330,12 +437,6 @@ def model_options(command):
     return command
 
 
-def given_parallel(options):
-    """The parallelism options the user gave: ``{name: value}``."""
-    return {name: options.get(name) for name in PARALLEL_OPTIONS
-            if options.get(name) is not None}
-
-
 def check_parallel_without_model(options):
     """Parallelism options need --model and --system: one line naming the first one given."""
     for name in PARALLEL_OPTIONS:
@@ -344,37 +445,21 @@ def check_parallel_without_model(options):
             raise click.ClickException(f"{flag} needs --model and --system")
 
 
-def build_model_costs(model, system, microbatch_size, recompute, contention, unit_options,
-                      parallel=None):
-    """ModelCosts from the CLI's options; one-line errors for options that do not fit.
-
-    ``parallel``: ``{name: value}`` of the parallelism options given (see
-    ``PARALLEL_OPTIONS``).
-    """
+def build_model_costs(model, system, execution, sources=None, unit_options=None):
+    """ModelCosts of ``model`` on ``system`` run as ``execution``; one-line errors naming
+    the option or file of a field that does not fit (``sources``: see
+    :func:`execution_from_options`)."""
     if model is None or system is None:
         given, missing = ("--model", "--system") if system is None else ("--system", "--model")
         raise click.ClickException(f"{given} needs {missing} (see `tabsched presets`)")
-    clashing = [flag for flag, value in unit_options.items() if value is not None]
+    clashing = [flag for flag, value in (unit_options or {}).items() if value is not None]
     if clashing:
         raise click.ClickException(f"--model and --system replace {', '.join(clashing)}; "
                                    f"give one or the other")
-    parallel = dict(parallel or {})
-    for name in ("tensor_parallel", "data_parallel"):
-        value = parallel.get(name)
-        if value is not None and value < 1:
-            raise click.ClickException(f"{PARALLEL_FLAGS[name]} must be >= 1, not {value}")
-    if parallel.get("sequence_parallel") and (parallel.get("tensor_parallel") or 1) == 1:
-        raise click.ClickException("--sequence-parallel needs --tensor-parallel/-t > 1 (it "
-                                   "splits the sequence over the tensor ranks)")
     try:
-        return ModelCosts(model, system, microbatch_size=microbatch_size, recompute=recompute,
-                          contention=contention, **parallel)
+        return ModelCosts(model, system, execution)
     except InvalidParameterError as error:
-        text = str(error)
-        for name, flag in PARALLEL_FLAGS.items():
-            if text.startswith(name):
-                raise click.ClickException(f"{flag}{text[len(name):]}") from None
-        raise
+        raise click.ClickException(_named(str(error), sources or {})) from None
 
 
 def parse_grad_sync(text):
@@ -404,8 +489,8 @@ def evaluation_options(command):
     cost, model, memory, tail and PyTorch-reader options.
     """
     names = ("forward", "backward", "input_grad", "weight_grad", "comm", "contention", "model",
-             "system", "microbatch_size", "recompute", "memory_budget", "strict", "grad_sync",
-             "optimizer", "torch_legacy", "p2p") + PARALLEL_OPTIONS
+             "system", "execution", "microbatch_size", "recompute", "memory_budget", "strict",
+             "grad_sync", "optimizer", "torch_legacy", "p2p") + PARALLEL_OPTIONS
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -437,6 +522,54 @@ def layers_from_model(schedule_params, costs):
     return schedule_params
 
 
+def costs_from_options(options, modelled=None):
+    """The cost model the run options describe, and the execution it runs.
+
+    With ``--model``/``--system``: ``ModelCosts`` run as ``--execution FILE`` changed by
+    the flags; without: slot lengths (``--f/--b/--i/--w``, ``--comm``) run as the same
+    execution, whose parallel degrees, batch and recompute they cannot price (a flag or a
+    file field that sets one is refused, naming it).
+    """
+    if modelled is None:
+        modelled = options.get("model") is not None or options.get("system") is not None
+    units = {"--f": options.get("forward"), "--b": options.get("backward"),
+             "--i": options.get("input_grad"), "--w": options.get("weight_grad"),
+             "--comm": options.get("comm")}
+    if modelled:
+        execution, sources = execution_from_options(options)
+        return build_model_costs(options.get("model"), options.get("system"), execution,
+                                 sources, units)
+    for flag, name in (("--microbatch-size", "microbatch_size"),
+                       ("--recompute", "recompute")):
+        if options.get(name) is not None:
+            raise click.ClickException(f"{flag} needs --model and --system")
+    check_parallel_without_model(options)
+    execution, sources = execution_from_options(options)
+    check_execution_without_model(execution, sources)
+    return build_costs(options.get("forward"), options.get("backward"),
+                       options.get("input_grad"), options.get("weight_grad"),
+                       options.get("comm"), execution)
+
+
+def microbatches_from_execution(schedule_params, costs):
+    """``--microbatches`` from the execution's global batch when it is not given; when it
+    is, it must be what the global batch gives (one line naming both otherwise)."""
+    execution = costs.execution
+    derived = execution.microbatches
+    if derived is None:
+        return schedule_params
+    given = schedule_params.get("microbatches")
+    if given is None:
+        return {**schedule_params, "microbatches": derived}
+    if given != derived:
+        raise click.ClickException(
+            f"--microbatches {given}, but the execution's global_batch "
+            f"{execution.global_batch} over data_parallel {execution.data_parallel} x "
+            f"microbatch_size {execution.microbatch_size} gives {derived} microbatches per "
+            f"pipeline")
+    return schedule_params
+
+
 def prepare_evaluation(schedule, schedule_params, options, level=None):
     """``(table, TorchSchedule or None, costs)`` from the evaluation options.
 
@@ -450,28 +583,16 @@ def prepare_evaluation(schedule, schedule_params, options, level=None):
     if level == "simulation" and options["comm"] is None and not modelled:
         raise click.ClickException("--level simulation needs --comm (the time of a transfer) "
                                    "or --model and --system")
-    units = {"--f": options["forward"], "--b": options["backward"],
-             "--i": options["input_grad"], "--w": options["weight_grad"],
-             "--comm": options["comm"]}
     if not is_table_file(schedule):
         check_layer_options(schedule_params, modelled)
+    costs = costs_from_options(options, modelled)
     if modelled:
-        costs = build_model_costs(options["model"], options["system"],
-                                  options["microbatch_size"], options["recompute"],
-                                  options["contention"], units, given_parallel(options))
         schedule_params = layers_from_model(schedule_params, costs)
-    else:
-        for flag, name in (("--microbatch-size", "microbatch_size"),
-                           ("--recompute", "recompute")):
-            if options[name] is not None:
-                raise click.ClickException(f"{flag} needs --model and --system")
-        check_parallel_without_model(options)
-        if options["contention"] == "nic":
-            raise click.ClickException("--contention nic needs --system (it says which "
-                                       "devices share a node)")
-        costs = build_costs(options["forward"], options["backward"], options["input_grad"],
-                            options["weight_grad"], options["comm"], options["contention"])
-    given = modelled or any(value is not None for value in units.values())
+    if not is_table_file(schedule):
+        schedule_params = microbatches_from_execution(schedule_params, costs)
+    units = (options["forward"], options["backward"], options["input_grad"],
+             options["weight_grad"], options["comm"])
+    given = modelled or any(value is not None for value in units)
     budget = (None if options["memory_budget"] is None
               else memory_budget_value(options["memory_budget"], costs))
     table, torch_schedule = load_with_torch(schedule, options["torch_legacy"], options["p2p"],
@@ -481,17 +602,23 @@ def prepare_evaluation(schedule, schedule_params, options, level=None):
 
 
 def run_evaluation(table, torch_schedule, costs, options):
-    """Evaluate with the memory budget and tail the options ask for."""
+    """Evaluate with the memory budget the options ask for; the costs run their execution
+    (its contention and tail: ``--grad-sync``, ``--optimizer``, an execution file)."""
     if options["strict"] and options["memory_budget"] is None:
         raise click.ClickException("--strict needs --memory-budget")
     budget = (None if options["memory_budget"] is None
               else memory_budget_value(options["memory_budget"], costs))
     run = torch_schedule.evaluate if torch_schedule is not None else functools.partial(
         evaluate, table)
-    grad_sync = options["grad_sync"]
-    return run(costs, contention=options["contention"], memory_budget=budget,
-               grad_sync=parse_grad_sync(grad_sync) if grad_sync else None,
-               optimizer=True if options["optimizer"] else None)
+    return run(costs, memory_budget=budget, **tail_overrides(costs))
+
+
+def tail_overrides(costs):
+    """The execution's own grad sync, which wins over a table's (PyTorch's REDUCE_GRAD), as
+    ``--grad-sync`` always has: ``{"grad_sync": ...}``, or nothing."""
+    grad_sync = costs.execution.grad_sync
+    return {} if grad_sync is None else {"grad_sync": list(grad_sync) if isinstance(
+        grad_sync, tuple) else grad_sync}
 
 
 def variation_options(default_samples):

@@ -121,6 +121,18 @@ class CostModel:
                 f"new one, or use with_execution() to run it another way)")
         object.__setattr__(self, name, value)
 
+    def _value(self):
+        """What this cost model is, as a hashable value: cost models with equal values
+        price everything alike, so they compare equal and share remembered answers
+        (:mod:`tabsched._memo`). A subclass that does not say is only equal to itself."""
+        return (type(self), id(self))
+
+    def __eq__(self, other):
+        return isinstance(other, CostModel) and self._value() == other._value()
+
+    def __hash__(self):
+        return hash(self._value())
+
     def __delattr__(self, name):
         if self.__dict__.get("_frozen"):
             raise dataclasses.FrozenInstanceError(
@@ -273,6 +285,8 @@ class UnitCosts(CostModel):
     sync, optimizer : float
         Length of a gradient sync and of an optimizer step, when the evaluation
         has a tail (default 0).
+    execution : Execution, optional
+        How the table runs (its contention and tail; default ``Execution()``).
 
     >>> UnitCosts(b=2).describe()
     {'model': 'UnitCosts', 'F': 1.0, 'B': 2.0, 'I': 1.0, 'W': 1.0}
@@ -281,17 +295,26 @@ class UnitCosts(CostModel):
     level = "table"
 
     def __init__(self, f=1.0, b=1.0, i=1.0, w=1.0, *, input_grad_release=0.0, overlap=1.0,
-                 sync=0.0, optimizer=0.0):
+                 sync=0.0, optimizer=0.0, execution=None):
         self.lengths = np.array([_non_negative("f", f), _non_negative("b", b),
                                  _non_negative("i", i), _non_negative("w", w)])
         self.input_grad_release = _fraction("input_grad_release", input_grad_release)
         self.overlap = _non_negative("overlap", overlap)
         self.sync = _non_negative("sync", sync)
         self.optimizer = _non_negative("optimizer", optimizer)
+        if execution is not None:
+            if not isinstance(execution, Execution):
+                raise InvalidParameterError(f"execution must be an Execution, not "
+                                            f"{type(execution).__name__}")
+            self.execution = execution
 
     def tail_durations(self, table, lowered):
         return (np.full(lowered.num_syncs, self.sync),
                 np.full(table.num_devices if lowered.optimizer else 0, self.optimizer))
+
+    def _value(self):
+        return (type(self), tuple(self.lengths.tolist()), self.input_grad_release, self.overlap,
+                self.sync, self.optimizer, self.execution)
 
     def op_durations(self, table):
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
@@ -381,6 +404,14 @@ class StageCosts(CostModel):
         self.time_unit = time_unit
 
     tail_durations = UnitCosts.tail_durations
+
+    def _value(self):
+        def plain(value):
+            return (value.tobytes(), value.shape) if isinstance(value, np.ndarray) else value
+        return (type(self), *(plain(getattr(self, name)) for name in (
+            "forward", "backward", "input_grad", "weight_grad", "comm", "activation")),
+            self.input_grad_release, self.overlap, self.sync, self.optimizer, self.time_unit,
+            self.execution)
 
     def op_durations(self, table):
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)

@@ -339,6 +339,12 @@ overlap_grad_reduce, scatter_gather
         #: The execution this cost model prices, every field resolved.
         self.execution = asked.resolved(self.model, self.system).check(self.model,
                                                                        self.system)
+        for name in ("context_parallel", "expert_parallel"):
+            degree = getattr(self.execution, name)
+            if degree > 1:
+                raise InvalidParameterError(
+                    f"{name} {degree}: the transformer's kernels do not split over a "
+                    f"{name.split('_')[0]} group yet, so it is not priced yet (use 1)")
         #: Where each parallel group sits on the system's nodes.
         self.placement = Placement(self.execution, self.system)
         self.overlap = _non_negative("overlap", overlap)
@@ -356,6 +362,10 @@ overlap_grad_reduce, scatter_gather
         if execution in (self.asked, self.execution):
             return self
         return type(self)(self._given_model, self.system, execution, overlap=self.overlap)
+
+    def _value(self):
+        return (type(self), self._given_model, self.model, self.system, self.execution,
+                self.overlap)
 
     @property
     def parallel(self):
@@ -769,8 +779,6 @@ overlap_grad_reduce, scatter_gather
         info.update({key: value for key, value in _parallel_settings(self.execution).items()
                      if key in ("tensor_parallel", "data_parallel", "attention")
                      or value != defaults[key]})
-        if self.asked.optimizer_step:
-            info["optimizer"] = True
         if self.overlap != 1.0:
             info["overlap"] = self.overlap
         return info
