@@ -10,7 +10,8 @@ and writes them (PyTorch's CSV, JSON), and evaluates them:
 * the **table** level: unit slot lengths, no communication (``UnitCosts``);
 * the **simulation** level: real compute times and per-link transfers
   (``StageCosts``, or ``ModelCosts``: a transformer on a system, kernel by
-  kernel, with tensor, sequence and data parallelism (``Parallelism``), in
+  kernel, run as an ``Execution`` -- tensor, sequence and data parallelism,
+  microbatch size, recompute, ZeRO, contention, the iteration's tail -- in
   seconds and bytes, from the presets in ``tabsched presets`` or your own TOML).
 
 :mod:`tabsched.adapt` measures the run-time bubbles that varying durations
@@ -44,6 +45,7 @@ from tabsched.evaluate import (DeviceStats, LinkStats, MemoryViolation, PathStep
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidScheduleError,
                                  MemoryBudgetError, MissingDependencyError, OutputError,
                                  TabschedError, UnknownNameError)
+from tabsched.execution import Execution, load_execution
 from tabsched.formulas import formula_for
 from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
                          to_csv, to_json, write_table)
@@ -100,7 +102,8 @@ __all__ = [
     "csv_loss", "atomic_write",
     "CostModel", "UnitCosts", "StageCosts", "ModelCosts",
     "TransformerModel", "load_model", "model_presets", "System", "load_system",
-    "system_presets", "Parallelism", "parse_quantity", "format_quantity",
+    "system_presets", "Execution", "load_execution", "Parallelism", "parse_quantity",
+    "format_quantity",
     "lower", "LoweredSchedule",
     "read_pytorch", "from_pytorch_csv", "write_pytorch", "TorchSchedule",
     "read_kineto", "KinetoProfile",

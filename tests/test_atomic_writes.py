@@ -163,13 +163,13 @@ def refuse_work(monkeypatch, module, name):
 
 def test_output_paths_are_checked_before_the_work(cli, tmp_path, monkeypatch):
     import tabsched.adapt
-    import tabsched.cli.options
+    import tabsched.cli.build
     import tabsched.study
     import tabsched.sweeps
     refuse_work(monkeypatch, tabsched.sweeps, "run_sweep")
     refuse_work(monkeypatch, tabsched.study, "run_sweep")
     refuse_work(monkeypatch, tabsched.adapt, "adapt")
-    refuse_work(monkeypatch, tabsched.cli.options, "load_with_torch")
+    refuse_work(monkeypatch, tabsched.cli.build, "load_with_torch")
     existing = tmp_path / "existing"
     existing.write_text(PREVIOUS)
     missing = tmp_path / "no" / "such" / "folder"

@@ -239,12 +239,12 @@ def test_convert_refuses_what_pytorch_cannot_express(cli, tmp_path):
 
 
 def test_out_of_memory_is_one_line(cli, monkeypatch):
-    import tabsched.cli.options
+    import tabsched.cli.build
 
     def exhausted(*args, **kwargs):
         raise MemoryError()
 
-    monkeypatch.setattr(tabsched.cli.options, "evaluate", exhausted)
+    monkeypatch.setattr(tabsched.cli.build, "evaluate", exhausted)
     code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "2")
     assert code == 1 and err.count("\n") == 1
     assert "out of memory: the table or sweep is too large for this machine" in err

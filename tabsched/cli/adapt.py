@@ -8,14 +8,13 @@ import textwrap
 import click
 import numpy as np
 
+from tabsched.cli.build import (build_variation, check_layer_options, check_samples,
+                                costs_from_options, is_table_file, layers_from_model,
+                                load_schedule, memory_budget_value, microbatches_from_execution)
 from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_time,
                                  progress_reporter, translate_errors)
-from tabsched.cli.options import (SectionedCommand, build_variation, check_layer_options,
-                                  check_samples, complete_schedule, cost_options,
-                                  costs_from_options, is_table_file, layers_from_model,
-                                  load_schedule, memory_budget_value,
-                                  microbatches_from_execution, model_options, schedule_options,
-                                  variation_options)
+from tabsched.cli.options import (SectionedCommand, complete_schedule, cost_options,
+                                  model_options, schedule_options, variation_options)
 from tabsched.io import check_output_path, render_grid, write_json
 
 

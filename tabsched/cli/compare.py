@@ -3,12 +3,12 @@
 
 import click
 
+from tabsched.cli.build import build_model_costs, execution_from_options, int_list, name_list
 from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
                                  format_time, progress_reporter, translate_errors)
 from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
-                                  SectionedCommand, build_model_costs, complete_family,
-                                  complete_preset, complete_study, execution_from_options,
-                                  execution_option, int_list, name_list, parallel_options)
+                                  SectionedCommand, complete_family, complete_preset,
+                                  complete_study, execution_option, parallel_options)
 from tabsched.execution import CONTENTION_MODES
 
 

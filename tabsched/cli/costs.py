@@ -3,9 +3,9 @@
 import click
 import numpy as np
 
+from tabsched.cli.build import build_model_costs, execution_from_options
 from tabsched.cli.format import echo_json, format_columns, translate_errors
-from tabsched.cli.options import (SectionedCommand, build_model_costs, execution_from_options,
-                                  execution_option, parallel_options)
+from tabsched.cli.options import SectionedCommand, execution_option, parallel_options
 from tabsched.costs.units import format_quantity
 
 KINDS = ("F", "B", "I", "W")

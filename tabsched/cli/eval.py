@@ -3,11 +3,12 @@
 
 import click
 
+from tabsched.cli.build import (monte_carlo_from_options, prepare_evaluation, run_evaluation,
+                                tail_overrides)
 from tabsched.cli.format import (OverBudget, echo_json, formula_summary, monte_carlo_summary,
                                  summary, translate_errors)
 from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
-                                  monte_carlo_from_options, prepare_evaluation, run_evaluation,
-                                  tail_overrides, variation_options)
+                                  variation_options)
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.formulas import formula_level
 

@@ -2,9 +2,10 @@
 
 import click
 
+from tabsched.cli.build import load_with_torch
 from tabsched.cli.format import echo_json, translate_errors
-from tabsched.cli.options import (SectionedCommand, complete_schedule, load_with_torch,
-                                  schedule_options, torch_options)
+from tabsched.cli.options import (SectionedCommand, complete_schedule, schedule_options,
+                                  torch_options)
 
 
 @click.command("megatron", cls=SectionedCommand)

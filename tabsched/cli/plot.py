@@ -3,9 +3,9 @@
 
 import click
 
+from tabsched.cli.build import prepare_evaluation, run_evaluation
 from tabsched.cli.format import translate_errors
-from tabsched.cli.options import (SectionedCommand, complete_schedule, evaluation_options,
-                                  prepare_evaluation, run_evaluation)
+from tabsched.cli.options import SectionedCommand, complete_schedule, evaluation_options
 
 
 @click.group("plot")
