@@ -198,3 +198,16 @@ def test_slot_costs_hold_the_execution_they_lower_with():
         contention="nic", devices_per_node=2)
     assert UnitCosts(execution=run).optimizer_step
     assert UnitCosts().with_execution(run).execution == run
+
+
+def test_a_global_batch_must_be_what_the_table_holds():
+    from tabsched import evaluate, generate
+    run = Execution(data_parallel=4, microbatch_size=2, global_batch=256)
+    costs = ModelCosts("paper-128l", "dgx-h100", run)
+    assert run.microbatches == 32
+    assert evaluate(generate("1f1b", devices=8, microbatches=32), costs).makespan > 0
+    with pytest.raises(InvalidParameterError, match=r"the table's 16 microbatches hold 32 "
+                                                    r"samples per pipeline, but the "
+                                                    r"execution's global_batch 256 over "
+                                                    r"data_parallel 4 asks for 64"):
+        evaluate(generate("1f1b", devices=8, microbatches=16), costs)

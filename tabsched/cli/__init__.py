@@ -31,6 +31,7 @@ COMMANDS = {
     "sweep": ("compare", "sweep_command"), "study": ("compare", "study_command"),
     "plot": ("plot", "plot_group"), "trace": ("plot", "trace_command"),
     "megatron": ("megatron", "megatron_command"),
+    "execution": ("execution", "execution_command"),
 }
 
 

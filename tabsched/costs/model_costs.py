@@ -387,9 +387,23 @@ overlap_grad_reduce, scatter_gather
         return _samples(self.model, table.microbatch_sizes)
 
     def _shape(self, table):
-        """Layers per stage, first/last-stage masks, unique samples and each microbatch's index."""
-        return _table_shape(self.model, table.num_stages, table.stage_layers,
-                            table.microbatch_sizes)
+        """Layers per stage, first/last-stage masks, unique samples and each microbatch's index.
+
+        With a global batch in the execution, the table's microbatches must hold one
+        pipeline's share of it: ``global_batch / data_parallel`` samples.
+        """
+        shape = _table_shape(self.model, table.num_stages, table.stage_layers,
+                             table.microbatch_sizes)
+        run = self.execution
+        if run.global_batch is not None:
+            held = float(shape[3][shape[4]].sum())
+            share = run.global_batch // run.data_parallel
+            if held != share:
+                raise InvalidParameterError(
+                    f"the table's {table.num_microbatches} microbatches hold {held:g} samples "
+                    f"per pipeline, but the execution's global_batch {run.global_batch} over "
+                    f"data_parallel {run.data_parallel} asks for {share}")
+        return shape
 
     def _per_stage(self, per_part, layers, first, last):
         """``(kinds, stages, sizes)`` from ``{part: (kinds, sizes)}`` arrays."""
