@@ -94,6 +94,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     from tabsched.compare import compare, describe_lengths, disagreements
     lengths = _lengths(options)
     parallel = _parallel(options)
+    path = options.get("execution")
     execution, sources, base = _execution(options, parallel, recompute, contention)
     if parallel or base is not None:  # the options against the model and system, up front
         build_model_costs(model, system, execution, sources)
@@ -125,7 +126,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     setting = " ".join(f"{key}={value}" for key, value in parallel.items())
     click.echo(f"{devices} devices, {microbatches} microbatches; simulation: {model} on "
                f"{system}" + (f", global batch {global_batch}" if global_batch else "")
-               + (f", {setting}" if setting else ""))
+               + (f", {setting}" if setting else "")
+               + (f", execution {path}" if path else ""))
     click.echo(f"levels: formula (closed form) | table (idle share, slot lengths "
                f"{describe_lengths(lengths)}, no communication) | simulation "
                f"(peak act / peak mem: the fullest device)")
