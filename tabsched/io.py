@@ -31,13 +31,14 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from tabsched.cells import (BACKWARD, KINDS_AS_WRITTEN, REDUCE_GRAD, SIMPLE_OP, WEIGHT_GRAD,
+                            Action, Op, Overlap, cut, parse_token, shown, shown_repr)
 from tabsched.exceptions import InvalidScheduleError, OutputError
-from tabsched.table import (BACKWARD, SIMPLE_OP, WEIGHT_GRAD, Op, Overlap, ScheduleTable, cut,
-                            parse_cell, parse_id, shown, shown_repr)
+from tabsched.table import ScheduleTable
 
 
 __all__ = ["read_table", "write_table", "read_csv", "write_csv", "to_csv", "from_csv",
@@ -48,48 +49,9 @@ __all__ = ["read_table", "write_table", "read_csv", "write_csv", "to_csv", "from
 JSON_FORMAT = "tabsched.table"
 JSON_VERSION = 1
 TABLE_SUFFIXES = (".csv", ".json")
-REDUCE_GRAD = "REDUCE_GRAD"
-_REDUCE_PATTERN = re.compile(r"([0-9]+)" + REDUCE_GRAD)
-_TORCH_ACTION = re.compile(r"[0-9]+(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|BW)[0-9]*")
-
-
-class Action(NamedTuple):
-    """A cell that is not computation: ``kind`` (``REDUCE_GRAD``, PyTorch's SEND/RECV,
-    UNSHARD, RESHARD) of ``stage``, and ``microbatch`` (None where it takes none).
-
-    >>> str(Action("REDUCE_GRAD", 3))
-    '3REDUCE_GRAD'
-    """
-
-    kind: str
-    stage: int
-    microbatch: object = None
-
-    def __str__(self):
-        return f"{self.stage}{self.kind}{'' if self.microbatch is None else self.microbatch}"
 
 
 # ------------------------------------------------------------------ reading rows
-def parse_token(token):
-    """A cell of tabsched's CSV and JSON rows: None, an Op, an Overlap or a REDUCE_GRAD Action.
-
-    >>> parse_token("2REDUCE_GRAD")
-    Action(kind='REDUCE_GRAD', stage=2, microbatch=None)
-    """
-    token = token.strip()
-    match = _REDUCE_PATTERN.fullmatch(token)
-    if match is not None:
-        return Action(REDUCE_GRAD, parse_id(match[1], "stage", token))
-    if _TORCH_ACTION.fullmatch(token):
-        raise InvalidScheduleError(f"{shown(token)} is one of PyTorch's runtime actions; read "
-                                   f"the file with tabsched.read_pytorch (the CLI does)")
-    return parse_cell(token)
-
-
-#: How the common ``<stage><F|B|I|W><microbatch>`` cell reads: each letter as itself.
-KINDS_AS_WRITTEN = {"F": "F", "B": "B", "I": "I", "W": "W"}
-
-
 def parse_rows(raw_rows, source, parse=parse_token, row_name="line", kinds=KINDS_AS_WRITTEN):
     """Cells of every row, the Actions met, and the first empty cell.
 

@@ -86,22 +86,20 @@ tabsched.exceptions.InvalidScheduleError: <csv>: device 0, slot 2: "0BW1" is a f
 from __future__ import annotations
 
 import os
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tabsched.cells import (BACKWARD, COMM_ACTIONS, FORWARD, FSDP_ACTIONS, INPUT_GRAD,
+                            REDUCE_GRAD, TOKEN_KINDS, Action, Overlap, parse_torch_token)
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import DeadlockError, InvalidParameterError, InvalidScheduleError
-from tabsched.io import Action as _Action
 from tabsched.io import (apply_reduce_grad, atomic_write, csv_row_texts, csv_rows, parse_rows,
                          read_text, refuse_loss, rows_to_table, write_rows)
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
-from tabsched.table import (BACKWARD, FORWARD, INPUT_GRAD, Op, Overlap, compound_parts,
-                            cut, parse_id, parse_op, shown)
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -114,60 +112,6 @@ __all__ = ["TorchSchedule", "read_pytorch", "from_pytorch_csv", "to_compute_only
 FORMATS = ("compute_only", "compute_comms")
 P2P_MODES = ("ordered", "free")
 STAGE_MAPS = ("loop", "v")
-
-_COMMS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
-_FSDP = ("UNSHARD", "RESHARD")
-_REDUCE = "REDUCE_GRAD"
-_OVERLAP = "OVERLAP_F_B"
-# ASCII digits only (\d would read other scripts' digits as 0-9).
-_ACTION = re.compile(r"([0-9]+)(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|BW|F|I|B|W)"
-                     r"([0-9]*)")
-_EXPECTED = ("expected <stage><F|I|B|W><microbatch>, (<op>;<op>)OVERLAP_F_B, "
-             "<stage><SEND_F|RECV_F|SEND_B|RECV_B><microbatch> or "
-             "<stage><UNSHARD|RESHARD|REDUCE_GRAD>")
-_KIND_OF = {False: {"F": "F", "I": "I", "B": "B", "W": "W"},
-            True: {"F": "F", "B": "I", "BW": "B", "W": "W"}}
-
-
-# ---------------------------------------------------------------------- reading
-def _parse_action(token, legacy):
-    """An ``Op``, ``Overlap``, ``_Action`` or None (idle) for one cell's text."""
-    token = token.strip()
-    if not token:
-        return None
-    inner = compound_parts(token, _EXPECTED)
-    if inner is not None:
-        parts = []
-        for part in inner:
-            op = _parse_action(part, legacy) if part else None
-            if not isinstance(op, Op):
-                raise InvalidScheduleError(f'{shown(token)}: {shown(part)} is not a compute '
-                                           f'operation (expected <stage><F|I|B|W><microbatch>)')
-            parts.append(op)
-        return Overlap(tuple(parts))  # the table checks that it is one F and one B or I
-    match = _ACTION.fullmatch(token)
-    if match is None:
-        parse_op(token, _EXPECTED)   # the same message as tabsched's own cells give
-        raise InvalidScheduleError(f"{shown(token)} is not an operation ({_EXPECTED})")
-    stage, kind, microbatch = parse_id(match[1], "stage", token), match[2], match[3]
-    if kind in _FSDP or kind == _REDUCE:
-        if microbatch:
-            raise InvalidScheduleError(f'{shown(token)}: {kind} takes no microbatch '
-                                       f'(expected {stage}{kind})')
-        return _Action(kind, stage)
-    if not microbatch:
-        raise InvalidScheduleError(f'{shown(token)} has no microbatch (expected e.g. '
-                                   f'{cut(token + "0")})')
-    microbatch = parse_id(microbatch, "microbatch", token)
-    if kind in _COMMS:
-        return _Action(kind, stage, microbatch)
-    if kind not in _KIND_OF[legacy]:
-        if legacy:
-            raise InvalidScheduleError(f'{shown(token)}: PyTorch\'s legacy tokens have no I; '
-                                       f'read the file without legacy=True (--torch-legacy)')
-        raise InvalidScheduleError(f'{shown(token)} is a full backward in PyTorch\'s legacy '
-                                   f'tokens; read the file with legacy=True (--torch-legacy)')
-    return Op(_KIND_OF[legacy][kind], stage, microbatch)
 
 
 @dataclass(eq=False)
@@ -245,10 +189,10 @@ def from_pytorch_csv(text: str, *, source: str = "<csv>", legacy: bool = False,
     if p2p not in P2P_MODES:
         raise InvalidParameterError(f"p2p {p2p!r} is not one of {', '.join(P2P_MODES)}")
     rows, actions, empty = parse_rows(csv_rows(text, source), source,
-                                      parse=lambda token: _parse_action(token, legacy),
-                                      kinds=_KIND_OF[legacy])
-    comms = [entry for entry in actions if entry[2].kind in _COMMS]
-    extras = [entry for entry in actions if entry[2].kind not in _COMMS]
+                                      parse=lambda token: parse_torch_token(token, legacy),
+                                      kinds=TOKEN_KINDS[legacy])
+    comms = [entry for entry in actions if entry[2].kind in COMM_ACTIONS]
+    extras = [entry for entry in actions if entry[2].kind not in COMM_ACTIONS]
     detected = "compute_comms" if comms else "compute_only"
     format = format or detected
     if format == "compute_only" and comms:
@@ -304,7 +248,7 @@ def _apply_extras(table, extras, source, notes):
     placement = table.placement()
     dropped = defaultdict(int)
     for device, slot, cell in extras:
-        if cell.kind in _FSDP:
+        if cell.kind in FSDP_ACTIONS:
             if device not in placement.get(cell.stage, ()):
                 runs = sorted(stage for stage, devices in placement.items() if device in devices)
                 raise InvalidScheduleError(f"{_where(source, device, slot)}: {cell}: stage "
@@ -338,7 +282,7 @@ def _partner_text(cell):
                     "RECV_B": "SEND_B"}[kind]
     partner_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1,
                      "RECV_B": stage + 1}[kind]
-    return str(_Action(partner_kind, partner_stage, microbatch))
+    return str(Action(partner_kind, partner_stage, microbatch))
 
 
 def _comm_edges(table, comms, source, p2p):
@@ -653,14 +597,14 @@ def _add_unshard_reshard(order, max_active_stages):
         fetch = [stage for stage in wanted if stage not in active]
         for stage in evict:
             active.remove(stage)
-            actions.append(_Action("RESHARD", stage))
+            actions.append(Action("RESHARD", stage))
         for stage in fetch:
             active.add(stage)
-            actions.append(_Action("UNSHARD", stage))
+            actions.append(Action("UNSHARD", stage))
         actions.append(action)
     for stage in list(active):
         active.remove(stage)
-        actions.append(_Action("RESHARD", stage))
+        actions.append(Action("RESHARD", stage))
     return actions
 
 
@@ -670,13 +614,13 @@ def _add_reduce_grad(actions, num_microbatches):
     result = []
     for action in actions:
         result.append(action)
-        if isinstance(action, _Action):
+        if isinstance(action, Action):
             continue
         for part in _parts(action):
             if part.kind in ("B", "W"):
                 counted[part.stage] += 1
                 if counted[part.stage] == num_microbatches:
-                    result.append(_Action(_REDUCE, part.stage))
+                    result.append(Action(REDUCE_GRAD, part.stage))
     return result
 
 
@@ -716,19 +660,19 @@ def _add_send_recv(orders, stage_device, num_stages, table):
             if heads[rank] >= len(order):
                 continue
             action = order[heads[rank]]
-            parts = (action,) if isinstance(action, _Action) else _parts(action)
-            if not all(isinstance(part, _Action) or ready(part, history[rank])
+            parts = (action,) if isinstance(action, Action) else _parts(action)
+            if not all(isinstance(part, Action) or ready(part, history[rank])
                        for part in parts):
                 continue
             result[rank].append(action)
             for part in parts:
                 history[rank].add(tuple(part))
-                if isinstance(part, _Action) or not crosses(part):
+                if isinstance(part, Action) or not crosses(part):
                     continue
                 forward = part.kind == "F"
-                send = _Action("SEND_F" if forward else "SEND_B", part.stage, part.microbatch)
+                send = Action("SEND_F" if forward else "SEND_B", part.stage, part.microbatch)
                 peer_stage = part.stage + 1 if forward else part.stage - 1
-                recv = _Action("RECV_F" if forward else "RECV_B", peer_stage, part.microbatch)
+                recv = Action("RECV_F" if forward else "RECV_B", peer_stage, part.microbatch)
                 result[rank].append(send)
                 history[rank].add(tuple(send))
                 peer = stage_device[peer_stage]
