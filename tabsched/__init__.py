@@ -45,8 +45,9 @@ from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidSc
                                  MemoryBudgetError, MissingDependencyError, OutputError,
                                  TabschedError, UnknownNameError)
 from tabsched.formulas import formula_for
-from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
-                         to_csv, to_json, write_table)
+from tabsched.files import atomic_write
+from tabsched.io import (csv_loss, from_csv, from_json, read_table, render_grid, to_csv, to_json,
+                         write_table)
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.schedules import families, generate
 from tabsched.table import Op, Overlap, ScheduleTable

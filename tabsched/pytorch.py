@@ -96,8 +96,9 @@ from tabsched.cells import (BACKWARD, COMM_ACTIONS, FORWARD, FSDP_ACTIONS, INPUT
                             REDUCE_GRAD, TOKEN_KINDS, Action, Overlap, parse_torch_token)
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import DeadlockError, InvalidParameterError, InvalidScheduleError
-from tabsched.io import (apply_reduce_grad, atomic_write, csv_row_texts, csv_rows, parse_rows,
-                         read_text, refuse_loss, rows_to_table, write_rows)
+from tabsched.files import atomic_write, read_text
+from tabsched.io import (apply_reduce_grad, csv_row_texts, csv_rows, parse_rows, refuse_loss,
+                         rows_to_table, write_rows)
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 

@@ -40,7 +40,7 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
-from tabsched.io import read_text
+from tabsched.files import read_text
 from tabsched.table import cut, shown
 
 if TYPE_CHECKING:

@@ -770,7 +770,7 @@ class Replay(Variation):
         """
         from tabsched.costs.units import parse_quantity
 
-        from tabsched.io import read_text
+        from tabsched.files import read_text
         source = os.fspath(path)
         text = read_text(source, expected="expected op,duration rows",
                          error=InvalidParameterError, nul=True)

@@ -16,7 +16,8 @@ from tabsched.cli.options import (PARALLEL_OPTIONS, SectionedCommand, build_cost
                                   cost_options, given_parallel, is_table_file, layers_from_model,
                                   load_schedule, memory_budget_value, model_options,
                                   parse_grad_sync, schedule_options, variation_options)
-from tabsched.io import check_output_path, render_grid, write_json
+from tabsched.files import check_output_path
+from tabsched.io import render_grid, write_json
 
 
 @click.command("adapt", cls=SectionedCommand)

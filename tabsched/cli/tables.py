@@ -9,8 +9,8 @@ import click
 from tabsched.cli.format import echo_json, translate_errors
 from tabsched.cli.options import (SectionedCommand, complete_schedule, load_with_torch,
                                   schedule_options, torch_options)
-from tabsched.io import (atomic_write, check_output_path, csv_loss, csv_omits, render_grid, to_csv,
-                         to_json)
+from tabsched.files import atomic_write, check_output_path
+from tabsched.io import csv_loss, csv_omits, render_grid, to_csv, to_json
 from tabsched.pytorch import describe_stage_map, pytorch_refusal, to_compute_comms, to_compute_only
 
 DROP_METADATA_HELP = ("Write a CSV even if it cannot hold what the table's numbers depend on "
