@@ -17,7 +17,8 @@ from tabsched.cli.options import (PARALLEL_OPTIONS, SectionedCommand, build_cost
                                   load_schedule, memory_budget_value, model_options,
                                   parse_grad_sync, schedule_options, variation_options)
 from tabsched.files import check_output_path
-from tabsched.io import render_grid, write_json
+from tabsched.formats.grid import render_grid
+from tabsched.formats.table_json import write_json
 
 
 @click.command("adapt", cls=SectionedCommand)
@@ -110,7 +111,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if out_path:
         write_json(found.table, out_path)
     if as_json:
-        from tabsched.io import to_json
+        from tabsched.formats.table_json import to_json
         data = found.to_dict(log=show_log)
         data["table"] = json.loads(to_json(found.table))
         echo_json(data)

@@ -9,7 +9,7 @@ from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.costs.parallel import ATTENTION_IMPLEMENTATIONS
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError
-from tabsched.io import TABLE_SUFFIXES, read_table
+from tabsched.formats import TABLE_SUFFIXES, read_table
 from tabsched.lower import CONTENTION_MODES
 from tabsched.schedules import describe_parameters, families, generate, get_family
 
@@ -215,7 +215,7 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
 
 def torch_options(command):
     """Options for reading PyTorch's CSV files."""
-    from tabsched.pytorch import P2P_MODES     # only the commands that read tables need it
+    from tabsched.formats.pytorch_csv import P2P_MODES     # only the commands that read tables need it
     options = [
         click.option("--torch-legacy", is_flag=True,
                      help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "
@@ -232,7 +232,7 @@ def torch_options(command):
 def load_with_torch(schedule, torch_legacy, p2p, **params):
     """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
     if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
-        from tabsched.pytorch import read_pytorch
+        from tabsched.formats.pytorch_csv import read_pytorch
         torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
         return torch_schedule.table, torch_schedule
     return load_schedule(schedule, **params), None
@@ -560,7 +560,7 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
     """
     from tabsched.adapt import Noise, Replay, SlowLink, Straggler
     from tabsched.adapt.variation import Combined
-    from tabsched.kineto import TRACE_SUFFIXES
+    from tabsched.formats.kineto import TRACE_SUFFIXES
     parts = []
     if replay_partial and replay is None:
         raise click.ClickException("--replay-partial needs --replay FILE")

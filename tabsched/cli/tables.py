@@ -10,8 +10,12 @@ from tabsched.cli.format import echo_json, translate_errors
 from tabsched.cli.options import (SectionedCommand, complete_schedule, load_with_torch,
                                   schedule_options, torch_options)
 from tabsched.files import atomic_write, check_output_path
-from tabsched.io import csv_loss, csv_omits, render_grid, to_csv, to_json
-from tabsched.pytorch import describe_stage_map, pytorch_refusal, to_compute_comms, to_compute_only
+from tabsched.formats.grid import render_grid
+from tabsched.formats.pytorch_comms import to_compute_comms
+from tabsched.formats.pytorch_csv import to_compute_only
+from tabsched.formats.pytorch_ranks import describe_stage_map, pytorch_refusal
+from tabsched.formats.table_csv import csv_loss, csv_omits, to_csv
+from tabsched.formats.table_json import to_json
 
 DROP_METADATA_HELP = ("Write a CSV even if it cannot hold what the table's numbers depend on "
                       "(microbatch sizes, layers per stage): the cells alone.")

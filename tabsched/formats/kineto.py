@@ -86,6 +86,7 @@ from dataclasses import dataclass, field
 
 from tabsched.cells import KINDS, Action, Op, Overlap, is_overlap_pair, parse_pp_label
 from tabsched.exceptions import InvalidParameterError
+from tabsched.formats import get_format
 
 __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
            "unmatched_labels", "describe_unmatched", "DEFAULT_MAX_BYTES", "TRACE_SUFFIXES"]
@@ -94,7 +95,7 @@ __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
 #: steps of a small model is about 16 MB; parsed, a trace takes about five times
 #: its size in memory.
 DEFAULT_MAX_BYTES = 256 * 2**20
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = get_format("kineto").suffixes
 
 _PREFIX = "PP:"
 _RECV_EVENT = re.compile(r"recv", re.IGNORECASE)
