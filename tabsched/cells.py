@@ -69,12 +69,12 @@ COMM_ACTIONS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
 FSDP_ACTIONS = ("UNSHARD", "RESHARD")
 #: The actions that name a stage and no microbatch.
 STAGE_ACTIONS = FSDP_ACTIONS + (REDUCE_GRAD,)
-#: How the letters of each PyTorch dialect read: its current tokens are tabsched's; its
-#: legacy tokens used ``B`` for the input-grad backward and ``BW`` for the full one.
-TOKEN_KINDS = {False: {"F": "F", "I": "I", "B": "B", "W": "W"},
-               True: {"F": "F", "B": "I", "BW": "B", "W": "W"}}
 #: How tabsched's own files read the common ``<stage><F|B|I|W><microbatch>`` cell.
 KINDS_AS_WRITTEN = {"F": "F", "B": "B", "I": "I", "W": "W"}
+#: How the letters of each PyTorch dialect read (``legacy`` -> letter -> kind): its current
+#: tokens are tabsched's; its legacy tokens used ``B`` for the input-grad backward and ``BW``
+#: for the full one.
+TOKEN_KINDS = {False: KINDS_AS_WRITTEN, True: {"F": "F", "B": "I", "BW": "B", "W": "W"}}
 
 # One lexer for every dialect: a stage in ASCII digits, a word, a microbatch (digits, or
 # none). str.isdigit and \d also take Arabic-Indic or fullwidth digits, which int() reads
