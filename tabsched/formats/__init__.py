@@ -47,7 +47,7 @@ from tabsched.exceptions import InvalidParameterError, InvalidScheduleError, Unk
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
-__all__ = ["Format", "FORMATS", "get_format", "format_for", "find_format", "formats",
+__all__ = ["Format", "FORMATS", "HOLDS", "get_format", "format_for", "find_format", "formats",
            "read_table", "write_table", "TABLE_SUFFIXES"]
 
 #: What a format may hold.
@@ -150,7 +150,8 @@ class Format:
                    else os.path.splitext(text)[1] == suffix for suffix in self.suffixes)
 
 
-#: The registry, in the order a shared suffix and the command line's choices follow.
+#: The registry, in the order a shared suffix and the command line's choices follow. A new
+#: format is one entry here and its module in this package.
 FORMATS = (
     Format("csv", "table", "PyTorch's compute_only CSV: one row per device, the cells only",
            "table_csv", (".csv",), read="read_csv", write="write_csv", loads="from_csv",
@@ -193,8 +194,8 @@ def get_format(name: str) -> Format:
 
 def find_format(path: str | os.PathLike[str], holds: str = "table",
                 role: str = "read") -> Format | None:
-    """The first format holding ``holds`` that ``path``'s suffix names and that can
-    ``role`` (``"read"`` or ``"write"``), or None."""
+    """The first format holding ``holds`` that ``path``'s suffix names and that has the
+    function ``role`` (``"read"``, ``"write"``, ``"loads"`` or ``"dumps"``), or None."""
     for entry in FORMATS:
         if entry.holds == holds and getattr(entry, role) is not None and entry.names(path):
             return entry
