@@ -47,8 +47,11 @@ from tabsched.exceptions import (DeadlockError, InvalidParameterError, InvalidSc
                                  TabschedError, UnknownNameError)
 from tabsched.execution import Execution, load_execution
 from tabsched.formulas import formula_for
-from tabsched.io import (atomic_write, csv_loss, from_csv, from_json, read_table, render_grid,
-                         to_csv, to_json, write_table)
+from tabsched.files import atomic_write
+from tabsched.formats import read_table, write_table
+from tabsched.formats.grid import render_grid
+from tabsched.formats.table_csv import csv_loss, from_csv, to_csv
+from tabsched.formats.table_json import from_json, to_json
 from tabsched.lower import LoweredSchedule, lower
 from tabsched.schedules import families, generate
 from tabsched.table import Op, Overlap, ScheduleTable
@@ -58,15 +61,18 @@ from tabsched.table import Op, Overlap, ScheduleTable
 # whose module shares them (``evaluate``, ``lower``) are imported above: importing the
 # module would otherwise bind the package attribute to the module, not the function.
 _LAZY = {
-    "KinetoProfile": "tabsched.kineto", "read_kineto": "tabsched.kineto",
-    "TorchSchedule": "tabsched.pytorch", "from_pytorch_csv": "tabsched.pytorch",
-    "read_pytorch": "tabsched.pytorch", "write_pytorch": "tabsched.pytorch",
+    "KinetoProfile": "tabsched.formats.kineto", "read_kineto": "tabsched.formats.kineto",
+    "TorchSchedule": "tabsched.formats.pytorch_csv",
+    "from_pytorch_csv": "tabsched.formats.pytorch_csv",
+    "read_pytorch": "tabsched.formats.pytorch_csv",
+    "write_pytorch": "tabsched.formats.pytorch_csv",
     "SweepResult": "tabsched.sweeps", "sweep": "tabsched.sweeps",
 }
 if TYPE_CHECKING:  # what the lazy names are, for readers and type checkers
     from tabsched import adapt
-    from tabsched.kineto import KinetoProfile, read_kineto
-    from tabsched.pytorch import TorchSchedule, from_pytorch_csv, read_pytorch, write_pytorch
+    from tabsched.formats.kineto import KinetoProfile, read_kineto
+    from tabsched.formats.pytorch_csv import (TorchSchedule, from_pytorch_csv, read_pytorch,
+                                              write_pytorch)
     from tabsched.sweeps import SweepResult, sweep
 
 

@@ -57,5 +57,5 @@ class OutputError(TabschedError, OSError):
 
     Raised before any work where the path can be checked up front (a folder that
     does not exist), else when the write fails, which leaves the previous file as
-    it was (see :func:`tabsched.io.atomic_write`).
+    it was (see :func:`tabsched.files.atomic_write`).
     """

@@ -439,7 +439,7 @@ class Execution:
 
     def write(self, path) -> None:
         """Write this execution to ``path`` (TOML, or JSON for a ``.json`` path), atomically."""
-        from tabsched.io import atomic_write
+        from tabsched.files import atomic_write
         text = self.to_json() if os.fspath(path).lower().endswith(".json") else self.to_toml()
         atomic_write(path, text.encode("utf-8"))
 

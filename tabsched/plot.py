@@ -16,7 +16,7 @@ import numpy as np
 
 from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError, MissingDependencyError
-from tabsched.io import atomic_write, check_output_path
+from tabsched.files import atomic_write, check_output_path
 
 __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
            "KIND_COLORS"]
@@ -91,7 +91,7 @@ def save_figure(figure, path):
     """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically.
 
     matplotlib writes a temporary file beside ``path``, which replaces it only
-    once complete (:func:`tabsched.io.atomic_write`).
+    once complete (:func:`tabsched.files.atomic_write`).
     """
     suffix = check_picture_path(path)
     atomic_write(path, write=lambda temporary: figure.savefig(temporary, dpi=DPI,

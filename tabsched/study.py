@@ -24,7 +24,7 @@ import numpy as np
 
 from tabsched.compare import describe_lengths, slot_lengths
 from tabsched.exceptions import UnknownNameError
-from tabsched.io import atomic_write, check_output_folder, make_output_folder
+from tabsched.files import atomic_write, check_output_folder, make_output_folder
 from tabsched.study_megatron import run_megatron_study
 from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from tabsched.costs import ModelCosts, load_model, load_system
 from tabsched.evaluate import evaluate
-from tabsched.io import atomic_write, check_output_folder, make_output_folder
+from tabsched.files import atomic_write, check_output_folder, make_output_folder
 from tabsched.schedules import generate
 
 __all__ = ["TABLE5", "TABLE4", "Table5Run", "table5_runs", "predict", "run_megatron_study",

@@ -41,7 +41,7 @@ from tabsched.execution import Execution
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
-from tabsched.io import read_text
+from tabsched.files import read_text
 from tabsched.table import cut, shown
 
 if TYPE_CHECKING:

@@ -4,7 +4,10 @@ An operation is ``(kind, stage, microbatch)`` with kind ``F`` (forward), ``B``
 (full backward), ``I`` (backward for inputs only) or ``W`` (backward for weights
 only); its text form is PyTorch's ``<stage><kind><microbatch>``, e.g. ``3F12``.
 A cell may also hold an *overlapped* pair, PyTorch's ``(0F7;7B3)OVERLAP_F_B``,
-which its device runs as one step (DualPipe's fused forward+backward).
+which its device runs as one step (DualPipe's fused forward+backward). The
+grammar of a cell's text, ``Op`` and ``Overlap`` live in :mod:`tabsched.cells`;
+this module imports them, so ``tabsched.table.Op`` and the kind codes
+(``FORWARD``, ...) are the same objects.
 
 The order of the non-empty cells in a row is the order in which that device
 runs them; empty cells are idle slots of the idealized layout.
@@ -30,206 +33,16 @@ tabsched.exceptions.InvalidScheduleError: device 0, slot 2: 0B1 has no forward (
 
 import math
 import numbers
-import re
-from typing import NamedTuple
 
 import numpy as np
 
+from tabsched.cells import (  # noqa: F401  (the cell grammar; these names were table's first)
+    BACKWARD, FORWARD, INPUT_GRAD, KIND_CODES, KIND_NAMES, KINDS, MAX_ID, WEIGHT_GRAD, Op,
+    Overlap, coerce_cell, cut, parse_cell, shown, shown_repr)
 from tabsched.exceptions import InvalidScheduleError
 
-__all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut", "MAX_ID"]
-
-#: Operation kinds, in the order of their integer codes in the table arrays.
-KINDS = ("F", "B", "I", "W")
-FORWARD, BACKWARD, INPUT_GRAD, WEIGHT_GRAD = range(4)
-KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
-KIND_NAMES = {"F": "forward", "B": "full backward", "I": "input-grad backward",
-              "W": "weight-grad backward"}
-
-#: Largest stage or microbatch id: ids are int32 in the table arrays.
-MAX_ID = 2 ** 31 - 1
-# ASCII digits only: str.isdigit and \d also take Arabic-Indic or fullwidth digits,
-# which int() reads as 0-9, so "٠F٠" would silently become 0F0.
-_OP_PATTERN = re.compile(r"([0-9]+)([FBIW])([0-9]+)")
-#: The common case, read without further checks: ids of at most 9 digits fit int32.
-SIMPLE_OP = re.compile(r"([0-9]{1,9})([FBIW])([0-9]{1,9})")
-_ANY_DIGITS = re.compile(r"\d+[FBIW]\d+")
-_OVERLAP_SUFFIX = "OVERLAP_F_B"
-_EXPECTED = "expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B"
-#: Characters of a token that an error message shows at most.
-SHOWN_LIMIT = 40
-
-
-def cut(text, limit=SHOWN_LIMIT):
-    """``text`` for a one-line message, unquoted: control characters escaped, cut if long.
-
-    >>> cut("x" * 50, 10)
-    'xxxxxxxxxx... (50 characters)'
-    """
-    text = str(text)
-    escaped = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
-    return f"{escaped}... ({len(text)} characters)" if len(text) > limit else escaped
-
-
-def shown(text, limit=SHOWN_LIMIT):
-    """``text`` quoted for a one-line message: control characters escaped, cut if long.
-
-    >>> shown("3F12")
-    '"3F12"'
-    >>> shown("0F" + "9" * 100)
-    '"0F99999999999999999999999999999999999999..." (102 characters)'
-    >>> shown("0F\\n0")
-    '"0F\\\\n0"'
-    """
-    text = str(text)
-    escaped = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
-    if len(text) > limit:
-        return f'"{escaped}..." ({len(text)} characters)'
-    return f'"{escaped}"'
-
-
-def shown_repr(value, limit=SHOWN_LIMIT):
-    """``repr(value)`` for a one-line message, cut if long.
-
-    >>> shown_repr([1] * 30)
-    '[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... (90 characters)'
-    """
-    text = repr(value)
-    if len(text) > limit:
-        return f"{text[:limit]}... ({len(text)} characters)"
-    return text
-
-
-def parse_id(digits, what, token):
-    """An id from ASCII digits, refused if it does not fit the table's int32 ids."""
-    if len(digits) > len(str(MAX_ID)) or int(digits) > MAX_ID:
-        number = digits if len(digits) <= 20 else f"{digits[:12]}... ({len(digits)} digits)"
-        raise InvalidScheduleError(f"{shown(token)}: {what} {number} is too large (ids go up "
-                                   f"to {MAX_ID})")
-    return int(digits)
-
-
-class Op(NamedTuple):
-    """One operation: ``kind`` of ``microbatch`` on model chunk ``stage``.
-
-    >>> str(Op("F", 3, 12))
-    '3F12'
-    """
-
-    kind: str
-    stage: int
-    microbatch: int
-
-    def __str__(self):
-        return f"{self.stage}{self.kind}{self.microbatch}"
-
-
-class Overlap(NamedTuple):
-    """Operations a device runs as one step (PyTorch's ``OVERLAP_F_B``).
-
-    >>> str(Overlap((Op("F", 0, 7), Op("B", 7, 3))))
-    '(0F7;7B3)OVERLAP_F_B'
-    """
-
-    parts: tuple
-
-    def __str__(self):
-        return "(" + ";".join(str(part) for part in self.parts) + ")" + _OVERLAP_SUFFIX
-
-
-def parse_cell(text):
-    """The cell a text stands for: ``None`` (idle), an ``Op`` or an ``Overlap``.
-
-    Raises ``InvalidScheduleError`` without a location; callers add theirs.
-
-    >>> parse_cell("3F12")
-    Op(kind='F', stage=3, microbatch=12)
-    >>> parse_cell("")
-    >>> parse_cell("3X12")
-    Traceback (most recent call last):
-    ...
-    tabsched.exceptions.InvalidScheduleError: "3X12" is not an operation (expected <stage><F|B|I|W><microbatch>, e.g. 3F12, or (<op>;<op>)OVERLAP_F_B)
-    """
-    token = text.strip()
-    simple = SIMPLE_OP.fullmatch(token)
-    if simple is not None:
-        return Op(simple[2], int(simple[1]), int(simple[3]))
-    if not token:
-        return None
-    inner = compound_parts(token)
-    if inner is not None:
-        parts = []
-        for part in inner:
-            op = parse_cell(part) if not part.startswith("(") else None
-            if not isinstance(op, Op):
-                raise InvalidScheduleError(f'{shown(token)}: {shown(part)} is not an operation '
-                                           f'({_EXPECTED})')
-            parts.append(op)
-        return _checked_overlap(tuple(parts), token)
-    return parse_op(token, _EXPECTED)
-
-
-def parse_op(token, expected=_EXPECTED):
-    """The ``Op`` of a stripped ``<stage><kind><microbatch>`` token, ids bounded."""
-    match = _OP_PATTERN.fullmatch(token)
-    if match is None:
-        if _ANY_DIGITS.fullmatch(token):
-            raise InvalidScheduleError(f"{shown(token)} is not an operation: write the stage "
-                                       f"and microbatch in ASCII digits 0-9")
-        raise InvalidScheduleError(f"{shown(token)} is not an operation ({expected})")
-    stage, kind, microbatch = match.groups()
-    return Op(kind, parse_id(stage, "stage", token), parse_id(microbatch, "microbatch", token))
-
-
-def compound_parts(token, expected=_EXPECTED):
-    """The part texts of a compound cell ``(<op>;<op>)OVERLAP_F_B``, or None if not one.
-
-    >>> compound_parts("(0F7; 7B3)OVERLAP_F_B")
-    ['0F7', '7B3']
-    """
-    if not token.startswith("("):
-        return None
-    closing = token.find(")")
-    if closing < 0:
-        raise InvalidScheduleError(f'{shown(token)} has no closing parenthesis ({expected})')
-    suffix = token[closing + 1:]
-    if suffix != _OVERLAP_SUFFIX:
-        raise InvalidScheduleError(f'{shown(token)} is not an operation: a compound cell must '
-                                   f'end in {_OVERLAP_SUFFIX}, not {shown(suffix)}')
-    return [part.strip() for part in token[1:closing].split(";")]
-
-
-def _checked_overlap(parts, token):
-    kinds = sorted(part.kind for part in parts)
-    if len(parts) != 2 or kinds[0] == kinds[1] or "F" not in kinds or "W" in kinds:
-        raise InvalidScheduleError(
-            f'{shown(token)}: an overlapped cell holds one forward and one backward (F with B '
-            f'or I)')
-    return Overlap(parts)
-
-
-def coerce_cell(cell):
-    """``cell`` (None, an Op, an Overlap, a string or a ``(kind, stage, microbatch)`` tuple)
-    as None, an Op or an Overlap; ``InvalidScheduleError`` if it is none of these."""
-    if cell is None or isinstance(cell, Op):
-        return cell
-    if isinstance(cell, Overlap):
-        return _checked_overlap(tuple(cell.parts), str(cell))
-    if isinstance(cell, str):
-        return parse_cell(cell)
-    if isinstance(cell, tuple) and len(cell) == 3:
-        kind, stage, microbatch = cell
-        if not isinstance(kind, str) or kind not in KIND_CODES:
-            raise InvalidScheduleError(f'{shown_repr((cell))}: kind must be one of F, B, I, W')
-        for what, value in (("stage", stage), ("microbatch", microbatch)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-                    or not 0 <= value <= MAX_ID:
-                raise InvalidScheduleError(f"{shown_repr((cell))}: {what} must be an integer "
-                                           f"0..{MAX_ID}")
-        return Op(kind, int(stage), int(microbatch))
-    raise InvalidScheduleError(f"{shown_repr((cell))} is not a cell (expected None, an Op, an "
-                               f"Overlap or a string)")
-
+__all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut",
+           "MAX_ID"]
 
 
 def cell_columns(rows, place="slot", idle_error=None):
@@ -262,6 +75,7 @@ def cell_columns(rows, place="slot", idle_error=None):
                 stages.append(op.stage)
                 microbatches.append(op.microbatch)
     return devices, places, kinds, stages, microbatches, lengths
+
 
 class ScheduleTable:
     """A pipeline schedule as a table of operations.

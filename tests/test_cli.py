@@ -253,3 +253,13 @@ def test_out_of_memory_is_one_line(cli, monkeypatch):
 def test_huge_sizes_are_refused_in_one_line(cli):
     code, _, err = cli("eval", "1f1b", "-p", "50000", "-m", "50000")
     assert code == 1 and err.count("\n") == 1 and "would have up to 7.5e+09 operations" in err
+
+
+def test_show_and_convert_offer_formats_of_the_registry():
+    from tabsched.cli.tables import CONVERT_TARGETS, SHOW_FORMATS
+    from tabsched.formats import get_format
+    for name in SHOW_FORMATS + CONVERT_TARGETS:
+        chosen = get_format(name)
+        assert chosen.holds == "table" and chosen.dumps is not None, name
+    assert [get_format(name).pytorch for name in CONVERT_TARGETS] == \
+        ["compute_only", None, "compute_comms"]

@@ -106,7 +106,8 @@ def test_commands_are_imported_when_they_run(tmp_path):
         "    assert done.code == 0\n"
         "loaded = [m for m in ('tabsched.cli.adapt', 'tabsched.cli.plot', 'tabsched.cli.tables',\n"
         "                      'tabsched.cli.eval', 'tabsched.pytorch', 'tabsched.adapt',\n"
-        "                      'tabsched.kineto', 'multiprocessing', 'importlib.metadata',\n"
+        "                      'tabsched.formats.pytorch_csv', 'tabsched.formats.kineto',\n"
+        "                      'multiprocessing', 'importlib.metadata',\n"
         "                      'numpy.ma') if m in sys.modules]\n"
         "assert not loaded, loaded\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

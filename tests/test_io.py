@@ -155,7 +155,7 @@ def test_a_device_that_runs_nothing_is_refused_by_every_writer():
 
 
 def test_json_depth_skips_strings_and_stops_at_the_limit():
-    from tabsched.io import MAX_JSON_DEPTH, _json_depth
+    from tabsched.formats.table_json import MAX_JSON_DEPTH, _json_depth
     assert _json_depth('{"rows": [["[[[[", "]"]]}') == 3
     assert _json_depth("[" * 10_000) > MAX_JSON_DEPTH
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tabsched import (InvalidParameterError, ScheduleTable, UnitCosts, generate, read_kineto)
 from tabsched.adapt import Replay, monte_carlo
-from tabsched.kineto import profile_from_trace, trace_files, unmatched_labels
+from tabsched.formats.kineto import profile_from_trace, trace_files, unmatched_labels
 
 
 def span(name, ts, dur, *, tid=1, cat="user_annotation"):

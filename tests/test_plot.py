@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 
 from tabsched.layout import from_order  # noqa: E402
 from tabsched.plot import gantt, memory_plot  # noqa: E402
-from tabsched.trace import chrome_trace, write_trace  # noqa: E402
+from tabsched.formats.perfetto import chrome_trace, write_trace  # noqa: E402
 
 
 @pytest.fixture

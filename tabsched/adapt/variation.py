@@ -58,7 +58,8 @@ import numpy as np
 
 from tabsched import _kernel
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
+from tabsched.formats.kineto import (DEFAULT_MAX_BYTES, describe_unmatched, read_kineto,
+                                      unmatched_labels)
 from tabsched.table import KINDS, cut, shown, shown_repr
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
@@ -770,7 +771,7 @@ class Replay(Variation):
         """
         from tabsched.costs.units import parse_quantity
 
-        from tabsched.io import read_text
+        from tabsched.files import read_text
         source = os.fspath(path)
         text = read_text(source, expected="expected op,duration rows",
                          error=InvalidParameterError, nul=True)
@@ -862,7 +863,7 @@ class Replay(Variation):
         """Durations from PyTorch profiler (Kineto) traces of a pipeline run.
 
         ``path`` is a ``.json``/``.json.gz`` trace or a directory of them (one
-        per rank); :mod:`tabsched.kineto` documents how its ``PP:`` events map
+        per rank); :mod:`tabsched.formats.kineto` documents how its ``PP:`` events map
         to operations. Each profiled iteration is one measurement, so sample
         ``s`` replays iteration ``s mod k`` of ``k``.
 
@@ -881,7 +882,7 @@ class Replay(Variation):
         attach_actions : bool
             Count the time a rank spends posting sends and receives (and other
             non-compute actions) in the operation before them; see
-            :func:`tabsched.kineto.read_kineto`.
+            :func:`tabsched.formats.kineto.read_kineto`.
         """
         profile = read_kineto(path, max_bytes=max_bytes, attach_actions=attach_actions)
         source = os.fspath(path)

@@ -15,7 +15,9 @@ from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_ti
                                  progress_reporter, translate_errors)
 from tabsched.cli.options import (SectionedCommand, complete_schedule, cost_options,
                                   model_options, schedule_options, variation_options)
-from tabsched.io import check_output_path, render_grid, write_json
+from tabsched.files import check_output_path
+from tabsched.formats.grid import render_grid
+from tabsched.formats.table_json import write_json
 
 
 @click.command("adapt", cls=SectionedCommand)
@@ -101,7 +103,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if out_path:
         write_json(found.table, out_path)
     if as_json:
-        from tabsched.io import to_json
+        from tabsched.formats.table_json import to_json
         data = found.to_dict(log=show_log)
         data["table"] = json.loads(to_json(found.table))
         data["execution"] = costs.execution.to_dict()

@@ -17,7 +17,7 @@ from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution, load_execution
-from tabsched.io import TABLE_SUFFIXES, read_table
+from tabsched.formats import TABLE_SUFFIXES, read_table
 from tabsched.schedules import describe_parameters, generate, get_family
 
 
@@ -64,7 +64,7 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
 def load_with_torch(schedule, torch_legacy, p2p, **params):
     """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
     if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
-        from tabsched.pytorch import read_pytorch
+        from tabsched.formats.pytorch_csv import read_pytorch
         torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
         return torch_schedule.table, torch_schedule
     return load_schedule(schedule, **params), None
@@ -360,7 +360,7 @@ def build_variation(table, cv=None, transfer_cv=None, stragglers=(), slow_links=
     """
     from tabsched.adapt import Noise, Replay, SlowLink, Straggler
     from tabsched.adapt.variation import Combined
-    from tabsched.kineto import TRACE_SUFFIXES
+    from tabsched.formats.kineto import TRACE_SUFFIXES
     parts = []
     if replay_partial and replay is None:
         raise click.ClickException("--replay-partial needs --replay FILE")

@@ -177,7 +177,7 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     Invalid combinations are kept as rows with status=skipped and a reason.
     The table level uses the slot lengths --f/--b/--i/--w (default 1).
     """
-    from tabsched.io import atomic_write, check_output_path
+    from tabsched.files import atomic_write, check_output_path
     from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
     if out:
         check_output_path(out)   # before the sweep, not after it

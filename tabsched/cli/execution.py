@@ -40,7 +40,7 @@ def execution_command(model, system, out, as_json, global_batch, devices_per_nod
     divide what it splits and the groups must tile the nodes), its defaults are filled
     in from them, and a comment says where each parallel group sits.
     """
-    from tabsched.io import atomic_write, check_output_path
+    from tabsched.files import atomic_write, check_output_path
     if out:
         check_output_path(out)
     execution, sources = execution_from_options(options)

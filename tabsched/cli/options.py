@@ -180,7 +180,7 @@ def _flag(name):
 
 def torch_options(command):
     """Options for reading PyTorch's CSV files."""
-    from tabsched.pytorch import P2P_MODES     # only the commands that read tables need it
+    from tabsched.formats.pytorch_csv import P2P_MODES   # only commands that read tables need it
     options = [
         click.option("--torch-legacy", is_flag=True,
                      help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "

@@ -110,8 +110,8 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
 @translate_errors
 def trace_command(schedule, schedule_params, evaluation, out):
     """Export one simulated iteration of SCHEDULE as a Perfetto / Chrome trace."""
-    from tabsched.io import check_output_path
-    from tabsched.trace import write_trace
+    from tabsched.files import check_output_path
+    from tabsched.formats.perfetto import write_trace
     check_output_path(out)
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)

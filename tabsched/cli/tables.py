@@ -1,6 +1,5 @@
 """``tabsched list``, ``show`` and ``convert``: the families and their tables."""
 
-import os
 import shutil
 import textwrap
 
@@ -10,10 +9,15 @@ from tabsched.cli.build import load_with_torch
 from tabsched.cli.format import echo_json, translate_errors
 from tabsched.cli.options import (SectionedCommand, complete_schedule, schedule_options,
                                   torch_options)
-from tabsched.io import (atomic_write, check_output_path, csv_loss, csv_omits, render_grid, to_csv,
-                         to_json)
-from tabsched.pytorch import describe_stage_map, pytorch_refusal, to_compute_comms, to_compute_only
+from tabsched.files import atomic_write, check_output_path
+from tabsched.formats import find_format, get_format
+from tabsched.formats.pytorch_csv import pytorch_text
+from tabsched.formats.pytorch_ranks import describe_stage_map, pytorch_refusal
+from tabsched.formats.table_csv import csv_loss, csv_omits
+from tabsched.schedules import describe_parameters, families, get_family
 
+#: The formats of the registry (:mod:`tabsched.formats`) that ``show`` prints.
+SHOW_FORMATS = ("grid", "csv", "json")
 DROP_METADATA_HELP = ("Write a CSV even if it cannot hold what the table's numbers depend on "
                       "(microbatch sizes, layers per stage): the cells alone.")
 
@@ -24,7 +28,6 @@ def refuse_csv_loss(table, what, keep, drop_metadata):
     if lost:
         raise click.ClickException(f"{what} cannot hold {'; '.join(lost)}: {keep} to keep "
                                    f"them, or add --drop-metadata to write the cells alone")
-from tabsched.schedules import describe_parameters, families, get_family
 
 
 @click.command("list", cls=SectionedCommand)
@@ -81,7 +84,7 @@ def list_command(name, as_json):
 @click.command("show", cls=SectionedCommand)
 @click.argument("schedule", shell_complete=complete_schedule)
 @schedule_options
-@click.option("--format", "output", type=click.Choice(["grid", "csv", "json"]), default="grid",
+@click.option("--format", "output", type=click.Choice(SHOW_FORMATS), default="grid",
               show_default=True, help="How to print the table.")
 @click.option("--width", type=int, help="Columns for the grid (default: the terminal's).")
 @click.option("--drop-metadata", is_flag=True, help=DROP_METADATA_HELP)
@@ -90,15 +93,14 @@ def list_command(name, as_json):
 def show_command(schedule, schedule_params, output, width, drop_metadata, torch_legacy, p2p):
     """Print the table of SCHEDULE."""
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
-    if output == "csv":
-        refuse_csv_loss(table, "--format csv", "use --format json", drop_metadata)
-        click.echo(to_csv(table, drop_metadata=True), nl=False)
+    chosen = get_format(output)
+    if chosen.cells_only:
+        refuse_csv_loss(table, f"--format {output}", "use --format json", drop_metadata)
+    click.echo(chosen.dump(table, width=width, drop_metadata=True), nl=False)
+    if chosen.cells_only:
         for lost in (csv_loss(table) if drop_metadata else []) + csv_omits(table):
             click.echo(f"note: the CSV leaves out {lost}", err=True)
-    elif output == "json":
-        click.echo(to_json(table, indent=1))
-    else:
-        click.echo(render_grid(table, width=width))
+    if not chosen.suffixes:   # the view for people (the grid): also the stage map and notes
         columns = width or shutil.get_terminal_size((120, 24)).columns
         click.echo(textwrap.fill(f"stage map: {describe_stage_map(table)}", width=columns,
                                  subsequent_indent="  "))
@@ -106,6 +108,7 @@ def show_command(schedule, schedule_params, output, width, drop_metadata, torch_
             click.echo(textwrap.fill(f"note: {note}", width=columns, subsequent_indent="  "))
 
 
+#: The formats of the registry (:mod:`tabsched.formats`) that ``convert`` writes.
 CONVERT_TARGETS = ("csv", "json", "torch-comms")
 
 
@@ -139,17 +142,17 @@ def convert_command(schedule, output, schedule_params, out, target, drop_metadat
         check_output_path(output)
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     if target is None:
-        target = "json" if os.path.splitext(output)[1].lower() == ".json" else "csv"
-    if target == "json":
-        text = to_json(table, indent=1) + "\n"
-    else:
+        target = (find_format(output, role="dumps") or get_format("csv")).name
+    chosen = get_format(target)
+    if chosen.pytorch is None:
+        text = chosen.dump(table)
+    else:   # a PyTorch schedule: what its runtime can run, in its bytes
         refusal = pytorch_refusal(table)
         if refusal is not None:
             raise click.ClickException(f"{refusal}; write .json (--to json) to keep it")
         refuse_csv_loss(table, f"{output}: a CSV" if output != "-" else "a CSV",
                         "write a .json table (--to json)", drop_metadata)
-        text = (to_compute_only(table, drop_metadata=True) if target == "csv"
-                else to_compute_comms(table, drop_metadata=True))
+        text = pytorch_text(table, format=chosen.pytorch, drop_metadata=True)
     notes = list(torch_schedule.notes) if torch_schedule else []
     if torch_schedule is not None and torch_schedule.format == "compute_comms":
         notes.append("the file's own SEND/RECV positions are not written: "
@@ -161,7 +164,7 @@ def convert_command(schedule, output, schedule_params, out, target, drop_metadat
         atomic_write(output, text, newline="")
         click.echo(f"wrote {output} ({target}, {table.num_devices} devices, "
                    f"{table.num_stages} stages, {table.num_microbatches} microbatches)", err=True)
-    if target != "json":
+    if chosen.cells_only:
         notes.extend(f"the CSV leaves out {lost}"
                      for lost in (csv_loss(table) if drop_metadata else []) + csv_omits(table))
     for note in notes:

@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 
-from tabsched.io import atomic_write
+from tabsched.files import atomic_write
 
 __all__ = ["chrome_trace", "write_trace"]
 

@@ -84,8 +84,9 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tabsched.cells import KINDS, Action, Op, Overlap, is_overlap_pair, parse_pp_label
 from tabsched.exceptions import InvalidParameterError
-from tabsched.table import KINDS
+from tabsched.formats import get_format
 
 __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
            "unmatched_labels", "describe_unmatched", "DEFAULT_MAX_BYTES", "TRACE_SUFFIXES"]
@@ -94,15 +95,9 @@ __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
 #: steps of a small model is about 16 MB; parsed, a trace takes about five times
 #: its size in memory.
 DEFAULT_MAX_BYTES = 256 * 2**20
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = get_format("kineto").suffixes
 
 _PREFIX = "PP:"
-_ID = r"([0-9]{1,9})"  # ASCII digits only, and few enough to fit any index
-_COMPUTE = re.compile(_ID + r"([FIBW])" + _ID)
-_OVERLAP = re.compile(r"\((" + _ID + r"[FIBW]" + _ID + r");(" + _ID + r"[FIBW]" + _ID +
-                      r")\)OVERLAP_F_B")
-_COMMS = re.compile(_ID + r"(SEND_F|RECV_F|SEND_B|RECV_B)" + _ID)
-_STAGE_ACTION = re.compile(_ID + r"(UNSHARD|RESHARD|REDUCE_GRAD)")
 _RECV_EVENT = re.compile(r"recv", re.IGNORECASE)
 _CLOSING = ("REDUCE_GRAD", "RESHARD", "SEND_F", "SEND_B")  # count at an iteration's end
 _PER_SECOND = 1e6  # the trace's ts and dur are microseconds
@@ -263,32 +258,24 @@ def _events(document, source):
 
 
 def _parse_label(text, where):
-    """``("op", [(kind, stage, microbatch)])`` or ``("skip", action)`` or ``("recv", key)``."""
-    match = _COMPUTE.fullmatch(text)
-    if match:
-        stage, kind, microbatch = match.groups()
-        return "op", [(kind, int(stage), int(microbatch))]
-    match = _OVERLAP.fullmatch(text)
-    if match:
-        parts = []
-        for token in (match.group(1), match.group(4)):
-            stage, kind, microbatch = _COMPUTE.fullmatch(token).groups()
-            parts.append((kind, int(stage), int(microbatch)))
-        kinds = sorted(part[0] for part in parts)
-        if kinds not in (["B", "F"], ["F", "I"]):
+    """``("op", [(kind, stage, microbatch)])`` or ``("skip", action)`` or ``("recv", key)``.
+
+    The label is read by :func:`tabsched.cells.parse_pp_label`, PyTorch's current tokens
+    exactly as its runtime writes them.
+    """
+    cell = parse_pp_label(text)
+    if isinstance(cell, Op):
+        return "op", [tuple(cell)]
+    if isinstance(cell, Overlap):
+        if not is_overlap_pair(part.kind for part in cell.parts):
             raise InvalidParameterError(f"{where}: {_short(_PREFIX + text)}: an overlapped "
                                         f"step holds one forward and one backward (F with B "
                                         f"or I)")
-        return "op", parts
-    match = _COMMS.fullmatch(text)
-    if match:
-        stage, action, microbatch = match.groups()
-        if action.startswith("RECV"):
-            return "recv", (action[-1], int(stage), int(microbatch))
-        return "skip", action
-    match = _STAGE_ACTION.fullmatch(text)
-    if match:
-        return "skip", match.group(2)
+        return "op", [tuple(part) for part in cell.parts]
+    if isinstance(cell, Action):
+        if cell.kind.startswith("RECV"):
+            return "recv", (cell.kind[-1], cell.stage, cell.microbatch)
+        return "skip", cell.kind
     raise InvalidParameterError(
         f"{where}: {_short(_PREFIX + text)!r} is not an action of PyTorch's pipelining runtime "
         f"(expected PP:<stage><F|I|B|W><microbatch>, PP:(<op>;<op>)OVERLAP_F_B, "
@@ -297,8 +284,7 @@ def _parse_label(text, where):
 
 
 def _label(part):
-    kind, stage, microbatch = part
-    return f"{stage}{kind}{microbatch}"
+    return str(Op(*part))
 
 
 @dataclass
@@ -463,8 +449,8 @@ class _Reading:
         if self.overlapped:
             totals, counts = defaultdict(float), defaultdict(int)
             for label, values in self.single.items():
-                kind, stage = _COMPUTE.fullmatch(label).group(2, 1)
-                for key in ((kind, int(stage)), (kind, None)):
+                kind, stage, _ = parse_pp_label(label)
+                for key in ((kind, stage), (kind, None)):
                     totals[key] += sum(values)
                     counts[key] += len(values)
 

@@ -1,0 +1,169 @@
+"""Files: reading an untrusted one whole, and writing so that a failure loses nothing.
+
+Every reader of a file tabsched did not write starts from :func:`read_text`: the
+file's bytes as UTF-8 text, with every problem (it cannot be read, a byte is not
+UTF-8, a NUL byte) one error naming the file. Every writer goes through
+:func:`atomic_write` (git's lockfile): the content goes to a temporary file in the
+same folder, which replaces the target only once written in full, so a failed
+write (disk full, quota, ``ulimit -f``) leaves the previous file as it was and no
+partial file behind. Commands check their outputs before any work
+(:func:`check_output_path`, :func:`check_output_folder`), so that a long run does
+not end in a path it cannot write.
+"""
+
+import os
+import tempfile
+
+from tabsched.exceptions import InvalidScheduleError, OutputError
+
+__all__ = ["read_text", "atomic_write", "check_output_path", "check_output_folder",
+           "make_output_folder", "suffix"]
+
+
+def suffix(path):
+    """The lower-case suffix of ``path`` (``".csv"``), or ``""``."""
+    return os.path.splitext(os.fspath(path))[1].lower()
+
+
+def read_text(path, *, expected="this is not a schedule file", error=InvalidScheduleError,
+              nul=False):
+    """The UTF-8 text of an untrusted file (a leading byte-order mark dropped).
+
+    Every problem is one ``error`` naming the file: it cannot be read, a byte is not
+    UTF-8 (``expected`` says what the file should have been), and, with ``nul``, a
+    line holds a NUL byte.
+    """
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as problem:
+        raise error(f"{path}: cannot read: {problem.strerror or problem}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        raise error(f"{path}: byte {problem.start} is not UTF-8 text; {expected}") from None
+    if nul and "\x00" in text:
+        line = text[:text.index("\x00")].count("\n") + 1
+        raise error(f"{path}: line {line} contains a NUL byte; {expected}")
+    return text
+
+
+def check_output_path(path, *, suffixes=None, what="output"):
+    """Refuse, before any work, an output file that cannot be written.
+
+    The folder must exist and be writable, the path must not be a folder, and
+    its suffix, if ``suffixes`` is given, one of them. Raises ``OutputError``.
+    """
+    path = os.fspath(path)
+    if suffixes is not None and suffix(path) not in suffixes:
+        raise OutputError(f"{path}: the {what} must end in {', '.join(suffixes)}, not "
+                          f"{suffix(path) or 'no suffix'}")
+    if os.path.isdir(path):
+        raise OutputError(f"{path}: is a folder; give the {what} file's name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise OutputError(f"{path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot write into the folder {folder} (permission denied)")
+
+
+def check_output_folder(path):
+    """Refuse, before any work, an output folder that is a file or cannot be made."""
+    path = os.fspath(path)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise OutputError(f"{path}: exists and is not a folder; give a folder for the "
+                              f"output")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise OutputError(f"{path}: cannot write into this folder (permission denied)")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise OutputError(f"{path}: cannot make this folder: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: cannot make this folder in {parent} (permission denied)")
+
+
+def make_output_folder(path):
+    """Make the output folder ``path`` (and its parents); ``OutputError`` naming it if not."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{path}: cannot make this folder: {error.strerror}") from None
+
+
+def _new_file_mode(path):
+    """The mode a file at ``path`` gets: that of the file it replaces, else 0666 less umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def atomic_write(path, content=None, *, write=None, newline=None):
+    """Write a file so that a failure leaves the previous one intact (git's lockfile).
+
+    The content goes to a temporary file in the same folder, which is flushed
+    to disk and then renamed over ``path`` (``os.replace``, atomic on POSIX).
+    If anything fails, the temporary file is removed and ``path`` is as it was.
+
+    Parameters
+    ----------
+    path : str or path-like
+    content : str or bytes, optional
+        What to write (text is UTF-8).
+    write : callable, optional
+        Instead of ``content``: ``write(temporary_path)`` writes the file itself
+        (matplotlib's ``savefig``). The temporary name keeps ``path``'s suffix.
+    newline : str, optional
+        Newline translation for text, as ``open``'s (``""``: none).
+
+    Raises
+    ------
+    OutputError
+        Naming ``path`` and the system's reason (e.g. "File too large").
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(path)
+    mode = _new_file_mode(path)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=f".tmp"
+                                             f"{os.path.splitext(name)[1]}", dir=folder)
+    except OSError as error:
+        raise OutputError(f"{path}: cannot write: {error.strerror or error}") from None
+    try:
+        if write is not None:
+            os.close(handle)
+            write(temporary)
+            with open(temporary, "rb+") as written:
+                os.fsync(written.fileno())
+        else:
+            binary = isinstance(content, bytes)
+            with os.fdopen(handle, "wb" if binary else "w",
+                           **({} if binary else {"encoding": "utf-8", "newline": newline})) as out:
+                out.write(content)
+                out.flush()
+                os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except OSError as error:
+        _remove(temporary)
+        raise OutputError(f"{path}: cannot write: {error.strerror or error}; the previous "
+                          f"file, if any, is unchanged") from None
+    except BaseException:
+        _remove(temporary)
+        raise
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

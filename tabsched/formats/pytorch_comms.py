@@ -1,0 +1,425 @@
+"""PyTorch's compute_comms CSV: the communication its runtime executes, read and written.
+
+compute_comms is what PyTorch's runtime executes after lowering a compute_only
+schedule: ``UNSHARD``/``RESHARD`` around compute (FSDP), ``REDUCE_GRAD`` after
+each stage's last backward, and ``SEND_F``/``RECV_F``/``SEND_B``/``RECV_B`` for
+every dependency between ranks; no empty cells. Its cells are read by
+:func:`tabsched.cells.parse_torch_token`, its rows by
+:func:`tabsched.formats.pytorch_csv.from_pytorch_csv`, which hands the SEND and
+RECV cells to :func:`comm_edges`.
+
+Communication
+-------------
+PyTorch's runtime posts each SEND and RECV without blocking its rank
+(``isend``/``irecv``); the compute that needs a RECV waits for it. With NCCL,
+point-to-point operations are queued on the rank's communication stream
+behind the compute issued before them, and those between one pair of ranks
+share one stream, so they run one at a time in the order each rank issues
+them. tabsched turns every SEND/RECV pair into the transfer of the dependency
+it carries, which starts only after
+
+* the producer ended, and the compute cell before the SEND in the sender's row;
+* the compute cell before the RECV in the receiver's row (the RECV is posted);
+* with ``p2p="ordered"`` (default), the previous SEND/RECV between the same two
+  devices, as both devices list them.
+
+If the two devices of a pair list their transfers in different orders, each
+waits for the other: a deadlock, reported naming both cells. ``p2p="free"``
+drops the third rule (for backends that do not serialise a pair's traffic).
+A RECV without its SEND, a RECV after the compute that needs it, a SEND before
+the compute whose output it sends, and orders that deadlock with the compute
+are errors naming the cells. The table of a compute_comms file holds its
+compute cells laid out in unit slots (:func:`unit_layout`); the communication
+rides along in :class:`~tabsched.formats.pytorch_csv.TorchSchedule` as the
+``transfer_after`` edges of the lowered DAG.
+
+Writing
+-------
+:func:`to_compute_comms` lowers a table exactly as PyTorch's
+``_PipelineScheduleRuntime`` does (without ``defer_pp_recv``), so the bytes
+equal PyTorch's ``_dump_csv(format="compute_comms")``.
+"""
+
+from collections import defaultdict
+
+import numpy as np
+
+from tabsched.cells import BACKWARD, FORWARD, INPUT_GRAD, REDUCE_GRAD, Action, Overlap
+from tabsched.exceptions import DeadlockError, InvalidScheduleError
+from tabsched.formats.pytorch_ranks import check_expressible
+from tabsched.formats.table_csv import refuse_loss, write_rows
+from tabsched.layout import from_order_arrays
+from tabsched.lower import lower
+
+__all__ = ["comm_edges", "unit_layout", "to_compute_comms"]
+
+
+def _where(source, device, slot):
+    return f"{source}: device {device}, slot {slot}"
+
+
+def _row_ranges(table):
+    bounds = np.searchsorted(table.device, np.arange(table.num_devices + 1))
+    return [(int(bounds[d]), int(bounds[d + 1])) for d in range(table.num_devices)]
+
+
+def _comm_partner(cell):
+    """``(producer stage, kind letter group, consumer stage, sender side?)`` of a comm cell."""
+    kind, stage = cell.kind, cell.stage
+    if kind == "SEND_F":
+        return stage, "F", stage + 1, True
+    if kind == "RECV_F":
+        return stage - 1, "F", stage, False
+    if kind == "SEND_B":
+        return stage, "B", stage - 1, True
+    return stage + 1, "B", stage, False
+
+
+def _partner_text(cell):
+    kind, stage, microbatch = cell
+    partner_kind = {"SEND_F": "RECV_F", "RECV_F": "SEND_F", "SEND_B": "RECV_B",
+                    "RECV_B": "SEND_B"}[kind]
+    partner_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1,
+                     "RECV_B": stage + 1}[kind]
+    return str(Action(partner_kind, partner_stage, microbatch))
+
+
+def comm_edges(table, comms, source, p2p):
+    """Validate a compute_comms file's SEND/RECV cells; ``transfer_after`` edges for lower()."""
+    S, M = table.num_stages, table.num_microbatches
+    forward_of, backward_of = {}, {}
+    for index in range(len(table)):
+        kind = int(table.kind[index])
+        key = (int(table.stage[index]), int(table.microbatch[index]))
+        if kind == FORWARD:
+            forward_of[key] = index
+        elif kind in (BACKWARD, INPUT_GRAD):
+            backward_of[key] = index
+    lowered = lower(table)
+    transfer_of = {int(producer): (int(producer), int(consumer)) for producer, consumer
+                   in zip(lowered.transfers.producer, lowered.transfers.consumer)}
+
+    def op_text(index):
+        return str(table.op(index))
+
+    problems = []   # ((device, slot), message)
+    sides = {}      # (producer, is_send) -> (device, slot, cell)
+    for device, slot, cell in comms:
+        here = _where(source, device, slot)
+        producer_stage, group, consumer_stage, is_send = _comm_partner(cell)
+        microbatch = cell.microbatch
+        if not 0 <= cell.stage < S:
+            problems.append(((device, slot), f"{here}: {cell}: stage {cell.stage} is out of "
+                                             f"range (the table has stages 0..{S - 1})"))
+            continue
+        if not (0 <= producer_stage < S and 0 <= consumer_stage < S):
+            edge = "first" if min(producer_stage, consumer_stage) < 0 else "last"
+            problems.append(((device, slot), f"{here}: {cell}: stage {cell.stage} is the "
+                                             f"{edge} stage; there is no neighbour to "
+                                             f"{'send to' if is_send else 'receive from'}"))
+            continue
+        if not 0 <= microbatch < M:
+            problems.append(((device, slot), f"{here}: {cell}: microbatch {microbatch} is out "
+                                             f"of range (the table has microbatches 0..{M - 1})"))
+            continue
+        lookup = forward_of if group == "F" else backward_of
+        producer = lookup[(producer_stage, microbatch)]
+        consumer = lookup[(consumer_stage, microbatch)]
+        mine = producer if is_send else consumer
+        if int(table.device[mine]) != device:
+            problems.append(((device, slot), f"{here}: {cell} belongs to {op_text(mine)}, which "
+                                             f"runs on device {int(table.device[mine])}"))
+            continue
+        if producer not in transfer_of:
+            problems.append(((device, slot), f"{here}: {cell}: {op_text(producer)} and "
+                                             f"{op_text(consumer)} both run on device {device}, "
+                                             f"which hands the data over without SEND/RECV"))
+            continue
+        mine_slot = int(table.slot[mine])
+        if mine_slot > slot if is_send else mine_slot < slot:
+            order = "before" if is_send else "after"
+            reason = "whose output it sends" if is_send else "which needs it"
+            problems.append(((device, slot), f"{here}: {cell} comes {order} {op_text(mine)} "
+                                             f"(slot {mine_slot}), {reason}"))
+        if (producer, is_send) in sides:
+            other = sides[(producer, is_send)]
+            problems.append(((device, slot), f"{here}: {cell} appears twice (also at device "
+                                             f"{other[0]}, slot {other[1]})"))
+            continue
+        sides[(producer, is_send)] = (device, slot, cell)
+    for producer, consumer in transfer_of.values():
+        send, recv = sides.get((producer, True)), sides.get((producer, False))
+        if send and recv:
+            continue
+        if send or recv:
+            device, slot, cell = send or recv
+            peer = int(table.device[consumer if send else producer])
+            anchor = consumer if send else producer
+            problems.append(((device, slot), f"{_where(source, device, slot)}: {cell} has no "
+                                             f"matching {_partner_text(cell)} on device {peer} "
+                                             f"({'before' if send else 'after'} "
+                                             f"{op_text(anchor)}, slot {int(table.slot[anchor])})"))
+            continue
+        device, slot = int(table.device[consumer]), int(table.slot[consumer])
+        problems.append(((device, slot), f"{_where(source, device, slot)}: {op_text(consumer)} "
+                                         f"needs {op_text(producer)}'s output from device "
+                                         f"{int(table.device[producer])}, but the file has no "
+                                         f"SEND/RECV for it"))
+    if problems:
+        raise InvalidScheduleError(min(problems)[1])
+
+    # Edges: what each transfer waits for besides its producer.
+    starts = table.cell_starts()
+    ranges = _row_ranges(table)
+
+    def cell_before(device, slot):
+        """The first operation of the last compute cell before ``slot`` on ``device``, or -1."""
+        lo, hi = ranges[device]
+        position = lo + int(np.searchsorted(table.slot[lo:hi], slot)) - 1
+        if position < lo:
+            return -1
+        while not starts[position]:
+            position -= 1
+        return position
+
+    producers, afters = [], []
+    queues = defaultdict(list)   # (device, peer) -> [(slot, producer, cell)]
+    for (producer, is_send), (device, slot, cell) in sides.items():
+        before = cell_before(device, slot)
+        if before >= 0 and before != producer and not (
+                is_send and int(table.slot[before]) == int(table.slot[producer])):
+            producers.append(producer)
+            afters.append(before)
+        consumer = transfer_of[producer][1]
+        peer = int(table.device[consumer if is_send else producer])
+        queues[(device, peer)].append((slot, producer, cell))
+    for queue in queues.values():
+        queue.sort()
+    if p2p == "ordered":
+        for (device, peer), queue in sorted(queues.items()):
+            if device > peer:
+                continue
+            other = queues[(peer, device)]
+            mismatch = next((k for k, (mine, theirs) in enumerate(zip(queue, other))
+                             if mine[1] != theirs[1]), None)
+            if mismatch is not None:
+                raise DeadlockError(_order_deadlock(source, device, peer, queue, other,
+                                                    mismatch))
+            for (_, earlier, _), (_, later, _) in zip(queue, queue[1:]):
+                producers.append(later)
+                afters.append(-1 - earlier)
+    transfer_after = (np.array(producers, dtype=np.int64), np.array(afters, dtype=np.int64))
+    _check_comm_deadlock(table, transfer_after, sides, source)
+    return transfer_after
+
+
+def _order_deadlock(source, device, peer, queue, other, k):
+    """The message for two devices that list their transfers to each other in different orders."""
+    mine_slot, mine_producer, mine_cell = queue[k]
+    their_slot, their_producer, their_cell = other[k]
+    mine_partner = next(entry for entry in other if entry[1] == mine_producer)
+    their_partner = next(entry for entry in queue if entry[1] == their_producer)
+    return (f"{_where(source, device, mine_slot)}: {mine_cell} and device {peer}, slot "
+            f"{their_slot}: {their_cell} deadlock: the SEND/RECV between devices {device} and "
+            f"{peer} run one at a time in the order each device lists them, and {mine_cell} "
+            f"waits for {mine_partner[2]} (device {peer}, slot {mine_partner[0]}), listed after "
+            f"{their_cell}, which waits for {their_partner[2]} (device {device}, slot "
+            f"{their_partner[0]}), listed after {mine_cell} (p2p='free' drops this rule)")
+
+
+def _check_comm_deadlock(table, transfer_after, sides, source):
+    """Raise a DeadlockError naming compute and SEND/RECV cells if the file cannot run."""
+    lowered = lower(table, transfer_after=transfer_after)
+    durations = np.zeros(lowered.num_nodes)
+    durations[:lowered.num_cells] = 1.0
+    try:
+        lowered.run(durations, binding=False, end=False)
+    except DeadlockError as error:
+        steps = []
+        for node in getattr(error, "nodes", ()):
+            if node < lowered.num_cells:
+                text, device, slot = lowered.describe_cell(node)
+                steps.append(f"{text} (device {device}, slot {slot})")
+            elif node < lowered.first_sync:
+                producer = int(lowered.transfers.producer[node - lowered.num_cells])
+                send, recv = sides[(producer, True)], sides[(producer, False)]
+                steps.append(f"{send[2]} (device {send[0]}, slot {send[1]}) / {recv[2]} "
+                             f"(device {recv[0]}, slot {recv[1]})")
+        if not steps:
+            raise
+        raise DeadlockError(f"{source}: deadlock: the compute and SEND/RECV order cannot run; "
+                            f"each of these waits for the one before: " + " -> ".join(steps)
+                            + f" -> {steps[0]}", error.cycle) from None
+
+
+def unit_layout(table):
+    """The same per-device orders laid out in unit slots (op indices unchanged)."""
+    fresh = table.cell_starts()
+    cell = np.cumsum(fresh) - 1
+    first_cell = cell[np.searchsorted(table.device, table.device)]
+    return from_order_arrays(table.device, cell - first_cell, table.kind,
+                                         table.stage, table.microbatch,
+                                         num_devices=table.num_devices, **table.metadata)
+
+
+def _write_rows(rows):
+    return write_rows([["" if cell is None else str(cell) for cell in row] for row in rows])
+
+
+def to_compute_comms(table, *, max_active_stages=3, drop_metadata=False):
+    """The compute_comms CSV text PyTorch's runtime would build from ``table``.
+
+    The three passes of ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
+    (PyTorch 2.13, ``defer_pp_recv=False``), re-derived: FSDP ``UNSHARD``/``RESHARD``
+    around the next ``max_active_stages`` stages a rank computes, ``REDUCE_GRAD``
+    after a stage's last ``B`` or ``W``, then ``SEND``/``RECV`` placed by stepping
+    the ranks in lock-step.
+
+    Raises
+    ------
+    InvalidScheduleError
+        If PyTorch cannot express the table (see :func:`pytorch_refusal`), or the
+        file cannot hold its metadata and ``drop_metadata`` is not set.
+    DeadlockError
+        If no rank can take its next step (the row orders cannot run).
+
+    >>> from tabsched.schedules import generate
+    >>> to_compute_comms(generate("gpipe", devices=2, microbatches=1),
+    ...                  drop_metadata=True).splitlines()
+    ['0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD', '1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD']
+    """
+    check_expressible(table)
+    refuse_loss(table, "PyTorch CSV", drop_metadata)
+    orders = [[cell for cell in row if cell is not None] for row in table.rows]
+    lowered = [_add_reduce_grad(_add_unshard_reshard(order, max_active_stages),
+                                table.num_microbatches) for order in orders]
+    stage_device = {stage: devices[0] for stage, devices in table.placement().items()}
+    return _write_rows(_add_send_recv(lowered, stage_device, table.num_stages, table))
+
+
+def _parts(action):
+    return action.parts if isinstance(action, Overlap) else (action,)
+
+
+def _add_unshard_reshard(order, max_active_stages):
+    """FSDP fetch/free around compute, as PyTorch's ``_add_unshard_reshard``.
+
+    Before each action, the stages of the next actions are gathered until
+    ``max_active_stages`` distinct ones are found (whole actions at a time);
+    active stages not among them are resharded, missing ones unsharded. The
+    active set is a Python ``set`` handled in PyTorch's order of operations,
+    so eviction iterates in the same order.
+    """
+    # upcoming[i]: distinct stages from action i on, in order of first appearance,
+    # each with the index of the action that brings it (built backwards: O(actions x stages)).
+    upcoming = [None] * len(order)
+    firsts = []
+    for index in range(len(order) - 1, -1, -1):
+        stages = list(dict.fromkeys(part.stage for part in _parts(order[index])))
+        firsts = [(stage, index) for stage in stages] + [entry for entry in firsts
+                                                         if entry[0] not in stages]
+        upcoming[index] = firsts
+    active, actions = set(), []
+    for index, action in enumerate(order):
+        wanted = []
+        for position, (stage, owner) in enumerate(upcoming[index]):
+            wanted.append(stage)
+            following = upcoming[index][position + 1] if position + 1 < len(
+                upcoming[index]) else None
+            if len(wanted) >= max_active_stages and (following is None or following[1] != owner):
+                break
+        evict = [stage for stage in active if stage not in wanted]
+        fetch = [stage for stage in wanted if stage not in active]
+        for stage in evict:
+            active.remove(stage)
+            actions.append(Action("RESHARD", stage))
+        for stage in fetch:
+            active.add(stage)
+            actions.append(Action("UNSHARD", stage))
+        actions.append(action)
+    for stage in list(active):
+        active.remove(stage)
+        actions.append(Action("RESHARD", stage))
+    return actions
+
+
+def _add_reduce_grad(actions, num_microbatches):
+    """A ``REDUCE_GRAD`` after the action that completes a stage's ``B``/``W`` count."""
+    counted = defaultdict(int)
+    result = []
+    for action in actions:
+        result.append(action)
+        if isinstance(action, Action):
+            continue
+        for part in _parts(action):
+            if part.kind in ("B", "W"):
+                counted[part.stage] += 1
+                if counted[part.stage] == num_microbatches:
+                    result.append(Action(REDUCE_GRAD, part.stage))
+    return result
+
+
+def _add_send_recv(orders, stage_device, num_stages, table):
+    """SEND/RECV placement by PyTorch's ``_add_send_recv`` (lock-step over the ranks).
+
+    In each round every rank, in rank order, takes its next action if its
+    inputs are there (a RECV or the producing action in its own history); each
+    compute action whose output goes to another rank is followed by its SEND,
+    and the matching RECV is appended to the receiver's list at once.
+    """
+    pending = [list(order) for order in orders]
+    heads = [0] * len(pending)
+    result = [[] for _ in pending]
+    history = [set() for _ in pending]
+
+    def crosses(part):
+        if part.kind == "F":
+            return part.stage != num_stages - 1 and \
+                stage_device[part.stage + 1] != stage_device[part.stage]
+        if part.kind in ("I", "B"):
+            return part.stage != 0 and stage_device[part.stage - 1] != stage_device[part.stage]
+        return False
+
+    def ready(part, seen):
+        stage, microbatch = part.stage, part.microbatch
+        if part.kind == "F" and stage != 0:
+            return ("RECV_F", stage, microbatch) in seen or ("F", stage - 1, microbatch) in seen
+        if part.kind in ("I", "B") and stage != num_stages - 1:
+            return (("RECV_B", stage, microbatch) in seen or ("I", stage + 1, microbatch) in seen
+                    or ("B", stage + 1, microbatch) in seen)
+        return True
+
+    while any(head < len(order) for head, order in zip(heads, pending)):
+        progress = False
+        for rank, order in enumerate(pending):
+            if heads[rank] >= len(order):
+                continue
+            action = order[heads[rank]]
+            parts = (action,) if isinstance(action, Action) else _parts(action)
+            if not all(isinstance(part, Action) or ready(part, history[rank])
+                       for part in parts):
+                continue
+            result[rank].append(action)
+            for part in parts:
+                history[rank].add(tuple(part))
+                if isinstance(part, Action) or not crosses(part):
+                    continue
+                forward = part.kind == "F"
+                send = Action("SEND_F" if forward else "SEND_B", part.stage, part.microbatch)
+                peer_stage = part.stage + 1 if forward else part.stage - 1
+                recv = Action("RECV_F" if forward else "RECV_B", peer_stage, part.microbatch)
+                result[rank].append(send)
+                history[rank].add(tuple(send))
+                peer = stage_device[peer_stage]
+                result[peer].append(recv)
+                history[peer].add(tuple(recv))
+            heads[rank] += 1
+            progress = True
+        if not progress:
+            stuck = [f"device {rank} at {order[heads[rank]]}" for rank, order
+                     in enumerate(pending) if heads[rank] < len(order)]
+            raise DeadlockError(f"PyTorch cannot place SEND/RECV for this table: no device can "
+                                f"take its next step ({'; '.join(stuck[:8])}"
+                                f"{'; ...' if len(stuck) > 8 else ''}); the row orders "
+                                f"contradict the dependencies")
+    return result
