@@ -211,3 +211,31 @@ def test_a_global_batch_must_be_what_the_table_holds():
                                                     r"execution's global_batch 256 over "
                                                     r"data_parallel 4 asks for 64"):
         evaluate(generate("1f1b", devices=8, microbatches=16), costs)
+
+
+# ---------------------------------------------------------------- untrusted files
+_JUNK = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
+         | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30)
+         | st.lists(st.integers(-3, 3) | st.text(max_size=3), max_size=4)
+         | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@given(st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=12), _JUNK, max_size=6))
+def test_any_mapping_is_an_execution_or_one_line(fields):
+    try:
+        run = Execution.from_dict(fields, "run.json")
+    except InvalidParameterError as error:
+        text = str(error)
+        assert text.startswith("run.json: ") and "\n" not in text and len(text) < 400, text
+    else:
+        assert Execution.from_dict(run.to_dict()) == run
+
+
+@given(st.binary(max_size=300), st.sampled_from([".toml", ".json"]))
+def test_any_bytes_are_an_execution_or_one_line(tmp_path_factory, content, suffix):
+    path = tmp_path_factory.mktemp("bytes") / f"run{suffix}"
+    path.write_bytes(content)
+    try:
+        load_execution(path)
+    except InvalidParameterError as error:
+        assert "\n" not in str(error) and len(str(error)) < 400, str(error)
