@@ -11,6 +11,7 @@ some microbatches have other sizes.
 import numpy as np
 
 from tabsched.layout import from_order
+from tabsched.nodes import CELL
 from tabsched.table import Op, Overlap
 
 
@@ -88,7 +89,7 @@ def random_durations(lowered, seed, *, samples=1, integer=False, transfers=True)
     durations = (rng.integers(0, 4, size=shape).astype(float) if integer
                  else rng.exponential(1.0, size=shape))
     if not transfers:
-        durations[:, lowered.num_cells:] = 0.0
+        durations[:, lowered.nodes(CELL).stop:] = 0.0
     return durations
 
 

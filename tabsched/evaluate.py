@@ -16,6 +16,7 @@ from tabsched import _build
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
+from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
 
 __all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
@@ -214,19 +215,19 @@ class Result:
         for node in self.critical_nodes():
             start = float(self._node_start[node])
             end = start + float(self._node_durations[node])
-            kind = lowered.node_kind(node)
+            kind = lowered.kind_of(node)
             label = lowered.describe_node(node)
-            if kind == "cell":
+            if kind == CELL:
                 steps.append(PathStep(label, start, end, device=lowered.describe_cell(node)[1]))
-            elif kind == "transfer":
-                k = node - lowered.num_cells
+            elif kind == TRANSFER:
+                k = node - lowered.nodes(TRANSFER).start
                 link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
                 steps.append(PathStep(label, start, end, link=link, kind="transfer"))
-            elif kind == "sync":
-                steps.append(PathStep(label, start, end, kind="sync"))
+            elif kind.on_device:
+                steps.append(PathStep(label, start, end, kind=kind.label,
+                                      device=int(lowered.node_device[node])))
             else:
-                steps.append(PathStep(label, start, end, kind="optimizer",
-                                      device=node - lowered.first_optimizer))
+                steps.append(PathStep(label, start, end, kind=kind.label))
         return steps
 
     @property
@@ -237,7 +238,7 @@ class Result:
             return []
         D = self.table.num_devices
         link = transfers.src.astype(np.int64) * D + transfers.dst
-        durations = self._node_durations[self._lowered.num_cells:self._lowered.first_sync]
+        durations = self._node_durations[self._lowered.nodes(TRANSFER)]
         counts = np.bincount(link, minlength=D * D)
         _, transfer_bytes = self._cost_model.transfer_costs(self.table, transfers)
         nbytes = np.bincount(link, weights=transfer_bytes, minlength=D * D)
@@ -449,7 +450,7 @@ def run_lowered(lowered, durations, *, binding=True):
     """
     if lowered.contention == "link":
         durations = np.asarray(durations, dtype=np.float64)
-        cells = durations[..., :lowered.num_cells]
+        cells = durations[..., lowered.nodes(CELL)]
         if not cells.size or cells.min() > 0:       # (a minimum: no temporary array)
             chained = lowered.link_chains()
             if chained is not None:
@@ -539,21 +540,23 @@ def _device_times(lowered, node_start, durations):
     D = lowered.table.num_devices
     # Cells are numbered device by device in row order, and a device runs its row in
     # order: its first cell starts first and its last cell ends last.
-    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    bounds = lowered.nodes(CELL).start + np.searchsorted(lowered.cell_device,
+                                                         np.arange(D + 1, dtype=INDEX))
     busy = np.array([durations[bounds[d]:bounds[d + 1]].sum() for d in range(D)])
     has_ops = bounds[1:] > bounds[:-1]
     first = np.array([node_start[bounds[d]] if has_ops[d] else np.inf for d in range(D)])
     last = np.array([node_start[bounds[d + 1] - 1] + durations[bounds[d + 1] - 1]
                      if has_ops[d] else 0.0 for d in range(D)])
-    if lowered.optimizer:
-        step = durations[lowered.first_optimizer:]
+    if lowered.count(OPTIMIZER):      # one step per device, in device order
+        steps = lowered.nodes(OPTIMIZER)
+        step = durations[steps]
         busy = busy + step
-        last = np.where(has_ops, node_start[lowered.first_optimizer:] + step, last)
+        last = np.where(has_ops, node_start[steps] + step, last)
     # Every transfer feeds a cell that starts after it ends, so the last end is a
-    # cell's or the tail's.
-    tail = slice(lowered.first_sync, lowered.num_nodes)
+    # cell's or an extra node's (the tail).
+    tail = lowered.extra_nodes
     tail_end = float((node_start[tail] + durations[tail]).max()) if lowered.num_nodes > \
-        lowered.first_sync else 0.0
+        tail.start else 0.0
     makespan = max(float(last.max()) if D else 0.0, tail_end)
     first = np.where(has_ops, first, makespan)
     last = np.where(has_ops, last, makespan)
@@ -568,7 +571,8 @@ def _makespans(lowered, start, durations):
     :func:`_device_times`' totals, the same numbers to the bit, a device at a time
     over all samples rather than a sample at a time."""
     D = lowered.table.num_devices
-    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    bounds = lowered.nodes(CELL).start + np.searchsorted(lowered.cell_device,
+                                                         np.arange(D + 1, dtype=INDEX))
     has_ops = bounds[1:] > bounds[:-1]
     samples = len(durations)
     busy = np.empty((samples, D))
@@ -576,13 +580,14 @@ def _makespans(lowered, start, durations):
         busy[:, d] = durations[:, bounds[d]:bounds[d + 1]].sum(axis=1)
     ends = np.maximum(bounds[1:] - 1, 0)
     last = np.where(has_ops, start[:, ends] + durations[:, ends], 0.0)
-    if lowered.optimizer:
-        step = durations[:, lowered.first_optimizer:]
+    if lowered.count(OPTIMIZER):
+        steps = lowered.nodes(OPTIMIZER)
+        step = durations[:, steps]
         busy = busy + step
-        last = np.where(has_ops, start[:, lowered.first_optimizer:] + step, last)
-    tail = slice(lowered.first_sync, lowered.num_nodes)
+        last = np.where(has_ops, start[:, steps] + step, last)
+    tail = lowered.extra_nodes
     tail_end = ((start[:, tail] + durations[:, tail]).max(axis=1)
-                if lowered.num_nodes > lowered.first_sync else np.zeros(samples))
+                if lowered.num_nodes > tail.start else np.zeros(samples))
     totals = []
     for row in range(samples):
         makespan = max(float(last[row].max()) if D else 0.0, float(tail_end[row]))
@@ -818,7 +823,7 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
         if formula:
             from tabsched.formulas import formula_levels
             levels = formula_levels(table, [cost_models[index] for index in rows], lowered,
-                                    durations[:, lowered.num_cells:lowered.first_sync])
+                                    durations[:, lowered.nodes(TRANSFER)])
             for index, (numbers, _) in zip(rows, levels):
                 summaries[index].formula = numbers
     return summaries

@@ -40,6 +40,7 @@ per operation.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,7 @@ import numpy as np
 
 from tabsched import _build, _kernel
 from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
+from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
 from tabsched.table import BACKWARD, WEIGHT_GRAD
 
 if TYPE_CHECKING:
@@ -102,8 +104,9 @@ class LoweredSchedule:
     Attributes
     ----------
     table : ScheduleTable
-    num_cells : int
-        Compute nodes are ``0 .. num_cells-1``; transfers follow.
+    kind_bounds : int32 array, shape (len(KINDS) + 1,)
+        The nodes of kind ``k`` (:mod:`tabsched.nodes`) are ids ``kind_bounds[k] ..
+        kind_bounds[k+1] - 1``; ask :meth:`nodes`, :meth:`count`, :attr:`node_kind`.
     cell_of_op : int32 array
         The compute node of each operation of the table.
     cell_device : int32 array
@@ -115,13 +118,11 @@ class LoweredSchedule:
     transfers : Transfers
     contention : str
     sync_stage : int32 array
-        The stage of each gradient-sync node (ids from ``first_sync``).
-    optimizer : bool
-        Whether one optimizer node per device follows (ids from ``first_optimizer``).
+        The stage of each gradient-sync node, in the order of ``nodes(SYNC)``.
     """
 
     table: object
-    num_cells: int
+    kind_bounds: np.ndarray
     cell_of_op: np.ndarray
     cell_device: np.ndarray
     indptr: np.ndarray
@@ -131,7 +132,6 @@ class LoweredSchedule:
     transfers: Transfers
     contention: str
     sync_stage: np.ndarray | None = None
-    optimizer: bool = False
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
@@ -195,11 +195,13 @@ class LoweredSchedule:
         if (self.contention != "link" or len(self.transfers) == 0
                 or self.extra_transfer_edges or self.layout is None):
             return None
-        n, first_transfer = self.num_nodes, self.num_cells
+        n = self.num_nodes
+        transfer = self.nodes(TRANSFER)
+        first_transfer = transfer.start
         D = self.table.num_devices
         # (cell, transfer) pairs in cell order, a cell's transfers by ascending id
-        sends = self.successors[:self.indptr[first_transfer]]
-        sent = sends[(sends >= first_transfer) & (sends < self.first_sync)]
+        sends = self.successors[:self.indptr[self.nodes(CELL).stop]]
+        sent = sends[(sends >= first_transfer) & (sends < transfer.stop)]
         link = self.transfers.src[sent - first_transfer].astype(np.int64) * D \
             + self.transfers.dst[sent - first_transfer]
         by_link = np.argsort(link.astype(np.uint16) if D * D <= 2**16 else link, kind="stable")
@@ -239,30 +241,59 @@ class LoweredSchedule:
     def num_nodes(self):
         return len(self.indptr) - 1
 
-    @property
-    def first_sync(self):
-        return self.num_cells + len(self.transfers)
+    # ------------------------------------------------------------ node kinds
+    def nodes(self, kind):
+        """The ids of the nodes of ``kind`` (a :class:`~tabsched.nodes.NodeKind`): a slice,
+        since a lowering numbers its nodes kind by kind (:mod:`tabsched.nodes`)."""
+        return slice(int(self.kind_bounds[kind]), int(self.kind_bounds[kind + 1]))
+
+    def node_ids(self, kind):
+        """The ids of the nodes of ``kind`` as a ``range``, to iterate over."""
+        return range(int(self.kind_bounds[kind]), int(self.kind_bounds[kind + 1]))
+
+    def count(self, kind):
+        """How many nodes of ``kind`` the lowering has."""
+        return int(self.kind_bounds[kind + 1] - self.kind_bounds[kind])
 
     @property
-    def num_syncs(self):
-        return 0 if self.sync_stage is None else len(self.sync_stage)
+    def num_cells(self):
+        """How many compute cells (``count(CELL)``)."""
+        return self.count(CELL)
 
     @property
-    def first_optimizer(self):
-        return self.first_sync + self.num_syncs
+    def extra_nodes(self):
+        """The ids of the nodes that are neither cells nor transfers (the iteration's
+        tail today: gradient syncs, optimizer steps), a slice."""
+        return slice(int(self.kind_bounds[EXTRA_KINDS[0]]), self.num_nodes)
 
-    def node_kind(self, node):
-        """``"cell"``, ``"transfer"``, ``"sync"`` or ``"optimizer"``."""
-        if node < self.num_cells:
-            return "cell"
-        if node < self.first_sync:
-            return "transfer"
-        if node < self.first_optimizer:
-            return "sync"
-        return "optimizer"
+    @functools.cached_property
+    def node_kind(self):
+        """The kind of every node (int8 codes of :class:`~tabsched.nodes.NodeKind`,
+        read-only), derived from :attr:`kind_bounds` on first use."""
+        kinds = np.repeat(np.arange(len(KINDS), dtype=np.int8), np.diff(self.kind_bounds))
+        kinds.flags.writeable = False
+        return kinds
+
+    @functools.cached_property
+    def node_device(self):
+        """The device whose compute stream runs each node (int32, read-only):
+        ``NO_DEVICE_ID`` (-1) for transfers and gradient syncs; an optimizer step runs
+        on its device."""
+        devices = np.full(self.num_nodes, _kernel.NO_DEVICE_ID, dtype=INDEX)
+        devices[self.nodes(CELL)] = self.cell_device
+        devices[self.nodes(OPTIMIZER)] = np.arange(self.count(OPTIMIZER), dtype=INDEX)
+        devices.flags.writeable = False
+        return devices
+
+    def kind_of(self, node):
+        """The :class:`~tabsched.nodes.NodeKind` of node ``node``."""
+        if not 0 <= node < self.num_nodes:
+            raise InvalidParameterError(f"node {node} is not a node of this lowering "
+                                        f"(0..{self.num_nodes - 1})")
+        return KINDS[int(np.searchsorted(self.kind_bounds, node, side="right")) - 1]
 
     def sync_devices(self, index):
-        """Devices holding the stage of sync node ``first_sync + index``."""
+        """Devices holding the stage of the ``index``-th sync node."""
         holders = self.__dict__.get("_holders")
         if holders is None:     # every stage's, found once per lowering
             holders = self.__dict__["_holders"] = _stage_holders(self.table)
@@ -275,7 +306,8 @@ class LoweredSchedule:
     @property
     def nbytes(self):
         """Bytes held by the DAG's arrays (not the table)."""
-        arrays = [self.cell_of_op, self.cell_device, self.indptr, self.successors,
+        arrays = [self.kind_bounds, self.cell_of_op, self.cell_device, self.indptr,
+                  self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
                   self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
                   self.topo_predecessors]
@@ -352,16 +384,6 @@ class LoweredSchedule:
         del indegree, order, heap_time, heap_node
         return start, (start + durations if end else None), (bound if binding else None)
 
-    def node_devices(self):
-        """The device whose compute stream runs each node; ``NO_DEVICE_ID`` (-1) for
-        transfers and gradient syncs. Optimizer steps run on their device."""
-        devices = np.full(self.num_nodes, _kernel.NO_DEVICE_ID, dtype=INDEX)
-        devices[:self.num_cells] = self.cell_device
-        if self.optimizer:
-            devices[self.first_optimizer:] = np.arange(self.num_nodes - self.first_optimizer,
-                                                       dtype=INDEX)
-        return devices
-
     def run_summary(self, durations, *, node_devices=None):
         """Makespan per sample and, per device, busy time, first start and last end.
 
@@ -373,7 +395,7 @@ class LoweredSchedule:
         ----------
         durations : array, shape (nodes,) or (samples, nodes)
         node_devices : int32 array, optional
-            :meth:`node_devices`, if at hand.
+            Another device per node than :attr:`node_device`.
 
         Returns
         -------
@@ -390,7 +412,7 @@ class LoweredSchedule:
         self.check_acyclic()
         n = self.num_nodes
         if node_devices is None:
-            node_devices = self.node_devices()
+            node_devices = self.node_device
         node_devices = np.ascontiguousarray(node_devices, dtype=INDEX)
         samples, devices = durations.shape[0], self.table.num_devices
         makespan = np.empty(samples, dtype=np.float64)
@@ -430,9 +452,9 @@ class LoweredSchedule:
         n = self.num_nodes
         sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
         targets = self.successors
-        row_edge = ((targets == sources + 1) & (targets < self.num_cells)
-                    & (self.cell_device[np.minimum(sources, self.num_cells - 1)]
-                       == self.cell_device[np.minimum(targets, self.num_cells - 1)]))
+        device = self.node_device
+        row_edge = ((targets == sources + 1) & (self.node_kind[targets] == CELL)
+                    & (device[sources] == device[targets]))
         order = np.lexsort((row_edge, targets))
         pred_indptr = np.zeros(n + 1, dtype=INDEX)
         np.cumsum(np.bincount(targets, minlength=n), out=pred_indptr[1:])
@@ -444,7 +466,7 @@ class LoweredSchedule:
         cycle = np.empty(n, dtype=INDEX)
         position = np.empty(n, dtype=INDEX)
         length = _kernel.find_cycle(pred_indptr, predecessors, remaining, cycle, position)
-        cells = [int(node) for node in cycle[:max(length, 0)] if node < self.num_cells]
+        cells = [int(node) for node in cycle[:max(length, 0)] if self.node_kind[node] == CELL]
         described = [self.describe_cell(cell) for cell in cells]
         message = ("deadlock: the row orders contradict the dependencies; each of these "
                    "must end before the next can start: " + _cycle_text(described))
@@ -461,16 +483,19 @@ class LoweredSchedule:
     def describe_node(self, node):
         """A short label: the cell's text, ``"3F1 d0->d1"`` for a transfer,
         ``"grad sync stage 3"`` or ``"optimizer d2"`` for the tail."""
-        kind = self.node_kind(node)
-        if kind == "cell":
+        kind = self.kind_of(node)
+        index = node - self.nodes(kind).start      # its place among the nodes of its kind
+        if kind == CELL:
             return self.describe_cell(node)[0]
-        if kind == "sync":
-            return f"grad sync stage {int(self.sync_stage[node - self.first_sync])}"
-        if kind == "optimizer":
-            return f"optimizer d{node - self.first_optimizer}"
-        k = node - self.num_cells
-        t = self.transfers
-        return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
+        if kind == TRANSFER:
+            t = self.transfers
+            return (f"{self.table.op(int(t.producer[index]))} d{int(t.src[index])}"
+                    f"->d{int(t.dst[index])}")
+        if kind == SYNC:
+            return f"grad sync stage {int(self.sync_stage[index])}"
+        if kind == OPTIMIZER:
+            return f"optimizer d{index}"
+        return f"{kind.label} {index}"
 
 
 def _layout(order, pred_indptr, predecessors):
@@ -555,7 +580,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                 return offered
             # the same DAG: only the transfers' resources are added
             resources, num_resources = _resources(contention, offered.num_nodes,
-                                                  offered.num_cells, offered.transfers,
+                                                  offered.nodes(TRANSFER), offered.transfers,
                                                   table.num_devices, devices_per_node)
             return dataclasses.replace(offered, resources=resources,
                                        num_resources=num_resources, contention=contention)
@@ -605,8 +630,8 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     sync_stage, sync_groups = _sync_nodes(table, grad_sync, cell_of_op, first_sync)
     edge_groups.extend(sync_groups)
     num_nodes += len(sync_stage)
+    first_optimizer = num_nodes
     if optimizer:
-        first_optimizer = num_nodes
         num_nodes += D
         bounds = np.searchsorted(cell_device, np.arange(D + 1, dtype=INDEX))
         busy = np.flatnonzero(bounds[1:] > bounds[:-1]).astype(INDEX)
@@ -641,13 +666,16 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     _check_status(_build.csr(edge_sources, edge_targets, indptr, successors))
     del edge_sources, edge_targets
 
-    resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
-                                          devices_per_node)
-    return LoweredSchedule(table=table, num_cells=num_cells, cell_of_op=cell_of_op,
+    # each kind's range, in the order of nodes.KINDS (the kinds still to come: empty)
+    kind_bounds = np.full(len(KINDS) + 1, num_nodes, dtype=INDEX)
+    kind_bounds[:OPTIMIZER + 1] = [0, num_cells, first_sync, first_optimizer]
+    resources, num_resources = _resources(contention, num_nodes, slice(num_cells, first_sync),
+                                          transfers, D, devices_per_node)
+    return LoweredSchedule(table=table, kind_bounds=kind_bounds, cell_of_op=cell_of_op,
                            cell_device=cell_device, indptr=indptr, successors=successors,
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
-                           sync_stage=sync_stage, optimizer=bool(optimizer),
+                           sync_stage=sync_stage,
                            extra_transfer_edges=transfer_after is not None)
 
 
@@ -794,12 +822,13 @@ def _sync_nodes(table, grad_sync, cell_of_op, first_id):
     return sync_stage, [(sources, targets)]
 
 
-def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices_per_node):
+def _resources(contention, num_nodes, rows, transfers, num_devices, devices_per_node):
+    """Each node's resources: the transfers' (at ``rows``) links and ports; no other
+    node holds one."""
     if contention == "none":
         return np.empty((num_nodes, 0), dtype=INDEX), 0
     link = transfers.src.astype(np.int64) * num_devices + transfers.dst
     num_links = num_devices * num_devices
-    rows = slice(num_cells, num_cells + len(transfers))  # tail nodes hold no resource
     if contention == "link":
         resources = np.full((num_nodes, 1), _kernel.NO_RESOURCE_ID, dtype=INDEX)
         resources[rows, 0] = link

@@ -170,7 +170,7 @@ def test_a_zero_length_cell_falls_back_to_the_heap():
     chained = link_chains(lowered)
     fifo = lowered.run_summary(durations)[0]
     assert chained.run_summary(durations)[0] != fifo
-    assert _summary(lowered, chained, durations, lowered.node_devices())[0] == fifo
+    assert _summary(lowered, chained, durations, lowered.node_device)[0] == fifo
     positive = durations + 0.5
     assert chained.run_summary(positive)[0] == lowered.run_summary(positive)[0]
 

@@ -9,6 +9,7 @@ from tabsched import (DeadlockError, InvalidParameterError, ScheduleTable, Stage
                       UnitCosts, evaluate, generate)
 from tabsched._testing import random_table
 from tabsched.lower import lower
+from tabsched.nodes import TRANSFER
 
 
 def dependencies(table):
@@ -310,7 +311,7 @@ def test_link_contention_takes_the_chains_with_the_heaps_numbers(seed, blocking,
     chained, _, chained_binding = run_lowered(lowered, durations)
     heap, _, heap_binding = lowered.run(durations, end=False)
     np.testing.assert_array_equal(chained, heap)
-    transfers = slice(lowered.num_cells, lowered.first_sync)
+    transfers = lowered.nodes(TRANSFER)
     # a transfer waits for its producer or the previous one on its link, as the heap says
     np.testing.assert_array_equal(chained_binding[transfers], heap_binding[transfers])
     result = evaluate(table, costs, grad_sync="all" if tail else None, optimizer=tail)

@@ -131,7 +131,7 @@ def summary_pull_both(lowered, durations):
         out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
                np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
         status = module.longest_path_summary(
-            layout, True, lowered.node_devices(), durations, *out,
+            layout, True, lowered.node_device, durations, *out,
             np.zeros(n * _kernel.SUMMARY_BLOCK))
         outputs.append((status, out))
     return outputs
@@ -153,7 +153,7 @@ def test_blocked_summary_equals_reference_and_the_event_kernel(seed, samples, ta
              np.zeros((samples, devices)))
     assert _kernel.evaluate_summary(
         lowered.indptr, lowered.successors, durations, lowered.resources, 0,
-        lowered.node_devices(), *out_e, np.zeros(n), np.zeros(n, I32), np.zeros(n, I32),
+        lowered.node_device, *out_e, np.zeros(n), np.zeros(n, I32), np.zeros(n, I32),
         np.zeros(0), np.zeros(0, I32), np.zeros(0), np.zeros(0, I32)) == _kernel.OK
     for mine, theirs in zip(out_k, out_e):
         np.testing.assert_array_equal(mine, theirs)
@@ -272,12 +272,12 @@ def test_the_fused_monte_carlo_pass_equals_its_twin(seed, samples):
     cells = np.flatnonzero(table.cell_starts())
     ops = len(table)
     arguments = (
-        lowered.node_devices(), np.append(cells, ops).astype(I32),
+        lowered.node_device, np.append(cells, ops).astype(I32),
         rng.exponential(1.0, ops), rng.integers(0, 2**63, ops, dtype=np.int64).astype(np.uint64),
         np.full(ops, 0.2, np.float32), np.full(ops, 0.02, np.float32), 0.8,
         rng.exponential(0.3, len(lowered.transfers)),
         rng.integers(0, 2**63, len(lowered.transfers), dtype=np.int64).astype(np.uint64),
-        0.1, 0.005, rng.exponential(0.1, lowered.num_nodes - lowered.first_sync), 77, 78)
+        0.1, 0.005, rng.exponential(0.1, lowered.num_nodes - lowered.extra_nodes.start), 77, 78)
     devices = table.num_devices
 
     def outputs():

@@ -11,7 +11,7 @@ from tabsched.lower import lower
 
 
 def summary_both(lowered, durations, node_device=None, devices=None):
-    node_device = lowered.node_devices() if node_device is None else node_device
+    node_device = lowered.node_device if node_device is None else node_device
     devices = lowered.table.num_devices if devices is None else devices
     outputs = []
     for module in (_kernel, _reference):
@@ -50,7 +50,7 @@ def test_summary_agrees_with_run(seed, contention):
     makespan, busy, first, last = lowered.run_summary(durations)
     start, end, _ = lowered.run(durations, binding=False)
     np.testing.assert_array_equal(makespan, end.max(axis=1))
-    devices = lowered.node_devices()
+    devices = lowered.node_device
     for d in range(table.num_devices):
         mine = devices == d
         np.testing.assert_allclose(busy[:, d], durations[:, mine].sum(axis=1), rtol=1e-12)
@@ -71,7 +71,7 @@ def test_summary_status_codes():
     table = ScheduleTable([["0F0", "1F0", "1B0", "0B0"]])
     lowered = lower(table)
     durations = np.ones((1, lowered.num_nodes))
-    bad = lowered.node_devices().copy()
+    bad = lowered.node_device.copy()
     bad[0] = 5
     (status_k, *_), (status_r, *_) = summary_both(lowered, durations, node_device=bad)
     assert status_k == status_r == _kernel.BAD_INDEX

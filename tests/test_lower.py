@@ -4,6 +4,7 @@ import pytest
 from tabsched import InvalidParameterError, ScheduleTable, generate
 from tabsched._testing import random_table
 from tabsched.lower import lower
+from tabsched.nodes import OPTIMIZER, SYNC, TRANSFER
 
 
 def edges(lowered):
@@ -108,8 +109,8 @@ def test_tail_nodes_follow_the_last_backwards():
     lowered = lower(table, grad_sync="replicas", optimizer=True)
     assert lowered.sync_stage.tolist() == [0]
     assert lowered.num_nodes == lowered.num_cells + len(lowered.transfers) + 1 + 2
-    sync = lowered.first_sync
-    opt = lowered.first_optimizer
+    sync = lowered.nodes(SYNC).start
+    opt = lowered.nodes(OPTIMIZER).start
     graph = edges(lowered)
     cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
     assert (cell["0B0"], sync) in graph and (cell["0B1"], sync) in graph
@@ -122,7 +123,7 @@ def test_tail_nodes_follow_the_last_backwards():
 
 def test_grad_sync_choices():
     table = generate("1f1b", devices=3, microbatches=2)
-    assert lower(table, grad_sync="replicas").num_syncs == 0
+    assert lower(table, grad_sync="replicas").count(SYNC) == 0
     assert lower(table, grad_sync="all").sync_stage.tolist() == [0, 1, 2]
     assert lower(table, grad_sync=[2]).sync_stage.tolist() == [2]
     with pytest.raises(InvalidParameterError, match="grad_sync: stage 5 is out of range"):
@@ -135,8 +136,8 @@ def test_sync_waits_for_weight_grads():
     table = ScheduleTable([["0F0", "0I0", "0W0"]])
     lowered = lower(table, grad_sync="all")
     cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
-    assert (cell["0W0"], lowered.first_sync) in edges(lowered)
-    assert (cell["0I0"], lowered.first_sync) not in edges(lowered)
+    assert (cell["0W0"], lowered.nodes(SYNC).start) in edges(lowered)
+    assert (cell["0I0"], lowered.nodes(SYNC).start) not in edges(lowered)
 
 
 @pytest.mark.parametrize("contention", ["link", "nic"])
@@ -145,8 +146,8 @@ def test_tail_nodes_hold_no_link_or_port(contention):
     lowered = lower(table, contention=contention, devices_per_node=2, grad_sync="all",
                     optimizer=True)
     assert lowered.resources.shape[0] == lowered.num_nodes
-    assert np.all(lowered.resources[lowered.first_sync:] < 0)
-    assert np.all(lowered.resources[lowered.num_cells:lowered.first_sync, 0] >= 0)
+    assert np.all(lowered.resources[lowered.extra_nodes] < 0)
+    assert np.all(lowered.resources[lowered.nodes(TRANSFER), 0] >= 0)
 
 
 def test_transfer_after_adds_edges_into_transfer_nodes():

@@ -50,6 +50,7 @@ from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_v
 from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.lower import INDEX
+from tabsched.nodes import CELL
 from tabsched.table import ScheduleTable
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ def link_chains(lowered):
 
 def _summary(lowered, chained, durations, node_devices):
     """``run_summary`` on the chained DAG when it is exact for these durations."""
-    if chained is not None and np.all(durations[:, :lowered.num_cells] > 0):
+    if chained is not None and np.all(durations[:, lowered.nodes(CELL)] > 0):
         return chained.run_summary(durations, node_devices=node_devices)
     return lowered.run_summary(durations, node_devices=node_devices)
 
@@ -272,7 +273,7 @@ def _fused(context, variation, chained, samples, node_devices):
         part.validate(context.table)
         part.apply(context, draw)
     base = context.node_durations(draw)[0]
-    cells = base[:lowered.num_cells]
+    cells = base[lowered.nodes(CELL)]
     if lowered.resources.shape[1] > 0:
         if chained is None or not np.all(cells > 0):   # factors are > 0: so are the cells
             return None
@@ -297,7 +298,7 @@ def _fused(context, variation, chained, samples, node_devices):
     finish = np.empty((samples, D))
     cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
     op_base = np.ascontiguousarray(draw.op[0])
-    tail = np.ascontiguousarray(base[lowered.first_sync:])
+    tail = np.ascontiguousarray(base[lowered.extra_nodes])
     streams = context.stream_key("noise"), context.stream_key("transfer-noise")
 
     def run(first, last):
@@ -359,7 +360,7 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
     table = context.table
     D = table.num_devices
     lowered.check_acyclic()
-    node_devices = lowered.node_devices()
+    node_devices = lowered.node_device
     chained = link_chains(lowered)
     with np.errstate(over="ignore", invalid="ignore"):
         nominal_durations = context.mean_durations(variation)[None, :]

@@ -43,9 +43,10 @@ Examples
 --------
 >>> from tabsched import StageCosts, generate
 >>> from tabsched.lower import lower
+>>> from tabsched.nodes import CELL
 >>> table = generate("1f1b", devices=2, microbatches=2)
 >>> context = VariationContext(lower(table), StageCosts(1.0, comm=0.5))
->>> context.mean_durations(Straggler(1, 2.0))[:context.lowered.num_cells].tolist()
+>>> context.mean_durations(Straggler(1, 2.0))[context.lowered.nodes(CELL)].tolist()
 [1.0, 1.0, 2.0, 2.0, 2.0, 4.0, 2.0, 4.0]
 """
 
@@ -58,6 +59,7 @@ import numpy as np
 
 from tabsched import _kernel
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
 from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
 from tabsched.table import KINDS, cut, shown, shown_repr
 
@@ -278,7 +280,7 @@ class VariationContext:
         samples = np.asarray(samples, dtype=np.int64)
         count = len(samples)
         lowered = self.lowered
-        optimizer = self.nominal[lowered.first_optimizer:]
+        optimizer = self.nominal[lowered.nodes(OPTIMIZER)]
         return Draw(samples=samples,
                     op=np.repeat(self.op_durations[None, :], count, axis=0),
                     latency=self.latency, volume=self.volume,
@@ -290,17 +292,16 @@ class VariationContext:
         lowered = self.lowered
         count = draw.op.shape[0]
         durations = np.empty((count, lowered.num_nodes), dtype=np.float64)
-        cells = slice(0, lowered.num_cells)
+        cells = lowered.nodes(CELL)
         if len(self._overlapped) == 0:
             durations[:, cells] = draw.op
         else:
             durations[:, cells] = np.add.reduceat(draw.op, self._cell_starts, axis=1)
             if self.costs.overlap != 1.0:
                 durations[:, self._overlapped] *= self.costs.overlap
-        draw.transfer_durations(durations[:, lowered.num_cells:lowered.first_sync])
-        durations[:, lowered.first_sync:lowered.first_optimizer] = \
-            self.nominal[lowered.first_sync:lowered.first_optimizer]
-        durations[:, lowered.first_optimizer:] = draw.optimizer
+        draw.transfer_durations(durations[:, lowered.nodes(TRANSFER)])
+        durations[:, lowered.nodes(SYNC)] = self.nominal[lowered.nodes(SYNC)]
+        durations[:, lowered.nodes(OPTIMIZER)] = draw.optimizer
         return durations
 
     def sample_durations(self, variation, samples):
@@ -1001,7 +1002,7 @@ def estimate_variation(context, observed):
     observed = np.asarray(observed, dtype=np.float64)
     lowered, table = context.lowered, context.table
     D = table.num_devices
-    cells = slice(0, lowered.num_cells)
+    cells = lowered.nodes(CELL)
     nominal_cells = context.nominal[cells]
     seen = observed[cells]
     device = lowered.cell_device
@@ -1018,7 +1019,7 @@ def estimate_variation(context, observed):
     transfer_cv = 0.0
     if context.num_transfers:
         transfers = lowered.transfers
-        sends = observed[lowered.num_cells:lowered.first_sync]
+        sends = observed[lowered.nodes(TRANSFER)]
         low = np.minimum(transfers.src, transfers.dst).astype(np.int64)
         high = np.maximum(transfers.src, transfers.dst).astype(np.int64)
         pair = low * D + high

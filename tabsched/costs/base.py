@@ -30,6 +30,7 @@ import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
+from tabsched.nodes import OPTIMIZER, SYNC
 
 __all__ = ["CostModel", "UnitCosts", "StageCosts"]
 
@@ -97,8 +98,8 @@ class CostModel:
 
     def tail_durations(self, table, lowered):
         """``(sync, optimizer)``: durations of the sync nodes and of each device's step."""
-        return (np.zeros(lowered.num_syncs),
-                np.zeros(table.num_devices if lowered.optimizer else 0))
+        return (np.zeros(lowered.count(SYNC)),
+                np.zeros(lowered.count(OPTIMIZER)))
 
     def transfer_costs(self, table, transfers):
         """``(durations, nbytes)`` arrays, one entry per transfer."""
@@ -220,8 +221,8 @@ class UnitCosts(CostModel):
         self.optimizer = _non_negative("optimizer", optimizer)
 
     def tail_durations(self, table, lowered):
-        return (np.full(lowered.num_syncs, self.sync),
-                np.full(table.num_devices if lowered.optimizer else 0, self.optimizer))
+        return (np.full(lowered.count(SYNC), self.sync),
+                np.full(lowered.count(OPTIMIZER), self.optimizer))
 
     def op_durations(self, table):
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)

@@ -20,6 +20,7 @@ from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import CONTENTION_MODES
+from tabsched.nodes import OPTIMIZER, SYNC
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
@@ -511,12 +512,12 @@ overlap_grad_reduce, scatter_gather
             for row in range(n):
                 np.take(per_pair[row], which, mode="clip",
                         out=durations[row, cells:cells + len(transfers)])
-        if not lowered.num_syncs and not lowered.optimizer:
+        if not lowered.count(SYNC) and not lowered.count(OPTIMIZER):
             return durations        # no tail to price
         tails = [costs.tail_durations(table, lowered) for costs in cost_models]
         sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
         step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
-        durations[:, lowered.first_sync:] = np.concatenate([sync, step], axis=1)
+        durations[:, lowered.extra_nodes] = np.concatenate([sync, step], axis=1)
         return durations
 
     def memory_key(self):
@@ -651,7 +652,7 @@ overlap_grad_reduce, scatter_gather
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
         sync = np.array(sync, dtype=np.float64)
-        if not lowered.optimizer:
+        if not lowered.count(OPTIMIZER):
             return sync, np.zeros(0)
         device_params = self._device_parameters(table)
         step = self._embedding_sync(table)
