@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from tabsched import _build
+from tabsched import _build, engine
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
 from tabsched.lower import INDEX, lower
@@ -195,7 +195,7 @@ class Result:
         if lowered.num_nodes == 0:
             return []
         if self._binding is None:  # found on first use: rerun this sample with it
-            self._binding = lowered.run(self._node_durations, end=False)[2]
+            self._binding = engine.run(lowered, self._node_durations, binding=True)[1]
         node = int(np.argmax(self._node_start + self._node_durations))
         nodes = []
         while node >= 0:
@@ -426,7 +426,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
                         optimizer=optimizer, transfer_after=transfer_after)
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
-    start, _, _ = run_lowered(lowered, durations, binding=False)
+    start, _ = engine.run(lowered, durations)
     result = build_result(table, costs, lowered, start[0], None, durations,
                           lowered.contention)
     if formula:
@@ -437,25 +437,6 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
     return result
-
-
-def run_lowered(lowered, durations, *, binding=True):
-    """``lowered.run(durations, end=False)``, by the link-chain rewrite where it is exact.
-
-    Under contention ``link`` a link's FIFO order is its sending row's order
-    whenever every cell lasts longer than zero
-    (:meth:`~tabsched.lower.LoweredSchedule.link_chains`): the pull pass then
-    gives the event heap's starts to the bit, several times faster. Elsewhere
-    (a zero-length cell, ``nic`` ports, ``transfer_after`` edges) the event heap runs.
-    """
-    if lowered.contention == "link":
-        durations = np.asarray(durations, dtype=np.float64)
-        cells = durations[..., lowered.nodes(CELL)]
-        if not cells.size or cells.min() > 0:       # (a minimum: no temporary array)
-            chained = lowered.link_chains()
-            if chained is not None:
-                return chained.run(durations, end=False, binding=binding)
-    return lowered.run(durations, end=False, binding=binding)
 
 
 def _budget(value, memory_unit):
@@ -712,7 +693,7 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
         durations = _stacked_durations(lowered, [cost_models[index] for index in members])
-        start, _, _ = run_lowered(lowered, durations, binding=False)
+        start, _ = engine.run(lowered, durations)
         yield lowered, mode, start, durations, members
 
 

@@ -19,7 +19,10 @@ Tail (optional)
     stage on every device that holds it (an all-reduce among replicas; it does
     not occupy a device's compute stream). ``optimizer``: one node per device
     after its last cell and the syncs of its stages, on its compute stream.
-    Node ids: cells, then transfers, then syncs, then optimizer steps.
+Node kinds (:mod:`tabsched.nodes`)
+    Node ids run kind by kind: cells, then transfers, then syncs, then optimizer
+    steps, each kind one range (``nodes(kind)``, ``node_kind``, ``node_device``;
+    the kinds still to come have empty ranges).
 Resources (``resources``, one row per node)
     ``none``: no column, transfers never wait for each other. ``link``: each
     directed device pair is one FIFO resource. ``nic``: additionally, transfers
@@ -27,10 +30,15 @@ Resources (``resources``, one row per node)
     and the receiving node's ingress port.
 
 Layout
-    Lowering checks the DAG and finds Kahn's order once (``_kernel.topological``),
+    Lowering checks the DAG and finds Kahn's order once (:func:`tabsched.engine.lay_out`),
     keeping the order and every node's predecessors as positions in it (every
-    edge points backwards) in a ``_kernel.Layout``: each run is then one pull
-    pass. A table whose row orders deadlock still lowers; ``run()`` raises.
+    edge points backwards: ``topo_order``, ``topo_pred_indptr``,
+    ``topo_predecessors``): each run is then one pull pass. A table whose row
+    orders deadlock still lowers; ``run()`` raises (:mod:`tabsched.deadlock`).
+Runs
+    :func:`tabsched.engine.run` and :func:`~tabsched.engine.summarize` evaluate a
+    lowering (``run()`` and ``run_summary()`` here call them); the engine picks the
+    pass.
 
 Everything here is vectorised over operations or compiled (``tabsched._build``:
 the dependencies, the CSR); lowering a 500k-operation table takes no Python loop
@@ -46,8 +54,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched import _build, _kernel
-from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
+from tabsched import _build, engine
+from tabsched.deadlock import deadlock_error
+from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
 from tabsched.table import BACKWARD, WEIGHT_GRAD
 
@@ -135,46 +144,33 @@ class LoweredSchedule:
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
-    #: Kahn's order of the nodes and the predecessor lists in positions of that
-    #: order, every edge pointing backwards, checked once (a ``_kernel.Layout``:
-    #: ``topo_order``, ``topo_pred_indptr``, ``topo_predecessors``); None when the
-    #: row orders deadlock.
-    layout: object = None
+    #: Kahn's order of the nodes: ``topo_order[i]`` is the node at position ``i``
+    #: (read-only int32); None when the row orders deadlock.
+    topo_order: np.ndarray | None = None
+    #: The positions of each position's predecessors, ascending (CSR, read-only):
+    #: every edge points backwards; None on a deadlock.
+    topo_pred_indptr: np.ndarray | None = None
+    topo_predecessors: np.ndarray | None = None
     #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
     unfinished: np.ndarray | None = None
+    #: The engine's compiled view of this lowering (a ``_kernel.Graph``, each part
+    #: checked once), made by :mod:`tabsched.engine` on the first run.
+    _graph: object = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        if self.layout is None and self.unfinished is None:
-            self._order()
+        if self.topo_order is None and self.unfinished is None:
+            # validate the DAG and lay it out in Kahn's order, once per lowering
+            layout, self.unfinished = engine.lay_out(self.indptr, self.successors)
+            if layout is not None:
+                self.topo_order, self.topo_pred_indptr, self.topo_predecessors = layout
 
-    def _order(self):
-        """Validate the DAG and lay it out in Kahn's order, once per lowering."""
-        n = self.num_nodes
-        order = np.empty(n, dtype=INDEX)
-        pred_indptr = np.empty(n + 1, dtype=INDEX)
-        predecessors = np.empty(len(self.successors), dtype=INDEX)
-        scratch = np.empty(n, dtype=INDEX)
-        status = _kernel.topological(self.indptr, self.successors, order, pred_indptr,
-                                     predecessors, scratch)
-        if status == _kernel.DEADLOCK:
-            self.unfinished = scratch
-            return
-        _check_status(status)
-        self.layout = _layout(order, pred_indptr, predecessors)
-
-    @property
-    def topo_order(self):
-        """``topo_order[i]``: the node at position ``i`` of Kahn's order (read-only)."""
-        return None if self.layout is None else self.layout.order
-
-    @property
-    def topo_pred_indptr(self):
-        return None if self.layout is None else self.layout.pred_indptr
-
-    @property
-    def topo_predecessors(self):
-        """The positions of each position's predecessors, ascending (CSR, read-only)."""
-        return None if self.layout is None else self.layout.predecessors
+    def __getstate__(self):
+        """Pickled without the engine's compiled view and the cached rewrite (made
+        again on first use)."""
+        state = dict(self.__dict__)
+        state["_graph"] = None
+        state.pop("_chains", None)
+        return state
 
     def link_chains(self):
         """This lowering under contention ``link`` as a DAG without resources, or None.
@@ -190,10 +186,15 @@ class LoweredSchedule:
         heap's starts to the bit. Returns None when there is nothing to chain
         or the chains are not exact whatever the durations: not under ``link``,
         or with ``transfer_after`` edges (a transfer may then wait for more
-        than its producer).
+        than its producer). Made once per lowering.
         """
+        if "_chains" not in self.__dict__:
+            self.__dict__["_chains"] = self._link_chains()
+        return self.__dict__["_chains"]
+
+    def _link_chains(self):
         if (self.contention != "link" or len(self.transfers) == 0
-                or self.extra_transfer_edges or self.layout is None):
+                or self.extra_transfer_edges or self.topo_order is None):
             return None
         n = self.num_nodes
         transfer = self.nodes(TRANSFER)
@@ -210,7 +211,7 @@ class LoweredSchedule:
         before, after = chain[:-1][same], chain[1:][same]
         del sends, sent, link, by_link, chain, same
         # the chain edges go last in each list; a transfer has one of each at most
-        successor_of = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        successor_of = np.full(n, engine.NO_NODE, dtype=INDEX)
         successor_of[before] = after
         indptr = np.empty(n + 1, dtype=INDEX)
         successors = np.empty(len(self.successors) + len(before), dtype=INDEX)
@@ -222,20 +223,26 @@ class LoweredSchedule:
         # predecessor: the producer binds on ties, as in the event heap.
         position = np.empty(n, dtype=INDEX)
         position[self.topo_order] = np.arange(n, dtype=INDEX)
-        predecessor_at = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        predecessor_at = np.full(n, engine.NO_NODE, dtype=INDEX)
         predecessor_at[position[after]] = position[before]
         pred_indptr = np.empty(n + 1, dtype=INDEX)
         predecessors = np.empty(len(self.topo_predecessors) + len(before), dtype=INDEX)
         _check_status(_build.append_one(self.topo_pred_indptr, self.topo_predecessors,
                                         predecessor_at, pred_indptr, predecessors))
+        pred_indptr.flags.writeable = predecessors.flags.writeable = False
         return dataclasses.replace(self, indptr=indptr, successors=successors,
                                    resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
-                                   layout=_layout(self.topo_order, pred_indptr, predecessors))
+                                   topo_pred_indptr=pred_indptr, topo_predecessors=predecessors)
 
     def check_acyclic(self):
         """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
         if self.unfinished is not None:
-            raise self._deadlock(self.unfinished)
+            raise self.deadlock_error(self.unfinished)
+
+    def deadlock_error(self, remaining):
+        """The :class:`DeadlockError` naming one cycle among the nodes ``remaining``
+        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`)."""
+        return deadlock_error(self, remaining)
 
     @property
     def num_nodes(self):
@@ -279,7 +286,7 @@ class LoweredSchedule:
         """The device whose compute stream runs each node (int32, read-only):
         ``NO_DEVICE_ID`` (-1) for transfers and gradient syncs; an optimizer step runs
         on its device."""
-        devices = np.full(self.num_nodes, _kernel.NO_DEVICE_ID, dtype=INDEX)
+        devices = np.full(self.num_nodes, engine.NO_DEVICE, dtype=INDEX)
         devices[self.nodes(CELL)] = self.cell_device
         devices[self.nodes(OPTIMIZER)] = np.arange(self.count(OPTIMIZER), dtype=INDEX)
         devices.flags.writeable = False
@@ -313,26 +320,9 @@ class LoweredSchedule:
                   self.topo_predecessors]
         return sum(array.nbytes for array in arrays if array is not None)
 
-    def _checked_durations(self, durations):
-        """``durations`` as a C-contiguous (samples, nodes) float64 array, checked."""
-        durations = np.asarray(durations, dtype=np.float64)
-        if durations.ndim == 1:
-            durations = durations[None, :]
-        durations = np.ascontiguousarray(durations)
-        if durations.ndim != 2 or durations.shape[1] != self.num_nodes:
-            raise InvalidParameterError(
-                f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
-        # a sum and a minimum, no temporaries: a sum is finite only if every term is
-        # (or the terms overflow it: then look closer)
-        with np.errstate(over="ignore", invalid="ignore"):   # an overflow looks closer
-            total = durations.sum()
-        if not np.isfinite(total) or (durations.size and durations.min() < 0):
-            if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-                raise InvalidParameterError("durations must be finite and not negative")
-        return durations
-
-    def run(self, durations, *, binding=True, end=True):
-        """Start and end of every node for each row (sample) of ``durations``.
+    def run(self, durations, *, binding=True, end=True, method="auto"):
+        """Start and end of every node for each row (sample) of ``durations``
+        (:func:`tabsched.engine.run`, which picks the pass).
 
         Parameters
         ----------
@@ -342,6 +332,7 @@ class LoweredSchedule:
             (for the critical path).
         end : bool
             Also return the ends (``start + durations``, exactly); else ``None``.
+        method : {"auto", "pull", "chained", "events"}
 
         Returns
         -------
@@ -354,126 +345,19 @@ class LoweredSchedule:
             If the row orders contradict the dependencies; the message names the
             operations on one cycle with their devices and slots.
         """
-        durations = self._checked_durations(durations)
-        self.check_acyclic()
-        n = self.num_nodes
-        samples = durations.shape[0]
-        start = np.empty((samples, n), dtype=np.float64)
-        if self.resources.shape[1] == 0:
-            bound = np.empty(n if binding else 0, dtype=INDEX)
-            _check_status(_kernel.longest_path(self.layout, True, durations, start, bound,
-                                               np.empty(n, dtype=np.float64)))
-            return start, (start + durations if end else None), (bound if binding else None)
-        no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
-        bound = np.empty(n if binding else 0, dtype=INDEX)
-        indegree = np.empty(n, dtype=INDEX)
-        order = np.empty(n, dtype=INDEX)
-        fifo = self.resources.shape[1] > 0  # only the event order needs a heap
-        heap_time = np.empty(n if fifo else 0, dtype=np.float64)
-        heap_node = np.empty(n if fifo else 0, dtype=INDEX)
-        free_at = np.empty(self.num_resources, dtype=np.float64)
-        holder = np.empty(self.num_resources, dtype=INDEX)
-        status = _kernel.evaluate(self.indptr, self.successors, durations, self.resources,
-                                  self.num_resources, start, no_end, bound, indegree, order,
-                                  heap_time, heap_node, free_at, holder)
-        if status == _kernel.DEADLOCK:
-            raise self._deadlock(indegree)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"for a lowered table (please report this)")
-        del indegree, order, heap_time, heap_node
-        return start, (start + durations if end else None), (bound if binding else None)
+        start, bound = engine.run(self, durations, binding=binding, method=method)
+        # the durations passed the engine's checks: finite, one column per node
+        ends = start + np.asarray(durations, dtype=np.float64).reshape(start.shape) if end \
+            else None
+        return start, ends, bound
 
-    def run_summary(self, durations, *, node_devices=None):
-        """Makespan per sample and, per device, busy time, first start and last end.
+    def run_summary(self, durations, *, method="auto"):
+        """Makespan per sample and, per device, busy time, first start and last end
+        (:func:`tabsched.engine.summarize`): what Monte Carlo needs, without a
+        (samples x nodes) output."""
+        return engine.summarize(self, durations, method=method)
 
-        What Monte Carlo needs, without a (samples x nodes) output: the kernel
-        keeps one row of starts as scratch. The numbers are those :meth:`run`
-        gives for the same durations (same starts, to the bit).
-
-        Parameters
-        ----------
-        durations : array, shape (nodes,) or (samples, nodes)
-        node_devices : int32 array, optional
-            Another device per node than :attr:`node_device`.
-
-        Returns
-        -------
-        makespan : float64 array, shape (samples,)
-        busy, first_start, last_end : float64 arrays, shape (samples, devices)
-            ``first_start`` is +inf and ``last_end`` 0 on a device with no node.
-
-        Raises
-        ------
-        DeadlockError
-            As :meth:`run`.
-        """
-        durations = self._checked_durations(durations)
-        self.check_acyclic()
-        n = self.num_nodes
-        if node_devices is None:
-            node_devices = self.node_device
-        node_devices = np.ascontiguousarray(node_devices, dtype=INDEX)
-        samples, devices = durations.shape[0], self.table.num_devices
-        makespan = np.empty(samples, dtype=np.float64)
-        busy = np.empty((samples, devices), dtype=np.float64)
-        first_start = np.empty((samples, devices), dtype=np.float64)
-        last_end = np.empty((samples, devices), dtype=np.float64)
-        if self.resources.shape[1] == 0:
-            _check_status(_kernel.longest_path_summary(
-                self.layout, True, node_devices, durations, makespan, busy, first_start,
-                last_end,
-                np.empty(n * _kernel.SUMMARY_BLOCK, dtype=np.float64)))
-            return makespan, busy, first_start, last_end
-        fifo = self.resources.shape[1] > 0
-        indegree = np.empty(n, dtype=INDEX)
-        status = _kernel.evaluate_summary(
-            self.indptr, self.successors, durations, self.resources, self.num_resources,
-            node_devices, makespan, busy, first_start,
-            last_end, np.empty(n, dtype=np.float64), indegree, np.empty(n, dtype=INDEX),
-            np.empty(n if fifo else 0, dtype=np.float64), np.empty(n if fifo else 0, dtype=INDEX),
-            np.empty(self.num_resources, dtype=np.float64),
-            np.empty(self.num_resources, dtype=INDEX))
-        if status == _kernel.DEADLOCK:
-            raise self._deadlock(indegree)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"for a lowered table (please report this)")
-        return makespan, busy, first_start, last_end
-
-    # --------------------------------------------------------------- deadlock
-    def predecessors(self):
-        """Reverse CSR (``pred_indptr``, ``predecessors``).
-
-        Within each node's list, the row-order predecessor (the previous cell of
-        the same device) comes last, so a walk that takes the first candidate
-        follows data dependencies across devices where it can.
-        """
-        n = self.num_nodes
-        sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
-        targets = self.successors
-        device = self.node_device
-        row_edge = ((targets == sources + 1) & (self.node_kind[targets] == CELL)
-                    & (device[sources] == device[targets]))
-        order = np.lexsort((row_edge, targets))
-        pred_indptr = np.zeros(n + 1, dtype=INDEX)
-        np.cumsum(np.bincount(targets, minlength=n), out=pred_indptr[1:])
-        return pred_indptr, np.ascontiguousarray(sources[order], dtype=INDEX)
-
-    def _deadlock(self, remaining):
-        pred_indptr, predecessors = self.predecessors()
-        n = self.num_nodes
-        cycle = np.empty(n, dtype=INDEX)
-        position = np.empty(n, dtype=INDEX)
-        length = _kernel.find_cycle(pred_indptr, predecessors, remaining, cycle, position)
-        cells = [int(node) for node in cycle[:max(length, 0)] if self.node_kind[node] == CELL]
-        described = [self.describe_cell(cell) for cell in cells]
-        message = ("deadlock: the row orders contradict the dependencies; each of these "
-                   "must end before the next can start: " + _cycle_text(described))
-        error = DeadlockError(message, described)
-        error.nodes = tuple(int(node) for node in cycle[:max(length, 0)])  # transfers too
-        return error
-
+    # ----------------------------------------------------------------- labels
     def describe_cell(self, cell):
         """``(text, device, slot)`` of compute node ``cell``."""
         op = int(np.searchsorted(self.cell_of_op, INDEX(cell)))
@@ -498,47 +382,11 @@ class LoweredSchedule:
         return f"{kind.label} {index}"
 
 
-def _layout(order, pred_indptr, predecessors):
-    """A ``_kernel.Layout`` of these arrays (checked), or an internal error."""
-    layout = _kernel.make_layout(order, pred_indptr, predecessors)
-    if not isinstance(layout, _kernel.Layout):
-        _check_status(layout)
-    return layout
-
-
 def _check_status(status):
-    """Raise for a kernel status other than OK (the lowering validated the arrays)."""
-    if status != _kernel.OK:
-        raise TabschedError(f"internal error: the kernel returned status {status} "
+    """Raise for a status of ``_build`` other than OK (the lowering validated the arrays)."""
+    if status != _build.OK:
+        raise TabschedError(f"internal error: a construction step returned status {status} "
                             f"for a lowered table (please report this)")
-
-
-def _cycle_text(described):
-    """One line for a cycle; a run of four or more steps on one device is folded."""
-    if not described:
-        return "(no operation on the cycle)"
-    parts = []
-    k = 0
-    while k < len(described):
-        run = k
-        while (run + 1 < len(described) and described[run + 1][1] == described[k][1]
-               and described[run + 1][2] > described[run][2]):
-            run += 1
-        text, device, slot = described[k]
-        parts.append(f"{text} (device {device}, slot {slot})")
-        if run - k >= 3:
-            parts.append(f"[{run - k - 1} more on device {device}]")
-        elif run - k == 2:
-            text, device, slot = described[k + 1]
-            parts.append(f"{text} (device {device}, slot {slot})")
-        if run > k:
-            text, device, slot = described[run]
-            parts.append(f"{text} (device {device}, slot {slot})")
-        k = run + 1
-    limit = 16
-    if len(parts) > limit:
-        parts = parts[:limit] + [f"... {len(parts) - limit} more steps"]
-    return " -> ".join(parts + [described[0][0]])
 
 
 def lower(table: ScheduleTable, *, contention: str = "none",
@@ -830,16 +678,16 @@ def _resources(contention, num_nodes, rows, transfers, num_devices, devices_per_
     link = transfers.src.astype(np.int64) * num_devices + transfers.dst
     num_links = num_devices * num_devices
     if contention == "link":
-        resources = np.full((num_nodes, 1), _kernel.NO_RESOURCE_ID, dtype=INDEX)
+        resources = np.full((num_nodes, 1), engine.NO_RESOURCE, dtype=INDEX)
         resources[rows, 0] = link
         return resources, num_links
     num_machines = -(-num_devices // devices_per_node)
     src_node = transfers.src // devices_per_node
     dst_node = transfers.dst // devices_per_node
     between = src_node != dst_node
-    resources = np.full((num_nodes, 3), _kernel.NO_RESOURCE_ID, dtype=INDEX)
+    resources = np.full((num_nodes, 3), engine.NO_RESOURCE, dtype=INDEX)
     resources[rows, 0] = link
-    resources[rows, 1] = np.where(between, num_links + src_node, _kernel.NO_RESOURCE_ID)
+    resources[rows, 1] = np.where(between, num_links + src_node, engine.NO_RESOURCE)
     resources[rows, 2] = np.where(between, num_links + num_machines + dst_node,
-                                        _kernel.NO_RESOURCE_ID)
+                                  engine.NO_RESOURCE)
     return resources, num_links + 2 * num_machines

@@ -33,7 +33,7 @@ Reproducibility
     operation -- a table and its transform that left that operation alone --
     draw the same durations for it (common random numbers), so the search
     compares candidates on the same luck. Noise is drawn in compiled code
-    (``_kernel.lognormal_factors``): one hash per operation and pair of samples
+    (:func:`tabsched.engine.lognormal_factors`): one hash per operation and pair of samples
     ``2j, 2j+1`` gives both Box-Muller normals (cosine and sine), computed with
     float32 polynomials that round the same way on every IEEE machine; Monte
     Carlo's fused pass (:func:`tabsched.adapt.monte_carlo`) draws the same
@@ -57,7 +57,7 @@ import os
 
 import numpy as np
 
-from tabsched import _kernel
+from tabsched import engine
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
 from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
@@ -228,20 +228,12 @@ class VariationContext:
         """Factors of mean 1 and CV ``cv`` (scalar or per key), shape (samples, keys).
 
         ``exp(sigma Z - sigma^2/2)``, ``sigma^2 = ln(1 + cv^2)``, Z standard normal
-        drawn in compiled code (``_kernel.lognormal_factors``) from the stream, the
+        drawn in compiled code (:func:`tabsched.engine.lognormal_factors`) from the stream, the
         sample and the key: samples ``2j`` and ``2j+1`` take the two Box-Muller
         normals of one hash. Monte Carlo's fused pass draws the same numbers.
         """
         sigma, shift = lognormal_parameters(cv, len(keys))
-        factors = np.empty((len(samples), len(keys)), dtype=np.float64)
-        status = _kernel.lognormal_factors(self.stream_key(stream),
-                                           np.ascontiguousarray(samples, dtype=np.int64),
-                                           np.ascontiguousarray(keys, dtype=np.uint64), sigma,
-                                           shift, factors)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"drawing noise (please report this)")
-        return factors
+        return engine.lognormal_factors(self.stream_key(stream), samples, keys, sigma, shift)
 
     def uniforms(self, stream, samples, keys, dtype=np.float64):
         """Two arrays of uniforms in (0, 1), shape (samples, keys), for ``keys``.
