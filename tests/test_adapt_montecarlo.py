@@ -222,29 +222,3 @@ def test_a_table_without_operations(variation):
     empty = ScheduleTable([[], []])
     runs = monte_carlo(empty, None, variation, samples=20)
     assert runs.makespans.tolist() == [0.0] * 20 and runs.nominal_makespan == 0.0
-
-
-@pytest.mark.parametrize("samples", [2, 33, 65, 100, 257])
-def test_samples_split_over_threads_give_the_numbers_of_one_pass(monkeypatch, samples):
-    table = generate("zbv", devices=4, microbatches=8)
-    costs = ModelCosts("paper-128l", "slow_nw_mid_cp", contention="link")
-    variation = Noise(0.2, transfers=0.1)
-    whole = monte_carlo(table, costs, variation, samples=samples, seed=3)
-    monkeypatch.setattr(engine, "_THREAD_WORK", 1)          # a thread for every few samples
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: range(4), raising=False)
-    ranges = engine._thread_ranges(samples, 100)
-    pair_of_blocks = 2 * engine.SUMMARY_BLOCK       # the least a range holds
-    assert (len(ranges) > 1) == (samples > pair_of_blocks) and len(ranges) <= 4
-    split = monte_carlo(table, costs, variation, samples=samples, seed=3)
-    assert split.makespans.tobytes() == whole.makespans.tobytes()
-    assert split.to_dict()["devices"] == whole.to_dict()["devices"]
-
-
-def test_thread_ranges_start_at_even_samples_and_cover_every_sample(monkeypatch):
-    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: range(3), raising=False)
-    for samples in (1, 31, 32, 1000, 10001):
-        ranges = engine._thread_ranges(samples, 10_000)
-        assert ranges[0][0] == 0 and ranges[-1][1] == samples
-        assert all(first % 2 == 0 and first < last for first, last in ranges)
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-        assert len(ranges) <= 3

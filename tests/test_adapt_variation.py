@@ -8,7 +8,7 @@ from tabsched.adapt import (Combined, Noise, Replay, SlowLink, SplitMicrobatches
                             VariationContext, estimate_variation)
 from tabsched.adapt.variation import parse_iterations
 from tabsched.lower import lower
-from tabsched.nodes import OPTIMIZER, SYNC, TRANSFER
+from tabsched.nodes import OPTIMIZER, TRANSFER
 
 PAPER = ModelCosts("paper-128l", "mid_nw_mid_cp", recompute="full")
 
