@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched import _build, engine
+from tabsched import _build, compose, engine
 from tabsched.deadlock import deadlock_error
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
@@ -158,6 +158,8 @@ class LoweredSchedule:
     _graph: object = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self):
+        # the bounds as Python ints: nodes() and count() are asked often, per run
+        self._bounds = tuple(self.kind_bounds.tolist())
         if self.topo_order is None and self.unfinished is None:
             # validate the DAG and lay it out in Kahn's order, once per lowering
             layout, self.unfinished = engine.lay_out(self.indptr, self.successors)
@@ -252,15 +254,21 @@ class LoweredSchedule:
     def nodes(self, kind):
         """The ids of the nodes of ``kind`` (a :class:`~tabsched.nodes.NodeKind`): a slice,
         since a lowering numbers its nodes kind by kind (:mod:`tabsched.nodes`)."""
-        return slice(int(self.kind_bounds[kind]), int(self.kind_bounds[kind + 1]))
+        return slice(self._bounds[kind], self._bounds[kind + 1])
 
     def node_ids(self, kind):
         """The ids of the nodes of ``kind`` as a ``range``, to iterate over."""
-        return range(int(self.kind_bounds[kind]), int(self.kind_bounds[kind + 1]))
+        return range(self._bounds[kind], self._bounds[kind + 1])
 
     def count(self, kind):
         """How many nodes of ``kind`` the lowering has."""
-        return int(self.kind_bounds[kind + 1] - self.kind_bounds[kind])
+        return self._bounds[kind + 1] - self._bounds[kind]
+
+    @functools.cached_property
+    def extra_kinds(self):
+        """The extra kinds (:data:`~tabsched.nodes.EXTRA_KINDS`) this lowering has nodes
+        of, in numbering order."""
+        return tuple(kind for kind in EXTRA_KINDS if self.count(kind))
 
     @property
     def num_cells(self):
@@ -271,7 +279,7 @@ class LoweredSchedule:
     def extra_nodes(self):
         """The ids of the nodes that are neither cells nor transfers (the iteration's
         tail today: gradient syncs, optimizer steps), a slice."""
-        return slice(int(self.kind_bounds[EXTRA_KINDS[0]]), self.num_nodes)
+        return slice(self._bounds[EXTRA_KINDS[0]], self.num_nodes)
 
     @functools.cached_property
     def node_kind(self):
@@ -291,6 +299,34 @@ class LoweredSchedule:
         devices[self.nodes(OPTIMIZER)] = np.arange(self.count(OPTIMIZER), dtype=INDEX)
         devices.flags.writeable = False
         return devices
+
+    @functools.cached_property
+    def cell_first_op(self):
+        """Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1] - 1``
+        (int32, cells + 1 offsets, read-only)."""
+        first = np.empty(self.num_cells + 1, dtype=INDEX)
+        first[:-1] = np.flatnonzero(np.diff(self.cell_of_op, prepend=-1))
+        first[-1] = len(self.cell_of_op)
+        first.flags.writeable = False
+        return first
+
+    @functools.cached_property
+    def overlapped_cells(self):
+        """The cells that hold more than one operation (int64 ids, read-only)."""
+        cells = np.flatnonzero(np.diff(self.cell_first_op) > 1)
+        cells.flags.writeable = False
+        return cells
+
+    # ------------------------------------------------------------- durations
+    def compose(self, op_durations, transfer_durations, extra=None, overlap=1.0):
+        """The duration of every node from prices (:func:`tabsched.compose.node_durations`:
+        cells from their operations, transfers, the extra kinds by kind)."""
+        return compose.node_durations(self, op_durations, transfer_durations, extra, overlap)
+
+    def compose_stacked(self, prices):
+        """Node durations of every row of a :class:`tabsched.compose.Prices`, shape
+        (rows, nodes) (:func:`tabsched.compose.stacked_node_durations`)."""
+        return compose.stacked_node_durations(self, prices)
 
     def kind_of(self, node):
         """The :class:`~tabsched.nodes.NodeKind` of node ``node``."""

@@ -48,7 +48,6 @@ from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_v
                                       lognormal_parameters)
 from tabsched.evaluate import checked_costs, lower_for
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import INDEX
 from tabsched.table import ScheduleTable
 
 if TYPE_CHECKING:
@@ -263,6 +262,7 @@ def _fused(context, variation, samples):
     for part in fixed:
         part.validate(context.table)
         part.apply(context, draw)
+    # the composer's answer for the fixed part; the pass composes each sample's noise alike
     base = context.node_durations(draw)[0]
     if engine.choose(lowered, base) == "events":    # factors are > 0: so are the cells
         return None
@@ -280,7 +280,7 @@ def _fused(context, variation, samples):
     transfer_base = np.empty((1, context.num_transfers))
     draw.transfer_durations(transfer_base)
     draws = engine.NoisyDurations(
-        cell_first_op=np.append(context._cell_starts, num_ops).astype(INDEX),
+        cell_first_op=lowered.cell_first_op,
         op_base=np.ascontiguousarray(draw.op[0]), op_key=context.op_keys, op_sigma=op_sigma,
         op_shift=op_shift, overlap=float(context.costs.overlap),
         transfer_base=transfer_base[0], transfer_key=context.transfer_keys,

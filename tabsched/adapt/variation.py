@@ -59,7 +59,8 @@ import numpy as np
 
 from tabsched import engine
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
+from tabsched.compose import Prices
+from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
 from tabsched.kineto import DEFAULT_MAX_BYTES, describe_unmatched, read_kineto, unmatched_labels
 from tabsched.table import KINDS, cut, shown, shown_repr
 
@@ -195,12 +196,11 @@ class VariationContext:
         self.op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
         self.latency, self.volume = (np.asarray(part, dtype=np.float64) for part in
                                      costs.transfer_parts(table, lowered.transfers))
+        #: The prices of the extra nodes (gradient syncs, optimizer steps) by kind.
+        self.extra_prices = costs.extra_prices(lowered)
         self.nominal = costs.node_durations(lowered, self.op_durations)
         self.num_ops = len(table)
         self.num_transfers = len(lowered.transfers)
-        self._cell_starts = np.flatnonzero(table.cell_starts())
-        parts = np.diff(np.append(self._cell_starts, self.num_ops))
-        self._overlapped = np.flatnonzero(parts > 1)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         offsets = np.concatenate([[0.0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
         offset_key = np.round(offsets * _GRID).astype(np.int64)
@@ -271,30 +271,24 @@ class VariationContext:
         """The cost model's durations for ``samples`` (sample indices), by part."""
         samples = np.asarray(samples, dtype=np.int64)
         count = len(samples)
-        lowered = self.lowered
-        optimizer = self.nominal[lowered.nodes(OPTIMIZER)]
+        optimizer = self.extra_prices.get(OPTIMIZER, np.zeros(0))
         return Draw(samples=samples,
                     op=np.repeat(self.op_durations[None, :], count, axis=0),
                     latency=self.latency, volume=self.volume,
                     optimizer=np.repeat(optimizer[None, :], count, axis=0))
 
     def node_durations(self, draw):
-        """Node durations (samples, nodes) from a draw, as ``CostModel.node_durations``
-        would compute them from those parts."""
-        lowered = self.lowered
+        """Node durations (samples, nodes) from a draw: its parts composed by the
+        lowering (:meth:`~tabsched.lower.LoweredSchedule.compose_stacked`), as
+        ``CostModel.node_durations`` composes the cost model's."""
         count = draw.op.shape[0]
-        durations = np.empty((count, lowered.num_nodes), dtype=np.float64)
-        cells = lowered.nodes(CELL)
-        if len(self._overlapped) == 0:
-            durations[:, cells] = draw.op
-        else:
-            durations[:, cells] = np.add.reduceat(draw.op, self._cell_starts, axis=1)
-            if self.costs.overlap != 1.0:
-                durations[:, self._overlapped] *= self.costs.overlap
-        draw.transfer_durations(durations[:, lowered.nodes(TRANSFER)])
-        durations[:, lowered.nodes(SYNC)] = self.nominal[lowered.nodes(SYNC)]
-        durations[:, lowered.nodes(OPTIMIZER)] = draw.optimizer
-        return durations
+        transfers = np.empty((count, self.num_transfers))
+        draw.transfer_durations(transfers)
+        extra = dict(self.extra_prices)
+        if OPTIMIZER in extra:
+            extra[OPTIMIZER] = draw.optimizer
+        return self.lowered.compose_stacked(Prices(op=draw.op, transfer=transfers, extra=extra,
+                                                   overlap=np.float64(self.costs.overlap)))
 
     def sample_durations(self, variation, samples):
         """Node durations of ``samples`` (sample indices) under ``variation``."""
