@@ -60,8 +60,8 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.nodes import CELL
 
 __all__ = ["METHODS", "choose", "run", "summarize", "NoisyDurations", "monte_carlo_summary",
-           "lay_out", "find_cycle", "lognormal_factors", "checked_durations", "FUSED_PATH",
-           "SUMMARY_BLOCK", "NO_NODE", "NO_RESOURCE", "NO_DEVICE"]
+           "lay_out", "find_cycle", "lognormal_factors", "checked_durations", "carry_layout",
+           "FUSED_PATH", "SUMMARY_BLOCK", "NO_NODE", "NO_RESOURCE", "NO_DEVICE"]
 
 INDEX = np.int32
 #: The kernel's sentinels (``_types.pxd``): no node, no resource, no device.
@@ -143,6 +143,16 @@ def _graph(lowered, *, edges=False, layout=False, devices=False):
     if devices and not graph.has_devices:
         _check(graph.add_devices(lowered.node_device, lowered.table.num_devices))
     return graph
+
+
+def carry_layout(source, target):
+    """Let ``target``, a lowering of the same DAG as ``source`` (another table object,
+    other resources), use the layout ``source``'s compiled view checked, instead of
+    checking it again; only a view without edges (whose resources may differ) is
+    shared, and ``source`` is not run again."""
+    graph = source._graph
+    if graph is not None and graph.has_layout and not graph.has_edges:
+        target._graph = graph
 
 
 def _scratch(graph, *, events=False, finish=0):

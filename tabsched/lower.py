@@ -466,8 +466,10 @@ def lower(table: ScheduleTable, *, contention: str = "none",
             resources, num_resources = _resources(contention, offered.num_nodes,
                                                   offered.nodes(TRANSFER), offered.transfers,
                                                   table.num_devices, devices_per_node)
-            return dataclasses.replace(offered, resources=resources,
-                                       num_resources=num_resources, contention=contention)
+            contended = dataclasses.replace(offered, resources=resources,
+                                            num_resources=num_resources, contention=contention)
+            engine.carry_layout(offered, contended)
+            return contended
 
     D = table.num_devices
     device = table.device
@@ -590,30 +592,30 @@ def _dependencies(table):
             crossing[:count].view(bool))
 
 
-# The lowering a layout made of a table's row orders, offered to the next lower()
-# of that table (generate() then evaluate() lowers once). One slot: a table
-# nobody evaluates holds nothing beyond the next layout.
-_offered = [None]
-
-
 def offer_lowering(table, lowered):
     """Let the next ``lower(table)`` whose DAG is the plain one (no sync node, no
     optimizer step, no extra edges; any contention) take ``lowered``, a plain
-    lowering of a table with the same row orders."""
-    transfers = dataclasses.replace(lowered.transfers, table=table)
-    _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
+    lowering of a table with the same row orders (``generate()`` then ``evaluate()``
+    lowers once). It travels on the table, without a reference back to any table
+    (no cycle), and is taken once."""
+    transfers = dataclasses.replace(lowered.transfers, table=None)
+    table._lowering = dataclasses.replace(lowered, table=None, transfers=transfers)
+    engine.carry_layout(lowered, table._lowering)     # its layout, checked once
 
 
 def _take_offered(table, grad_sync):
     """The lowering offered for ``table``, if ``grad_sync`` adds no sync node to it."""
-    offered = _offered[0]
-    if offered is None or offered.table is not table:
+    offered = table._lowering
+    if offered is None:
         return None
     if grad_sync is not None and grad_sync is not False and len(
             _sync_nodes(table, grad_sync, offered.cell_of_op, offered.num_nodes)[0]):
         return None
-    _offered[0] = None
-    return offered
+    table._lowering = None
+    transfers = dataclasses.replace(offered.transfers, table=table)
+    taken = dataclasses.replace(offered, table=table, transfers=transfers)
+    engine.carry_layout(offered, taken)
+    return taken
 
 
 def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):

@@ -218,21 +218,36 @@ def test_stage_holders_are_every_stages_sorted_devices():
 def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family, contention,
                                                                        grad_sync):
     """The layout's lowering serves the next lower() of its table whatever the
-    contention, when no sync node is added; it equals a lowering made afresh."""
-    made = generate(family, devices=4, microbatches=8)
+    contention, when no sync node is added; it equals a lowering made afresh. It
+    travels on the table (no module-level slot): another table's layout leaves it."""
     offered = generate(family, devices=4, microbatches=8)   # the layout offers this one's
-    from tabsched.lower import _offered
-    pending = _offered[0]
+    made = generate(family, devices=4, microbatches=8)
+    pending = offered._lowering
+    assert pending is not None and pending.table is None    # no cycle back to the table
+    made._lowering = None                                   # lowered afresh below
     options = dict(contention=contention, devices_per_node=2, grad_sync=grad_sync)
     fresh, reused = lower(made, **options), lower(offered, **options)
     adds_syncs = grad_sync == "replicas" and family in ("chimera", "dualpipe")
     assert (reused.topo_order is pending.topo_order) is not adds_syncs
+    assert (offered._lowering is None) is not adds_syncs     # taken once
     for name in ("cell_of_op", "cell_device", "indptr", "successors", "resources",
                  "sync_stage", "topo_order", "topo_pred_indptr", "topo_predecessors"):
         assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
     assert (fresh.num_resources, fresh.contention) == (reused.num_resources,
                                                       reused.contention)
     assert reused.table is offered and reused.transfers.table is offered
+
+
+def test_a_tables_offered_lowering_is_not_compared_copied_or_pickled():
+    import copy
+    import pickle
+    table = generate("1f1b", devices=4, microbatches=8)
+    assert table._lowering is not None
+    for other in (copy.copy(table), copy.deepcopy(table), pickle.loads(pickle.dumps(table)),
+                  table.replace(family="mine")):
+        assert other._lowering is None
+        assert lower(other).num_nodes == lower(table).num_nodes
+    assert table == copy.copy(table)
 
 
 def test_sync_devices_are_the_stages_holders():
