@@ -176,7 +176,12 @@ def test_a_deadlock_is_raised_before_any_pass():
 
 
 def test_the_graph_is_made_once_per_lowering_and_the_chains_once():
-    lowered = lower(random_table(11), contention="link")
+    table = random_table(11)
+    taken = lower(table, contention="link")     # the layout's lowering: its layout checked
+    assert taken._graph is not None and taken._graph.has_layout
+    assert not taken._graph.has_edges           # the resources are this lowering's own
+    lowered = lower(table, contention="link")   # lowered afresh
+    assert lowered._graph is None
     durations = np.ones(lowered.num_nodes)
     engine.run(lowered, durations, method="events")
     graph = lowered._graph
