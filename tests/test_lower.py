@@ -200,18 +200,6 @@ def test_tables_beyond_int32_ids_are_refused(monkeypatch):
         lower(generate("1f1b", devices=2, microbatches=4))
 
 
-def test_stage_holders_are_every_stages_sorted_devices():
-    """The holders come from a sort, not np.unique: the same sorted devices per stage."""
-    from tabsched.lower import _stage_holders
-    for table in (generate("chimera", devices=4, microbatches=8),
-                  generate("zbv", devices=3, microbatches=5),
-                  generate("1f1b", devices=1, microbatches=1)):
-        pairs = np.unique(np.stack([table.stage, table.device]), axis=1)
-        expected = {stage: sorted(int(d) for d in pairs[1][pairs[0] == stage])
-                    for stage in range(table.num_stages)}
-        assert _stage_holders(table) == expected
-
-
 @pytest.mark.parametrize("family", ["1f1b", "zbv", "chimera", "dualpipe"])
 @pytest.mark.parametrize("contention, grad_sync", [("none", None), ("link", "replicas"),
                                                    ("nic", None), ("link", [])])
