@@ -160,6 +160,7 @@ class LoweredSchedule:
 
     def __post_init__(self):
         # the bounds as Python ints: nodes() and count() are asked often, per run
+        self.kind_bounds.flags.writeable = False
         self._bounds = tuple(self.kind_bounds.tolist())
         if self.topo_order is None and self.unfinished is None:
             # validate the DAG and lay it out in Kahn's order, once per lowering
