@@ -95,11 +95,19 @@ def choose(lowered, durations=None, *, binding=False):
     str
         ``"pull"``, ``"chained"`` or ``"events"`` (see the module docstring).
     """
+    return _choose(lowered, durations, binding)[0]
+
+
+def _choose(lowered, durations, binding):
+    """``(method, lowering it runs on)``: :func:`choose`'s answer, and the link-chain
+    rewrite for ``"chained"`` (made once here, held by the caller for the pass)."""
     if lowered.resources.shape[1] == 0:
-        return "pull"
-    if not binding and _cells_last(lowered, durations) and lowered.link_chains() is not None:
-        return "chained"
-    return "events"
+        return "pull", lowered
+    if not binding and _cells_last(lowered, durations):
+        chained = lowered.link_chains()
+        if chained is not None:
+            return "chained", chained
+    return "events", lowered
 
 
 def _cells_last(lowered, durations):
@@ -115,16 +123,19 @@ def _method(lowered, durations, method, binding):
     """The pass to run: ``method``, or the one ``"auto"`` chooses; the lowering it runs
     on (the rewrite for ``"chained"``)."""
     if method == "auto":
-        method = choose(lowered, durations, binding=binding)
-    elif method not in METHODS:
+        return _choose(lowered, durations, binding)
+    if method not in METHODS:
         raise InvalidParameterError(f"method {method!r} is not one of {', '.join(METHODS)}")
-    elif method == "pull" and lowered.resources.shape[1] > 0:
+    if method == "pull" and lowered.resources.shape[1] > 0:
         raise InvalidParameterError(f"method 'pull' would ignore the {lowered.contention} "
                                     f"contention of this lowering (use 'auto' or 'events')")
-    elif method == "chained" and lowered.link_chains() is None:
-        raise InvalidParameterError("method 'chained' needs a lowering under contention "
-                                    "'link' with transfers and no transfer_after edges")
-    return method, (lowered.link_chains() if method == "chained" else lowered)
+    if method == "chained":
+        chained = lowered.link_chains()
+        if chained is None:
+            raise InvalidParameterError("method 'chained' needs a lowering under contention "
+                                        "'link' with transfers and no transfer_after edges")
+        return method, chained
+    return method, lowered
 
 
 # -------------------------------------------------------------- the graph
@@ -346,10 +357,9 @@ def monte_carlo_summary(lowered, draws, samples, *, nominal):
     -------
     (makespans (samples,), busy (samples, devices), last_end (samples, devices)) or None
     """
-    method = choose(lowered, nominal)
+    method, target = _choose(lowered, nominal, False)
     if method == "events":
         return None
-    target = lowered.link_chains() if method == "chained" else lowered
     graph = _graph(target, layout=True, devices=True)
     n, devices = graph.num_nodes, graph.num_devices
     makespans = np.empty(samples)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -190,11 +191,18 @@ class LoweredSchedule:
         heap's starts to the bit. Returns None when there is nothing to chain
         or the chains are not exact whatever the durations: not under ``link``,
         or with ``transfer_after`` edges (a transfer may then wait for more
-        than its producer). Made once per lowering.
+        than its producer). Made once per lowering while someone holds it (the
+        lowering keeps a weak reference: a lowering kept in a result does not keep its
+        rewrite, and Monte Carlo holds it for its passes).
         """
-        if "_chains" not in self.__dict__:
-            self.__dict__["_chains"] = self._link_chains()
-        return self.__dict__["_chains"]
+        kept = self.__dict__.get("_chains")
+        if kept is False:                       # nothing to chain: known
+            return None
+        chained = None if kept is None else kept()
+        if chained is None:
+            chained = self._link_chains()
+            self.__dict__["_chains"] = False if chained is None else weakref.ref(chained)
+        return chained
 
     def _link_chains(self):
         if (self.contention != "link" or len(self.transfers) == 0

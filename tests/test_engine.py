@@ -188,7 +188,16 @@ def test_the_graph_is_made_once_per_lowering_and_the_chains_once():
     engine.summarize(lowered, durations, method="events")
     assert lowered._graph is graph and graph.has_edges and graph.has_devices
     assert not graph.has_layout               # added when a pull pass first needs it
-    assert lowered.link_chains() is lowered.link_chains()
+    from tabsched import generate
+    chained = lower(generate("1f1b", devices=4, microbatches=8), contention="link")
+    held = chained.link_chains()
+    assert held is not None and chained.link_chains() is held   # made once while held
+    import gc
+    import weakref
+    gone = weakref.ref(held)
+    del held
+    gc.collect()
+    assert gone() is None                           # the lowering does not keep it alive
     import pickle
     again = pickle.loads(pickle.dumps(lowered))    # without the compiled view
     assert again._graph is None

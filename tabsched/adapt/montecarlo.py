@@ -304,6 +304,7 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
     table = context.table
     D = table.num_devices
     lowered.check_acyclic()
+    chains = lowered.link_chains()    # held while the passes below run (made once for them)
     with np.errstate(over="ignore", invalid="ignore"):
         nominal_durations = context.mean_durations(variation)[None, :]
     _refuse_overflow(nominal_durations, context, variation)
@@ -330,6 +331,7 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
             makespans[rows], busy[rows], _, finish[rows] = engine.summarize(lowered, durations)
             del durations
             chunks += 1
+    del chains
     nominal_makespan = float(nominal[0])
     with np.errstate(over="ignore", invalid="ignore"):   # an overflow is refused, not warned
         mean_makespan = float(makespans.mean())
