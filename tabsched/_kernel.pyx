@@ -460,7 +460,7 @@ def find_cycle(const index_t[::1] pred_indptr not None,
     pred_indptr, predecessors : int32 arrays
         The DAG's reverse CSR.
     remaining : int32 array
-        The ``indegree`` scratch left by ``evaluate`` after a deadlock.
+        The indegrees left after a deadlock (by :func:`topological` or an event pass).
     cycle, position : int32 scratch of length nodes
         ``cycle[:length]`` receives the cycle in dependency order.
 
