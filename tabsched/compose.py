@@ -123,15 +123,13 @@ def stacked_node_durations(lowered, prices):
         np.add(op, 0.0, out=cells)
     elif lowered.num_cells:
         np.add(np.add.reduceat(op, lowered.cell_first_op[:-1], axis=1), 0.0, out=cells)
-    overlapped = lowered.overlapped_cells
-    if len(overlapped):
-        overlap = np.asarray(prices.overlap, dtype=np.float64)
-        if overlap.ndim == 0:
-            if overlap != 1.0:
-                cells[:, overlapped] *= overlap
-        else:
-            for row in np.flatnonzero(overlap != 1.0).tolist():
-                cells[row, overlapped] *= overlap[row]
+    overlap = np.asarray(prices.overlap, dtype=np.float64)
+    scaled = (range(rows) if overlap != 1.0 else ()) if overlap.ndim == 0 else \
+        np.flatnonzero(overlap != 1.0).tolist()
+    if len(scaled) and len(lowered.overlapped_cells):
+        factors = np.broadcast_to(overlap, (rows,))
+        for row in scaled:
+            cells[row, lowered.overlapped_cells] *= factors[row]
     durations[:, lowered.nodes(TRANSFER)] = prices.transfer
     _fill_extra(lowered, durations, prices.extra)
     return durations

@@ -314,16 +314,25 @@ class LoweredSchedule:
     def cell_first_op(self):
         """Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1] - 1``
         (int32, cells + 1 offsets, read-only)."""
-        first = np.empty(self.num_cells + 1, dtype=INDEX)
-        first[:-1] = np.flatnonzero(np.diff(self.cell_of_op, prepend=-1))
-        first[-1] = len(self.cell_of_op)
+        ops, cells = len(self.cell_of_op), self.num_cells
+        if cells == ops:                    # a cell per operation
+            first = np.arange(ops + 1, dtype=INDEX)
+        else:
+            first = np.empty(cells + 1, dtype=INDEX)
+            opens = np.ones(ops, dtype=bool)
+            np.not_equal(self.cell_of_op[1:], self.cell_of_op[:-1], out=opens[1:])
+            first[:-1] = np.flatnonzero(opens)
+            first[-1] = ops
         first.flags.writeable = False
         return first
 
     @functools.cached_property
     def overlapped_cells(self):
         """The cells that hold more than one operation (int64 ids, read-only)."""
-        cells = np.flatnonzero(np.diff(self.cell_first_op) > 1)
+        if self.num_cells == len(self.cell_of_op):
+            cells = np.empty(0, dtype=np.int64)
+        else:
+            cells = np.flatnonzero(np.diff(self.cell_first_op) > 1)
         cells.flags.writeable = False
         return cells
 
