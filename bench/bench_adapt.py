@@ -29,6 +29,7 @@ import numpy as np
 
 import tabsched
 from tabsched import _kernel, _reference
+from tabsched._testing import kernel_graphs, kernel_scratch
 from tabsched.adapt import Noise, SlowLink, VariationContext, adapt, monte_carlo
 from tabsched.lower import lower
 
@@ -93,18 +94,14 @@ def main():
     if not args.skip_reference:
         durations = context.sample_durations(variation, [0])
         n = lowered.num_nodes
-        fifo = lowered.resources.shape[1] > 0
 
         def reference():
             makespan = np.empty(1)
-            status = _reference.evaluate_summary(
-                lowered.indptr, lowered.successors, durations, lowered.resources,
-                lowered.num_resources, lowered.node_devices(), makespan,
+            graph, = kernel_graphs(lowered, (_reference,))
+            status = _reference.fifo_summary(
+                graph, durations, makespan, np.empty((1, table.num_devices)),
                 np.empty((1, table.num_devices)), np.empty((1, table.num_devices)),
-                np.empty((1, table.num_devices)), np.empty(n), np.empty(n, np.int32),
-                np.empty(n, np.int32), np.empty(n if fifo else 0),
-                np.empty(n if fifo else 0, np.int32), np.empty(lowered.num_resources),
-                np.empty(lowered.num_resources, np.int32))
+                kernel_scratch(_reference, graph, n))
             assert status == _kernel.OK
             return float(makespan[0])
 

@@ -118,15 +118,20 @@ def kernel_pass(c_dir, repeat):
         renumbered.tofile(handle)
     binary = compile_c("pull", c_dir)
     start = np.empty((1, n))
-    finish = np.empty(n)
     nothing = np.empty(0, dtype=np.int32)
+    # the compiled pass itself, over the layout's lists (checked once, as the engine
+    # adds them) and durations renumbered into its order, as the C program reads them
+    graph = _kernel.Graph(n)
+    assert graph.add_layout(lowered.topo_order, lowered.topo_pred_indptr,
+                            lowered.topo_predecessors) == _kernel.OK
+    scratch = _kernel.Scratch(nothing, np.empty(0), nothing, np.empty(0), nothing,
+                              np.empty(n))
 
     def kernel():
-        # the layout's lists over durations renumbered into its order
-        status = _kernel.longest_path(lowered.layout, False, renumbered[None, :], start,
-                                      nothing, finish)
+        status = _kernel.longest_path_starts(graph, renumbered[None, :], start, nothing,
+                                             scratch, True)
         assert status == _kernel.OK
-        return float(finish.max())
+        return float(scratch.finish.max())
     seconds = seconds_c = float("inf")
     for _ in range(repeat):     # alternating, as above
         makespan_c, once_c = run_c(binary, handle.name, 10)
@@ -203,7 +208,8 @@ def link_contention(repeat):
                                                                             end=False))
     heap_seconds, (heap_start, _, _) = best_of(repeat, lambda: lowered.run(durations, end=False))
     assert np.array_equal(chain_start, heap_start)
-    rewrite_seconds, _ = best_of(repeat, lowered.link_chains)
+    # the rewrite itself (link_chains() keeps what it made for the lowering's next run)
+    rewrite_seconds, _ = best_of(repeat, lowered._link_chains)
     evaluate_seconds, result = best_of(repeat, lambda: tabsched.evaluate(table, costs,
                                                                          formula=False))
     assert result.makespan == float((heap_start + durations).max())

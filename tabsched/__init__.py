@@ -30,7 +30,8 @@ The data flows one way: table -> :func:`lower` -> Cython kernel -> :class:`Resul
 from typing import TYPE_CHECKING
 
 try:
-    from tabsched import _kernel  # noqa: F401  (compiled by the package build)
+    # the engine imports the compiled kernel (built by the package build)
+    from tabsched import engine  # noqa: F401
 except ImportError as _error:  # pragma: no cover - exercised by hand on a raw checkout
     raise ImportError(
         "tabsched's Cython kernel (tabsched._kernel) is not built. From the source "

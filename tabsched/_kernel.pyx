@@ -1,10 +1,33 @@
 # cython: language_level=3
 """Evaluation kernel: earliest start times over a lowered schedule DAG.
 
-The caller (tabsched.lower) validates and allocates everything; the functions
-here see typed memoryviews and C scalars only, run without the GIL and return a
-status code. tabsched._reference holds the plain-Python twin of every entry point;
-the property tests assert that both agree to the bit.
+Its one caller is :mod:`tabsched.engine`, which validates, allocates every output
+and every scratch array, picks the pass and turns a status into an exception; the
+functions here see typed memoryviews and C scalars only, run without the GIL and
+return a status code. tabsched._reference holds the plain-Python twin of every
+entry point; the property tests assert that both agree to the bit.
+
+The data
+    A :class:`Graph` holds one lowering's arrays as the passes read them, each part
+    checked once when it is added (then the passes index without checking): the
+    CSR successor lists and every node's resources (``add_edges``), Kahn's order
+    with the predecessor lists in positions of that order (``add_layout``, made by
+    :func:`topological`), and the device whose compute stream runs each node
+    (``add_devices``). A :class:`Scratch` holds a pass's working arrays.
+
+The passes
+    ``longest_path_starts`` / ``longest_path_summary``
+        The pull pass over the layout: each node starts at the latest end of its
+        predecessors. No resources (a lowering under contention ``none``, or the
+        link-chain rewrite of one under ``link``).
+    ``fifo_starts`` / ``fifo_summary``
+        The event order with first-come-first-served resources (links, ports), a
+        binary heap of ready nodes.
+    ``monte_carlo_summary``
+        The pull pass with lognormal noise drawn while it runs (``_montecarlo.pxi``).
+    The ``_starts`` passes write every node's start (and, for sample 0, the node
+    that decided it); the ``_summary`` passes per sample the makespan and per
+    device its busy time, first start and last end, with no (samples x nodes) output.
 
 Semantics (DESIGN.md, "Dependencies and execution semantics"):
 
@@ -12,8 +35,8 @@ Semantics (DESIGN.md, "Dependencies and execution semantics"):
   resources, when every one of them is free; it then holds them until it ends;
 * a resource serves the nodes that want it first come, first served: in order
   of the time they became ready, ties broken by the lower node id;
-* with no resources at all (``resources`` has zero columns) this is the
-  longest-path problem, solved by one topological order shared by all samples.
+* with no resources at all this is the longest-path problem, which the pull
+  pass solves in one sweep of a topological order shared by all samples.
 
 ``binding[v]`` (sample 0 only, when ``binding`` is not empty) is the node that
 decided when ``v`` started: the predecessor whose end came strictly latest
@@ -102,7 +125,6 @@ cdef inline void _heap_pop(time_t[::1] heap_time, index_t[::1] heap_node,
     heap_time[parent] = time
     heap_node[parent] = node
 
-
 cdef int _count_indegree(const index_t[::1] indptr, const index_t[::1] successors,
                          index_t[::1] indegree) noexcept nogil:
     cdef index_t n = indptr.shape[0] - 1
@@ -113,17 +135,6 @@ cdef int _count_indegree(const index_t[::1] indptr, const index_t[::1] successor
         for e in range(indptr[v], indptr[v + 1]):
             indegree[successors[e]] += 1
     return 0
-
-
-cdef index_t _topological_order(const index_t[::1] indptr, const index_t[::1] successors,
-                                index_t[::1] indegree, index_t[::1] order) noexcept nogil:
-    """Kahn's order with a FIFO queue into ``order``; returns how many nodes it reached.
-
-    Fewer than all nodes means a cycle; ``indegree[v] > 0`` then marks the nodes left.
-    """
-    _count_indegree(indptr, successors, indegree)
-    return _kahn(indptr, successors, indegree, order)
-
 
 cdef index_t _kahn(const index_t[::1] indptr, const index_t[::1] successors,
                    index_t[::1] indegree, index_t[::1] order) noexcept nogil:
@@ -146,7 +157,6 @@ cdef index_t _kahn(const index_t[::1] indptr, const index_t[::1] successors,
                 tail += 1
     return tail
 
-
 cdef int _check_csr(const index_t[::1] indptr, const index_t[::1] targets) noexcept nogil:
     """A CSR whose offsets run from 0 to len(targets) without falling and whose
     targets are node ids (``0 <= t < len(indptr) - 1``)."""
@@ -163,13 +173,9 @@ cdef int _check_csr(const index_t[::1] indptr, const index_t[::1] targets) noexc
     return STATUS_OK
 
 
-cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
-                      const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
-    """Bounds of every id the kernel will dereference (bounds checks are off)."""
+cdef int _check_resources(const index_t[:, ::1] resources, index_t n_resources) noexcept nogil:
+    """Every resource id a node names is ``NO_RESOURCE`` or below ``n_resources``."""
     cdef index_t v, k, r
-    cdef int status = _check_csr(indptr, successors)
-    if status != STATUS_OK:
-        return status
     for v in range(resources.shape[0]):
         for k in range(resources.shape[1]):
             r = resources[v, k]
@@ -178,467 +184,173 @@ cdef int _check_graph(const index_t[::1] indptr, const index_t[::1] successors,
     return STATUS_OK
 
 
-@boundscheck(False)
-@wraparound(False)
-def evaluate(const index_t[::1] indptr not None,
-             const index_t[::1] successors not None,
-             const time_t[:, ::1] durations not None,
-             const index_t[:, ::1] resources not None,
-             index_t n_resources,
-             time_t[:, ::1] start not None,
-             time_t[:, ::1] end not None,
-             index_t[::1] binding not None,
-             index_t[::1] indegree not None,
-             index_t[::1] order not None,
-             time_t[::1] heap_time not None,
-             index_t[::1] heap_node not None,
-             time_t[::1] free_at not None,
-             index_t[::1] holder not None):
-    """Start and end of every node for every sample of durations.
+cdef int _check_devices(const index_t[::1] node_device, index_t devices) noexcept nogil:
+    """Every device a node names is ``NO_DEVICE`` or below ``devices``."""
+    cdef index_t v
+    for v in range(node_device.shape[0]):
+        if node_device[v] < NO_DEVICE or node_device[v] >= devices:
+            return STATUS_BAD_INDEX
+    return STATUS_OK
 
-    Parameters
+
+def _read_only(*arrays):
+    """The passes trust what a Graph checked: its arrays are not written again."""
+    for array in arrays:
+        array.flags.writeable = False
+
+
+# ------------------------------------------------------------------ the graph
+cdef class Graph:
+    """One lowering's DAG as the passes read it, each part checked once.
+
+    Made empty for ``num_nodes`` nodes; each ``add_*`` method checks its arrays,
+    makes them read-only (a view, not a copy) and returns a status (OK, or
+    BAD_SHAPE / BAD_INDEX and nothing added; a part is added once). A pass
+    returns BAD_SHAPE when a part it reads is missing.
+
+    Attributes
     ----------
-    indptr, successors : int32 arrays
-        The DAG in CSR form: the successors of node v are
-        ``successors[indptr[v]:indptr[v+1]]``.
-    durations : float64 array, shape (samples, nodes)
-    resources : int32 array, shape (nodes, R)
-        Resource ids each node holds while it runs, padded with NO_RESOURCE_ID.
-        R = 0 means no node ever waits for a resource.
-    n_resources : int
-    start, end : float64 arrays, shape (samples, nodes)
-        Outputs; ``end`` may have 0 rows, and is then not written
-        (``end = start + durations``, exactly, for every node).
-    binding : int32 array, shape (nodes,) or (0,)
-        Output for sample 0 (see the module docstring); skipped when empty.
-    indegree, order : int32 scratch, shape (nodes,)
-        On a deadlock, ``indegree[v] > 0`` marks the nodes that never ran.
-    heap_time, heap_node : scratch, shape (nodes,); may be empty when R = 0
-    free_at, holder : scratch, shape (n_resources,)
-
-    Returns
-    -------
-    int
-        A status: OK, DEADLOCK, BAD_SHAPE or BAD_INDEX.
+    num_nodes, num_resources, num_devices : int
+    has_edges, has_layout, has_devices : bool
+    indptr, successors, resources, order, pred_indptr, predecessors, node_device :
+        The arrays added (read-only), or None.
     """
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t width = resources.shape[1]
-    cdef bint record = binding.shape[0] > 0
-    cdef bint write_end = end.shape[0] > 0
-    cdef index_t status
-    if n < 0:
-        return STATUS_BAD_SHAPE
-    if (durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
-            or (end.shape[0] != 0 and (end.shape[0] != samples or end.shape[1] != n))
-            or (width > 0 and resources.shape[0] != n)
-            or (record and binding.shape[0] != n)
-            or indegree.shape[0] != n or order.shape[0] != n
-            or (width > 0 and (heap_time.shape[0] != n or heap_node.shape[0] != n))
-            or free_at.shape[0] < n_resources or holder.shape[0] < n_resources):
-        return STATUS_BAD_SHAPE
-    with nogil:
-        status = _check_graph(indptr, successors, resources, n_resources)
-        if status == STATUS_OK:
-            if width == 0:
-                status = _evaluate_static(indptr, successors, durations, start, end,
-                                          write_end, binding, record, indegree, order)
-            else:
-                status = _evaluate_fifo(indptr, successors, durations, resources,
-                                        n_resources, start, end, write_end, binding, record,
-                                        indegree, heap_time, heap_node, free_at, holder)
-    return status
+
+    cdef readonly index_t num_nodes
+    cdef readonly index_t num_resources
+    cdef readonly index_t num_devices
+    cdef readonly bint has_edges
+    cdef readonly bint has_layout
+    cdef readonly bint has_devices
+    cdef readonly object indptr
+    cdef readonly object successors
+    cdef readonly object resources
+    cdef readonly object order
+    cdef readonly object pred_indptr
+    cdef readonly object predecessors
+    cdef readonly object node_device
+    cdef const index_t[::1] _indptr
+    cdef const index_t[::1] _successors
+    cdef const index_t[:, ::1] _resources
+    cdef const index_t[::1] _order
+    cdef const index_t[::1] _offsets
+    cdef const index_t[::1] _lists
+    cdef const index_t[::1] _node_device
+
+    def __cinit__(self, index_t num_nodes):
+        if num_nodes < 0:
+            raise ValueError(f"a graph has at least 0 nodes, not {num_nodes}")
+        self.num_nodes = num_nodes
+
+    def add_edges(self, indptr not None, successors not None, resources not None,
+                  index_t num_resources):
+        """The CSR successor lists (int32 ``indptr`` of nodes + 1 offsets and
+        ``successors``) and each node's resources (int32, shape (nodes, R), padded with
+        NO_RESOURCE_ID; R = 0: no node waits for one) among ``num_resources``."""
+        cdef const index_t[::1] offsets = indptr
+        cdef const index_t[::1] targets = successors
+        cdef const index_t[:, ::1] held = resources
+        cdef int status
+        if (self.has_edges or offsets.shape[0] != self.num_nodes + 1 or num_resources < 0
+                or (held.shape[1] > 0 and held.shape[0] != self.num_nodes)):
+            return STATUS_BAD_SHAPE
+        with nogil:
+            status = _check_csr(offsets, targets)
+            if status == STATUS_OK:
+                status = _check_resources(held, num_resources)
+        if status != STATUS_OK:
+            return status
+        _read_only(indptr, successors, resources)
+        self.indptr, self.successors, self.resources = indptr, successors, resources
+        self._indptr, self._successors, self._resources = offsets, targets, held
+        self.num_resources = num_resources
+        self.has_edges = True
+        return STATUS_OK
+
+    def add_layout(self, order not None, pred_indptr not None, predecessors not None):
+        """Kahn's order (``order[i]``: the node at position ``i``) and the predecessor
+        lists in positions of that order (CSR), as :func:`topological` writes them:
+        offsets from 0 to ``len(predecessors)`` that never fall, every predecessor an
+        earlier position, every order entry a node."""
+        cdef const index_t[::1] nodes = order
+        cdef const index_t[::1] offsets = pred_indptr
+        cdef const index_t[::1] lists = predecessors
+        cdef int status
+        if self.has_layout or nodes.shape[0] != self.num_nodes:
+            return STATUS_BAD_SHAPE
+        with nogil:
+            status = _check_layout(offsets, lists, nodes)
+        if status != STATUS_OK:
+            return status
+        _read_only(order, pred_indptr, predecessors)
+        self.order, self.pred_indptr, self.predecessors = order, pred_indptr, predecessors
+        self._order, self._offsets, self._lists = nodes, offsets, lists
+        self.has_layout = True
+        return STATUS_OK
+
+    def add_devices(self, node_device not None, index_t num_devices):
+        """The device whose compute stream runs each node (int32, NO_DEVICE_ID for none)
+        among ``num_devices``: the summary passes add a node's duration to its device."""
+        cdef const index_t[::1] devices = node_device
+        cdef int status
+        if self.has_devices or devices.shape[0] != self.num_nodes or num_devices < 0:
+            return STATUS_BAD_SHAPE
+        with nogil:
+            status = _check_devices(devices, num_devices)
+        if status != STATUS_OK:
+            return status
+        _read_only(node_device)
+        self.node_device, self._node_device = node_device, devices
+        self.num_devices = num_devices
+        self.has_devices = True
+        return STATUS_OK
 
 
-cdef index_t _evaluate_static(const index_t[::1] indptr, const index_t[::1] successors,
-                              const time_t[:, ::1] durations,
-                              time_t[:, ::1] start, time_t[:, ::1] end, bint write_end,
-                              index_t[::1] binding, bint record,
-                              index_t[::1] indegree, index_t[::1] order) noexcept nogil:
-    """Longest path: one topological order (Kahn, FIFO queue), then one pass per sample."""
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t v, u, e, i, s
-    cdef time_t finish
-    if _topological_order(indptr, successors, indegree, order) < n:
-        return STATUS_DEADLOCK
-    if record:
-        for v in range(n):
-            binding[v] = NO_NODE
-    for s in range(samples):
-        for v in range(n):
-            start[s, v] = 0.0
-        for i in range(n):
-            v = order[i]
-            finish = start[s, v] + durations[s, v]
-            if write_end:
-                end[s, v] = finish
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > start[s, u]:
-                    start[s, u] = finish
-                    if record and s == 0:
-                        binding[u] = v
-    return STATUS_OK
+cdef class Scratch:
+    """The working arrays of a pass, allocated by the caller (one place: the engine).
 
-
-cdef index_t _evaluate_fifo(const index_t[::1] indptr, const index_t[::1] successors,
-                            const time_t[:, ::1] durations,
-                            const index_t[:, ::1] resources, index_t n_resources,
-                            time_t[:, ::1] start, time_t[:, ::1] end, bint write_end,
-                            index_t[::1] binding, bint record,
-                            index_t[::1] indegree,
-                            time_t[::1] heap_time, index_t[::1] heap_node,
-                            time_t[::1] free_at, index_t[::1] holder) noexcept nogil:
-    """Event order: nodes run in order of their ready time, resources are FIFO."""
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t width = resources.shape[1]
-    cdef index_t size, done, v, u, e, k, r, s, bound
-    cdef time_t begin, finish
-    for s in range(samples):
-        _count_indegree(indptr, successors, indegree)
-        for r in range(n_resources):
-            free_at[r] = 0.0
-            holder[r] = NO_NODE
-        size = 0
-        for v in range(n):
-            start[s, v] = 0.0
-            if record and s == 0:
-                binding[v] = NO_NODE
-            if indegree[v] == 0:
-                _heap_push(heap_time, heap_node, size, 0.0, v)
-                size += 1
-        done = 0
-        while size > 0:
-            v = heap_node[0]
-            begin = heap_time[0]
-            _heap_pop(heap_time, heap_node, size)
-            size -= 1
-            done += 1
-            bound = NO_NODE
-            for k in range(width):
-                r = resources[v, k]
-                if r != NO_RESOURCE and free_at[r] > begin:
-                    begin = free_at[r]
-                    bound = holder[r]
-            finish = begin + durations[s, v]
-            for k in range(width):
-                r = resources[v, k]
-                if r != NO_RESOURCE:
-                    free_at[r] = finish
-                    holder[r] = v
-            if record and s == 0 and bound != NO_NODE:
-                binding[v] = bound
-            start[s, v] = begin
-            if write_end:
-                end[s, v] = finish
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > start[s, u]:
-                    start[s, u] = finish
-                    if record and s == 0:
-                        binding[u] = v
-                indegree[u] -= 1
-                if indegree[u] == 0:
-                    _heap_push(heap_time, heap_node, size, start[s, u], u)
-                    size += 1
-        if done < n:
-            return STATUS_DEADLOCK
-    return STATUS_OK
-
-
-@boundscheck(False)
-@wraparound(False)
-def find_cycle(const index_t[::1] pred_indptr not None,
-               const index_t[::1] predecessors not None,
-               const index_t[::1] remaining not None,
-               index_t[::1] cycle not None,
-               index_t[::1] position not None):
-    """A cycle among the nodes that never ran after a deadlock.
-
-    Every such node (``remaining[v] > 0``) has a predecessor that never ran, so
-    walking from one to such a predecessor must come back to a node already
-    visited; the nodes from that visit on form a cycle.
-
-    Parameters
-    ----------
-    pred_indptr, predecessors : int32 arrays
-        The DAG's reverse CSR.
-    remaining : int32 array
-        The ``indegree`` scratch left by ``evaluate`` after a deadlock.
-    cycle, position : int32 scratch of length nodes
-        ``cycle[:length]`` receives the cycle in dependency order.
-
-    Returns
-    -------
-    int
-        The cycle's length, 0 if no node is unfinished, -1 on inconsistent input.
+    ``indegree`` (int32, nodes; after a DEADLOCK, > 0 marks the nodes that never
+    ran), ``heap_time`` and ``heap_node`` (nodes each, for the event passes),
+    ``free_at`` and ``holder`` (resources each, for the event passes), ``finish``
+    (float64: nodes for the starts passes; nodes x SUMMARY_BLOCK for the pull
+    summary; (nodes + 3 x devices) x SUMMARY_BLOCK for Monte Carlo). Each pass
+    checks the sizes of the arrays it uses; the others may be empty.
     """
-    cdef index_t n = pred_indptr.shape[0] - 1
-    cdef index_t length = -1
-    if (n < 0 or remaining.shape[0] != n or cycle.shape[0] != n
-            or position.shape[0] != n):
-        return -1
-    with nogil:
-        if _check_csr(pred_indptr, predecessors) == STATUS_OK:
-            length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
-    return length
 
+    cdef readonly object indegree
+    cdef readonly object heap_time
+    cdef readonly object heap_node
+    cdef readonly object free_at
+    cdef readonly object holder
+    cdef readonly object finish
+    cdef index_t[::1] _indegree
+    cdef time_t[::1] _heap_time
+    cdef index_t[::1] _heap_node
+    cdef time_t[::1] _free_at
+    cdef index_t[::1] _holder
+    cdef time_t[::1] _finish
 
-cdef index_t _find_cycle(const index_t[::1] pred_indptr, const index_t[::1] predecessors,
-                         const index_t[::1] remaining, index_t[::1] cycle,
-                         index_t[::1] position) noexcept nogil:
-    cdef index_t n = pred_indptr.shape[0] - 1
-    cdef index_t v, p, e, steps, first, length, i
-    v = NO_NODE
-    for i in range(n):
-        position[i] = NO_NODE
-        if v == NO_NODE and remaining[i] > 0:
-            v = i
-    if v == NO_NODE:
-        return 0
-    steps = 0
-    while position[v] == NO_NODE:
-        position[v] = steps
-        cycle[steps] = v
-        steps += 1
-        p = NO_NODE
-        for e in range(pred_indptr[v], pred_indptr[v + 1]):
-            if remaining[predecessors[e]] > 0:
-                p = predecessors[e]
-                break
-        if p == NO_NODE:
-            return -1
-        v = p
-    # cycle[position[v]:steps] was walked against the edges: reverse it.
-    first = position[v]
-    length = steps - first
-    for i in range(length // 2):
-        p = cycle[first + i]
-        cycle[first + i] = cycle[steps - 1 - i]
-        cycle[steps - 1 - i] = p
-    for i in range(length):
-        cycle[i] = cycle[first + i]
-    return length
+    def __init__(self, indegree not None, heap_time not None, heap_node not None,
+                 free_at not None, holder not None, finish not None):
+        self._indegree, self._heap_time, self._heap_node = indegree, heap_time, heap_node
+        self._free_at, self._holder, self._finish = free_at, holder, finish
+        self.indegree, self.heap_time, self.heap_node = indegree, heap_time, heap_node
+        self.free_at, self.holder, self.finish = free_at, holder, finish
 
-
-# ---------------------------------------------------------------- summaries
-# Monte Carlo needs, per sample, only the makespan and, per device, its busy
-# time, first start and last end. ``evaluate_summary`` computes those without a
-# (samples x nodes) output: one row of starts is reused as scratch.
-
-@boundscheck(False)
-@wraparound(False)
-def evaluate_summary(const index_t[::1] indptr not None,
-                     const index_t[::1] successors not None,
-                     const time_t[:, ::1] durations not None,
-                     const index_t[:, ::1] resources not None,
-                     index_t n_resources,
-                     const index_t[::1] node_device not None,
-                     time_t[::1] makespan not None,
-                     time_t[:, ::1] busy not None,
-                     time_t[:, ::1] first_start not None,
-                     time_t[:, ::1] last_end not None,
-                     time_t[::1] start not None,
-                     index_t[::1] indegree not None,
-                     index_t[::1] order not None,
-                     time_t[::1] heap_time not None,
-                     index_t[::1] heap_node not None,
-                     time_t[::1] free_at not None,
-                     index_t[::1] holder not None):
-    """Per-sample makespan and per-device busy time, first start and last end.
-
-    The same schedule as :func:`evaluate` (same processing order, so the same
-    start of every node, to the bit), summarised while it runs.
-
-    Parameters
-    ----------
-    indptr, successors, durations, resources, n_resources :
-        As in :func:`evaluate`.
-    node_device : int32 array, shape (nodes,)
-        The device whose compute stream runs each node, or NO_DEVICE_ID.
-    makespan : float64 array, shape (samples,)
-        Output: the latest end of any node (0 for an empty graph).
-    busy, first_start, last_end : float64 arrays, shape (samples, devices)
-        Outputs: per device, the summed durations of its nodes (in processing
-        order), the earliest start (+inf if it has none) and the latest end
-        (0 if it has none).
-    start : float64 scratch, shape (nodes,)
-        Holds the starts of the last sample on return.
-    indegree, order, heap_time, heap_node, free_at, holder :
-        Scratch, as in :func:`evaluate`.
-
-    Returns
-    -------
-    int
-        A status: OK, DEADLOCK, BAD_SHAPE or BAD_INDEX.
-    """
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t width = resources.shape[1]
-    cdef index_t devices = busy.shape[1]
-    cdef index_t status, v
-    if n < 0:
-        return STATUS_BAD_SHAPE
-    if (durations.shape[1] != n or (width > 0 and resources.shape[0] != n)
-            or node_device.shape[0] != n or makespan.shape[0] != samples
-            or busy.shape[0] != samples
-            or first_start.shape[0] != samples or first_start.shape[1] != devices
-            or last_end.shape[0] != samples or last_end.shape[1] != devices
-            or start.shape[0] != n or indegree.shape[0] != n or order.shape[0] != n
-            or (width > 0 and (heap_time.shape[0] != n or heap_node.shape[0] != n))
-            or free_at.shape[0] < n_resources or holder.shape[0] < n_resources):
-        return STATUS_BAD_SHAPE
-    with nogil:
-        status = _check_graph(indptr, successors, resources, n_resources)
-        if status == STATUS_OK:
-            for v in range(n):
-                if node_device[v] != NO_DEVICE and (node_device[v] < 0
-                                                    or node_device[v] >= devices):
-                    status = STATUS_BAD_INDEX
-                    break
-        if status == STATUS_OK:
-            if width == 0:
-                status = _summary_static(indptr, successors, durations, node_device,
-                                         makespan, busy, first_start, last_end, start,
-                                         indegree, order)
-            else:
-                status = _summary_fifo(indptr, successors, durations, resources, n_resources,
-                                       node_device, makespan, busy, first_start, last_end,
-                                       start, indegree, heap_time, heap_node, free_at, holder)
-    return status
-
-
-cdef inline void _summary_reset(time_t[::1] start, time_t[:, ::1] busy,
-                                time_t[:, ::1] first_start, time_t[:, ::1] last_end,
-                                index_t s) noexcept nogil:
-    cdef index_t v, d
-    for v in range(start.shape[0]):
-        start[v] = 0.0
-    for d in range(busy.shape[1]):
-        busy[s, d] = 0.0
-        first_start[s, d] = INFINITY
-        last_end[s, d] = 0.0
-
-
-cdef inline void _summary_add(index_t d, time_t begin, time_t length, time_t finish,
-                              time_t[:, ::1] busy, time_t[:, ::1] first_start,
-                              time_t[:, ::1] last_end, index_t s) noexcept nogil:
-    busy[s, d] += length
-    if begin < first_start[s, d]:
-        first_start[s, d] = begin
-    if finish > last_end[s, d]:
-        last_end[s, d] = finish
-
-
-cdef index_t _summary_static(const index_t[::1] indptr, const index_t[::1] successors,
-                             const time_t[:, ::1] durations, const index_t[::1] node_device,
-                             time_t[::1] makespan, time_t[:, ::1] busy,
-                             time_t[:, ::1] first_start, time_t[:, ::1] last_end,
-                             time_t[::1] start, index_t[::1] indegree,
-                             index_t[::1] order) noexcept nogil:
-    """Longest path, as ``_evaluate_static``: one Kahn order, one pass per sample."""
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t v, u, e, i, s, d
-    cdef time_t finish, longest
-    if _topological_order(indptr, successors, indegree, order) < n:
-        return STATUS_DEADLOCK
-    for s in range(samples):
-        _summary_reset(start, busy, first_start, last_end, s)
-        longest = 0.0
-        for i in range(n):
-            v = order[i]
-            finish = start[v] + durations[s, v]
-            if finish > longest:
-                longest = finish
-            d = node_device[v]
-            if d != NO_DEVICE:
-                _summary_add(d, start[v], durations[s, v], finish, busy, first_start,
-                             last_end, s)
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > start[u]:
-                    start[u] = finish
-        makespan[s] = longest
-    return STATUS_OK
-
-
-cdef index_t _summary_fifo(const index_t[::1] indptr, const index_t[::1] successors,
-                           const time_t[:, ::1] durations,
-                           const index_t[:, ::1] resources, index_t n_resources,
-                           const index_t[::1] node_device, time_t[::1] makespan,
-                           time_t[:, ::1] busy, time_t[:, ::1] first_start,
-                           time_t[:, ::1] last_end, time_t[::1] start,
-                           index_t[::1] indegree, time_t[::1] heap_time,
-                           index_t[::1] heap_node, time_t[::1] free_at,
-                           index_t[::1] holder) noexcept nogil:
-    """Event order with FIFO resources, as ``_evaluate_fifo``, one sample at a time."""
-    cdef index_t n = indptr.shape[0] - 1
-    cdef index_t samples = durations.shape[0]
-    cdef index_t width = resources.shape[1]
-    cdef index_t size, done, v, u, e, k, r, s, d
-    cdef time_t begin, finish, longest
-    for s in range(samples):
-        _count_indegree(indptr, successors, indegree)
-        _summary_reset(start, busy, first_start, last_end, s)
-        for r in range(n_resources):
-            free_at[r] = 0.0
-            holder[r] = NO_NODE
-        size = 0
-        for v in range(n):
-            if indegree[v] == 0:
-                _heap_push(heap_time, heap_node, size, 0.0, v)
-                size += 1
-        done = 0
-        longest = 0.0
-        while size > 0:
-            v = heap_node[0]
-            begin = heap_time[0]
-            _heap_pop(heap_time, heap_node, size)
-            size -= 1
-            done += 1
-            for k in range(width):
-                r = resources[v, k]
-                if r != NO_RESOURCE and free_at[r] > begin:
-                    begin = free_at[r]
-            finish = begin + durations[s, v]
-            for k in range(width):
-                r = resources[v, k]
-                if r != NO_RESOURCE:
-                    free_at[r] = finish
-                    holder[r] = v
-            start[v] = begin
-            if finish > longest:
-                longest = finish
-            d = node_device[v]
-            if d != NO_DEVICE:
-                _summary_add(d, begin, durations[s, v], finish, busy, first_start,
-                             last_end, s)
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > start[u]:
-                    start[u] = finish
-                indegree[u] -= 1
-                if indegree[u] == 0:
-                    _heap_push(heap_time, heap_node, size, start[u], u)
-                    size += 1
-        if done < n:
-            return STATUS_DEADLOCK
-        makespan[s] = longest
-    return STATUS_OK
-
+    cdef bint _fits_events(self, Graph graph):
+        cdef index_t n = graph.num_nodes
+        return (self._indegree.shape[0] == n and self._heap_time.shape[0] == n
+                and self._heap_node.shape[0] == n
+                and self._free_at.shape[0] >= graph.num_resources
+                and self._holder.shape[0] >= graph.num_resources)
 
 # ------------------------------------------------------ topological layout
 # A lowering is validated and ordered once: ``topological`` checks the CSR,
-# finds Kahn's order (the same FIFO order ``evaluate`` uses) and writes the
+# finds Kahn's order with a FIFO queue and writes the
 # predecessor lists in *positions* of that order, so that every edge points
-# backwards. The passes below then pull each node's start from its
+# backwards. The pull passes then take each node's start from its
 # predecessors in one forward sweep, with no indegree count, no queue and no
-# data-dependent write to another node. They still check every id they
-# dereference (one compare per edge), so a bad array returns a status instead
-# of reading out of bounds.
+# data-dependent write to another node (Graph.add_layout checks the lists once).
 
 @boundscheck(False)
 @wraparound(False)
@@ -656,7 +368,7 @@ def topological(const index_t[::1] indptr not None,
         The DAG in CSR form, by node id.
     order : int32 array, shape (nodes,)
         Output: ``order[i]`` is the node at position ``i`` (Kahn's order with a
-        FIFO queue, the order :func:`evaluate` processes nodes in).
+        FIFO queue).
     pred_indptr : int32 array, shape (nodes + 1,)
     predecessors : int32 array, shape (edges,)
         Output: the positions of the predecessors of the node at position ``i``
@@ -730,108 +442,125 @@ cdef index_t _topological(const index_t[::1] indptr, const index_t[::1] successo
         previous = cursor
     return STATUS_OK
 
-
-cdef class Layout:
-    """A DAG's Kahn order and predecessor lists, checked once, for the pull passes.
-
-    Built by :func:`make_layout`, which checks that every offset stays within
-    the lists and never falls, every predecessor is an earlier position and
-    every order entry a node; the passes then index without checking. The
-    arrays are the caller's, made read-only (a view, not a copy).
-
-    Attributes
-    ----------
-    order, pred_indptr, predecessors : int32 arrays (read-only)
-    num_nodes : int
-    """
-
-    cdef readonly object order
-    cdef readonly object pred_indptr
-    cdef readonly object predecessors
-    cdef readonly index_t num_nodes
-    cdef const index_t[::1] _order
-    cdef const index_t[::1] _offsets
-    cdef const index_t[::1] _lists
-
-    def __reduce__(self):
-        return (make_layout, (self.order, self.pred_indptr, self.predecessors))
-
-
 @boundscheck(False)
 @wraparound(False)
-def make_layout(order not None, pred_indptr not None, predecessors not None):
-    """A :class:`Layout` of these arrays (from :func:`topological`), or a status.
+def find_cycle(const index_t[::1] pred_indptr not None,
+               const index_t[::1] predecessors not None,
+               const index_t[::1] remaining not None,
+               index_t[::1] cycle not None,
+               index_t[::1] position not None):
+    """A cycle among the nodes that never ran after a deadlock.
 
-    Returns
-    -------
-    Layout, or int
-        BAD_SHAPE for offsets that do not run from 0 to ``len(predecessors)``
-        without falling or an order of the wrong length; BAD_INDEX for a
-        predecessor that is not an earlier position or an order entry that is
-        not a node.
-    """
-    cdef const index_t[::1] offsets = pred_indptr
-    cdef const index_t[::1] lists = predecessors
-    cdef const index_t[::1] nodes = order
-    cdef index_t status
-    cdef Layout layout
-    with nogil:
-        status = _check_layout(offsets, lists, nodes)
-    if status != STATUS_OK:
-        return status
-    layout = Layout.__new__(Layout)
-    for array in (order, pred_indptr, predecessors):
-        array.flags.writeable = False
-    layout.order, layout.pred_indptr, layout.predecessors = order, pred_indptr, predecessors
-    layout._order, layout._offsets, layout._lists = nodes, offsets, lists
-    layout.num_nodes = offsets.shape[0] - 1
-    return layout
-
-
-@boundscheck(False)
-@wraparound(False)
-def longest_path(Layout layout not None, bint ordered,
-                 const time_t[:, ::1] durations not None,
-                 time_t[:, ::1] start not None,
-                 index_t[::1] binding not None,
-                 time_t[::1] finish not None):
-    """Earliest starts over a laid-out DAG: one pull pass a sample.
-
-    The node at position ``i`` starts at the latest end of its predecessors
-    (0 without any). The result is the same as :func:`evaluate` without
-    resources, to the bit, binding included: both take the predecessor whose
-    end is strictly latest, the first in Kahn's order on ties.
+    Every such node (``remaining[v] > 0``) has a predecessor that never ran, so
+    walking from one to such a predecessor must come back to a node already
+    visited; the nodes from that visit on form a cycle.
 
     Parameters
     ----------
-    layout : Layout
-    ordered : bool
-        True: ``durations`` and ``start`` are by node id (the pass follows the
-        layout's order). False: they are by position (the arrays renumbered).
+    pred_indptr, predecessors : int32 arrays
+        The DAG's reverse CSR.
+    remaining : int32 array
+        The indegrees left after a deadlock (by :func:`topological` or an event pass).
+    cycle, position : int32 scratch of length nodes
+        ``cycle[:length]`` receives the cycle in dependency order.
+
+    Returns
+    -------
+    int
+        The cycle's length, 0 if no node is unfinished, -1 on inconsistent input.
+    """
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t length = -1
+    if (n < 0 or remaining.shape[0] != n or cycle.shape[0] != n
+            or position.shape[0] != n):
+        return -1
+    with nogil:
+        if _check_csr(pred_indptr, predecessors) == STATUS_OK:
+            length = _find_cycle(pred_indptr, predecessors, remaining, cycle, position)
+    return length
+
+
+cdef index_t _find_cycle(const index_t[::1] pred_indptr, const index_t[::1] predecessors,
+                         const index_t[::1] remaining, index_t[::1] cycle,
+                         index_t[::1] position) noexcept nogil:
+    cdef index_t n = pred_indptr.shape[0] - 1
+    cdef index_t v, p, e, steps, first, length, i
+    v = NO_NODE
+    for i in range(n):
+        position[i] = NO_NODE
+        if v == NO_NODE and remaining[i] > 0:
+            v = i
+    if v == NO_NODE:
+        return 0
+    steps = 0
+    while position[v] == NO_NODE:
+        position[v] = steps
+        cycle[steps] = v
+        steps += 1
+        p = NO_NODE
+        for e in range(pred_indptr[v], pred_indptr[v + 1]):
+            if remaining[predecessors[e]] > 0:
+                p = predecessors[e]
+                break
+        if p == NO_NODE:
+            return -1
+        v = p
+    # cycle[position[v]:steps] was walked against the edges: reverse it.
+    first = position[v]
+    length = steps - first
+    for i in range(length // 2):
+        p = cycle[first + i]
+        cycle[first + i] = cycle[steps - 1 - i]
+        cycle[steps - 1 - i] = p
+    for i in range(length):
+        cycle[i] = cycle[first + i]
+    return length
+
+# ------------------------------------------------------------- the pull passes
+@boundscheck(False)
+@wraparound(False)
+def longest_path_starts(Graph graph not None, const time_t[:, ::1] durations not None,
+                        time_t[:, ::1] start not None, index_t[::1] binding not None,
+                        Scratch scratch not None, bint by_position=False):
+    """Earliest starts over a laid-out DAG: one pull pass a sample.
+
+    The node at position ``i`` starts at the latest end of its predecessors
+    (0 without any); the binding takes the predecessor whose end is strictly
+    latest, the first in Kahn's order on ties.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its layout.
     durations : float64 array, shape (samples, nodes)
     start : float64 array, shape (samples, nodes)
         Output.
     binding : int32 array, shape (nodes,) or (0,)
-        Output for sample 0 (skipped when empty): the node (id, or position
-        when not ``ordered``) that decided each node's start, or NO_NODE_ID.
-    finish : float64 scratch, shape (nodes,)
+        Output for sample 0 (skipped when empty): the node that decided each
+        node's start, or NO_NODE_ID.
+    scratch : Scratch
+        ``finish`` of nodes entries (the ends of the last sample, by position).
+    by_position : bool
+        ``durations``, ``start`` and ``binding`` are by position in Kahn's order
+        (the arrays renumbered), not by node id.
 
     Returns
     -------
     int
         A status: OK or BAD_SHAPE.
     """
-    cdef index_t n = layout.num_nodes
+    cdef index_t n = graph.num_nodes
     cdef index_t samples = durations.shape[0]
     cdef index_t status
-    if (durations.shape[1] != n or start.shape[0] != samples or start.shape[1] != n
-            or (binding.shape[0] != 0 and binding.shape[0] != n) or finish.shape[0] != n):
+    if (not graph.has_layout or durations.shape[1] != n or start.shape[0] != samples
+            or start.shape[1] != n or (binding.shape[0] != 0 and binding.shape[0] != n)
+            or scratch._finish.shape[0] != n):
         return STATUS_BAD_SHAPE
     with nogil:
-        status = _longest_path(layout._offsets, layout._lists, layout._order, ordered,
-                               durations, start, binding, binding.shape[0] != 0, finish)
+        status = _longest_path(graph._offsets, graph._lists, graph._order, not by_position,
+                               durations, start, binding, binding.shape[0] != 0,
+                               scratch._finish)
     return status
-
 
 cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] predecessors,
                            const index_t[::1] order, bint ordered,
@@ -892,54 +621,59 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
 SUMMARY_BLOCK = BLOCK
 
 
+cdef bint _summary_shapes(Graph graph, index_t samples, time_t[::1] makespan,
+                          time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                          time_t[:, ::1] last_end):
+    """The outputs of a summary pass fit ``samples`` and the graph's devices."""
+    cdef index_t devices = graph.num_devices
+    return (graph.has_devices and makespan.shape[0] == samples
+            and busy.shape[0] == samples and busy.shape[1] == devices
+            and first_start.shape[0] == samples and first_start.shape[1] == devices
+            and last_end.shape[0] == samples and last_end.shape[1] == devices)
+
+
 @boundscheck(False)
 @wraparound(False)
-def longest_path_summary(Layout layout not None, bint ordered,
-                         const index_t[::1] node_device not None,
-                         const time_t[:, ::1] durations not None,
-                         time_t[::1] makespan not None,
-                         time_t[:, ::1] busy not None,
+def longest_path_summary(Graph graph not None, const time_t[:, ::1] durations not None,
+                         time_t[::1] makespan not None, time_t[:, ::1] busy not None,
                          time_t[:, ::1] first_start not None,
-                         time_t[:, ::1] last_end not None,
-                         time_t[::1] finish not None):
+                         time_t[:, ::1] last_end not None, Scratch scratch not None):
     """Per-sample makespan and per-device busy time, first start and last end.
 
-    The same numbers as :func:`evaluate_summary` without resources (busy time
-    summed in Kahn's order), from a pull pass over blocks of
-    ``SUMMARY_BLOCK`` samples laid out node-major: memory is ``finish``, one
-    block of ends per node, whatever the number of samples.
+    The starts of :func:`longest_path_starts` (busy time summed in Kahn's order),
+    from a pull pass over blocks of ``SUMMARY_BLOCK`` samples laid out
+    node-major: memory is ``scratch.finish``, one block of ends per node,
+    whatever the number of samples.
 
     Parameters
     ----------
-    layout, ordered :
-        As in :func:`longest_path`.
-    node_device : int32 array, shape (nodes,)
-        By node id: the device whose compute stream runs the node, or NO_DEVICE_ID.
+    graph : Graph
+        With its layout and devices.
     durations : float64 array, shape (samples, nodes)
     makespan : float64 array, shape (samples,)
+        Output: the latest end of any node (0 for an empty graph).
     busy, first_start, last_end : float64 arrays, shape (samples, devices)
-        Outputs, as in :func:`evaluate_summary`.
-    finish : float64 scratch, shape (nodes * SUMMARY_BLOCK,)
+        Outputs: per device, the summed durations of its nodes, the earliest start
+        (+inf if it has none) and the latest end (0 if it has none).
+    scratch : Scratch
+        ``finish`` of nodes x SUMMARY_BLOCK entries.
 
     Returns
     -------
     int
-        A status: OK, BAD_SHAPE or BAD_INDEX.
+        A status: OK or BAD_SHAPE.
     """
-    cdef index_t n = layout.num_nodes
+    cdef index_t n = graph.num_nodes
     cdef index_t samples = durations.shape[0]
-    cdef index_t devices = busy.shape[1]
     cdef index_t status
-    if (node_device.shape[0] != n or durations.shape[1] != n
-            or makespan.shape[0] != samples or busy.shape[0] != samples
-            or first_start.shape[0] != samples or first_start.shape[1] != devices
-            or last_end.shape[0] != samples or last_end.shape[1] != devices
-            or finish.shape[0] != <Py_ssize_t>n * BLOCK):
+    if (not graph.has_layout or durations.shape[1] != n
+            or not _summary_shapes(graph, samples, makespan, busy, first_start, last_end)
+            or scratch._finish.shape[0] != <Py_ssize_t>n * BLOCK):
         return STATUS_BAD_SHAPE
     with nogil:
-        status = _longest_path_summary(layout._offsets, layout._lists, layout._order, ordered,
-                                       node_device, durations, makespan, busy, first_start,
-                                       last_end, finish)
+        status = _longest_path_summary(graph._offsets, graph._lists, graph._order, True,
+                                       graph._node_device, durations, makespan, busy,
+                                       first_start, last_end, scratch._finish)
     return status
 
 
@@ -960,9 +694,6 @@ cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
     cdef time_t longest[BLOCK]
     cdef time_t *row
     cdef time_t *ends = &finish[0] if n > 0 else NULL
-    for v in range(n):
-        if node_device[v] < NO_DEVICE or node_device[v] >= devices:
-            return STATUS_BAD_INDEX
     first = 0
     while first < samples:
         width = samples - first if samples - first < BLOCK else BLOCK
@@ -998,6 +729,241 @@ cdef index_t _longest_path_summary(const index_t[::1] pred_indptr,
         for b in range(width):
             makespan[first + b] = longest[b]
         first += BLOCK
+    return STATUS_OK
+
+
+# ------------------------------------------------------------ the event passes
+@boundscheck(False)
+@wraparound(False)
+def fifo_starts(Graph graph not None, const time_t[:, ::1] durations not None,
+                time_t[:, ::1] start not None, index_t[::1] binding not None,
+                Scratch scratch not None):
+    """Start of every node for every sample in event order, resources first come,
+    first served.
+
+    Nodes run in order of the time they became ready (ties by the lower id); a
+    node then waits until every resource it names is free and holds them until it
+    ends.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its edges.
+    durations : float64 array, shape (samples, nodes)
+    start : float64 array, shape (samples, nodes)
+        Output.
+    binding : int32 array, shape (nodes,) or (0,)
+        Output for sample 0 (see the module docstring); skipped when empty.
+    scratch : Scratch
+        ``indegree``, ``heap_time``, ``heap_node`` of nodes entries, ``free_at`` and
+        ``holder`` of resources entries.
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK (``scratch.indegree > 0`` marks the nodes that never
+        ran) or BAD_SHAPE.
+    """
+    cdef index_t n = graph.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t status
+    if (not graph.has_edges or durations.shape[1] != n or start.shape[0] != samples
+            or start.shape[1] != n or (binding.shape[0] != 0 and binding.shape[0] != n)
+            or not scratch._fits_events(graph)):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _fifo_starts(graph._indptr, graph._successors, durations, graph._resources,
+                              graph.num_resources, start, binding, binding.shape[0] != 0,
+                              scratch._indegree, scratch._heap_time, scratch._heap_node,
+                              scratch._free_at, scratch._holder)
+    return status
+
+
+cdef index_t _fifo_starts(const index_t[::1] indptr, const index_t[::1] successors,
+                          const time_t[:, ::1] durations,
+                          const index_t[:, ::1] resources, index_t n_resources,
+                          time_t[:, ::1] start, index_t[::1] binding, bint record,
+                          index_t[::1] indegree,
+                          time_t[::1] heap_time, index_t[::1] heap_node,
+                          time_t[::1] free_at, index_t[::1] holder) noexcept nogil:
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t width = resources.shape[1]
+    cdef index_t size, done, v, u, e, k, r, s, bound
+    cdef time_t begin, finish
+    for s in range(samples):
+        _count_indegree(indptr, successors, indegree)
+        for r in range(n_resources):
+            free_at[r] = 0.0
+            holder[r] = NO_NODE
+        size = 0
+        for v in range(n):
+            start[s, v] = 0.0
+            if record and s == 0:
+                binding[v] = NO_NODE
+            if indegree[v] == 0:
+                _heap_push(heap_time, heap_node, size, 0.0, v)
+                size += 1
+        done = 0
+        while size > 0:
+            v = heap_node[0]
+            begin = heap_time[0]
+            _heap_pop(heap_time, heap_node, size)
+            size -= 1
+            done += 1
+            bound = NO_NODE
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE and free_at[r] > begin:
+                    begin = free_at[r]
+                    bound = holder[r]
+            finish = begin + durations[s, v]
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE:
+                    free_at[r] = finish
+                    holder[r] = v
+            if record and s == 0 and bound != NO_NODE:
+                binding[v] = bound
+            start[s, v] = begin
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > start[s, u]:
+                    start[s, u] = finish
+                    if record and s == 0:
+                        binding[u] = v
+                indegree[u] -= 1
+                if indegree[u] == 0:
+                    _heap_push(heap_time, heap_node, size, start[s, u], u)
+                    size += 1
+        if done < n:
+            return STATUS_DEADLOCK
+    return STATUS_OK
+
+
+@boundscheck(False)
+@wraparound(False)
+def fifo_summary(Graph graph not None, const time_t[:, ::1] durations not None,
+                 time_t[::1] makespan not None, time_t[:, ::1] busy not None,
+                 time_t[:, ::1] first_start not None, time_t[:, ::1] last_end not None,
+                 Scratch scratch not None):
+    """Per-sample makespan and per-device busy time, first start and last end, in the
+    event order of :func:`fifo_starts` (the same start of every node, to the bit;
+    busy time summed in processing order), one sample at a time.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its edges and devices.
+    durations, makespan, busy, first_start, last_end :
+        As in :func:`longest_path_summary`.
+    scratch : Scratch
+        As in :func:`fifo_starts`, and ``finish`` of nodes entries (the starts of the
+        last sample on return).
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK or BAD_SHAPE.
+    """
+    cdef index_t n = graph.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t status
+    if (not graph.has_edges or durations.shape[1] != n
+            or not _summary_shapes(graph, samples, makespan, busy, first_start, last_end)
+            or not scratch._fits_events(graph) or scratch._finish.shape[0] != n):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _fifo_summary(graph._indptr, graph._successors, durations, graph._resources,
+                               graph.num_resources, graph._node_device, makespan, busy,
+                               first_start, last_end, scratch._finish, scratch._indegree,
+                               scratch._heap_time, scratch._heap_node, scratch._free_at,
+                               scratch._holder)
+    return status
+
+cdef inline void _summary_reset(time_t[::1] start, time_t[:, ::1] busy,
+                                time_t[:, ::1] first_start, time_t[:, ::1] last_end,
+                                index_t s) noexcept nogil:
+    cdef index_t v, d
+    for v in range(start.shape[0]):
+        start[v] = 0.0
+    for d in range(busy.shape[1]):
+        busy[s, d] = 0.0
+        first_start[s, d] = INFINITY
+        last_end[s, d] = 0.0
+
+
+cdef inline void _summary_add(index_t d, time_t begin, time_t length, time_t finish,
+                              time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                              time_t[:, ::1] last_end, index_t s) noexcept nogil:
+    busy[s, d] += length
+    if begin < first_start[s, d]:
+        first_start[s, d] = begin
+    if finish > last_end[s, d]:
+        last_end[s, d] = finish
+
+cdef index_t _fifo_summary(const index_t[::1] indptr, const index_t[::1] successors,
+                           const time_t[:, ::1] durations,
+                           const index_t[:, ::1] resources, index_t n_resources,
+                           const index_t[::1] node_device, time_t[::1] makespan,
+                           time_t[:, ::1] busy, time_t[:, ::1] first_start,
+                           time_t[:, ::1] last_end, time_t[::1] start,
+                           index_t[::1] indegree, time_t[::1] heap_time,
+                           index_t[::1] heap_node, time_t[::1] free_at,
+                           index_t[::1] holder) noexcept nogil:
+    """Event order with FIFO resources, as ``_fifo_starts``, one sample at a time."""
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t samples = durations.shape[0]
+    cdef index_t width = resources.shape[1]
+    cdef index_t size, done, v, u, e, k, r, s, d
+    cdef time_t begin, finish, longest
+    for s in range(samples):
+        _count_indegree(indptr, successors, indegree)
+        _summary_reset(start, busy, first_start, last_end, s)
+        for r in range(n_resources):
+            free_at[r] = 0.0
+            holder[r] = NO_NODE
+        size = 0
+        for v in range(n):
+            if indegree[v] == 0:
+                _heap_push(heap_time, heap_node, size, 0.0, v)
+                size += 1
+        done = 0
+        longest = 0.0
+        while size > 0:
+            v = heap_node[0]
+            begin = heap_time[0]
+            _heap_pop(heap_time, heap_node, size)
+            size -= 1
+            done += 1
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE and free_at[r] > begin:
+                    begin = free_at[r]
+            finish = begin + durations[s, v]
+            for k in range(width):
+                r = resources[v, k]
+                if r != NO_RESOURCE:
+                    free_at[r] = finish
+                    holder[r] = v
+            start[v] = begin
+            if finish > longest:
+                longest = finish
+            d = node_device[v]
+            if d != NO_DEVICE:
+                _summary_add(d, begin, durations[s, v], finish, busy, first_start,
+                             last_end, s)
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > start[u]:
+                    start[u] = finish
+                indegree[u] -= 1
+                if indegree[u] == 0:
+                    _heap_push(heap_time, heap_node, size, start[u], u)
+                    size += 1
+        if done < n:
+            return STATUS_DEADLOCK
+        makespan[s] = longest
     return STATUS_OK
 
 
@@ -1089,46 +1055,43 @@ FUSED_PATH = next(iter(FUSED_PASSES))
 _fused = FUSED_PASSES[FUSED_PATH]
 
 
-def monte_carlo_summary(Layout layout not None, node_device, cell_first_op, op_base, op_key,
-                        op_sigma, op_shift, overlap, transfer_base, transfer_key,
-                        transfer_sigma, transfer_shift, tail, noise_stream, transfer_stream,
-                        makespan, busy, first_start, last_end, finish, first_sample=0):
+def monte_carlo_summary(Graph graph not None, draws not None, makespan, busy, first_start,
+                        last_end, Scratch scratch not None, first_sample=0):
     """Monte Carlo of lognormal noise over a laid-out DAG, drawn as the pass runs.
 
     Samples ``first_sample .. first_sample + len(makespan) - 1`` (``first_sample``
     even, so that the pairs of samples that share a hash are those of a single
     call): calls over consecutive ranges give the numbers of one call over all of
     them, to the bit, and may run at once in threads (the pass holds no GIL and
-    writes only its own outputs and ``finish``). Node durations are never stored: for
-    each block of ``SUMMARY_BLOCK`` samples, node by node in topological
-    order, a cell lasts the sum of its operations' ``op_base * factor`` (times
-    ``overlap`` for several), a transfer ``transfer_base * factor``, a tail
-    node ``tail``; each factor is ``exp(sigma * Z - shift)`` as
-    :func:`lognormal_factors` draws it for the stream and key. The numbers are
-    the same, to the bit, as drawing the factors with :func:`lognormal_factors`,
-    summing as ``VariationContext.node_durations`` does and running
-    :func:`longest_path_summary`.
+    writes only its own outputs and ``scratch.finish``). Node durations are never
+    stored: for each block of ``SUMMARY_BLOCK`` samples, node by node in
+    topological order, a cell lasts the sum of its operations' ``op_base *
+    factor`` (times ``overlap`` for several), a transfer ``transfer_base *
+    factor``, an extra node (after the transfers) its ``extra`` duration; each
+    factor is ``exp(sigma * Z - shift)`` as :func:`lognormal_factors` draws it for
+    the stream and key. The numbers are the same, to the bit, as drawing the
+    factors with :func:`lognormal_factors`, composing the node durations as the
+    lowering's composer does and running :func:`longest_path_summary`.
 
     Parameters
     ----------
-    layout, node_device :
-        As in :func:`longest_path_summary` (by node id). Cells are nodes ``0 ..
-        len(cell_first_op) - 2``, transfers follow, then the tail.
-    cell_first_op : int32 array (cells + 1,)
-        Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1]-1``.
-    op_base, op_key, op_sigma, op_shift : arrays (operations,)
-        Durations before noise, hash keys, and the noise's parameters (0, 0: none).
-    overlap : float
-        Factor on a cell of several operations.
-    transfer_base, transfer_key : arrays (transfers,)
-    transfer_sigma, transfer_shift : float
-        0, 0: transfers do not vary.
-    tail : float64 array (nodes - cells - transfers,)
-    noise_stream, transfer_stream : int
-        The keys of the two random streams.
+    graph : Graph
+        With its layout and devices. Cells are nodes ``0 .. len(cell_first_op) -
+        2``, transfers follow, then the extra nodes.
+    draws :
+        What the durations are drawn from (``tabsched.engine.NoisyDurations``):
+        ``cell_first_op`` (int32, cells + 1: cell ``c`` holds operations
+        ``cell_first_op[c] .. cell_first_op[c+1]-1``), ``op_base``, ``op_key``,
+        ``op_sigma``, ``op_shift`` (per operation: durations before noise, hash
+        keys, the noise's parameters, 0 and 0 for none), ``overlap`` (the factor on
+        a cell of several operations), ``transfer_base``, ``transfer_key`` (per
+        transfer), ``transfer_sigma``, ``transfer_shift`` (0, 0: transfers do not
+        vary), ``extra`` (float64, the extra nodes), ``noise_stream``,
+        ``transfer_stream`` (the keys of the two random streams).
     makespan, busy, first_start, last_end :
         As in :func:`longest_path_summary`.
-    finish : float64 scratch, shape ((nodes + 3 * devices) * SUMMARY_BLOCK,)
+    scratch : Scratch
+        ``finish`` of (nodes + 3 x devices) x SUMMARY_BLOCK entries.
     first_sample : int
         The index of the first sample (even, >= 0).
 
@@ -1137,7 +1100,11 @@ def monte_carlo_summary(Layout layout not None, node_device, cell_first_op, op_b
     int
         A status: OK, BAD_SHAPE or BAD_INDEX.
     """
-    return _fused(layout.pred_indptr, layout.predecessors, layout.order, node_device,
-                  cell_first_op, op_base, op_key, op_sigma, op_shift, overlap, transfer_base,
-                  transfer_key, transfer_sigma, transfer_shift, tail, noise_stream,
-                  transfer_stream, makespan, busy, first_start, last_end, finish, first_sample)
+    if not (graph.has_layout and graph.has_devices) or busy.shape[1] != graph.num_devices:
+        return STATUS_BAD_SHAPE
+    return _fused(graph.pred_indptr, graph.predecessors, graph.order, graph.node_device,
+                  draws.cell_first_op, draws.op_base, draws.op_key, draws.op_sigma,
+                  draws.op_shift, draws.overlap, draws.transfer_base, draws.transfer_key,
+                  draws.transfer_sigma, draws.transfer_shift, draws.extra, draws.noise_stream,
+                  draws.transfer_stream, makespan, busy, first_start, last_end, scratch.finish,
+                  first_sample)

@@ -202,7 +202,7 @@ cdef inline void _end_into(block_t ends, const_block_t begin, const_block_t leng
 
 cdef index_t _check_layout(const index_t[::1] offsets, const index_t[::1] lists,
                            const index_t[::1] nodes) noexcept nogil:
-    """What :func:`make_layout` promises the pull passes: offsets from 0 to
+    """What ``Graph.add_layout`` promises the pull passes: offsets from 0 to
     ``len(lists)`` that never fall, every predecessor an earlier position, every
     order entry a node. Returns a status."""
     cdef index_t n = offsets.shape[0] - 1
@@ -244,9 +244,9 @@ def monte_carlo_pass(const index_t[::1] pred_indptr not None,
                      time_t[::1] finish not None,
                      index_t first_sample=0):
     """``_kernel.monte_carlo_summary`` over a layout's three arrays (``order``,
-    ``pred_indptr``, ``predecessors``), checked here as :func:`make_layout` checks
+    ``pred_indptr``, ``predecessors``), checked here as ``Graph.add_layout`` checks
     them: this module may be another build of the same pass, which cannot see
-    ``_kernel.Layout``. The checks cost one read of the arrays.
+    ``_kernel.Graph``. The checks cost one read of the arrays.
 
     Returns
     -------

@@ -1,8 +1,9 @@
 """Plain-Python twins of the kernel's entry points: the test oracle.
 
-Each function takes the same arrays as its twin in ``tabsched._kernel`` and
-follows the same steps in the same order, so results agree to the bit. Nothing
-in the library calls this module at run time.
+Each function takes the same arguments as its twin in ``tabsched._kernel`` and
+follows the same steps in the same order, so results agree to the bit; ``Graph``
+and ``Scratch`` are plain classes that check what the compiled ones check.
+Nothing in the library calls this module at run time.
 """
 
 import heapq
@@ -21,23 +22,15 @@ def _indegree(indptr, successors, n):
     return indegree
 
 
-def _checked_graph(indptr, successors, resources, n_resources, n):
-    """``(indptr, successors, node_resources)`` as lists, or the kernel's status for bad ids."""
-    indptr = [int(x) for x in indptr]
-    successors = [int(x) for x in successors]
+def _csr_status(indptr, successors, n):
+    """The kernel's status for CSR offsets and targets of ``n`` nodes."""
     if indptr[0] != 0 or indptr[n] != len(successors):
         return BAD_SHAPE
     if any(indptr[v + 1] < indptr[v] for v in range(n)):
         return BAD_SHAPE
     if any(u < 0 or u >= n for u in successors):
         return BAD_INDEX
-    node_resources = None
-    if resources.shape[1] > 0:
-        node_resources = [[int(r) for r in resources[v] if r != NO_RESOURCE_ID]
-                          for v in range(n)]
-        if any(r < 0 or r >= n_resources for rs in node_resources for r in rs):
-            return BAD_INDEX
-    return indptr, successors, node_resources
+    return OK
 
 
 def _topological_order(indptr, successors, n):
@@ -56,195 +49,77 @@ def _topological_order(indptr, successors, n):
     return queue, remaining
 
 
-def evaluate(indptr, successors, durations, resources, n_resources, start, end,
-             binding, indegree, order, heap_time, heap_node, free_at, holder):
-    """Twin of ``tabsched._kernel.evaluate`` (same arguments, same status codes).
+class Graph:
+    """Twin of ``tabsched._kernel.Graph``: the same checks, the arrays as lists."""
 
-    The heap scratch arrays are accepted for signature parity; ``heapq`` with
-    (time, node) keys gives the same order as the kernel's heap.
-    """
-    n = len(indptr) - 1
-    samples = durations.shape[0]
-    width = resources.shape[1]
-    record = len(binding) > 0
-    write_end = end.shape[0] > 0
-    if durations.shape[1] != n or start.shape != (samples, n):
-        return BAD_SHAPE
-    if write_end and end.shape != (samples, n):
-        return BAD_SHAPE
-    if width > 0 and resources.shape[0] != n:
-        return BAD_SHAPE
-    checked = _checked_graph(indptr, successors, resources, n_resources, n)
-    if isinstance(checked, int):
-        return checked
-    indptr, successors, node_resources = checked
+    def __init__(self, num_nodes):
+        if num_nodes < 0:
+            raise ValueError(f"a graph has at least 0 nodes, not {num_nodes}")
+        self.num_nodes = num_nodes
+        self.num_resources = self.num_devices = 0
+        self.has_edges = self.has_layout = self.has_devices = False
 
-    if width == 0:
-        queue, remaining = _topological_order(indptr, successors, n)
-        indegree[:] = remaining
-        if len(queue) < n:
-            return DEADLOCK
-        order[:] = queue
-        if record:
-            binding[:] = NO_NODE_ID
-        for s in range(samples):
-            begin = [0.0] * n
-            finish_of = [0.0] * n
-            for v in queue:
-                finish = begin[v] + float(durations[s, v])
-                finish_of[v] = finish
-                for e in range(indptr[v], indptr[v + 1]):
-                    u = successors[e]
-                    if finish > begin[u]:
-                        begin[u] = finish
-                        if record and s == 0:
-                            binding[u] = v
-            start[s, :] = begin
-            if write_end:
-                end[s, :] = finish_of
+    def add_edges(self, indptr, successors, resources, num_resources):
+        n = self.num_nodes
+        if (self.has_edges or len(indptr) != n + 1 or num_resources < 0
+                or (resources.shape[1] > 0 and resources.shape[0] != n)):
+            return BAD_SHAPE
+        indptr = [int(x) for x in indptr]
+        successors = [int(x) for x in successors]
+        status = _csr_status(indptr, successors, n)
+        if status != OK:
+            return status
+        held = [[int(r) for r in row if r != NO_RESOURCE_ID] for row in resources] \
+            if resources.shape[1] > 0 else [[] for _ in range(n)]
+        if any(r < 0 or r >= num_resources for rs in held for r in rs):
+            return BAD_INDEX
+        self.indptr, self.successors, self.held = indptr, successors, held
+        self.num_resources = num_resources
+        self.has_edges = True
         return OK
 
-    for s in range(samples):
-        remaining = _indegree(indptr, successors, n)
-        free = [0.0] * n_resources
-        last_holder = [NO_NODE_ID] * n_resources
-        begin = [0.0] * n
-        finish_of = [0.0] * n
-        if record and s == 0:
-            binding[:] = NO_NODE_ID
-        heap = [(0.0, v) for v in range(n) if remaining[v] == 0]
-        heapq.heapify(heap)
-        done = 0
-        while heap:
-            ready, v = heapq.heappop(heap)
-            done += 1
-            bound = NO_NODE_ID
-            for r in node_resources[v]:
-                if free[r] > ready:
-                    ready = free[r]
-                    bound = last_holder[r]
-            finish = ready + float(durations[s, v])
-            for r in node_resources[v]:
-                free[r] = finish
-                last_holder[r] = v
-            if record and s == 0 and bound != NO_NODE_ID:
-                binding[v] = bound
-            begin[v] = ready
-            finish_of[v] = finish
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > begin[u]:
-                    begin[u] = finish
-                    if record and s == 0:
-                        binding[u] = v
-                remaining[u] -= 1
-                if remaining[u] == 0:
-                    heapq.heappush(heap, (begin[u], u))
-        start[s, :] = begin
-        if write_end:
-            end[s, :] = finish_of
-        if done < n:
-            indegree[:] = remaining
-            return DEADLOCK
-    return OK
-
-
-def evaluate_summary(indptr, successors, durations, resources, n_resources, node_device,
-                     makespan, busy, first_start, last_end, start, indegree, order,
-                     heap_time, heap_node, free_at, holder):
-    """Twin of ``tabsched._kernel.evaluate_summary`` (same arguments, same status codes).
-
-    Follows the kernel's loops: nodes are processed in the Kahn order without
-    resources and in (ready time, node) heap order with them, and each device's
-    busy time is summed in that order.
-    """
-    n = len(indptr) - 1
-    samples = durations.shape[0]
-    devices = busy.shape[1]
-    width = resources.shape[1]
-    if (durations.shape[1] != n or len(node_device) != n or len(makespan) != samples
-            or busy.shape[0] != samples or first_start.shape != (samples, devices)
-            or last_end.shape != (samples, devices) or len(start) != n):
-        return BAD_SHAPE
-    if width > 0 and resources.shape[0] != n:
-        return BAD_SHAPE
-    checked = _checked_graph(indptr, successors, resources, n_resources, n)
-    if isinstance(checked, int):
-        return checked
-    indptr, successors, node_resources = checked
-    device_of = [int(d) for d in node_device]
-    if any(d != NO_DEVICE_ID and not 0 <= d < devices for d in device_of):
-        return BAD_INDEX
-
-    def reset(s):
-        busy[s, :] = 0.0
-        first_start[s, :] = float("inf")
-        last_end[s, :] = 0.0
-        return [0.0] * n
-
-    def add(s, v, begin, finish):
-        d = device_of[v]
-        if d != NO_DEVICE_ID:
-            busy[s, d] += float(durations[s, v])
-            if begin < first_start[s, d]:
-                first_start[s, d] = begin
-            if finish > last_end[s, d]:
-                last_end[s, d] = finish
-
-    if width == 0:
-        queue, remaining = _topological_order(indptr, successors, n)
-        indegree[:] = remaining
-        if len(queue) < n:
-            return DEADLOCK
-        order[:] = queue
-        for s in range(samples):
-            begin = reset(s)
-            longest = 0.0
-            for v in queue:
-                finish = begin[v] + float(durations[s, v])
-                longest = max(longest, finish)
-                add(s, v, begin[v], finish)
-                for e in range(indptr[v], indptr[v + 1]):
-                    u = successors[e]
-                    if finish > begin[u]:
-                        begin[u] = finish
-            makespan[s] = longest
-            start[:] = begin
+    def add_layout(self, order, pred_indptr, predecessors):
+        n = self.num_nodes
+        if (self.has_layout or len(order) != n or len(pred_indptr) != n + 1
+                or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors)):
+            return BAD_SHAPE
+        for i in range(n):
+            low, high = int(pred_indptr[i]), int(pred_indptr[i + 1])
+            if high < low or high > len(predecessors):
+                return BAD_SHAPE
+            if not 0 <= int(order[i]) < n:
+                return BAD_INDEX
+            if any(not 0 <= int(p) < i for p in predecessors[low:high]):
+                return BAD_INDEX
+        self.order = [int(v) for v in order]
+        self.lists = [[int(p) for p in predecessors[pred_indptr[i]:pred_indptr[i + 1]]]
+                      for i in range(n)]
+        self.has_layout = True
         return OK
 
-    for s in range(samples):
-        remaining = _indegree(indptr, successors, n)
-        begin = reset(s)
-        free = [0.0] * n_resources
-        heap = [(0.0, v) for v in range(n) if remaining[v] == 0]
-        heapq.heapify(heap)
-        done = 0
-        longest = 0.0
-        while heap:
-            ready, v = heapq.heappop(heap)
-            done += 1
-            for r in node_resources[v]:
-                if free[r] > ready:
-                    ready = free[r]
-            finish = ready + float(durations[s, v])
-            for r in node_resources[v]:
-                free[r] = finish
-            begin[v] = ready
-            longest = max(longest, finish)
-            add(s, v, ready, finish)
-            for e in range(indptr[v], indptr[v + 1]):
-                u = successors[e]
-                if finish > begin[u]:
-                    begin[u] = finish
-                remaining[u] -= 1
-                if remaining[u] == 0:
-                    heapq.heappush(heap, (begin[u], u))
-        start[:] = begin
-        if done < n:
-            indegree[:] = remaining
-            return DEADLOCK
-        makespan[s] = longest
-    return OK
+    def add_devices(self, node_device, num_devices):
+        if self.has_devices or len(node_device) != self.num_nodes or num_devices < 0:
+            return BAD_SHAPE
+        if any(not NO_DEVICE_ID <= int(d) < num_devices for d in node_device):
+            return BAD_INDEX
+        self.node_device = [int(d) for d in node_device]
+        self.num_devices = num_devices
+        self.has_devices = True
+        return OK
+
+
+class Scratch:
+    """Twin of ``tabsched._kernel.Scratch``: the arrays the kernel's passes work in."""
+
+    def __init__(self, indegree, heap_time, heap_node, free_at, holder, finish):
+        self.indegree, self.heap_time, self.heap_node = indegree, heap_time, heap_node
+        self.free_at, self.holder, self.finish = free_at, holder, finish
+
+    def fits_events(self, graph):
+        n = graph.num_nodes
+        return (len(self.indegree) == n and len(self.heap_time) == n
+                and len(self.heap_node) == n and len(self.free_at) >= graph.num_resources
+                and len(self.holder) >= graph.num_resources)
 
 
 def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
@@ -252,11 +127,7 @@ def find_cycle(pred_indptr, predecessors, remaining, cycle, position):
     n = len(pred_indptr) - 1
     if n < 0 or len(remaining) != n or len(cycle) != n or len(position) != n:
         return -1
-    if pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
-        return -1
-    if any(pred_indptr[v + 1] < pred_indptr[v] for v in range(n)):
-        return -1
-    if any(p < 0 or p >= n for p in predecessors):
+    if _csr_status(pred_indptr, predecessors, n) != OK:
         return -1
     unfinished = [v for v in range(n) if remaining[v] > 0]
     if not unfinished:
@@ -283,10 +154,11 @@ def topological(indptr, successors, order, pred_indptr, predecessors, scratch):
     if (n < 0 or len(order) != n or len(pred_indptr) != n + 1 or len(scratch) != n
             or len(predecessors) != len(successors)):
         return BAD_SHAPE
-    checked = _checked_graph(indptr, successors, np.empty((n, 0)), 0, n)
-    if isinstance(checked, int):
-        return checked
-    indptr, successors, _ = checked
+    indptr = [int(x) for x in indptr]
+    successors = [int(x) for x in successors]
+    status = _csr_status(indptr, successors, n)
+    if status != OK:
+        return status
     queue, remaining = _topological_order(indptr, successors, n)
     scratch[:] = remaining
     if len(queue) < n:
@@ -304,48 +176,18 @@ def topological(indptr, successors, order, pred_indptr, predecessors, scratch):
     return OK
 
 
-def make_layout(order, pred_indptr, predecessors):
-    """Twin of ``tabsched._kernel.make_layout``: the checks, and a plain object."""
-    n = len(pred_indptr) - 1
-    if n < 0 or len(order) != n or pred_indptr[0] != 0 or pred_indptr[n] != len(predecessors):
-        return BAD_SHAPE
-    for i in range(n):
-        low, high = int(pred_indptr[i]), int(pred_indptr[i + 1])
-        if high < low or high > len(predecessors):
-            return BAD_SHAPE
-        if not 0 <= int(order[i]) < n:
-            return BAD_INDEX
-        if any(not 0 <= int(p) < i for p in predecessors[low:high]):
-            return BAD_INDEX
-    return _Layout(order, pred_indptr, predecessors, n)
-
-
-class _Layout:
-    def __init__(self, order, pred_indptr, predecessors, num_nodes):
-        self.order, self.pred_indptr, self.predecessors = order, pred_indptr, predecessors
-        self.num_nodes = num_nodes
-
-
-def _lists(layout, ordered):
-    """Per position ``(node, predecessor positions)``."""
-    return [(int(layout.order[i]) if ordered else i,
-             [int(p) for p in layout.predecessors[layout.pred_indptr[i]:
-                                                  layout.pred_indptr[i + 1]]])
-            for i in range(layout.num_nodes)]
-
-
-def longest_path(layout, ordered, durations, start, binding, finish):
-    """Twin of ``tabsched._kernel.longest_path``: a pull pass over positions."""
-    n = layout.num_nodes
+def longest_path_starts(graph, durations, start, binding, scratch, by_position=False):
+    """Twin of ``tabsched._kernel.longest_path_starts``: a pull pass over positions."""
+    n = graph.num_nodes
     samples = durations.shape[0]
-    if (durations.shape[1] != n or start.shape != (samples, n) or len(binding) not in (0, n)
-            or len(finish) != n):
+    if (not graph.has_layout or durations.shape[1] != n or start.shape != (samples, n)
+            or len(binding) not in (0, n) or len(scratch.finish) != n):
         return BAD_SHAPE
-    lists = _lists(layout, ordered)
-    node = [v for v, _ in lists]
+    node = list(range(n)) if by_position else graph.order
     for s in range(samples):
         ends = [0.0] * n
-        for i, (v, items) in enumerate(lists):
+        for i, items in enumerate(graph.lists):
+            v = node[i]
             begin, bound = 0.0, NO_NODE_ID
             for p in items:
                 if ends[p] > begin:
@@ -354,39 +196,156 @@ def longest_path(layout, ordered, durations, start, binding, finish):
             start[s, v] = begin
             if len(binding) and s == 0:
                 binding[v] = NO_NODE_ID if bound == NO_NODE_ID else node[bound]
-        finish[:] = ends
+        scratch.finish[:] = ends
     return OK
 
 
-def longest_path_summary(layout, ordered, node_device, durations, makespan, busy, first_start,
-                         last_end, finish):
+def _summary_shapes(graph, samples, makespan, busy, first_start, last_end):
+    devices = graph.num_devices
+    return (graph.has_devices and len(makespan) == samples and busy.shape == (samples, devices)
+            and first_start.shape == (samples, devices)
+            and last_end.shape == (samples, devices))
+
+
+def longest_path_summary(graph, durations, makespan, busy, first_start, last_end, scratch):
     """Twin of ``tabsched._kernel.longest_path_summary``, one sample at a time
     (the kernel's blocks of samples change no number)."""
-    n = layout.num_nodes
+    n = graph.num_nodes
     samples = durations.shape[0]
-    devices = busy.shape[1]
-    if (len(node_device) != n or durations.shape[1] != n or len(makespan) != samples
-            or busy.shape[0] != samples or first_start.shape != (samples, devices)
-            or last_end.shape != (samples, devices) or len(finish) != n * SUMMARY_BLOCK):
+    if (not graph.has_layout or durations.shape[1] != n
+            or not _summary_shapes(graph, samples, makespan, busy, first_start, last_end)
+            or len(scratch.finish) != n * SUMMARY_BLOCK):
         return BAD_SHAPE
-    if any(not NO_DEVICE_ID <= int(d) < devices for d in node_device):
-        return BAD_INDEX
-    lists = _lists(layout, ordered)
     for s in range(samples):
         busy[s, :] = 0.0
         first_start[s, :] = float("inf")
         last_end[s, :] = 0.0
         ends = [0.0] * n
-        for i, (v, items) in enumerate(lists):
+        for i, items in enumerate(graph.lists):
+            v = graph.order[i]
             begin = max([0.0] + [ends[p] for p in items])
             length = float(durations[s, v])
             ends[i] = begin + length
-            d = int(node_device[v])
+            d = graph.node_device[v]
             if d != NO_DEVICE_ID:
                 busy[s, d] += length
                 first_start[s, d] = min(first_start[s, d], begin)
                 last_end[s, d] = max(last_end[s, d], ends[i])
         makespan[s] = max(ends, default=0.0)
+    return OK
+
+
+def _events(graph, durations, s, visit):
+    """One sample in event order: ``visit(v, begin, finish, bound)`` for each node as it
+    starts (``bound``: the previous holder of a resource it waited for, or NO_NODE_ID),
+    then ``begin`` per node and the indegrees left (> 0: never ran)."""
+    n = graph.num_nodes
+    indptr, successors = graph.indptr, graph.successors
+    remaining = _indegree(indptr, successors, n)
+    free = [0.0] * graph.num_resources
+    last_holder = [NO_NODE_ID] * graph.num_resources
+    begin = [0.0] * n
+    heap = [(0.0, v) for v in range(n) if remaining[v] == 0]
+    heapq.heapify(heap)
+    while heap:
+        ready, v = heapq.heappop(heap)
+        bound = NO_NODE_ID
+        for r in graph.held[v]:
+            if free[r] > ready:
+                ready = free[r]
+                bound = last_holder[r]
+        finish = ready + float(durations[s, v])
+        for r in graph.held[v]:
+            free[r] = finish
+            last_holder[r] = v
+        begin[v] = ready
+        visit(v, ready, finish, bound)
+        for e in range(indptr[v], indptr[v + 1]):
+            u = successors[e]
+            if finish > begin[u]:
+                begin[u] = finish
+                visit.raised(u, v)
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                heapq.heappush(heap, (begin[u], u))
+    return begin, remaining
+
+
+class _Visit:
+    """What :func:`_events` tells a pass: each node's start, and each raise of a start."""
+
+    def __init__(self, on_start=None, on_raise=None):
+        self.on_start, self.on_raise = on_start, on_raise
+
+    def __call__(self, v, begin, finish, bound):
+        if self.on_start:
+            self.on_start(v, begin, finish, bound)
+
+    def raised(self, u, v):
+        if self.on_raise:
+            self.on_raise(u, v)
+
+
+def fifo_starts(graph, durations, start, binding, scratch):
+    """Twin of ``tabsched._kernel.fifo_starts``; ``heapq`` with (time, node) keys gives
+    the kernel heap's order."""
+    n = graph.num_nodes
+    samples = durations.shape[0]
+    if (not graph.has_edges or durations.shape[1] != n or start.shape != (samples, n)
+            or len(binding) not in (0, n) or not scratch.fits_events(graph)):
+        return BAD_SHAPE
+    record = len(binding) > 0
+    for s in range(samples):
+        if record and s == 0:
+            binding[:] = NO_NODE_ID
+
+            def on_start(v, begin, finish, bound):
+                if bound != NO_NODE_ID:
+                    binding[v] = bound
+
+            def on_raise(u, v):
+                binding[u] = v
+            visit = _Visit(on_start, on_raise)
+        else:
+            visit = _Visit()
+        begin, remaining = _events(graph, durations, s, visit)
+        start[s, :] = begin
+        if any(count > 0 for count in remaining):
+            scratch.indegree[:] = remaining
+            return DEADLOCK
+    return OK
+
+
+def fifo_summary(graph, durations, makespan, busy, first_start, last_end, scratch):
+    """Twin of ``tabsched._kernel.fifo_summary``: each device's busy time summed in the
+    order the nodes run."""
+    n = graph.num_nodes
+    samples = durations.shape[0]
+    if (not graph.has_edges or durations.shape[1] != n
+            or not _summary_shapes(graph, samples, makespan, busy, first_start, last_end)
+            or not scratch.fits_events(graph) or len(scratch.finish) != n):
+        return BAD_SHAPE
+    for s in range(samples):
+        busy[s, :] = 0.0
+        first_start[s, :] = float("inf")
+        last_end[s, :] = 0.0
+        longest = [0.0]
+
+        def on_start(v, begin, finish, bound, s=s):
+            longest[0] = max(longest[0], finish)
+            d = graph.node_device[v]
+            if d != NO_DEVICE_ID:
+                busy[s, d] += float(durations[s, v])
+                if begin < first_start[s, d]:
+                    first_start[s, d] = begin
+                if finish > last_end[s, d]:
+                    last_end[s, d] = finish
+        begin, remaining = _events(graph, durations, s, _Visit(on_start))
+        scratch.finish[:] = begin
+        if any(count > 0 for count in remaining):
+            scratch.indegree[:] = remaining
+            return DEADLOCK
+        makespan[s] = longest[0]
     return OK
 
 
@@ -672,24 +631,26 @@ def lognormal_factors(stream, samples, keys, sigma, shift, factors):
     return OK
 
 
-def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_sigma,
-                        op_shift, overlap, transfer_base, transfer_key, transfer_sigma,
-                        transfer_shift, tail, noise_stream, transfer_stream, makespan, busy,
-                        first_start, last_end, finish, first_sample=0):
+def monte_carlo_summary(graph, draws, makespan, busy, first_start, last_end, scratch,
+                        first_sample=0):
     """Twin of ``tabsched._kernel.monte_carlo_summary``: the draws by
     :func:`lognormal_factors`, the node durations summed as the kernel sums them, then
     :func:`longest_path_summary` (whose finish scratch has the kernel's first part)."""
     samples = len(makespan)
     devices = busy.shape[1]
-    n = layout.num_nodes
+    n = graph.num_nodes
+    cell_first_op, op_base, overlap = draws.cell_first_op, draws.op_base, draws.overlap
+    transfer_base, transfer_key = draws.transfer_base, draws.transfer_key
     cells = len(cell_first_op) - 1
-    if len(finish) != (n + 3 * devices) * SUMMARY_BLOCK:
+    if (not (graph.has_layout and graph.has_devices) or devices != graph.num_devices
+            or len(scratch.finish) != (n + 3 * devices) * SUMMARY_BLOCK):
         return BAD_SHAPE
     if first_sample < 0 or first_sample % 2:
         return BAD_SHAPE
     indices = first_sample + np.arange(samples)
     ops = np.empty((samples, len(op_base)))
-    lognormal_factors(noise_stream, indices, op_key, op_sigma, op_shift, ops)
+    lognormal_factors(draws.noise_stream, indices, draws.op_key, draws.op_sigma,
+                      draws.op_shift, ops)
     ops = np.asarray(op_base)[None, :] * ops
     durations = np.empty((samples, n))
     for cell in range(cells):
@@ -701,13 +662,14 @@ def monte_carlo_summary(layout, node_device, cell_first_op, op_base, op_key, op_
             total = total * overlap
         durations[:, cell] = total
     sends = np.repeat(np.asarray(transfer_base, dtype=np.float64)[None, :], samples, axis=0)
-    if transfer_sigma != 0.0 or transfer_shift != 0.0:
+    if draws.transfer_sigma != 0.0 or draws.transfer_shift != 0.0:
         factors = np.empty(sends.shape)
-        lognormal_factors(transfer_stream, indices, transfer_key,
-                          np.full(len(transfer_key), transfer_sigma, _F),
-                          np.full(len(transfer_key), transfer_shift, _F), factors)
+        lognormal_factors(draws.transfer_stream, indices, transfer_key,
+                          np.full(len(transfer_key), draws.transfer_sigma, _F),
+                          np.full(len(transfer_key), draws.transfer_shift, _F), factors)
         sends = sends * factors
     durations[:, cells:cells + len(transfer_base)] = sends
-    durations[:, cells + len(transfer_base):] = np.asarray(tail)[None, :]
-    return longest_path_summary(layout, True, node_device, durations, makespan, busy,
-                                first_start, last_end, np.zeros(n * SUMMARY_BLOCK))
+    durations[:, cells + len(transfer_base):] = np.asarray(draws.extra)[None, :]
+    blocks = Scratch(*([np.zeros(0, dtype=np.int32)] * 5), np.zeros(n * SUMMARY_BLOCK))
+    return longest_path_summary(graph, durations, makespan, busy, first_start, last_end,
+                                blocks)

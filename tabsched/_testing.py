@@ -11,6 +11,7 @@ some microbatches have other sizes.
 import numpy as np
 
 from tabsched.layout import from_order
+from tabsched.nodes import CELL
 from tabsched.table import Op, Overlap
 
 
@@ -88,7 +89,7 @@ def random_durations(lowered, seed, *, samples=1, integer=False, transfers=True)
     durations = (rng.integers(0, 4, size=shape).astype(float) if integer
                  else rng.exponential(1.0, size=shape))
     if not transfers:
-        durations[:, lowered.num_cells:] = 0.0
+        durations[:, lowered.nodes(CELL).stop:] = 0.0
     return durations
 
 
@@ -118,3 +119,28 @@ def parse_grid(text, op_of, durations):
             slot += durations[op.kind]
         rows[device] = row
     return rows
+
+
+def kernel_graphs(lowered, modules):
+    """``lowered``'s Graph for each kernel module (``tabsched._kernel``, its twin
+    ``tabsched._reference``), with every part the lowering has (no layout on a
+    deadlock)."""
+    graphs = []
+    for module in modules:
+        graph = module.Graph(lowered.num_nodes)
+        statuses = [graph.add_edges(lowered.indptr, lowered.successors, lowered.resources,
+                                    lowered.num_resources),
+                    graph.add_devices(lowered.node_device, lowered.table.num_devices)]
+        if lowered.topo_order is not None:
+            statuses.append(graph.add_layout(lowered.topo_order, lowered.topo_pred_indptr,
+                                             lowered.topo_predecessors))
+        assert not any(statuses), statuses
+        graphs.append(graph)
+    return graphs
+
+
+def kernel_scratch(module, graph, finish=0):
+    """A ``module.Scratch`` for every pass over ``graph`` (``finish`` floats)."""
+    n, resources = graph.num_nodes, graph.num_resources
+    return module.Scratch(np.zeros(n, np.int32), np.zeros(n), np.zeros(n, np.int32),
+                          np.zeros(resources), np.zeros(resources, np.int32), np.zeros(finish))

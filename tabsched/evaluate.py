@@ -1,351 +1,31 @@
-"""evaluate(): lower a table, run the kernel, build the Result.
+"""The entry points of the evaluator: lower a table, run the engine, build the result.
 
-The Result says which level produced it (``"table"`` under ``UnitCosts``,
-``"simulation"`` under cost models with real times and communication) and,
-where the family has one, carries the formula level's numbers beside it.
+:func:`evaluate` gives one :class:`~tabsched.result.Result`; :func:`evaluate_many`
+one per cost model, sharing lowerings and kernel calls; :func:`evaluate_summaries`
+what a sweep writes (a :class:`~tabsched.result.Summary` each, the same numbers to
+the bit); :func:`table_level` the idealized-table level. The Result and its parts
+live in :mod:`tabsched.result`, the memory accounting in :mod:`tabsched.memory`;
+both are importable from here too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-
 import numpy as np
 
-from tabsched import _build
+from tabsched import engine
 from tabsched.costs import CostModel, UnitCosts
-from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
+from tabsched.exceptions import InvalidParameterError
 from tabsched.lower import INDEX, lower
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
+from tabsched.memory import (activation_peaks, checked_budget, device_peaks, memory_events,
+                             memory_sizes, memory_violations)
+from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
+from tabsched.result import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
+                             Summary)
+from tabsched.table import ScheduleTable
 
-__all__ = ["evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
-           "Summary", "evaluate_summaries"]
-
-
-@dataclass
-class DeviceStats:
-    """Time and memory of one device.
-
-    ``idle = warmup + inside + cooldown``: idle before its first operation,
-    between its operations, after its last one until the makespan.
-    ``peak_memory`` is activations only; ``persistent_memory`` is what the
-    device holds all the time (weights, gradients, optimizer state), so the
-    device's total peak is their sum.
-    """
-
-    device: int
-    busy: float
-    idle: float
-    warmup: float
-    inside: float
-    cooldown: float
-    peak_memory: float
-    persistent_memory: float = 0.0
-
-    @property
-    def peak_total_memory(self):
-        return self.peak_memory + self.persistent_memory
-
-
-@dataclass
-class PathStep:
-    """One node of the critical path.
-
-    ``kind`` is ``"op"`` (a cell, on ``device``), ``"transfer"`` (on ``link``),
-    ``"sync"`` (a gradient all-reduce) or ``"optimizer"`` (on ``device``).
-    """
-
-    label: str
-    start: float
-    end: float
-    device: int | None = None
-    link: tuple | None = None
-    kind: str = "op"
-
-    @property
-    def is_transfer(self):
-        return self.kind == "transfer"
-
-
-@dataclass
-class LinkStats:
-    """Traffic on one directed link ``src -> dst``."""
-
-    src: int
-    dst: int
-    transfers: int
-    nbytes: float
-    busy: float
-
-
-@dataclass
-class MemoryViolation:
-    """A device whose total memory (persistent + activations) goes over the budget.
-
-    ``since`` is the first time it is over, ``time`` when it reaches its peak
-    ``memory``; ``over = memory - budget``. Memory that is over from the start
-    (persistent memory alone) is over ``since`` 0.
-    """
-
-    device: int
-    since: float
-    time: float
-    memory: float
-    budget: float
-
-    @property
-    def over(self):
-        return self.memory - self.budget
-
-
-@dataclass
-class Result:
-    """What an evaluation found; times in ``time_unit``, memory in ``memory_unit``.
-
-    Attributes
-    ----------
-    level : str
-        ``"table"`` (idealized, unit costs) or ``"simulation"``.
-    makespan : float
-    bubble_ratio : float
-        ``1 - total compute / (devices x makespan)``.
-    devices : list of DeviceStats
-    op_start, op_end : float arrays
-        Start and end of every operation, aligned with the table's arrays
-        (computed on first access).
-    formula : dict or None
-        The formula level's numbers for the table's family, marked as such.
-    memory_budget : float or None
-        Memory per device the evaluation checked against (``memory_unit``).
-    violations : list of MemoryViolation
-        One per device over ``memory_budget``, in device order.
-    notes : list of str
-        What the reader of the schedule left out or changed (e.g. the
-        ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
-    """
-
-    table: ScheduleTable
-    level: str
-    makespan: float
-    bubble_ratio: float
-    devices: list
-    time_unit: str
-    memory_unit: str
-    costs: dict
-    contention: str
-    formula: dict | None = None
-    memory_budget: float | None = None
-    violations: list = field(default_factory=list)
-    _lowered: object = field(default=None, repr=False)
-    _node_start: np.ndarray | None = field(default=None, repr=False)
-    _node_durations: np.ndarray | None = field(default=None, repr=False)
-    _binding: np.ndarray | None = field(default=None, repr=False)
-    _cost_model: object = field(default=None, repr=False)
-    notes: list = field(default_factory=list)
-
-    # ------------------------------------------------------------ derived views
-    @cached_property
-    def op_start(self):
-        return self._node_start[self._lowered.cell_of_op]
-
-    @cached_property
-    def op_end(self):
-        cells = self._lowered.cell_of_op
-        return self._node_start[cells] + self._node_durations[cells]
-
-
-    @property
-    def total_compute(self):
-        return float(sum(device.busy for device in self.devices))
-
-    # ------------------------------------------------------------------ notebooks
-    def __repr__(self):
-        """One line: the table, the level, makespan, bubble and the fullest device."""
-        from tabsched.costs.units import format_quantity
-        top = max(self.devices, key=lambda d: d.peak_total_memory, default=None)
-        time = (format_quantity(self.makespan, "s") if self.time_unit == "s"
-                else f"{self.makespan:g} {self.time_unit}")
-        peak = "" if top is None else (
-            f", peak memory {format_quantity(top.peak_total_memory, 'B')} on d{top.device}"
-            if self.memory_unit == "bytes" else
-            f", peak {top.peak_total_memory:g} {self.memory_unit} on d{top.device}")
-        return (f"<Result {self.level}: {_label(self.table)}, makespan {time}, "
-                f"bubble {self.bubble_ratio:.1%}{peak}>")
-
-    def to_dataframe(self, *, ops=False):
-        """A pandas DataFrame: a row per device, or per operation with ``ops=True``
-        (see :func:`tabsched.frames.result_frame`; pandas is the ``notebook`` extra)."""
-        from tabsched.frames import result_frame
-        return result_frame(self, ops=ops)
-
-    def _repr_html_(self):
-        from tabsched._html import result_html
-        from tabsched.plot import gantt_svg
-        return result_html(self, gantt_svg(self))
-
-    @property
-    def peak_memory(self):
-        """Largest activation peak over the devices."""
-        return max((device.peak_memory for device in self.devices), default=0.0)
-
-    def critical_nodes(self):
-        """Node ids of the critical path in time order (see ``critical_path``)."""
-        lowered = self._lowered
-        if lowered.num_nodes == 0:
-            return []
-        if self._binding is None:  # found on first use: rerun this sample with it
-            self._binding = lowered.run(self._node_durations, end=False)[2]
-        node = int(np.argmax(self._node_start + self._node_durations))
-        nodes = []
-        while node >= 0:
-            nodes.append(node)
-            node = int(self._binding[node])
-        return nodes[::-1]
-
-    @property
-    def critical_path(self):
-        """Operations and transfers, in time order, that decided the makespan.
-
-        Walks back from the node that ends last: each node's start was set by the
-        predecessor that ended last (or by the previous user of a link it waited for).
-        """
-        lowered = self._lowered
-        steps = []
-        for node in self.critical_nodes():
-            start = float(self._node_start[node])
-            end = start + float(self._node_durations[node])
-            kind = lowered.node_kind(node)
-            label = lowered.describe_node(node)
-            if kind == "cell":
-                steps.append(PathStep(label, start, end, device=lowered.describe_cell(node)[1]))
-            elif kind == "transfer":
-                k = node - lowered.num_cells
-                link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
-                steps.append(PathStep(label, start, end, link=link, kind="transfer"))
-            elif kind == "sync":
-                steps.append(PathStep(label, start, end, kind="sync"))
-            else:
-                steps.append(PathStep(label, start, end, kind="optimizer",
-                                      device=node - lowered.first_optimizer))
-        return steps
-
-    @property
-    def links(self):
-        """Per directed link with traffic: transfers, bytes and busy time."""
-        transfers = self._lowered.transfers
-        if len(transfers) == 0:
-            return []
-        D = self.table.num_devices
-        link = transfers.src.astype(np.int64) * D + transfers.dst
-        durations = self._node_durations[self._lowered.num_cells:self._lowered.first_sync]
-        counts = np.bincount(link, minlength=D * D)
-        _, transfer_bytes = self._cost_model.transfer_costs(self.table, transfers)
-        nbytes = np.bincount(link, weights=transfer_bytes, minlength=D * D)
-        busy = np.bincount(link, weights=durations, minlength=D * D)
-        return [LinkStats(int(k // D), int(k % D), int(counts[k]), float(nbytes[k]),
-                          float(busy[k])) for k in np.flatnonzero(counts)]
-
-    def memory_timeline(self, device=None, *, working=True):
-        """Activation memory over time.
-
-        Returns ``(times, values)`` for one device: the memory held right after
-        each change; or, with ``device=None``, a list of such pairs per device.
-        An activation is held from the start of its ``F`` to the end of its ``B``
-        (with a split backward, ``I`` frees the released part and ``W`` the rest);
-        an operation's working memory (the cost model's ``transient_sizes``)
-        only from its start to its end, unless ``working=False``. At equal times
-        frees come before allocations.
-        """
-        activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
-        transient = (np.asarray(self._cost_model.transient_sizes(self.table), np.float64)
-                     if working else None)
-        if device is None:
-            return [self._device_timeline(d, activation, transient)
-                    for d in range(self.table.num_devices)]
-        return self._device_timeline(device, activation, transient)
-
-    def _device_timeline(self, device, activation, transient=None):
-        table = self.table
-        lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
-        cells = self._lowered.cell_of_op[lo:hi]
-        start = self._node_start[cells]
-        times, deltas = memory_events(table.kind[lo:hi], activation[lo:hi],
-                                      None if transient is None else transient[lo:hi],
-                                      self._cost_model.input_grad_release, start,
-                                      start + self._node_durations[cells])
-        keep = deltas != 0
-        times, deltas = times[keep], deltas[keep]
-        order = np.lexsort((deltas, times))
-        return times[order], np.cumsum(deltas[order])
-
-    def check_memory(self):
-        """Raise ``MemoryBudgetError`` (one line) if a device went over the budget."""
-        if not self.violations:
-            return self
-        from tabsched.costs.units import format_quantity
-
-        def amount(value):
-            if self.memory_unit == "bytes":
-                return format_quantity(value, "B")
-            return f"{value:.6g} {self.memory_unit}"
-
-        def moment(value):
-            return (format_quantity(value, "s") if self.time_unit == "s"
-                    else f"{value:.6g} {self.time_unit}")
-        shown = [f"d{v.device} by {amount(v.over)} at {moment(v.time)}"
-                 for v in self.violations[:4]]
-        more = len(self.violations) - len(shown)
-        raise MemoryBudgetError(
-            f"memory budget {amount(self.memory_budget)} exceeded on {len(self.violations)} of "
-            f"{self.table.num_devices} devices: {', '.join(shown)}"
-            + (f" and {more} more" if more else ""))
-
-    def to_dict(self, *, ops=False):
-        """Plain data for JSON (times in ``time_unit``, memory in ``memory_unit``)."""
-        data = {
-            "level": self.level,
-            "family": self.table.family,
-            "params": self.table.params,
-            "num_devices": self.table.num_devices,
-            "num_stages": self.table.num_stages,
-            "num_microbatches": self.table.num_microbatches,
-            "slots": self.table.num_slots,
-            "makespan": self.makespan,
-            "bubble_ratio": self.bubble_ratio,
-            "time_unit": self.time_unit,
-            "memory_unit": self.memory_unit,
-            "costs": self.costs,
-            "contention": self.contention,
-            "peak_memory": self.peak_memory,
-            "devices": [
-                {"device": d.device, "busy": d.busy, "idle": d.idle, "warmup": d.warmup,
-                 "inside": d.inside, "cooldown": d.cooldown, "peak_memory": d.peak_memory,
-                 "persistent_memory": d.persistent_memory}
-                for d in self.devices],
-            "critical_path": [
-                {"label": s.label, "start": s.start, "end": s.end, "device": s.device,
-                 "link": list(s.link) if s.link else None} for s in self.critical_path],
-            "links": [vars(link) for link in self.links],
-            "formula": self.formula,
-            "memory_budget": self.memory_budget,
-            "violations": [{"device": v.device, "since": v.since, "time": v.time,
-                            "memory": v.memory, "over": v.over} for v in self.violations],
-            "notes": list(self.notes),
-        }
-        if ops:
-            table = self.table
-            data["ops"] = [{"op": str(table.op(k)), "device": int(table.device[k]),
-                            "start": float(self.op_start[k]), "end": float(self.op_end[k])}
-                           for k in range(len(table))]
-        return data
-
-
-def _label(table):
-    """``1f1b devices=8 microbatches=32``, or the table's shape when it names no family."""
-    if table.family:
-        return " ".join([table.family] + [f"{key}={value}" for key, value in table.params.items()
-                                          if key != "transforms"])
-    return f"{table.num_devices} devices, {table.num_microbatches} microbatches"
+__all__ = ["evaluate", "evaluate_many", "evaluate_summaries", "table_level", "Result",
+           "DeviceStats", "PathStep", "LinkStats", "MemoryViolation", "Summary",
+           "memory_events", "activation_peaks", "memory_violations"]
 
 
 def checked_costs(table, costs):
@@ -420,12 +100,12 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     """
     costs = checked_costs(table, costs)
     if memory_budget is not None:
-        memory_budget = _budget(memory_budget, costs.memory_unit)
+        memory_budget = checked_budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
-    start, _, _ = run_lowered(lowered, durations, binding=False)
+    start, _ = engine.run(lowered, durations)
     result = build_result(table, costs, lowered, start[0], None, durations,
                           lowered.contention)
     if formula:
@@ -436,59 +116,6 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         result.memory_budget = memory_budget
         result.violations = memory_violations(result, memory_budget)
     return result
-
-
-def run_lowered(lowered, durations, *, binding=True):
-    """``lowered.run(durations, end=False)``, by the link-chain rewrite where it is exact.
-
-    Under contention ``link`` a link's FIFO order is its sending row's order
-    whenever every cell lasts longer than zero
-    (:meth:`~tabsched.lower.LoweredSchedule.link_chains`): the pull pass then
-    gives the event heap's starts to the bit, several times faster. Elsewhere
-    (a zero-length cell, ``nic`` ports, ``transfer_after`` edges) the event heap runs.
-    """
-    if lowered.contention == "link":
-        durations = np.asarray(durations, dtype=np.float64)
-        cells = durations[..., :lowered.num_cells]
-        if not cells.size or cells.min() > 0:       # (a minimum: no temporary array)
-            chained = lowered.link_chains()
-            if chained is not None:
-                return chained.run(durations, end=False, binding=binding)
-    return lowered.run(durations, end=False, binding=binding)
-
-
-def _budget(value, memory_unit):
-    if memory_unit == "bytes" and isinstance(value, str):
-        from tabsched.costs.units import parse_quantity
-        number = parse_quantity(value, "B", name="memory_budget")
-    else:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise InvalidParameterError(f"memory_budget must be a number of {memory_unit}, "
-                                        f"not {value!r}") from None
-    if not np.isfinite(number) or number <= 0:
-        raise InvalidParameterError(f"memory_budget must be > 0, not {value!r}")
-    return number
-
-
-def memory_violations(result, budget):
-    """The devices of ``result`` whose persistent + activation memory exceeds ``budget``."""
-    violations = []
-    for stats, (times, values) in zip(result.devices, result.memory_timeline()):
-        base = stats.persistent_memory
-        total = base + values
-        peak = max(base, float(total.max()) if len(total) else base)
-        if peak <= budget:
-            continue
-        if base > budget or not len(total):
-            since = 0.0
-        else:
-            since = float(times[np.argmax(total > budget)])
-        when = float(times[np.argmax(total)]) if len(total) and peak > base else 0.0
-        violations.append(MemoryViolation(device=stats.device, since=since, time=when,
-                                          memory=peak, budget=budget))
-    return violations
 
 
 def _default_grad_sync(table, costs):
@@ -539,21 +166,23 @@ def _device_times(lowered, node_start, durations):
     D = lowered.table.num_devices
     # Cells are numbered device by device in row order, and a device runs its row in
     # order: its first cell starts first and its last cell ends last.
-    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    bounds = lowered.nodes(CELL).start + np.searchsorted(lowered.cell_device,
+                                                         np.arange(D + 1, dtype=INDEX))
     busy = np.array([durations[bounds[d]:bounds[d + 1]].sum() for d in range(D)])
     has_ops = bounds[1:] > bounds[:-1]
     first = np.array([node_start[bounds[d]] if has_ops[d] else np.inf for d in range(D)])
     last = np.array([node_start[bounds[d + 1] - 1] + durations[bounds[d + 1] - 1]
                      if has_ops[d] else 0.0 for d in range(D)])
-    if lowered.optimizer:
-        step = durations[lowered.first_optimizer:]
+    if lowered.count(OPTIMIZER):      # one step per device, in device order
+        steps = lowered.nodes(OPTIMIZER)
+        step = durations[steps]
         busy = busy + step
-        last = np.where(has_ops, node_start[lowered.first_optimizer:] + step, last)
+        last = np.where(has_ops, node_start[steps] + step, last)
     # Every transfer feeds a cell that starts after it ends, so the last end is a
-    # cell's or the tail's.
-    tail = slice(lowered.first_sync, lowered.num_nodes)
+    # cell's or an extra node's (the tail).
+    tail = lowered.extra_nodes
     tail_end = float((node_start[tail] + durations[tail]).max()) if lowered.num_nodes > \
-        lowered.first_sync else 0.0
+        tail.start else 0.0
     makespan = max(float(last.max()) if D else 0.0, tail_end)
     first = np.where(has_ops, first, makespan)
     last = np.where(has_ops, last, makespan)
@@ -568,7 +197,8 @@ def _makespans(lowered, start, durations):
     :func:`_device_times`' totals, the same numbers to the bit, a device at a time
     over all samples rather than a sample at a time."""
     D = lowered.table.num_devices
-    bounds = np.searchsorted(lowered.cell_device, np.arange(D + 1, dtype=INDEX))
+    bounds = lowered.nodes(CELL).start + np.searchsorted(lowered.cell_device,
+                                                         np.arange(D + 1, dtype=INDEX))
     has_ops = bounds[1:] > bounds[:-1]
     samples = len(durations)
     busy = np.empty((samples, D))
@@ -576,13 +206,14 @@ def _makespans(lowered, start, durations):
         busy[:, d] = durations[:, bounds[d]:bounds[d + 1]].sum(axis=1)
     ends = np.maximum(bounds[1:] - 1, 0)
     last = np.where(has_ops, start[:, ends] + durations[:, ends], 0.0)
-    if lowered.optimizer:
-        step = durations[:, lowered.first_optimizer:]
+    if lowered.count(OPTIMIZER):
+        steps = lowered.nodes(OPTIMIZER)
+        step = durations[:, steps]
         busy = busy + step
-        last = np.where(has_ops, start[:, lowered.first_optimizer:] + step, last)
-    tail = slice(lowered.first_sync, lowered.num_nodes)
+        last = np.where(has_ops, start[:, steps] + step, last)
+    tail = lowered.extra_nodes
     tail_end = ((start[:, tail] + durations[:, tail]).max(axis=1)
-                if lowered.num_nodes > lowered.first_sync else np.zeros(samples))
+                if lowered.num_nodes > tail.start else np.zeros(samples))
     totals = []
     for row in range(samples):
         makespan = max(float(last[row].max()) if D else 0.0, float(tail_end[row]))
@@ -618,74 +249,6 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
     return result
 
 
-def memory_events(kind, activation, transient, release, start, end):
-    """``(times, deltas)``: the memory events of a device's operations, unsorted.
-
-    Each operation has one event at its start, ``+activation`` for a forward plus
-    its working memory (``transient``), and one at its end, ``-working memory``
-    for a forward, else minus what it frees (all of the activation for ``B``,
-    ``release`` of it for ``I``, the rest for ``W``) and its working memory. Zero
-    deltas are dropped. Sorted by (time, delta) and summed, they are the memory
-    timeline; ``_build.activation_peaks`` sums the same deltas in the same order.
-    """
-    is_f = kind == FORWARD
-    held = np.zeros(len(kind)) if transient is None else transient
-    freed = np.select([kind == BACKWARD, kind == INPUT_GRAD, kind == WEIGHT_GRAD],
-                      [activation, activation * release, activation * (1.0 - release)], 0.0)
-    times = np.concatenate([start, end])
-    deltas = np.concatenate([np.where(is_f, activation, 0.0) + held,
-                             np.where(is_f, -held, -(freed + held))])
-    keep = deltas != 0
-    return times[keep], deltas[keep]
-
-
-def activation_peaks(result):
-    """Each device's activation peak: the largest value of its memory timeline (or 0),
-    computed without building the timelines (``_build.activation_peaks``)."""
-    peaks = _peaks(result.table, result._cost_model, result._lowered, result._node_start,
-                   result._node_durations)
-    if peaks is not None:
-        return peaks
-    return [max(0.0, float(values.max())) if len(values) else 0.0
-            for _, values in result.memory_timeline()]
-
-
-def _peaks(table, costs, lowered, node_start, durations, sizes=None):
-    """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
-    order the events (then the timelines decide). ``sizes``: ``_memory_sizes(table,
-    costs)`` if at hand."""
-    activation, transient, _ = _memory_sizes(table, costs) if sizes is None else sizes
-    peaks = np.zeros(table.num_devices)
-    status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,
-                                     np.ascontiguousarray(node_start),
-                                     np.ascontiguousarray(durations), activation, transient,
-                                     float(costs.input_grad_release), peaks)
-    return peaks.tolist() if status == _build.OK else None
-
-
-def _memory_sizes(table, costs):
-    """``(activation, transient, persistent)``: the arrays the memory of ``table`` under
-    ``costs`` is made of (the first two per operation, contiguous; the last per device)."""
-    return (np.ascontiguousarray(costs.activation_sizes(table), dtype=np.float64),
-            np.ascontiguousarray(costs.transient_sizes(table), dtype=np.float64),
-            np.asarray(costs.persistent_memory(table), dtype=np.float64))
-
-
-@dataclass
-class Summary:
-    """What a sweep row needs of an evaluation: :func:`evaluate_summaries` returns one
-    per cost model, with the numbers the full :class:`Result` would hold, to the bit.
-
-    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device.
-    """
-
-    makespan: float
-    bubble_ratio: float
-    peak_activation: list
-    peak_memory: list
-    formula: dict | None = None
-
-
 def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     """Each group of cost models that lower ``table`` alike, run as one kernel call.
 
@@ -707,7 +270,7 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
         lowered = lower(table, contention=mode, devices_per_node=per_node,
                         blocking_sends=blocking, grad_sync=sync, optimizer=step)
         durations = _stacked_durations(lowered, [cost_models[index] for index in members])
-        start, _, _ = run_lowered(lowered, durations, binding=False)
+        start, _ = engine.run(lowered, durations)
         yield lowered, mode, start, durations, members
 
 
@@ -803,8 +366,8 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
             key = costs.memory_key()
             sizes = memory.get(key)
             if sizes is None:
-                sizes = memory[key] = _memory_sizes(table, costs)
-            peaks = _peaks(table, costs, lowered, start[row], durations[row], sizes)
+                sizes = memory[key] = memory_sizes(table, costs)
+            peaks = device_peaks(table, costs, lowered, start[row], durations[row], sizes)
             if peaks is None:
                 result = build_result(table, costs, lowered, start[row], None, durations[row],
                                       mode)
@@ -818,7 +381,7 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
         if formula:
             from tabsched.formulas import formula_levels
             levels = formula_levels(table, [cost_models[index] for index in rows], lowered,
-                                    durations[:, lowered.num_cells:lowered.first_sync])
+                                    durations[:, lowered.nodes(TRANSFER)])
             for index, (numbers, _) in zip(rows, levels):
                 summaries[index].formula = numbers
     return summaries

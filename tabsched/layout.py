@@ -17,6 +17,7 @@ import numpy as np
 
 from tabsched import _build
 from tabsched.lower import INDEX, lower, offer_lowering
+from tabsched.nodes import CELL
 from tabsched.table import ScheduleTable, cell_columns
 
 __all__ = ["from_order", "from_order_arrays", "order_table", "lay_out", "unit_layout",
@@ -117,10 +118,11 @@ def unit_layout(table, lowered=None):
     ``lowered``: ``lower(table)``, if at hand.
     """
     lowered = lower(table) if lowered is None else lowered
+    cells = lowered.nodes(CELL)
     durations = np.zeros(lowered.num_nodes)
-    durations[:lowered.num_cells] = 1.0
+    durations[cells] = 1.0
     start, _, _ = lowered.run(durations, binding=False, end=False)
     start = start[0]
-    makespan = int(start[:lowered.num_cells].max()) + 1 if lowered.num_cells else 0
-    slots = start[:lowered.num_cells].astype(INDEX)[lowered.cell_of_op]
+    makespan = int(start[cells].max()) + 1 if lowered.count(CELL) else 0
+    slots = start[lowered.cell_of_op].astype(INDEX)
     return slots, np.full(table.num_devices, makespan, dtype=INDEX)

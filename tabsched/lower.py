@@ -19,7 +19,10 @@ Tail (optional)
     stage on every device that holds it (an all-reduce among replicas; it does
     not occupy a device's compute stream). ``optimizer``: one node per device
     after its last cell and the syncs of its stages, on its compute stream.
-    Node ids: cells, then transfers, then syncs, then optimizer steps.
+Node kinds (:mod:`tabsched.nodes`)
+    Node ids run kind by kind: cells, then transfers, then syncs, then optimizer
+    steps, each kind one range (``nodes(kind)``, ``node_kind``, ``node_device``;
+    the kinds still to come have empty ranges).
 Resources (``resources``, one row per node)
     ``none``: no column, transfers never wait for each other. ``link``: each
     directed device pair is one FIFO resource. ``nic``: additionally, transfers
@@ -27,10 +30,15 @@ Resources (``resources``, one row per node)
     and the receiving node's ingress port.
 
 Layout
-    Lowering checks the DAG and finds Kahn's order once (``_kernel.topological``),
+    Lowering checks the DAG and finds Kahn's order once (:func:`tabsched.engine.lay_out`),
     keeping the order and every node's predecessors as positions in it (every
-    edge points backwards) in a ``_kernel.Layout``: each run is then one pull
-    pass. A table whose row orders deadlock still lowers; ``run()`` raises.
+    edge points backwards: ``topo_order``, ``topo_pred_indptr``,
+    ``topo_predecessors``): each run is then one pull pass. A table whose row
+    orders deadlock still lowers; ``run()`` raises (:mod:`tabsched.deadlock`).
+Runs
+    :func:`tabsched.engine.run` and :func:`~tabsched.engine.summarize` evaluate a
+    lowering (``run()`` and ``run_summary()`` here call them); the engine picks the
+    pass.
 
 Everything here is vectorised over operations or compiled (``tabsched._build``:
 the dependencies, the CSR); lowering a 500k-operation table takes no Python loop
@@ -40,21 +48,26 @@ per operation.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched import _build, _kernel
-from tabsched.exceptions import DeadlockError, InvalidParameterError, TabschedError
-from tabsched.table import BACKWARD, WEIGHT_GRAD
+from tabsched import _build, compose, engine
+from tabsched.deadlock import deadlock_error
+from tabsched.edges import (dependencies, node_resources, optimizer_edges, stage_holders,
+                            sync_nodes, transfer_after_edges)
+from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.execution import CONTENTION_MODES
+from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
 __all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES"]
 
-CONTENTION_MODES = ("none", "link", "nic")
 INDEX = np.int32
 #: Most nodes or edges a lowered table may have: ids are int32.
 MAX_IDS = int(np.iinfo(INDEX).max) - 1
@@ -102,8 +115,9 @@ class LoweredSchedule:
     Attributes
     ----------
     table : ScheduleTable
-    num_cells : int
-        Compute nodes are ``0 .. num_cells-1``; transfers follow.
+    kind_bounds : int32 array, shape (len(KINDS) + 1,)
+        The nodes of kind ``k`` (:mod:`tabsched.nodes`) are ids ``kind_bounds[k] ..
+        kind_bounds[k+1] - 1``; ask :meth:`nodes`, :meth:`count`, :attr:`node_kind`.
     cell_of_op : int32 array
         The compute node of each operation of the table.
     cell_device : int32 array
@@ -115,13 +129,11 @@ class LoweredSchedule:
     transfers : Transfers
     contention : str
     sync_stage : int32 array
-        The stage of each gradient-sync node (ids from ``first_sync``).
-    optimizer : bool
-        Whether one optimizer node per device follows (ids from ``first_optimizer``).
+        The stage of each gradient-sync node, in the order of ``nodes(SYNC)``.
     """
 
     table: object
-    num_cells: int
+    kind_bounds: np.ndarray
     cell_of_op: np.ndarray
     cell_device: np.ndarray
     indptr: np.ndarray
@@ -131,50 +143,39 @@ class LoweredSchedule:
     transfers: Transfers
     contention: str
     sync_stage: np.ndarray | None = None
-    optimizer: bool = False
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
-    #: Kahn's order of the nodes and the predecessor lists in positions of that
-    #: order, every edge pointing backwards, checked once (a ``_kernel.Layout``:
-    #: ``topo_order``, ``topo_pred_indptr``, ``topo_predecessors``); None when the
-    #: row orders deadlock.
-    layout: object = None
+    #: Kahn's order of the nodes: ``topo_order[i]`` is the node at position ``i``
+    #: (read-only int32); None when the row orders deadlock.
+    topo_order: np.ndarray | None = None
+    #: The positions of each position's predecessors, ascending (CSR, read-only):
+    #: every edge points backwards; None on a deadlock.
+    topo_pred_indptr: np.ndarray | None = None
+    topo_predecessors: np.ndarray | None = None
     #: On a deadlock, the indegrees Kahn's order left (> 0: never ran).
     unfinished: np.ndarray | None = None
+    #: The engine's compiled view of this lowering (a ``_kernel.Graph``, each part
+    #: checked once), made by :mod:`tabsched.engine` on the first run.
+    _graph: object = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        if self.layout is None and self.unfinished is None:
-            self._order()
+        # the bounds as Python ints: nodes() and count() are asked often, per run
+        self.kind_bounds.flags.writeable = False
+        self._bounds = tuple(self.kind_bounds.tolist())
+        if self.topo_order is None and self.unfinished is None:
+            # validate the DAG and lay it out in Kahn's order, once per lowering
+            layout, self.unfinished = engine.lay_out(self.indptr, self.successors)
+            if layout is not None:
+                self.topo_order, self.topo_pred_indptr, self.topo_predecessors = layout
 
-    def _order(self):
-        """Validate the DAG and lay it out in Kahn's order, once per lowering."""
-        n = self.num_nodes
-        order = np.empty(n, dtype=INDEX)
-        pred_indptr = np.empty(n + 1, dtype=INDEX)
-        predecessors = np.empty(len(self.successors), dtype=INDEX)
-        scratch = np.empty(n, dtype=INDEX)
-        status = _kernel.topological(self.indptr, self.successors, order, pred_indptr,
-                                     predecessors, scratch)
-        if status == _kernel.DEADLOCK:
-            self.unfinished = scratch
-            return
-        _check_status(status)
-        self.layout = _layout(order, pred_indptr, predecessors)
-
-    @property
-    def topo_order(self):
-        """``topo_order[i]``: the node at position ``i`` of Kahn's order (read-only)."""
-        return None if self.layout is None else self.layout.order
-
-    @property
-    def topo_pred_indptr(self):
-        return None if self.layout is None else self.layout.pred_indptr
-
-    @property
-    def topo_predecessors(self):
-        """The positions of each position's predecessors, ascending (CSR, read-only)."""
-        return None if self.layout is None else self.layout.predecessors
+    def __getstate__(self):
+        """Pickled without the engine's compiled view and the cached rewrite (made
+        again on first use)."""
+        state = dict(self.__dict__)
+        state["_graph"] = None
+        state.pop("_chains", None)
+        return state
 
     def link_chains(self):
         """This lowering under contention ``link`` as a DAG without resources, or None.
@@ -190,16 +191,30 @@ class LoweredSchedule:
         heap's starts to the bit. Returns None when there is nothing to chain
         or the chains are not exact whatever the durations: not under ``link``,
         or with ``transfer_after`` edges (a transfer may then wait for more
-        than its producer).
+        than its producer). Made once per lowering while someone holds it (the
+        lowering keeps a weak reference: a lowering kept in a result does not keep its
+        rewrite, and Monte Carlo holds it for its passes).
         """
-        if (self.contention != "link" or len(self.transfers) == 0
-                or self.extra_transfer_edges or self.layout is None):
+        kept = self.__dict__.get("_chains")
+        if kept is False:                       # nothing to chain: known
             return None
-        n, first_transfer = self.num_nodes, self.num_cells
+        chained = None if kept is None else kept()
+        if chained is None:
+            chained = self._link_chains()
+            self.__dict__["_chains"] = False if chained is None else weakref.ref(chained)
+        return chained
+
+    def _link_chains(self):
+        if (self.contention != "link" or len(self.transfers) == 0
+                or self.extra_transfer_edges or self.topo_order is None):
+            return None
+        n = self.num_nodes
+        transfer = self.nodes(TRANSFER)
+        first_transfer = transfer.start
         D = self.table.num_devices
         # (cell, transfer) pairs in cell order, a cell's transfers by ascending id
-        sends = self.successors[:self.indptr[first_transfer]]
-        sent = sends[(sends >= first_transfer) & (sends < self.first_sync)]
+        sends = self.successors[:self.indptr[self.nodes(CELL).stop]]
+        sent = sends[(sends >= first_transfer) & (sends < transfer.stop)]
         link = self.transfers.src[sent - first_transfer].astype(np.int64) * D \
             + self.transfers.dst[sent - first_transfer]
         by_link = np.argsort(link.astype(np.uint16) if D * D <= 2**16 else link, kind="stable")
@@ -208,7 +223,7 @@ class LoweredSchedule:
         before, after = chain[:-1][same], chain[1:][same]
         del sends, sent, link, by_link, chain, same
         # the chain edges go last in each list; a transfer has one of each at most
-        successor_of = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        successor_of = np.full(n, engine.NO_NODE, dtype=INDEX)
         successor_of[before] = after
         indptr = np.empty(n + 1, dtype=INDEX)
         successors = np.empty(len(self.successors) + len(before), dtype=INDEX)
@@ -220,52 +235,130 @@ class LoweredSchedule:
         # predecessor: the producer binds on ties, as in the event heap.
         position = np.empty(n, dtype=INDEX)
         position[self.topo_order] = np.arange(n, dtype=INDEX)
-        predecessor_at = np.full(n, _kernel.NO_NODE_ID, dtype=INDEX)
+        predecessor_at = np.full(n, engine.NO_NODE, dtype=INDEX)
         predecessor_at[position[after]] = position[before]
         pred_indptr = np.empty(n + 1, dtype=INDEX)
         predecessors = np.empty(len(self.topo_predecessors) + len(before), dtype=INDEX)
         _check_status(_build.append_one(self.topo_pred_indptr, self.topo_predecessors,
                                         predecessor_at, pred_indptr, predecessors))
+        pred_indptr.flags.writeable = predecessors.flags.writeable = False
         return dataclasses.replace(self, indptr=indptr, successors=successors,
                                    resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
-                                   layout=_layout(self.topo_order, pred_indptr, predecessors))
+                                   topo_pred_indptr=pred_indptr, topo_predecessors=predecessors)
 
     def check_acyclic(self):
         """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
         if self.unfinished is not None:
-            raise self._deadlock(self.unfinished)
+            raise self.deadlock_error(self.unfinished)
+
+    def deadlock_error(self, remaining):
+        """The :class:`DeadlockError` naming one cycle among the nodes ``remaining``
+        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`)."""
+        return deadlock_error(self, remaining)
 
     @property
     def num_nodes(self):
         return len(self.indptr) - 1
 
-    @property
-    def first_sync(self):
-        return self.num_cells + len(self.transfers)
+    # ------------------------------------------------------------ node kinds
+    def nodes(self, kind):
+        """The ids of the nodes of ``kind`` (a :class:`~tabsched.nodes.NodeKind`): a slice,
+        since a lowering numbers its nodes kind by kind (:mod:`tabsched.nodes`)."""
+        return slice(self._bounds[kind], self._bounds[kind + 1])
+
+    def node_ids(self, kind):
+        """The ids of the nodes of ``kind`` as a ``range``, to iterate over."""
+        return range(self._bounds[kind], self._bounds[kind + 1])
+
+    def count(self, kind):
+        """How many nodes of ``kind`` the lowering has."""
+        return self._bounds[kind + 1] - self._bounds[kind]
+
+    @functools.cached_property
+    def extra_kinds(self):
+        """The extra kinds (:data:`~tabsched.nodes.EXTRA_KINDS`) this lowering has nodes
+        of, in numbering order."""
+        return tuple(kind for kind in EXTRA_KINDS if self.count(kind))
 
     @property
-    def num_syncs(self):
-        return 0 if self.sync_stage is None else len(self.sync_stage)
+    def num_cells(self):
+        """How many compute cells (``count(CELL)``)."""
+        return self.count(CELL)
 
     @property
-    def first_optimizer(self):
-        return self.first_sync + self.num_syncs
+    def extra_nodes(self):
+        """The ids of the nodes that are neither cells nor transfers (the iteration's
+        tail today: gradient syncs, optimizer steps), a slice."""
+        return slice(self._bounds[EXTRA_KINDS[0]], self.num_nodes)
 
-    def node_kind(self, node):
-        """``"cell"``, ``"transfer"``, ``"sync"`` or ``"optimizer"``."""
-        if node < self.num_cells:
-            return "cell"
-        if node < self.first_sync:
-            return "transfer"
-        if node < self.first_optimizer:
-            return "sync"
-        return "optimizer"
+    @functools.cached_property
+    def node_kind(self):
+        """The kind of every node (int8 codes of :class:`~tabsched.nodes.NodeKind`,
+        read-only), derived from :attr:`kind_bounds` on first use."""
+        kinds = np.repeat(np.arange(len(KINDS), dtype=np.int8), np.diff(self.kind_bounds))
+        kinds.flags.writeable = False
+        return kinds
+
+    @functools.cached_property
+    def node_device(self):
+        """The device whose compute stream runs each node (int32, read-only):
+        ``NO_DEVICE_ID`` (-1) for transfers and gradient syncs; an optimizer step runs
+        on its device."""
+        devices = np.full(self.num_nodes, engine.NO_DEVICE, dtype=INDEX)
+        devices[self.nodes(CELL)] = self.cell_device
+        devices[self.nodes(OPTIMIZER)] = np.arange(self.count(OPTIMIZER), dtype=INDEX)
+        devices.flags.writeable = False
+        return devices
+
+    @functools.cached_property
+    def cell_first_op(self):
+        """Cell ``c`` holds operations ``cell_first_op[c] .. cell_first_op[c+1] - 1``
+        (int32, cells + 1 offsets, read-only)."""
+        ops, cells = len(self.cell_of_op), self.num_cells
+        if cells == ops:                    # a cell per operation
+            first = np.arange(ops + 1, dtype=INDEX)
+        else:
+            first = np.empty(cells + 1, dtype=INDEX)
+            opens = np.ones(ops, dtype=bool)
+            np.not_equal(self.cell_of_op[1:], self.cell_of_op[:-1], out=opens[1:])
+            first[:-1] = np.flatnonzero(opens)
+            first[-1] = ops
+        first.flags.writeable = False
+        return first
+
+    @functools.cached_property
+    def overlapped_cells(self):
+        """The cells that hold more than one operation (int64 ids, read-only)."""
+        if self.num_cells == len(self.cell_of_op):
+            cells = np.empty(0, dtype=np.int64)
+        else:
+            cells = np.flatnonzero(np.diff(self.cell_first_op) > 1)
+        cells.flags.writeable = False
+        return cells
+
+    # ------------------------------------------------------------- durations
+    def compose(self, op_durations, transfer_durations, extra=None, overlap=1.0):
+        """The duration of every node from prices (:func:`tabsched.compose.node_durations`:
+        cells from their operations, transfers, the extra kinds by kind)."""
+        return compose.node_durations(self, op_durations, transfer_durations, extra, overlap)
+
+    def compose_stacked(self, prices):
+        """Node durations of every row of a :class:`tabsched.compose.Prices`, shape
+        (rows, nodes) (:func:`tabsched.compose.stacked_node_durations`)."""
+        return compose.stacked_node_durations(self, prices)
+
+    def kind_of(self, node):
+        """The :class:`~tabsched.nodes.NodeKind` of node ``node``."""
+        if not 0 <= node < self.num_nodes:
+            raise InvalidParameterError(f"node {node} is not a node of this lowering "
+                                        f"(0..{self.num_nodes - 1})")
+        return KINDS[int(np.searchsorted(self.kind_bounds, node, side="right")) - 1]
 
     def sync_devices(self, index):
-        """Devices holding the stage of sync node ``first_sync + index``."""
+        """Devices holding the stage of the ``index``-th sync node."""
         holders = self.__dict__.get("_holders")
         if holders is None:     # every stage's, found once per lowering
-            holders = self.__dict__["_holders"] = _stage_holders(self.table)
+            holders = self.__dict__["_holders"] = stage_holders(self.table)
         return tuple(holders[int(self.sync_stage[index])])
 
     @property
@@ -275,32 +368,16 @@ class LoweredSchedule:
     @property
     def nbytes(self):
         """Bytes held by the DAG's arrays (not the table)."""
-        arrays = [self.cell_of_op, self.cell_device, self.indptr, self.successors,
+        arrays = [self.kind_bounds, self.cell_of_op, self.cell_device, self.indptr,
+                  self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
                   self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
                   self.topo_predecessors]
         return sum(array.nbytes for array in arrays if array is not None)
 
-    def _checked_durations(self, durations):
-        """``durations`` as a C-contiguous (samples, nodes) float64 array, checked."""
-        durations = np.asarray(durations, dtype=np.float64)
-        if durations.ndim == 1:
-            durations = durations[None, :]
-        durations = np.ascontiguousarray(durations)
-        if durations.ndim != 2 or durations.shape[1] != self.num_nodes:
-            raise InvalidParameterError(
-                f"durations have {durations.shape[-1]} columns for {self.num_nodes} nodes")
-        # a sum and a minimum, no temporaries: a sum is finite only if every term is
-        # (or the terms overflow it: then look closer)
-        with np.errstate(over="ignore", invalid="ignore"):   # an overflow looks closer
-            total = durations.sum()
-        if not np.isfinite(total) or (durations.size and durations.min() < 0):
-            if not np.all(np.isfinite(durations)) or np.any(durations < 0):
-                raise InvalidParameterError("durations must be finite and not negative")
-        return durations
-
-    def run(self, durations, *, binding=True, end=True):
-        """Start and end of every node for each row (sample) of ``durations``.
+    def run(self, durations, *, binding=True, end=True, method="auto"):
+        """Start and end of every node for each row (sample) of ``durations``
+        (:func:`tabsched.engine.run`, which picks the pass).
 
         Parameters
         ----------
@@ -310,6 +387,7 @@ class LoweredSchedule:
             (for the critical path).
         end : bool
             Also return the ends (``start + durations``, exactly); else ``None``.
+        method : {"auto", "pull", "chained", "events"}
 
         Returns
         -------
@@ -322,136 +400,19 @@ class LoweredSchedule:
             If the row orders contradict the dependencies; the message names the
             operations on one cycle with their devices and slots.
         """
-        durations = self._checked_durations(durations)
-        self.check_acyclic()
-        n = self.num_nodes
-        samples = durations.shape[0]
-        start = np.empty((samples, n), dtype=np.float64)
-        if self.resources.shape[1] == 0:
-            bound = np.empty(n if binding else 0, dtype=INDEX)
-            _check_status(_kernel.longest_path(self.layout, True, durations, start, bound,
-                                               np.empty(n, dtype=np.float64)))
-            return start, (start + durations if end else None), (bound if binding else None)
-        no_end = np.empty((0, n), dtype=np.float64)  # end = start + duration, added below
-        bound = np.empty(n if binding else 0, dtype=INDEX)
-        indegree = np.empty(n, dtype=INDEX)
-        order = np.empty(n, dtype=INDEX)
-        fifo = self.resources.shape[1] > 0  # only the event order needs a heap
-        heap_time = np.empty(n if fifo else 0, dtype=np.float64)
-        heap_node = np.empty(n if fifo else 0, dtype=INDEX)
-        free_at = np.empty(self.num_resources, dtype=np.float64)
-        holder = np.empty(self.num_resources, dtype=INDEX)
-        status = _kernel.evaluate(self.indptr, self.successors, durations, self.resources,
-                                  self.num_resources, start, no_end, bound, indegree, order,
-                                  heap_time, heap_node, free_at, holder)
-        if status == _kernel.DEADLOCK:
-            raise self._deadlock(indegree)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"for a lowered table (please report this)")
-        del indegree, order, heap_time, heap_node
-        return start, (start + durations if end else None), (bound if binding else None)
+        start, bound = engine.run(self, durations, binding=binding, method=method)
+        # the durations passed the engine's checks: finite, one column per node
+        ends = start + np.asarray(durations, dtype=np.float64).reshape(start.shape) if end \
+            else None
+        return start, ends, bound
 
-    def node_devices(self):
-        """The device whose compute stream runs each node; ``NO_DEVICE_ID`` (-1) for
-        transfers and gradient syncs. Optimizer steps run on their device."""
-        devices = np.full(self.num_nodes, _kernel.NO_DEVICE_ID, dtype=INDEX)
-        devices[:self.num_cells] = self.cell_device
-        if self.optimizer:
-            devices[self.first_optimizer:] = np.arange(self.num_nodes - self.first_optimizer,
-                                                       dtype=INDEX)
-        return devices
+    def run_summary(self, durations, *, method="auto"):
+        """Makespan per sample and, per device, busy time, first start and last end
+        (:func:`tabsched.engine.summarize`): what Monte Carlo needs, without a
+        (samples x nodes) output."""
+        return engine.summarize(self, durations, method=method)
 
-    def run_summary(self, durations, *, node_devices=None):
-        """Makespan per sample and, per device, busy time, first start and last end.
-
-        What Monte Carlo needs, without a (samples x nodes) output: the kernel
-        keeps one row of starts as scratch. The numbers are those :meth:`run`
-        gives for the same durations (same starts, to the bit).
-
-        Parameters
-        ----------
-        durations : array, shape (nodes,) or (samples, nodes)
-        node_devices : int32 array, optional
-            :meth:`node_devices`, if at hand.
-
-        Returns
-        -------
-        makespan : float64 array, shape (samples,)
-        busy, first_start, last_end : float64 arrays, shape (samples, devices)
-            ``first_start`` is +inf and ``last_end`` 0 on a device with no node.
-
-        Raises
-        ------
-        DeadlockError
-            As :meth:`run`.
-        """
-        durations = self._checked_durations(durations)
-        self.check_acyclic()
-        n = self.num_nodes
-        if node_devices is None:
-            node_devices = self.node_devices()
-        node_devices = np.ascontiguousarray(node_devices, dtype=INDEX)
-        samples, devices = durations.shape[0], self.table.num_devices
-        makespan = np.empty(samples, dtype=np.float64)
-        busy = np.empty((samples, devices), dtype=np.float64)
-        first_start = np.empty((samples, devices), dtype=np.float64)
-        last_end = np.empty((samples, devices), dtype=np.float64)
-        if self.resources.shape[1] == 0:
-            _check_status(_kernel.longest_path_summary(
-                self.layout, True, node_devices, durations, makespan, busy, first_start,
-                last_end,
-                np.empty(n * _kernel.SUMMARY_BLOCK, dtype=np.float64)))
-            return makespan, busy, first_start, last_end
-        fifo = self.resources.shape[1] > 0
-        indegree = np.empty(n, dtype=INDEX)
-        status = _kernel.evaluate_summary(
-            self.indptr, self.successors, durations, self.resources, self.num_resources,
-            node_devices, makespan, busy, first_start,
-            last_end, np.empty(n, dtype=np.float64), indegree, np.empty(n, dtype=INDEX),
-            np.empty(n if fifo else 0, dtype=np.float64), np.empty(n if fifo else 0, dtype=INDEX),
-            np.empty(self.num_resources, dtype=np.float64),
-            np.empty(self.num_resources, dtype=INDEX))
-        if status == _kernel.DEADLOCK:
-            raise self._deadlock(indegree)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"for a lowered table (please report this)")
-        return makespan, busy, first_start, last_end
-
-    # --------------------------------------------------------------- deadlock
-    def predecessors(self):
-        """Reverse CSR (``pred_indptr``, ``predecessors``).
-
-        Within each node's list, the row-order predecessor (the previous cell of
-        the same device) comes last, so a walk that takes the first candidate
-        follows data dependencies across devices where it can.
-        """
-        n = self.num_nodes
-        sources = np.repeat(np.arange(n, dtype=INDEX), np.diff(self.indptr))
-        targets = self.successors
-        row_edge = ((targets == sources + 1) & (targets < self.num_cells)
-                    & (self.cell_device[np.minimum(sources, self.num_cells - 1)]
-                       == self.cell_device[np.minimum(targets, self.num_cells - 1)]))
-        order = np.lexsort((row_edge, targets))
-        pred_indptr = np.zeros(n + 1, dtype=INDEX)
-        np.cumsum(np.bincount(targets, minlength=n), out=pred_indptr[1:])
-        return pred_indptr, np.ascontiguousarray(sources[order], dtype=INDEX)
-
-    def _deadlock(self, remaining):
-        pred_indptr, predecessors = self.predecessors()
-        n = self.num_nodes
-        cycle = np.empty(n, dtype=INDEX)
-        position = np.empty(n, dtype=INDEX)
-        length = _kernel.find_cycle(pred_indptr, predecessors, remaining, cycle, position)
-        cells = [int(node) for node in cycle[:max(length, 0)] if node < self.num_cells]
-        described = [self.describe_cell(cell) for cell in cells]
-        message = ("deadlock: the row orders contradict the dependencies; each of these "
-                   "must end before the next can start: " + _cycle_text(described))
-        error = DeadlockError(message, described)
-        error.nodes = tuple(int(node) for node in cycle[:max(length, 0)])  # transfers too
-        return error
-
+    # ----------------------------------------------------------------- labels
     def describe_cell(self, cell):
         """``(text, device, slot)`` of compute node ``cell``."""
         op = int(np.searchsorted(self.cell_of_op, INDEX(cell)))
@@ -461,59 +422,26 @@ class LoweredSchedule:
     def describe_node(self, node):
         """A short label: the cell's text, ``"3F1 d0->d1"`` for a transfer,
         ``"grad sync stage 3"`` or ``"optimizer d2"`` for the tail."""
-        kind = self.node_kind(node)
-        if kind == "cell":
+        kind = self.kind_of(node)
+        index = node - self.nodes(kind).start      # its place among the nodes of its kind
+        if kind == CELL:
             return self.describe_cell(node)[0]
-        if kind == "sync":
-            return f"grad sync stage {int(self.sync_stage[node - self.first_sync])}"
-        if kind == "optimizer":
-            return f"optimizer d{node - self.first_optimizer}"
-        k = node - self.num_cells
-        t = self.transfers
-        return f"{self.table.op(int(t.producer[k]))} d{int(t.src[k])}->d{int(t.dst[k])}"
-
-
-def _layout(order, pred_indptr, predecessors):
-    """A ``_kernel.Layout`` of these arrays (checked), or an internal error."""
-    layout = _kernel.make_layout(order, pred_indptr, predecessors)
-    if not isinstance(layout, _kernel.Layout):
-        _check_status(layout)
-    return layout
+        if kind == TRANSFER:
+            t = self.transfers
+            return (f"{self.table.op(int(t.producer[index]))} d{int(t.src[index])}"
+                    f"->d{int(t.dst[index])}")
+        if kind == SYNC:
+            return f"grad sync stage {int(self.sync_stage[index])}"
+        if kind == OPTIMIZER:
+            return f"optimizer d{index}"
+        return f"{kind.label} {index}"
 
 
 def _check_status(status):
-    """Raise for a kernel status other than OK (the lowering validated the arrays)."""
-    if status != _kernel.OK:
-        raise TabschedError(f"internal error: the kernel returned status {status} "
+    """Raise for a status of ``_build`` other than OK (the lowering validated the arrays)."""
+    if status != _build.OK:
+        raise TabschedError(f"internal error: a construction step returned status {status} "
                             f"for a lowered table (please report this)")
-
-
-def _cycle_text(described):
-    """One line for a cycle; a run of four or more steps on one device is folded."""
-    if not described:
-        return "(no operation on the cycle)"
-    parts = []
-    k = 0
-    while k < len(described):
-        run = k
-        while (run + 1 < len(described) and described[run + 1][1] == described[k][1]
-               and described[run + 1][2] > described[run][2]):
-            run += 1
-        text, device, slot = described[k]
-        parts.append(f"{text} (device {device}, slot {slot})")
-        if run - k >= 3:
-            parts.append(f"[{run - k - 1} more on device {device}]")
-        elif run - k == 2:
-            text, device, slot = described[k + 1]
-            parts.append(f"{text} (device {device}, slot {slot})")
-        if run > k:
-            text, device, slot = described[run]
-            parts.append(f"{text} (device {device}, slot {slot})")
-        k = run + 1
-    limit = 16
-    if len(parts) > limit:
-        parts = parts[:limit] + [f"... {len(parts) - limit} more steps"]
-    return " -> ".join(parts + [described[0][0]])
 
 
 def lower(table: ScheduleTable, *, contention: str = "none",
@@ -554,11 +482,14 @@ def lower(table: ScheduleTable, *, contention: str = "none",
             if contention == "none":
                 return offered
             # the same DAG: only the transfers' resources are added
-            resources, num_resources = _resources(contention, offered.num_nodes,
-                                                  offered.num_cells, offered.transfers,
-                                                  table.num_devices, devices_per_node)
-            return dataclasses.replace(offered, resources=resources,
-                                       num_resources=num_resources, contention=contention)
+            resources, num_resources = node_resources(contention, offered.num_nodes,
+                                                      offered.nodes(TRANSFER),
+                                                      offered.transfers, table.num_devices,
+                                                      devices_per_node)
+            contended = dataclasses.replace(offered, resources=resources,
+                                            num_resources=num_resources, contention=contention)
+            engine.carry_layout(offered, contended)
+            return contended
 
     D = table.num_devices
     device = table.device
@@ -570,7 +501,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
 
     # Dependencies between operations (producer, consumer), group by group:
     # activation, own forward, input gradient, weight grad after I (_build).
-    producers, consumers, gradient, crossing = _dependencies(table)
+    producers, consumers, gradient, crossing = dependencies(table)
     tr_producer = producers[crossing]
     tr_consumer = consumers[crossing]
     tr_gradient = gradient[crossing]
@@ -598,33 +529,18 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
         edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
     if transfer_after is not None:
-        edge_groups.extend(_transfer_after_edges(transfer_after, tr_producer, cell_of_op,
-                                                 num_cells))
+        edge_groups.extend(transfer_after_edges(transfer_after, tr_producer, cell_of_op,
+                                                num_cells))
 
     first_sync = num_nodes
-    sync_stage, sync_groups = _sync_nodes(table, grad_sync, cell_of_op, first_sync)
+    sync_stage, sync_groups = sync_nodes(table, grad_sync, cell_of_op, first_sync)
     edge_groups.extend(sync_groups)
     num_nodes += len(sync_stage)
+    first_optimizer = num_nodes
     if optimizer:
-        first_optimizer = num_nodes
         num_nodes += D
-        bounds = np.searchsorted(cell_device, np.arange(D + 1, dtype=INDEX))
-        busy = np.flatnonzero(bounds[1:] > bounds[:-1]).astype(INDEX)
-        edge_groups.append(((bounds[1:][busy] - 1).astype(INDEX), first_optimizer + busy))
-        # sync -> optimizer of every device holding the stage, one group per replica rank
-        holders = _stage_holders(table)
-        rank = 0
-        while True:
-            sources, targets = [], []
-            for k, stage in enumerate(sync_stage):
-                devices = holders[int(stage)]
-                if rank < len(devices):
-                    sources.append(first_sync + k)
-                    targets.append(first_optimizer + devices[rank])
-            if not sources:
-                break
-            edge_groups.append((np.array(sources, dtype=INDEX), np.array(targets, dtype=INDEX)))
-            rank += 1
+        edge_groups.extend(optimizer_edges(table, cell_device, sync_stage, first_sync,
+                                           first_optimizer))
 
     num_edges = sum(len(sources) for sources, _ in edge_groups)
     if max(num_nodes, num_edges) > MAX_IDS:
@@ -641,176 +557,41 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     _check_status(_build.csr(edge_sources, edge_targets, indptr, successors))
     del edge_sources, edge_targets
 
-    resources, num_resources = _resources(contention, num_nodes, num_cells, transfers, D,
-                                          devices_per_node)
-    return LoweredSchedule(table=table, num_cells=num_cells, cell_of_op=cell_of_op,
+    # each kind's range, in the order of nodes.KINDS (the kinds still to come: empty)
+    kind_bounds = np.full(len(KINDS) + 1, num_nodes, dtype=INDEX)
+    kind_bounds[:OPTIMIZER + 1] = [0, num_cells, first_sync, first_optimizer]
+    resources, num_resources = node_resources(contention, num_nodes,
+                                              slice(num_cells, first_sync), transfers, D,
+                                              devices_per_node)
+    return LoweredSchedule(table=table, kind_bounds=kind_bounds, cell_of_op=cell_of_op,
                            cell_device=cell_device, indptr=indptr, successors=successors,
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
-                           sync_stage=sync_stage, optimizer=bool(optimizer),
+                           sync_stage=sync_stage,
                            extra_transfer_edges=transfer_after is not None)
-
-
-def _dependencies(table):
-    """``(producer, consumer, gradient, crossing)`` arrays of every data dependency,
-    group by group (activation, own forward, input gradient, W after I), each
-    group in the consumer's order (``_build.dependencies``); ``crossing`` marks those
-    between two devices."""
-    S, M = table.num_stages, table.num_microbatches
-    num_ops = len(table)
-    pairs = S * M
-    limit = int(np.iinfo(INDEX).max)
-    if pairs > limit or 2 * num_ops > limit:
-        raise InvalidParameterError(f"the table has {S} stages x {M} microbatches and "
-                                    f"{num_ops} operations; the kernel's int32 ids hold at "
-                                    f"most {limit}")
-    producer = np.empty(2 * num_ops, dtype=INDEX)
-    consumer = np.empty(2 * num_ops, dtype=INDEX)
-    group = np.empty(2 * num_ops, dtype=np.int8)
-    crossing = np.empty(2 * num_ops, dtype=np.int8)
-    count = _build.dependencies(table.kind, table.stage, table.microbatch, table.device, S, M,
-                                np.empty(pairs, INDEX), np.empty(pairs, INDEX),
-                                np.empty(pairs, INDEX), producer, consumer, group, crossing)
-    if count < 0:
-        raise TabschedError("internal error: lowering met a dependency the table lacks "
-                            "(tables validate when built; please report this)")
-    return (producer[:count], consumer[:count], group[:count] != _build.ACTIVATION,
-            crossing[:count].view(bool))
-
-
-# The lowering a layout made of a table's row orders, offered to the next lower()
-# of that table (generate() then evaluate() lowers once). One slot: a table
-# nobody evaluates holds nothing beyond the next layout.
-_offered = [None]
 
 
 def offer_lowering(table, lowered):
     """Let the next ``lower(table)`` whose DAG is the plain one (no sync node, no
     optimizer step, no extra edges; any contention) take ``lowered``, a plain
-    lowering of a table with the same row orders."""
-    transfers = dataclasses.replace(lowered.transfers, table=table)
-    _offered[0] = dataclasses.replace(lowered, table=table, transfers=transfers)
+    lowering of a table with the same row orders (``generate()`` then ``evaluate()``
+    lowers once). It travels on the table, without a reference back to any table
+    (no cycle), and is taken once."""
+    transfers = dataclasses.replace(lowered.transfers, table=None)
+    table._lowering = dataclasses.replace(lowered, table=None, transfers=transfers)
+    engine.carry_layout(lowered, table._lowering)     # its layout, checked once
 
 
 def _take_offered(table, grad_sync):
     """The lowering offered for ``table``, if ``grad_sync`` adds no sync node to it."""
-    offered = _offered[0]
-    if offered is None or offered.table is not table:
+    offered = table._lowering
+    if offered is None:
         return None
     if grad_sync is not None and grad_sync is not False and len(
-            _sync_nodes(table, grad_sync, offered.cell_of_op, offered.num_nodes)[0]):
+            sync_nodes(table, grad_sync, offered.cell_of_op, offered.num_nodes)[0]):
         return None
-    _offered[0] = None
-    return offered
-
-
-def _transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
-    """Edge groups (each with distinct sources) for ``lower``'s ``transfer_after``."""
-    try:
-        producer, after = (np.asarray(array, dtype=np.int64).ravel() for array in transfer_after)
-    except (TypeError, ValueError):
-        raise InvalidParameterError("transfer_after must be a pair of integer arrays "
-                                    "(producer, after)") from None
-    if len(producer) != len(after):
-        raise InvalidParameterError(f"transfer_after: {len(producer)} producers but "
-                                    f"{len(after)} predecessors")
-    num_ops = len(cell_of_op)
-    transfer_of = np.full(num_ops, -1, dtype=np.int64)
-    transfer_of[tr_producer] = num_cells + np.arange(len(tr_producer))
-    carried = np.where(after < 0, -1 - after, 0)
-    bad = np.flatnonzero((producer < 0) | (producer >= num_ops) | (after >= num_ops)
-                         | (carried >= num_ops))
-    if len(bad):
-        k = int(bad[0])
-        raise InvalidParameterError(f"transfer_after[{k}]: ({producer[k]}, {after[k]}) names "
-                                    f"an operation the table does not have")
-    targets = transfer_of[producer]
-    sources = np.where(after >= 0, cell_of_op[np.maximum(after, 0)], transfer_of[carried])
-    bad = np.flatnonzero((targets < 0) | (sources < 0))
-    if len(bad):
-        k = int(bad[0])
-        op = int(producer[k]) if targets[k] < 0 else int(carried[k])
-        raise InvalidParameterError(f"transfer_after[{k}]: operation {op} sends nothing to "
-                                    f"another device")
-    # split into groups in which every source appears once (the CSR fill needs that)
-    order = np.argsort(sources, kind="stable")
-    sources, targets = sources[order], targets[order]
-    first = np.ones(len(sources), dtype=bool)
-    first[1:] = sources[1:] != sources[:-1]
-    position = np.arange(len(sources))
-    rank = position - np.maximum.accumulate(np.where(first, position, 0))
-    return [(sources[rank == r].astype(INDEX), targets[rank == r].astype(INDEX))
-            for r in range(int(rank.max()) + 1 if len(rank) else 0)]
-
-
-def _stage_holders(table):
-    """Sorted devices holding each stage."""
-    # the (stage, device) pairs, sorted and each once (np.unique's answer, without the
-    # numpy.ma import that np.unique costs the first time it is called without indices)
-    pairs = np.sort(table.stage.astype(np.int64) * table.num_devices + table.device)
-    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if len(pairs) else pairs
-    holders = {stage: [] for stage in range(table.num_stages)}
-    for pair in pairs.tolist():
-        holders[pair // table.num_devices].append(pair % table.num_devices)
-    return holders
-
-
-def _sync_nodes(table, grad_sync, cell_of_op, first_id):
-    """Stages that get a sync node, and the edges into those nodes."""
-    empty = np.empty(0, dtype=INDEX)
-    if grad_sync is None or grad_sync is False:
-        return empty, []
-    holders = _stage_holders(table)
-    S = table.num_stages
-    if grad_sync == "replicas":
-        stages = [stage for stage in range(S) if len(holders[stage]) >= 2]
-    elif grad_sync == "all" or grad_sync is True:
-        stages = list(range(S))
-    else:
-        try:
-            stages = sorted({int(stage) for stage in grad_sync})
-        except (TypeError, ValueError):
-            raise InvalidParameterError(
-                f"grad_sync must be None, 'replicas', 'all' or a list of stages, "
-                f"not {grad_sync!r}") from None
-        bad = [stage for stage in stages if not 0 <= stage < S]
-        if bad:
-            raise InvalidParameterError(f"grad_sync: stage {bad[0]} is out of range "
-                                        f"(the table has stages 0..{S - 1})")
-    sync_stage = np.array(stages, dtype=INDEX)
-    if not stages:
-        return sync_stage, []
-    D = table.num_devices
-    node_of_stage = np.full(S, -1, dtype=np.int64)
-    node_of_stage[sync_stage] = first_id + np.arange(len(stages))
-    # the last B or W (in row order) of each (stage, device) pair
-    backward = np.flatnonzero((table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD))
-    key = table.stage[backward].astype(np.int64) * D + table.device[backward]
-    last = np.full(S * D, -1, dtype=np.int64)
-    np.maximum.at(last, key, backward)
-    pairs = np.flatnonzero((last >= 0) & (node_of_stage[np.arange(S * D) // D] >= 0))
-    sources = cell_of_op[last[pairs]].astype(INDEX)
-    targets = node_of_stage[pairs // D].astype(INDEX)
-    return sync_stage, [(sources, targets)]
-
-
-def _resources(contention, num_nodes, num_cells, transfers, num_devices, devices_per_node):
-    if contention == "none":
-        return np.empty((num_nodes, 0), dtype=INDEX), 0
-    link = transfers.src.astype(np.int64) * num_devices + transfers.dst
-    num_links = num_devices * num_devices
-    rows = slice(num_cells, num_cells + len(transfers))  # tail nodes hold no resource
-    if contention == "link":
-        resources = np.full((num_nodes, 1), _kernel.NO_RESOURCE_ID, dtype=INDEX)
-        resources[rows, 0] = link
-        return resources, num_links
-    num_machines = -(-num_devices // devices_per_node)
-    src_node = transfers.src // devices_per_node
-    dst_node = transfers.dst // devices_per_node
-    between = src_node != dst_node
-    resources = np.full((num_nodes, 3), _kernel.NO_RESOURCE_ID, dtype=INDEX)
-    resources[rows, 0] = link
-    resources[rows, 1] = np.where(between, num_links + src_node, _kernel.NO_RESOURCE_ID)
-    resources[rows, 2] = np.where(between, num_links + num_machines + dst_node,
-                                        _kernel.NO_RESOURCE_ID)
-    return resources, num_links + 2 * num_machines
+    table._lowering = None
+    transfers = dataclasses.replace(offered.transfers, table=table)
+    taken = dataclasses.replace(offered, table=table, transfers=transfers)
+    engine.carry_layout(offered, taken)
+    return taken

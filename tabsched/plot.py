@@ -17,6 +17,7 @@ import numpy as np
 from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError, MissingDependencyError
 from tabsched.files import atomic_write, check_output_path
+from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
 
 __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
            "KIND_COLORS"]
@@ -199,12 +200,12 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     links = []
     if transfers and len(lowered.transfers):
         links = sorted(set(zip(lowered.transfers.src.tolist(), lowered.transfers.dst.tolist())))
-    has_sync = lowered.num_syncs > 0
+    has_sync = lowered.count(SYNC) > 0
     lanes = D + (len(links) + has_sync) * 0.5
     makespan = result.makespan
     begin, end = _time_range(time_range, makespan)
-    in_view = (start[:lowered.num_cells] < end) & (start[:lowered.num_cells]
-                                                   + durations[:lowered.num_cells] > begin)
+    cell_nodes = lowered.nodes(CELL)
+    in_view = (start[cell_nodes] < end) & (start[cell_nodes] + durations[cell_nodes] > begin)
     if width is None:
         width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
     figure = _figure(width, 1.0 + 0.45 * lanes)
@@ -246,13 +247,12 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
                     text += "+"
                 ax.text(start[c] + durations[c] / 2, d, text, ha="center", va="center",
                         fontsize=6, color=_text_color(color), clip_on=True)
-    if lowered.optimizer:
-        for d in range(D):
-            node = lowered.first_optimizer + d
-            bars = ax.broken_barh([(start[node], drawn[node])], (d - 0.4, 0.8),
-                                  facecolors=KIND_COLORS["optimizer"],
-                                  edgecolors=CRITICAL if on_path[node] else "white")
-            bars.set_gid(f"optimizer-{d}")
+    for node in lowered.node_ids(OPTIMIZER):
+        d = int(lowered.node_device[node])
+        bars = ax.broken_barh([(start[node], drawn[node])], (d - 0.4, 0.8),
+                              facecolors=KIND_COLORS["optimizer"],
+                              edgecolors=CRITICAL if on_path[node] else "white")
+        bars.set_gid(f"optimizer-{d}")
 
     ticks = list(range(D))
     names = [f"device {d}" for d in range(D)]
@@ -262,7 +262,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         for a, b in links:
             y += 0.5
             mine = np.flatnonzero((src == a) & (dst == b))
-            nodes = lowered.num_cells + mine
+            nodes = lowered.nodes(TRANSFER).start + mine
             bars = ax.broken_barh(
                 list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
                 facecolors=[TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
@@ -273,7 +273,7 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
             names.append(f"link {a}->{b}")
     if has_sync:
         y += 0.5
-        nodes = lowered.first_sync + np.arange(lowered.num_syncs)
+        nodes = np.array(lowered.node_ids(SYNC))
         bars = ax.broken_barh(list(zip(start[nodes].tolist(), drawn[nodes].tolist())),
                               (y - 0.18, 0.36), facecolors=KIND_COLORS["sync"],
                               edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes])

@@ -110,7 +110,7 @@ class ScheduleTable:
 
     __slots__ = ("device", "slot", "kind", "stage", "microbatch", "row_lengths",
                  "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
-                 "grad_sync", "_rows")
+                 "grad_sync", "_rows", "_lowering")
 
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
                  microbatch_sizes=None, stage_layers=None, family=None, params=None,
@@ -221,6 +221,9 @@ class ScheduleTable:
         self.family = family
         self.params = dict(params or {})
         self._rows = None
+        # the lowering a layout made of these row orders, for the table's next lower()
+        # (tabsched.lower owns it; not compared, copied or pickled)
+        self._lowering = None
 
     def _check_ids(self, ids, what, count):
         """Refuse, naming its cell, the first id a table of ``count`` operations cannot hold."""
@@ -279,6 +282,7 @@ class ScheduleTable:
             array.flags.writeable = False
         table.params = dict(self.params)
         table._rows = None
+        table._lowering = None
         return table
 
     def replace(self, **metadata):
@@ -349,6 +353,16 @@ class ScheduleTable:
                 and self.metadata == other.metadata)
 
     __hash__ = None  # type: ignore[assignment]  # equal tables compare arrays: no hash
+
+    def __getstate__(self):
+        """The slots, less the lowering a layout left for the next ``lower()``."""
+        return None, {name: getattr(self, name) for name in ScheduleTable.__slots__
+                      if name != "_lowering"}
+
+    def __setstate__(self, state):
+        for name, value in state[1].items():
+            setattr(self, name, value)
+        self._lowering = None
 
     def _repr_html_(self):
         """The table as a coloured grid in a notebook (:mod:`tabsched._html`)."""

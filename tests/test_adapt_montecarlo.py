@@ -5,10 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tabsched import InvalidParameterError, ModelCosts, StageCosts, _kernel, evaluate, generate
+from tabsched import InvalidParameterError, ModelCosts, StageCosts, evaluate, generate
 from tabsched._testing import random_table
 from tabsched.adapt import Noise, SlowLink, Straggler, VariationContext, monte_carlo
-from tabsched.adapt.montecarlo import _summary, link_chains
+from tabsched import engine
+from tabsched.adapt.montecarlo import link_chains
 from tabsched.lower import lower
 
 PAPER = ModelCosts("paper-128l", "slow_nw_mid_cp", recompute="full")
@@ -151,12 +152,12 @@ def test_link_contention_as_chains_is_the_fifo_exactly(seed, tail, blocking):
         assert len(lowered.transfers) == 0
         return
     assert chained.num_resources == 0 and chained.resources.shape == (lowered.num_nodes, 0)
-    fifo = lowered.run_summary(durations)
+    fifo = lowered.run_summary(durations, method="events")
     static = chained.run_summary(durations)
     for index in (0, 2, 3):  # makespan, first start, last end: the same to the bit
         np.testing.assert_array_equal(static[index], fifo[index])
     np.testing.assert_allclose(static[1], fifo[1], rtol=1e-12)
-    start, _, _ = lowered.run(durations, binding=False)
+    start, _, _ = lowered.run(durations, binding=False, method="events")
     chained_start, _, _ = chained.run(durations, binding=False)
     np.testing.assert_array_equal(chained_start, start)
 
@@ -168,11 +169,14 @@ def test_a_zero_length_cell_falls_back_to_the_heap():
     lowered = lower(table, contention="link")
     durations = np.random.default_rng(16).integers(0, 3, size=(1, lowered.num_nodes)) * 1.0
     chained = link_chains(lowered)
-    fifo = lowered.run_summary(durations)[0]
+    fifo = lowered.run_summary(durations, method="events")[0]
     assert chained.run_summary(durations)[0] != fifo
-    assert _summary(lowered, chained, durations, lowered.node_devices())[0] == fifo
+    assert engine.choose(lowered, durations) == "events"
+    assert engine.summarize(lowered, durations)[0] == fifo
     positive = durations + 0.5
-    assert chained.run_summary(positive)[0] == lowered.run_summary(positive)[0]
+    assert engine.choose(lowered, positive) == "chained"
+    assert chained.run_summary(positive)[0] == lowered.run_summary(positive,
+                                                                   method="events")[0]
 
 
 @pytest.mark.parametrize("contention", ["none", "link"])
@@ -218,31 +222,3 @@ def test_a_table_without_operations(variation):
     empty = ScheduleTable([[], []])
     runs = monte_carlo(empty, None, variation, samples=20)
     assert runs.makespans.tolist() == [0.0] * 20 and runs.nominal_makespan == 0.0
-
-
-@pytest.mark.parametrize("samples", [2, 33, 65, 100, 257])
-def test_samples_split_over_threads_give_the_numbers_of_one_pass(monkeypatch, samples):
-    import tabsched.adapt.montecarlo as montecarlo
-    table = generate("zbv", devices=4, microbatches=8)
-    costs = ModelCosts("paper-128l", "slow_nw_mid_cp", contention="link")
-    variation = Noise(0.2, transfers=0.1)
-    whole = monte_carlo(table, costs, variation, samples=samples, seed=3)
-    monkeypatch.setattr(montecarlo, "_THREAD_WORK", 1)          # a thread for every few samples
-    monkeypatch.setattr(montecarlo.os, "sched_getaffinity", lambda pid: range(4), raising=False)
-    ranges = montecarlo._thread_ranges(samples, 100)
-    pair_of_blocks = 2 * _kernel.SUMMARY_BLOCK       # the least a range holds
-    assert (len(ranges) > 1) == (samples > pair_of_blocks) and len(ranges) <= 4
-    split = monte_carlo(table, costs, variation, samples=samples, seed=3)
-    assert split.makespans.tobytes() == whole.makespans.tobytes()
-    assert split.to_dict()["devices"] == whole.to_dict()["devices"]
-
-
-def test_thread_ranges_start_at_even_samples_and_cover_every_sample(monkeypatch):
-    import tabsched.adapt.montecarlo as montecarlo
-    monkeypatch.setattr(montecarlo.os, "sched_getaffinity", lambda pid: range(3), raising=False)
-    for samples in (1, 31, 32, 1000, 10001):
-        ranges = montecarlo._thread_ranges(samples, 10_000)
-        assert ranges[0][0] == 0 and ranges[-1][1] == samples
-        assert all(first % 2 == 0 and first < last for first, last in ranges)
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-        assert len(ranges) <= 3

@@ -8,6 +8,7 @@ from tabsched.adapt import (Combined, Noise, Replay, SlowLink, SplitMicrobatches
                             VariationContext, estimate_variation)
 from tabsched.adapt.variation import parse_iterations
 from tabsched.lower import lower
+from tabsched.nodes import OPTIMIZER, TRANSFER
 
 PAPER = ModelCosts("paper-128l", "mid_nw_mid_cp", recompute="full")
 
@@ -73,7 +74,7 @@ def test_transfer_noise_only_touches_transfers():
     drawn = context.sample_durations(Noise(transfers=0.2), np.arange(400))
     cells = context.lowered.num_cells
     assert np.all(drawn[:, :cells] == context.nominal[:cells])
-    sends = drawn[:, cells:context.lowered.first_sync] / 0.5
+    sends = drawn[:, context.lowered.nodes(TRANSFER)] / 0.5
     assert sends.mean() == pytest.approx(1.0, abs=0.01)
     assert sends.std() == pytest.approx(0.2, rel=0.05)
 
@@ -85,10 +86,10 @@ def test_straggler_scales_its_device_and_optimizer_step():
     context = VariationContext(lowered, costs)
     mean = context.mean_durations(Straggler(2, 1.5))
     ratio = mean / costs.node_durations(lowered)
-    devices = lowered.node_devices()
+    devices = lowered.node_device
     assert np.all(ratio[devices == 2] == 1.5)
     assert np.all(ratio[devices != 2] == 1.0)
-    assert mean[lowered.first_optimizer + 2] == 3.0
+    assert mean[lowered.nodes(OPTIMIZER)][2] == 3.0
 
 
 def test_slow_link_stretches_bytes_not_latency():
@@ -97,7 +98,7 @@ def test_slow_link_stretches_bytes_not_latency():
     lowered = context.lowered
     mean = context.mean_durations(SlowLink((3, 4), 3.0))
     transfers = lowered.transfers
-    sends = mean[lowered.num_cells:lowered.first_sync]
+    sends = mean[lowered.nodes(TRANSFER)]
     bandwidth, latency = PAPER.system.link_matrices(8)
     _, nbytes = PAPER.transfer_costs(table, transfers)
     on_link = on_the_link(transfers, 3, 4)
@@ -117,10 +118,10 @@ def test_latency_spikes_hit_with_their_probability():
     lowered = context.lowered
     transfers = lowered.transfers
     on_link = on_the_link(transfers, 1, 2)
-    sends = drawn[:, lowered.num_cells:lowered.first_sync][:, on_link]
+    sends = drawn[:, lowered.nodes(TRANSFER)][:, on_link]
     assert set(np.unique(sends)) == {0.5, 2.5}
     assert (sends == 2.5).mean() == pytest.approx(0.25, abs=0.01)
-    mean = context.mean_durations(link)[lowered.num_cells:lowered.first_sync][on_link]
+    mean = context.mean_durations(link)[lowered.nodes(TRANSFER)][on_link]
     assert np.all(mean == 0.5 + 0.25 * 2.0)
 
 

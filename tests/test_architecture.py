@@ -93,7 +93,18 @@ def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     assert "tabsched.plot" in graph["tabsched.cli.plot"]      # imported inside a command
     assert "tabsched.costs.transformer" in graph["tabsched.costs.model_costs"]
-    assert "tabsched._kernel" in graph["tabsched.lower"]
+    assert "tabsched._kernel" in graph["tabsched.engine"]
+    assert "tabsched.engine" in graph["tabsched.lower"]
+
+
+def test_the_engine_is_the_only_importer_of_the_kernel():
+    """Which pass runs is decided in one place (``tabsched/engine.py``): no other
+    library module imports ``_kernel`` or its AVX2 build, at the top or in a function
+    (the test oracle and the tests' helpers read its constants and entry points)."""
+    graph = import_graph()
+    compiled = {"tabsched._kernel", "tabsched._kernel_avx2"}
+    importers = sorted(name for name, targets in graph.items() if targets & compiled)
+    assert importers == ["tabsched._reference", "tabsched.engine"]
 
 
 def test_cycles_are_found():

@@ -81,7 +81,7 @@ def test_csr_checks_ids():
        integer=st.booleans())
 def test_activation_peaks_equal_the_timelines(seed, release, integer):
     from tabsched import StageCosts, evaluate
-    from tabsched.evaluate import activation_peaks
+    from tabsched.memory import activation_peaks
     table = random_table(seed)
     rng = np.random.default_rng(seed)
     forward = rng.integers(0, 3, table.num_stages) * 1.0 if integer else \
@@ -114,7 +114,7 @@ def test_activation_peaks_equal_the_timelines(seed, release, integer):
 
 def test_activation_peaks_count_working_memory_as_the_timeline_does():
     from tabsched import ModelCosts, evaluate, generate
-    from tabsched.evaluate import activation_peaks
+    from tabsched.memory import activation_peaks
     for family in ("1f1b", "zbv", "interleaved-1f1b"):
         table = generate(family, devices=4, microbatches=8, **(
             {"chunks": 2} if family == "interleaved-1f1b" else {}))

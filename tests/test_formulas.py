@@ -6,6 +6,7 @@ import pytest
 from tabsched import StageCosts, UnitCosts, evaluate, generate
 from tabsched.costs import ModelCosts
 from tabsched.formulas import formula_for, nominal_times
+from tabsched.nodes import TRANSFER
 
 
 def test_nominal_times_come_from_the_cost_model():
@@ -59,7 +60,7 @@ def test_formula_levels_are_formula_level_for_each_cost_model():
               generate("gpipe", devices=4, microbatches=8).replace(family="no-such-family")]
     for table in tables:
         lowered = lower(table)
-        times = [c.node_durations(lowered)[lowered.num_cells:lowered.first_sync]
+        times = [c.node_durations(lowered)[lowered.nodes(TRANSFER)]
                  for c in costs]
         together = formula_levels(table, costs, lowered, times)
         _memo.clear()

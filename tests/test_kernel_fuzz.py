@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tabsched import _build, _kernel
+from tabsched.engine import NoisyDurations
 
 I32, F64, I8 = np.int32, np.float64, np.int8
 
@@ -28,24 +29,39 @@ def test_entry_points_survive_inconsistent_arrays(seed):
                         ints(rng, n))
     _kernel.find_cycle(ints(rng, n + 1, -2_000_000_000, 2_000_000_000), ints(rng, e),
                        ints(rng, n), ints(rng, n), ints(rng, n))
-    layout = _kernel.make_layout(ints(rng, n), ints(rng, n + 1), ints(rng, e))
-    if isinstance(layout, _kernel.Layout):
-        _kernel.longest_path(layout, bool(rng.integers(2)), rng.random((2, n)),
-                             np.zeros((2, n)), np.zeros(n, I32), np.zeros(n))
-        devices = int(rng.integers(0, 3))
-        _kernel.longest_path_summary(layout, True, ints(rng, n, -2, 3), rng.random((3, n)),
-                                     np.zeros(3), np.zeros((3, devices)),
-                                     np.zeros((3, devices)), np.zeros((3, devices)),
-                                     np.zeros(n * _kernel.SUMMARY_BLOCK))
-        cells = int(rng.integers(0, n + 1))
-        ops = int(rng.integers(0, 5))
-        _kernel.monte_carlo_summary(
-            layout, ints(rng, n, -2, 3), ints(rng, cells + 1, -1, ops + 2), rng.random(ops),
-            np.arange(ops, dtype=np.uint64), np.full(ops, 0.1, np.float32),
-            np.zeros(ops, np.float32), 1.0, rng.random(int(rng.integers(0, 4))),
-            np.arange(3, dtype=np.uint64), 0.1, 0.0, rng.random(int(rng.integers(0, 4))),
-            1, 2, np.zeros(5), np.zeros((5, devices)), np.zeros((5, devices)),
-            np.zeros((5, devices)), np.zeros((n + 3 * devices) * _kernel.SUMMARY_BLOCK))
+    graph = _kernel.Graph(n)
+    resources = ints(rng, (n, int(rng.integers(0, 3))), -2, 4)
+    devices = int(rng.integers(0, 3))
+    graph.add_layout(ints(rng, n), ints(rng, n + 1), ints(rng, e))
+    graph.add_edges(indptr, succ, resources, 3)
+    graph.add_devices(ints(rng, n, -2, 3), devices)
+
+    def scratch(finish, nodes=n, resources=3):
+        return _kernel.Scratch(ints(rng, nodes), rng.random(nodes), ints(rng, nodes),
+                               rng.random(resources), ints(rng, resources), np.zeros(finish))
+    # every pass on whatever parts were added, with scratch of the right and wrong sizes
+    for finish in (n, n * _kernel.SUMMARY_BLOCK, (n + 3 * devices) * _kernel.SUMMARY_BLOCK):
+        for work in (scratch(finish), scratch(finish, max(n - 1, 0), 0)):
+            _kernel.longest_path_starts(graph, rng.random((2, n)), np.zeros((2, n)),
+                                        np.zeros(n, I32), work, bool(rng.integers(2)))
+            _kernel.fifo_starts(graph, rng.random((1, n)), np.zeros((1, n)), np.zeros(n, I32),
+                                work)
+            outputs = (np.zeros(3), np.zeros((3, devices)), np.zeros((3, devices)),
+                       np.zeros((3, devices)))
+            _kernel.longest_path_summary(graph, rng.random((3, n)), *outputs, work)
+            _kernel.fifo_summary(graph, rng.random((3, n)), *outputs, work)
+            cells = int(rng.integers(0, n + 1))
+            ops = int(rng.integers(0, 5))
+            draws = NoisyDurations(
+                cell_first_op=ints(rng, cells + 1, -1, ops + 2), op_base=rng.random(ops),
+                op_key=np.arange(ops, dtype=np.uint64), op_sigma=np.full(ops, 0.1, np.float32),
+                op_shift=np.zeros(ops, np.float32), overlap=1.0,
+                transfer_base=rng.random(int(rng.integers(0, 4))),
+                transfer_key=np.arange(3, dtype=np.uint64), transfer_sigma=0.1,
+                transfer_shift=0.0, extra=rng.random(int(rng.integers(0, 4))), noise_stream=1,
+                transfer_stream=2)
+            _kernel.monte_carlo_summary(graph, draws, np.zeros(5), np.zeros((5, devices)),
+                                        np.zeros((5, devices)), np.zeros((5, devices)), work)
     for build in _kernel.FUSED_PASSES.values():    # checks its own layout arrays
         devices = int(rng.integers(0, 3))
         cells = int(rng.integers(0, n + 1))
@@ -56,10 +72,6 @@ def test_entry_points_survive_inconsistent_arrays(seed):
               rng.random(n - cells), np.arange(n - cells, dtype=np.uint64), 0.1, 0.0,
               np.zeros(0), 1, 2, np.zeros(5), np.zeros((5, devices)), np.zeros((5, devices)),
               np.zeros((5, devices)), np.zeros((n + 3 * devices) * _kernel.SUMMARY_BLOCK))
-    resources = ints(rng, (n, int(rng.integers(0, 3))), -2, 4)
-    _kernel.evaluate(indptr, succ, rng.random((1, n)), resources, 3, np.zeros((1, n)),
-                     np.zeros((1, n)), np.zeros(n, I32), np.zeros(n, I32), np.zeros(n, I32),
-                     np.zeros(n), np.zeros(n, I32), np.zeros(3), np.zeros(3, I32))
     ops = int(rng.integers(0, 6))
     S, M = int(rng.integers(0, 3)), int(rng.integers(0, 3))
     kind, stage, mb, device = (ints(rng, ops, -1, 5, I8), ints(rng, ops, -1, 4),

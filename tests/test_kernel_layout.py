@@ -1,5 +1,5 @@
-"""The topological layout and the pull passes: kernel against twin, and against the
-event kernel they replace where no resource is held."""
+"""The topological layout, the pull passes and the fused Monte Carlo pass: kernel
+against twin, and against the event pass where no resource is held."""
 
 import os
 import subprocess
@@ -11,16 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tabsched import _kernel, _reference
-from tabsched._testing import random_durations, random_table
+from tabsched._testing import kernel_graphs, kernel_scratch, random_durations, random_table
+from tabsched.engine import NoisyDurations
 from tabsched.lower import lower
 
 I32 = np.int32
+MODULES = (_kernel, _reference)
 
 
 def layout_both(indptr, successors):
     outputs = []
     n = len(indptr) - 1
-    for module in (_kernel, _reference):
+    for module in MODULES:
         order = np.full(n, -9, I32)
         pred_indptr = np.full(n + 1, -9, I32)
         predecessors = np.full(len(successors), -9, I32)
@@ -72,38 +74,30 @@ def test_layout_deadlocks_like_the_event_kernel(seed):
         np.testing.assert_array_equal(kernel[4] > 0, reference[4] > 0)
 
 
-def layouts(lowered):
-    """The lowering's layout in the kernel's and the twin's form."""
-    arrays = (lowered.topo_order, lowered.topo_pred_indptr, lowered.topo_predecessors)
-    return lowered.layout, _reference.make_layout(*arrays)
-
-
-def pull_both(lowered, durations, *, ordered=True, binding=True):
+def pull_both(lowered, durations, *, binding=True, by_position=False):
     outputs = []
     n = lowered.num_nodes
-    for module, layout in zip((_kernel, _reference), layouts(lowered)):
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
         start = np.full(durations.shape, np.nan)
         bound = np.full(n if binding else 0, -7, I32)
-        status = module.longest_path(layout, ordered, durations, start, bound, np.zeros(n))
+        status = module.longest_path_starts(graph, durations, start, bound,
+                                            kernel_scratch(module, graph, n), by_position)
         outputs.append((status, start, bound))
     return outputs
 
 
-def event_kernel(lowered, durations):
-    n = lowered.num_nodes
+def event_pass(lowered, durations):
+    """The event pass's starts (it holds every resource-free lowering too)."""
+    graph, = kernel_graphs(lowered, (_kernel,))
     start = np.zeros(durations.shape)
-    bound = np.zeros(n, I32)
-    status = _kernel.evaluate(lowered.indptr, lowered.successors, durations, lowered.resources,
-                              0, start, np.empty((0, n)), bound, np.zeros(n, I32),
-                              np.zeros(n, I32), np.zeros(0), np.zeros(0, I32), np.zeros(0),
-                              np.zeros(0, I32))
-    assert status == _kernel.OK
-    return start, bound
+    assert _kernel.fifo_starts(graph, durations, start, np.zeros(lowered.num_nodes, I32),
+                               kernel_scratch(_kernel, graph)) == _kernel.OK
+    return start
 
 
 @given(seed=st.integers(0, 2**32 - 1), samples=st.integers(1, 3), integer=st.booleans(),
        tail=st.booleans())
-def test_pull_pass_equals_reference_and_the_event_kernel(seed, samples, integer, tail):
+def test_pull_pass_equals_reference_and_the_event_pass(seed, samples, integer, tail):
     table = random_table(seed)
     lowered = lower(table, grad_sync="all" if tail else None, optimizer=tail)
     durations = random_durations(lowered, seed, samples=samples, integer=integer)
@@ -111,35 +105,42 @@ def test_pull_pass_equals_reference_and_the_event_kernel(seed, samples, integer,
     assert status_k == status_r == _kernel.OK
     np.testing.assert_array_equal(start_k, start_r)
     np.testing.assert_array_equal(bound_k, bound_r)
-    start_e, bound_e = event_kernel(lowered, durations)
-    np.testing.assert_array_equal(start_k, start_e)     # the same numbers, to the bit,
-    np.testing.assert_array_equal(bound_k, bound_e)     # and the same ties broken
+    # the same numbers as the event order, to the bit
+    np.testing.assert_array_equal(start_k, event_pass(lowered, durations))
+    # the binding: a predecessor whose end is the start
+    ends = start_k[0] + durations[0]
+    for node in range(lowered.num_nodes):
+        chosen = int(bound_k[node])
+        if chosen < 0:
+            assert start_k[0, node] == 0.0
+            continue
+        assert ends[chosen] == start_k[0, node] > 0
     # by position: the same pass over renumbered arrays
     order = lowered.topo_order
     renumbered = np.ascontiguousarray(durations[:, order])
-    start = np.zeros(durations.shape)
-    assert _kernel.longest_path(lowered.layout, False, renumbered, start, np.empty(0, I32),
-                                np.zeros(lowered.num_nodes)) == _kernel.OK
-    np.testing.assert_array_equal(start, start_k[:, order])
+    (status_p, start_p, _), (status_q, start_q, _) = pull_both(lowered, renumbered,
+                                                               binding=False, by_position=True)
+    assert status_p == status_q == _kernel.OK
+    np.testing.assert_array_equal(start_p, start_k[:, order])
+    np.testing.assert_array_equal(start_q, start_k[:, order])
 
 
 def summary_pull_both(lowered, durations):
     outputs = []
     devices = lowered.table.num_devices
     samples, n = durations.shape
-    for module, layout in zip((_kernel, _reference), layouts(lowered)):
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
         out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
                np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
         status = module.longest_path_summary(
-            layout, True, lowered.node_devices(), durations, *out,
-            np.zeros(n * _kernel.SUMMARY_BLOCK))
+            graph, durations, *out, kernel_scratch(module, graph, n * _kernel.SUMMARY_BLOCK))
         outputs.append((status, out))
     return outputs
 
 
 @given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 5, 16, 17, 40, 70]),
        tail=st.booleans())
-def test_blocked_summary_equals_reference_and_the_event_kernel(seed, samples, tail):
+def test_blocked_summary_equals_reference_and_the_event_pass(seed, samples, tail):
     table = random_table(seed)
     lowered = lower(table, grad_sync="all" if tail else None, optimizer=tail)
     durations = random_durations(lowered, seed, samples=samples)
@@ -147,29 +148,28 @@ def test_blocked_summary_equals_reference_and_the_event_kernel(seed, samples, ta
     assert status_k == status_r == _kernel.OK
     for mine, theirs in zip(out_k, out_r):
         np.testing.assert_array_equal(mine, theirs)
-    n = lowered.num_nodes
-    devices = table.num_devices
-    out_e = (np.zeros(samples), np.zeros((samples, devices)), np.zeros((samples, devices)),
-             np.zeros((samples, devices)))
-    assert _kernel.evaluate_summary(
-        lowered.indptr, lowered.successors, durations, lowered.resources, 0,
-        lowered.node_devices(), *out_e, np.zeros(n), np.zeros(n, I32), np.zeros(n, I32),
-        np.zeros(0), np.zeros(0, I32), np.zeros(0), np.zeros(0, I32)) == _kernel.OK
-    for mine, theirs in zip(out_k, out_e):
-        np.testing.assert_array_equal(mine, theirs)
+    makespan, busy, first, last = out_k
+    start = event_pass(lowered, durations)
+    end = start + durations
+    np.testing.assert_array_equal(makespan, end.max(axis=1))
+    for d in range(table.num_devices):
+        mine = lowered.node_device == d
+        np.testing.assert_allclose(busy[:, d], durations[:, mine].sum(axis=1), rtol=1e-12)
+        np.testing.assert_array_equal(first[:, d], start[:, mine].min(axis=1, initial=np.inf))
+        np.testing.assert_array_equal(last[:, d], end[:, mine].max(axis=1, initial=0.0))
 
 
 def _layout(pred_indptr, predecessors, order=None):
     pred_indptr = np.asarray(pred_indptr, I32)
     order = np.arange(len(pred_indptr) - 1, dtype=I32) if order is None else order
-    made = [module.make_layout(np.asarray(order, I32), pred_indptr.copy(),
-                               np.asarray(predecessors, I32)) for module in (_kernel, _reference)]
-    statuses = [item if isinstance(item, int) else _kernel.OK for item in made]
+    statuses = [module.Graph(len(order)).add_layout(np.asarray(order, I32), pred_indptr.copy(),
+                                                    np.asarray(predecessors, I32))
+                for module in MODULES]
     assert statuses[0] == statuses[1]
     return statuses[0]
 
 
-def test_a_layout_is_checked_once_when_it_is_made():
+def test_a_layout_is_checked_once_when_it_is_added():
     assert _layout([0, 0, 1], [0]) == _kernel.OK
     assert _layout([0, 0, 1], [1]) == _kernel.BAD_INDEX    # not before it
     assert _layout([0, 0, 1], [-5]) == _kernel.BAD_INDEX
@@ -181,40 +181,49 @@ def test_a_layout_is_checked_once_when_it_is_made():
     assert _layout([0, 0, 1], [0], order=[1, 0]) == _kernel.OK
     assert _layout([0, 0, 1], [0], order=[1, 7]) == _kernel.BAD_INDEX
     assert _layout([0, 0, 1], [0], order=[1]) == _kernel.BAD_SHAPE
-    layout = _kernel.make_layout(np.array([1, 0], I32), np.array([0, 0, 1], I32),
-                                 np.array([0], I32))
-    assert not layout.predecessors.flags.writeable      # what was checked stays so
+    graph = _kernel.Graph(2)
+    predecessors = np.array([0], I32)
+    assert graph.add_layout(np.array([1, 0], I32), np.array([0, 0, 1], I32),
+                            predecessors) == _kernel.OK
+    assert not predecessors.flags.writeable      # what was checked stays so
+    assert graph.predecessors is predecessors and graph.has_layout
 
 
 @pytest.mark.parametrize("summary", [False, True])
-def test_passes_check_their_shapes(summary):
-    layout = _kernel.make_layout(np.array([0, 1], I32), np.array([0, 0, 1], I32),
-                                 np.array([0], I32))
-    if summary:
-        for device in ([0, 3], [-1, -2]):
-            assert _kernel.longest_path_summary(
-                layout, True, np.array(device, I32), np.ones((2, 2)), np.zeros(2),
-                np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)),
-                np.zeros(2 * _kernel.SUMMARY_BLOCK)) == _kernel.BAD_INDEX
-        assert _kernel.longest_path_summary(
-            layout, True, np.zeros(2, I32), np.ones((2, 3)), np.zeros(2), np.zeros((2, 1)),
-            np.zeros((2, 1)), np.zeros((2, 1)),
-            np.zeros(2 * _kernel.SUMMARY_BLOCK)) == _kernel.BAD_SHAPE
-    else:
-        assert _kernel.longest_path(layout, True, np.ones((1, 3)), np.zeros((1, 3)),
-                                    np.zeros(3, I32), np.zeros(3)) == _kernel.BAD_SHAPE
-        assert _kernel.longest_path(layout, True, np.ones((1, 2)), np.zeros((1, 2)),
-                                    np.zeros(2, I32), np.zeros(2)) == _kernel.OK
+def test_pull_passes_check_their_shapes(summary):
+    for module in MODULES:
+        graph = module.Graph(2)
+        assert graph.add_layout(np.array([0, 1], I32), np.array([0, 0, 1], I32),
+                                np.array([0], I32)) == _kernel.OK
+        if summary:
+            blocks = kernel_scratch(module, graph, 2 * _kernel.SUMMARY_BLOCK)
+            out = (np.zeros(2), np.zeros((2, 1)), np.zeros((2, 1)), np.zeros((2, 1)))
+            assert module.longest_path_summary(graph, np.ones((2, 2)), *out, blocks) == \
+                _kernel.BAD_SHAPE                           # no devices yet
+            assert graph.add_devices(np.zeros(2, I32), 1) == _kernel.OK
+            assert module.longest_path_summary(graph, np.ones((2, 2)), *out, blocks) == \
+                _kernel.OK
+            assert module.longest_path_summary(graph, np.ones((2, 3)), *out, blocks) == \
+                _kernel.BAD_SHAPE
+            assert module.longest_path_summary(graph, np.ones((2, 2)), *out,
+                                               kernel_scratch(module, graph, 2)) == \
+                _kernel.BAD_SHAPE
+        else:
+            scratch = kernel_scratch(module, graph, 2)
+            assert module.longest_path_starts(graph, np.ones((1, 3)), np.zeros((1, 3)),
+                                              np.zeros(3, I32), scratch) == _kernel.BAD_SHAPE
+            assert module.longest_path_starts(graph, np.ones((1, 2)), np.zeros((1, 2)),
+                                              np.zeros(2, I32), scratch) == _kernel.OK
     with pytest.raises(TypeError):
-        _kernel.longest_path(np.zeros(3, I32), True, np.ones((1, 2)), np.zeros((1, 2)),
-                             np.zeros(2, I32), np.zeros(2))
+        _kernel.longest_path_starts(np.zeros(3, I32), np.ones((1, 2)), np.zeros((1, 2)),
+                                    np.zeros(2, I32), kernel_scratch(_kernel, _kernel.Graph(2)))
 
 
 def test_layout_checks_what_it_dereferences():
     assert layout_both([0, 1, 1], [1])[0][0] == _kernel.OK
     assert layout_both([0, 1, 1], [2])[0][0] == _kernel.BAD_INDEX
     assert layout_both([-2000000000, 1, 1], [1])[0][0] == _kernel.BAD_SHAPE
-    for module in (_kernel, _reference):
+    for module in MODULES:
         assert module.topological(np.array([0, 1, 1], I32), np.array([1], I32),
                                   np.zeros(1, I32), np.zeros(3, I32), np.zeros(1, I32),
                                   np.zeros(2, I32)) == _kernel.BAD_SHAPE
@@ -271,33 +280,40 @@ def test_the_fused_monte_carlo_pass_equals_its_twin(seed, samples):
     rng = np.random.default_rng(seed)
     cells = np.flatnonzero(table.cell_starts())
     ops = len(table)
-    arguments = (
-        lowered.node_devices(), np.append(cells, ops).astype(I32),
-        rng.exponential(1.0, ops), rng.integers(0, 2**63, ops, dtype=np.int64).astype(np.uint64),
-        np.full(ops, 0.2, np.float32), np.full(ops, 0.02, np.float32), 0.8,
-        rng.exponential(0.3, len(lowered.transfers)),
-        rng.integers(0, 2**63, len(lowered.transfers), dtype=np.int64).astype(np.uint64),
-        0.1, 0.005, rng.exponential(0.1, lowered.num_nodes - lowered.first_sync), 77, 78)
+    draws = NoisyDurations(
+        cell_first_op=np.append(cells, ops).astype(I32), op_base=rng.exponential(1.0, ops),
+        op_key=rng.integers(0, 2**63, ops, dtype=np.int64).astype(np.uint64),
+        op_sigma=np.full(ops, 0.2, np.float32), op_shift=np.full(ops, 0.02, np.float32),
+        overlap=0.8, transfer_base=rng.exponential(0.3, len(lowered.transfers)),
+        transfer_key=rng.integers(0, 2**63, len(lowered.transfers),
+                                  dtype=np.int64).astype(np.uint64),
+        transfer_sigma=0.1, transfer_shift=0.005,
+        extra=rng.exponential(0.1, lowered.num_nodes - lowered.extra_nodes.start),
+        noise_stream=77, transfer_stream=78)
     devices = table.num_devices
+    finish = (lowered.num_nodes + 3 * devices) * _kernel.SUMMARY_BLOCK
 
     def outputs():
         return (np.full(samples, np.nan), np.full((samples, devices), np.nan),
                 np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
 
-    def scratch():
-        return np.zeros((lowered.num_nodes + 3 * devices) * _kernel.SUMMARY_BLOCK)
-
+    graph, twin = kernel_graphs(lowered, MODULES)
     expected = outputs()
-    assert _reference.monte_carlo_summary(layouts(lowered)[1], *arguments, *expected,
-                                          scratch()) == _kernel.OK
-    layout = lowered.layout
-    runs = {"monte_carlo_summary": lambda *args: _kernel.monte_carlo_summary(layout, *args)}
+    assert _reference.monte_carlo_summary(twin, draws, *expected,
+                                          kernel_scratch(_reference, twin, finish)) == _kernel.OK
+    runs = {"monte_carlo_summary": lambda *out: _kernel.monte_carlo_summary(
+        graph, draws, *out, kernel_scratch(_kernel, graph, finish))}
+    arguments = (graph.node_device, draws.cell_first_op, draws.op_base, draws.op_key,
+                 draws.op_sigma, draws.op_shift, draws.overlap, draws.transfer_base,
+                 draws.transfer_key, draws.transfer_sigma, draws.transfer_shift, draws.extra,
+                 draws.noise_stream, draws.transfer_stream)
     for name, build in _kernel.FUSED_PASSES.items():     # every build this CPU can run
-        runs[name] = lambda *args, build=build: build(layout.pred_indptr, layout.predecessors,
-                                                      layout.order, *args)
+        runs[name] = lambda *out, build=build: build(graph.pred_indptr, graph.predecessors,
+                                                     graph.order, *arguments, *out,
+                                                     np.zeros(finish))
     for name, run in runs.items():
         out = outputs()
-        assert run(*arguments, *out, scratch()) == _kernel.OK, name
+        assert run(*out) == _kernel.OK, name
         for mine, theirs in zip(out, expected):
             np.testing.assert_array_equal(mine, theirs, err_msg=name)
 

@@ -6,32 +6,32 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tabsched import DeadlockError, ScheduleTable, _kernel, _reference
-from tabsched._testing import random_durations, random_table
+from tabsched._testing import kernel_scratch, random_durations, random_table
 from tabsched.lower import lower
 
 
 def summary_both(lowered, durations, node_device=None, devices=None):
-    node_device = lowered.node_devices() if node_device is None else node_device
+    node_device = lowered.node_device if node_device is None else node_device
     devices = lowered.table.num_devices if devices is None else devices
     outputs = []
     for module in (_kernel, _reference):
-        samples, n = durations.shape
+        samples, n = durations.shape[0], lowered.num_nodes
         out = (np.full(samples, np.nan), np.full((samples, devices), np.nan),
                np.full((samples, devices), np.nan), np.full((samples, devices), np.nan))
-        heap = n if lowered.resources.shape[1] else 0
-        indegree = np.zeros(n, dtype=np.int32)
-        status = module.evaluate_summary(
-            lowered.indptr, lowered.successors, durations, lowered.resources,
-            lowered.num_resources, node_device, *out, np.zeros(n), indegree,
-            np.zeros(n, dtype=np.int32), np.zeros(heap), np.zeros(heap, dtype=np.int32),
-            np.zeros(lowered.num_resources), np.zeros(lowered.num_resources, dtype=np.int32))
-        outputs.append((status, out, indegree))
+        graph = module.Graph(n)
+        assert graph.add_edges(lowered.indptr, lowered.successors, lowered.resources,
+                               lowered.num_resources) == _kernel.OK
+        status = graph.add_devices(np.asarray(node_device, np.int32), devices)
+        scratch = kernel_scratch(module, graph, n)
+        if status == _kernel.OK:
+            status = module.fifo_summary(graph, durations, *out, scratch)
+        outputs.append((status, out, scratch.indegree))
     return outputs
 
 
 @given(seed=st.integers(0, 2**32 - 1), contention=st.sampled_from(["none", "link", "nic"]),
        samples=st.integers(1, 3), integer=st.booleans(), tail=st.booleans())
-def test_summary_kernel_equals_reference(seed, contention, samples, integer, tail):
+def test_event_summary_equals_reference(seed, contention, samples, integer, tail):
     table = random_table(seed)
     lowered = lower(table, contention=contention, devices_per_node=2,
                     grad_sync="all" if tail else None, optimizer=tail)
@@ -42,15 +42,16 @@ def test_summary_kernel_equals_reference(seed, contention, samples, integer, tai
         np.testing.assert_array_equal(kernel, reference)
 
 
-@given(seed=st.integers(0, 2**32 - 1), contention=st.sampled_from(["none", "link"]))
-def test_summary_agrees_with_run(seed, contention):
+@given(seed=st.integers(0, 2**32 - 1), contention=st.sampled_from(["none", "link"]),
+       method=st.sampled_from(["auto", "events"]))
+def test_summary_agrees_with_run(seed, contention, method):
     table = random_table(seed)
     lowered = lower(table, contention=contention, optimizer=True)
     durations = random_durations(lowered, seed, samples=2)
-    makespan, busy, first, last = lowered.run_summary(durations)
-    start, end, _ = lowered.run(durations, binding=False)
+    makespan, busy, first, last = lowered.run_summary(durations, method=method)
+    start, end, _ = lowered.run(durations, binding=False, method=method)
     np.testing.assert_array_equal(makespan, end.max(axis=1))
-    devices = lowered.node_devices()
+    devices = lowered.node_device
     for d in range(table.num_devices):
         mine = devices == d
         np.testing.assert_allclose(busy[:, d], durations[:, mine].sum(axis=1), rtol=1e-12)
@@ -71,7 +72,7 @@ def test_summary_status_codes():
     table = ScheduleTable([["0F0", "1F0", "1B0", "0B0"]])
     lowered = lower(table)
     durations = np.ones((1, lowered.num_nodes))
-    bad = lowered.node_devices().copy()
+    bad = lowered.node_device.copy()
     bad[0] = 5
     (status_k, *_), (status_r, *_) = summary_both(lowered, durations, node_device=bad)
     assert status_k == status_r == _kernel.BAD_INDEX
@@ -79,6 +80,8 @@ def test_summary_status_codes():
     assert status_k == status_r == _kernel.OK
     wrong = np.ones((1, lowered.num_nodes + 1))
     assert summary_both(lowered, wrong)[0][0] == _kernel.BAD_SHAPE
+    (status_k, *_), (status_r, *_) = summary_both(lowered, durations, devices=0)
+    assert status_k == status_r == _kernel.BAD_INDEX
 
 
 def shuffled_row(table, seed):

@@ -37,7 +37,7 @@ def test_a_laid_out_table_is_what_from_arrays_builds(family, params):
                                       order.microbatch, lengths, validate=False,
                                       **order.metadata)
     for name in ScheduleTable.__slots__:
-        if name == "_rows":
+        if name in ("_rows", "_lowering"):       # caches: the rows view, the offered lowering
             continue
         mine, theirs = getattr(laid, name), getattr(built, name)
         if isinstance(mine, np.ndarray):

@@ -3,7 +3,9 @@ import pytest
 
 from tabsched import InvalidParameterError, ScheduleTable, generate
 from tabsched._testing import random_table
+from tabsched.deadlock import reverse_edges
 from tabsched.lower import lower
+from tabsched.nodes import OPTIMIZER, SYNC, TRANSFER
 
 
 def edges(lowered):
@@ -95,7 +97,7 @@ def test_csr_is_well_formed(seed):
     assert np.all(np.diff(lowered.indptr) >= 0)
     assert lowered.successors.dtype == np.int32
     assert np.all((lowered.successors >= 0) & (lowered.successors < lowered.num_nodes))
-    pred_indptr, predecessors = lowered.predecessors()
+    pred_indptr, predecessors = reverse_edges(lowered)
     sources = np.repeat(np.arange(lowered.num_nodes), np.diff(lowered.indptr))
     assert sorted(zip(sources.tolist(), lowered.successors.tolist())) == sorted(
         zip(predecessors.tolist(), np.repeat(np.arange(lowered.num_nodes),
@@ -108,8 +110,8 @@ def test_tail_nodes_follow_the_last_backwards():
     lowered = lower(table, grad_sync="replicas", optimizer=True)
     assert lowered.sync_stage.tolist() == [0]
     assert lowered.num_nodes == lowered.num_cells + len(lowered.transfers) + 1 + 2
-    sync = lowered.first_sync
-    opt = lowered.first_optimizer
+    sync = lowered.nodes(SYNC).start
+    opt = lowered.nodes(OPTIMIZER).start
     graph = edges(lowered)
     cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
     assert (cell["0B0"], sync) in graph and (cell["0B1"], sync) in graph
@@ -122,7 +124,7 @@ def test_tail_nodes_follow_the_last_backwards():
 
 def test_grad_sync_choices():
     table = generate("1f1b", devices=3, microbatches=2)
-    assert lower(table, grad_sync="replicas").num_syncs == 0
+    assert lower(table, grad_sync="replicas").count(SYNC) == 0
     assert lower(table, grad_sync="all").sync_stage.tolist() == [0, 1, 2]
     assert lower(table, grad_sync=[2]).sync_stage.tolist() == [2]
     with pytest.raises(InvalidParameterError, match="grad_sync: stage 5 is out of range"):
@@ -135,8 +137,8 @@ def test_sync_waits_for_weight_grads():
     table = ScheduleTable([["0F0", "0I0", "0W0"]])
     lowered = lower(table, grad_sync="all")
     cell = {str(table.op(k)): int(lowered.cell_of_op[k]) for k in range(len(table))}
-    assert (cell["0W0"], lowered.first_sync) in edges(lowered)
-    assert (cell["0I0"], lowered.first_sync) not in edges(lowered)
+    assert (cell["0W0"], lowered.nodes(SYNC).start) in edges(lowered)
+    assert (cell["0I0"], lowered.nodes(SYNC).start) not in edges(lowered)
 
 
 @pytest.mark.parametrize("contention", ["link", "nic"])
@@ -145,8 +147,8 @@ def test_tail_nodes_hold_no_link_or_port(contention):
     lowered = lower(table, contention=contention, devices_per_node=2, grad_sync="all",
                     optimizer=True)
     assert lowered.resources.shape[0] == lowered.num_nodes
-    assert np.all(lowered.resources[lowered.first_sync:] < 0)
-    assert np.all(lowered.resources[lowered.num_cells:lowered.first_sync, 0] >= 0)
+    assert np.all(lowered.resources[lowered.extra_nodes] < 0)
+    assert np.all(lowered.resources[lowered.nodes(TRANSFER), 0] >= 0)
 
 
 def test_transfer_after_adds_edges_into_transfer_nodes():
@@ -198,39 +200,42 @@ def test_tables_beyond_int32_ids_are_refused(monkeypatch):
         lower(generate("1f1b", devices=2, microbatches=4))
 
 
-def test_stage_holders_are_every_stages_sorted_devices():
-    """The holders come from a sort, not np.unique: the same sorted devices per stage."""
-    from tabsched.lower import _stage_holders
-    for table in (generate("chimera", devices=4, microbatches=8),
-                  generate("zbv", devices=3, microbatches=5),
-                  generate("1f1b", devices=1, microbatches=1)):
-        pairs = np.unique(np.stack([table.stage, table.device]), axis=1)
-        expected = {stage: sorted(int(d) for d in pairs[1][pairs[0] == stage])
-                    for stage in range(table.num_stages)}
-        assert _stage_holders(table) == expected
-
-
 @pytest.mark.parametrize("family", ["1f1b", "zbv", "chimera", "dualpipe"])
 @pytest.mark.parametrize("contention, grad_sync", [("none", None), ("link", "replicas"),
                                                    ("nic", None), ("link", [])])
 def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family, contention,
                                                                        grad_sync):
     """The layout's lowering serves the next lower() of its table whatever the
-    contention, when no sync node is added; it equals a lowering made afresh."""
-    made = generate(family, devices=4, microbatches=8)
+    contention, when no sync node is added; it equals a lowering made afresh. It
+    travels on the table (no module-level slot): another table's layout leaves it."""
     offered = generate(family, devices=4, microbatches=8)   # the layout offers this one's
-    from tabsched.lower import _offered
-    pending = _offered[0]
+    made = generate(family, devices=4, microbatches=8)
+    pending = offered._lowering
+    assert pending is not None and pending.table is None    # no cycle back to the table
+    made._lowering = None                                   # lowered afresh below
     options = dict(contention=contention, devices_per_node=2, grad_sync=grad_sync)
     fresh, reused = lower(made, **options), lower(offered, **options)
     adds_syncs = grad_sync == "replicas" and family in ("chimera", "dualpipe")
-    assert (reused.layout is pending.layout) is not adds_syncs
+    assert (reused.topo_order is pending.topo_order) is not adds_syncs
+    assert (offered._lowering is None) is not adds_syncs     # taken once
     for name in ("cell_of_op", "cell_device", "indptr", "successors", "resources",
                  "sync_stage", "topo_order", "topo_pred_indptr", "topo_predecessors"):
         assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
     assert (fresh.num_resources, fresh.contention) == (reused.num_resources,
                                                       reused.contention)
     assert reused.table is offered and reused.transfers.table is offered
+
+
+def test_a_tables_offered_lowering_is_not_compared_copied_or_pickled():
+    import copy
+    import pickle
+    table = generate("1f1b", devices=4, microbatches=8)
+    assert table._lowering is not None
+    for other in (copy.copy(table), copy.deepcopy(table), pickle.loads(pickle.dumps(table)),
+                  table.replace(family="mine")):
+        assert other._lowering is None
+        assert lower(other).num_nodes == lower(table).num_nodes
+    assert table == copy.copy(table)
 
 
 def test_sync_devices_are_the_stages_holders():

@@ -9,6 +9,7 @@ from tabsched import (InvalidParameterError, ModelCosts, ScheduleTable, System,
                       TransformerModel, evaluate, generate)
 from tabsched._testing import random_table
 from tabsched.lower import lower
+from tabsched.nodes import OPTIMIZER, SYNC
 from tabsched.table import FORWARD
 
 GRID = [f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
@@ -223,7 +224,7 @@ def test_replicated_stages_hold_their_parameters_on_every_device_and_sync():
     result = evaluate(table, costs)
     lowered = result._lowered
     assert lowered.sync_stage.tolist() == [0, 1]
-    sync, optimizer = costs.tail_durations(table, lowered)
+    sync, optimizer = (costs.node_prices(lowered, kind) for kind in (SYNC, OPTIMIZER))
     expected_sync = 2 * 1 * (1e-6 + (stage * 2 / 2) / 1e9)    # ring of 2, intra-node
     np.testing.assert_allclose(sync, [expected_sync] * 2)
     # the optimizer step: the gradient buffer divided by d (read and write 2 bytes), then

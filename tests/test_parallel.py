@@ -7,6 +7,7 @@ from tabsched import InvalidParameterError, ModelCosts, System, TransformerModel
 from tabsched.costs.collectives import ring_time
 from tabsched.execution import Parallelism
 from tabsched.lower import lower
+from tabsched.nodes import OPTIMIZER, SYNC
 
 
 def model(**changes):
@@ -117,7 +118,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     assert replicas.optimizer_step and not serial.optimizer_step
     result = evaluate(table, replicas)
     lowered = result._lowered
-    _, step = replicas.tail_durations(table, lowered)
+    step = replicas.node_prices(lowered, OPTIMIZER)
     params = replicas._device_parameters(table)
     grads = params * 2.0                                    # fp16 gradients
     # t*d = 8 = a node: the replicas of a tensor rank share it, the pipeline ranks do not
@@ -126,7 +127,7 @@ def test_data_parallel_all_reduce_ends_the_iteration():
     embedding = 2 * (1e-5 + 1000 * 256 / 2 * 2 / 2 / 10e9)    # tied: first and last stage
     np.testing.assert_allclose(step, expected_reduce + update + embedding)
     across = ModelCosts(model(), system(), tensor_parallel=8, data_parallel=4)
-    _, step = across.tail_durations(table, evaluate(table, across)._lowered)
+    step = across.node_prices(evaluate(table, across)._lowered, OPTIMIZER)
     params = across._device_parameters(table)
     reduce = ring_time("all_reduce", params * 2.0, 4, 10e9, 1e-5)
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)     # one pipeline rank per node
@@ -139,7 +140,7 @@ def test_overlapped_data_parallel_all_reduce_runs_beside_the_backwards():
                        overlap_grad_reduce=True)
     assert costs.grad_sync == "all" and not costs.optimizer_step
     result = evaluate(table, costs)
-    sync, step = costs.tail_durations(table, result._lowered)
+    sync, step = (costs.node_prices(result._lowered, kind) for kind in (SYNC, OPTIMIZER))
     assert len(step) == 0 and len(sync) == 2
     stage_grads = costs.stage_parameters(table) / 8 * 2.0
     np.testing.assert_allclose(sync, ring_time("all_reduce", stage_grads, 4, 10e9, 1e-5))
@@ -156,7 +157,7 @@ def test_optimizer_sharding_divides_the_state_and_gathers_the_parameters():
     params = plain._device_parameters(table)
     np.testing.assert_allclose(plain.persistent_memory(table), params * 16)
     np.testing.assert_allclose(zero.persistent_memory(table), params * (2 + 2 + 12 / 4))
-    _, step = zero.tail_durations(table, evaluate(table, zero)._lowered)
+    step = zero.node_prices(evaluate(table, zero)._lowered, OPTIMIZER)
     embedding = 2 * (1e-5 + 1000 * 256 / 8 * 2 / 2 / 10e9)
     expected = (ring_time("reduce_scatter", params * 2.0, 4, 10e9, 1e-5)
                 + ring_time("all_gather", params * 2.0, 4, 10e9, 1e-5)

@@ -7,26 +7,26 @@ makespan and, per device, busy time, first start and last end.
 The fused pass
     Lognormal noise on top of models that change every sample alike
     (stragglers, slow links without random spikes, single measurements) is
-    drawn inside the kernel while it runs (``_kernel.monte_carlo_summary``):
-    blocks of ``_kernel.SUMMARY_BLOCK`` (32) samples, node-major, each node's
-    durations computed as the pass reaches it. Memory is one block of end times
+    drawn inside the kernel while it runs (:func:`tabsched.engine.monte_carlo_summary`):
+    blocks of ``engine.SUMMARY_BLOCK`` (32) samples, node-major, each node's
+    durations composed as the pass reaches it. Memory is one block of end times
     per node, whatever the number of samples.
 Chunks
     Other models (random latency spikes, replayed measurements that cycle)
     draw the durations of a chunk of samples with numpy, a (chunk x nodes)
     float64 matrix plus the model's parts, sized to ``chunk_bytes`` (256 MiB by
-    default, about 40 samples of a 200k-node table), then run the kernel's
-    summary pass (:meth:`tabsched.LoweredSchedule.run_summary`). The noise
-    draws are the same compiled ones, so both ways give the same numbers to
-    the bit, and chunking changes none: draws are keyed by sample, not by chunk.
+    default, about 40 samples of a 200k-node table), then run the engine's
+    summary pass (:func:`tabsched.engine.summarize`). The noise draws are the
+    same compiled ones, so both ways give the same numbers to the bit, and
+    chunking changes none: draws are keyed by sample, not by chunk.
 
 Link contention without a heap
     Under contention ``link`` a link's FIFO serves its transfers in the
-    sending row's order whenever every cell lasts longer than zero, so Monte
-    Carlo runs :meth:`tabsched.lower.LoweredSchedule.link_chains` (an edge from
+    sending row's order whenever every cell lasts longer than zero, so the
+    engine runs :meth:`tabsched.lower.LoweredSchedule.link_chains` (an edge from
     each transfer to the next on its link) through the pull pass, with the same
     starts to the bit; a chunk with a cell of zero duration runs the heap.
-    ``evaluate()`` does the same (:func:`tabsched.evaluate.run_lowered`).
+    ``evaluate()`` takes the same choice (:func:`tabsched.engine.choose`).
 
 Run-time bubble
     ``mean makespan under variation - makespan at mean durations``: the time
@@ -38,18 +38,16 @@ Run-time bubble
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched import _kernel
+from tabsched import engine
 from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_variation,
                                       lognormal_parameters)
 from tabsched.evaluate import checked_costs, lower_for
-from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.lower import INDEX
+from tabsched.exceptions import InvalidParameterError
 from tabsched.table import ScheduleTable
 
 if TYPE_CHECKING:
@@ -183,13 +181,6 @@ def link_chains(lowered):
     return lowered.link_chains()
 
 
-def _summary(lowered, chained, durations, node_devices):
-    """``run_summary`` on the chained DAG when it is exact for these durations."""
-    if chained is not None and np.all(durations[:, :lowered.num_cells] > 0):
-        return chained.run_summary(durations, node_devices=node_devices)
-    return lowered.run_summary(durations, node_devices=node_devices)
-
-
 def _refuse_overflow(values, context, variation):
     """One error naming the inputs when durations or makespans are not finite (no inf, no nan)."""
     if np.all(np.isfinite(values)):
@@ -254,9 +245,9 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
     return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes)
 
 
-def _fused(context, variation, chained, samples, node_devices):
+def _fused(context, variation, samples):
     """Makespans, busy time and last ends of ``samples`` from the fused kernel pass
-    (``_kernel.monte_carlo_summary``: noise drawn while the pass runs, no
+    (:func:`tabsched.engine.monte_carlo_summary`: noise drawn while the pass runs, no
     duration matrix), or None where it does not apply: a model that draws
     something other than lognormal noise (random spikes, replayed
     measurements), two noise models, or resources the pull pass cannot hold."""
@@ -271,12 +262,10 @@ def _fused(context, variation, chained, samples, node_devices):
     for part in fixed:
         part.validate(context.table)
         part.apply(context, draw)
+    # the composer's answer for the fixed part; the pass composes each sample's noise alike
     base = context.node_durations(draw)[0]
-    cells = base[:lowered.num_cells]
-    if lowered.resources.shape[1] > 0:
-        if chained is None or not np.all(cells > 0):   # factors are > 0: so are the cells
-            return None
-        lowered = chained
+    if engine.choose(lowered, base) == "events":    # factors are > 0: so are the cells
+        return None
     num_ops = context.num_ops
     op_sigma = op_shift = np.zeros(num_ops, dtype=np.float32)
     transfer_sigma = transfer_shift = np.float32(0.0)
@@ -290,60 +279,16 @@ def _fused(context, variation, chained, samples, node_devices):
             (transfer_sigma,), (transfer_shift,) = lognormal_parameters(noise.transfers, 1)
     transfer_base = np.empty((1, context.num_transfers))
     draw.transfer_durations(transfer_base)
-    D = context.table.num_devices
-    makespans = np.empty(samples)
-    busy = np.empty((samples, D))
-    first_start = np.empty((samples, D))
-    finish = np.empty((samples, D))
-    cell_first_op = np.append(context._cell_starts, num_ops).astype(INDEX)
-    op_base = np.ascontiguousarray(draw.op[0])
-    tail = np.ascontiguousarray(base[lowered.first_sync:])
-    streams = context.stream_key("noise"), context.stream_key("transfer-noise")
-
-    def run(first, last):
-        """Samples ``first .. last - 1``: the same numbers as in one call (the kernel
-        keys its draws by the sample's index), so ranges may run in threads."""
-        return _kernel.monte_carlo_summary(
-            lowered.layout, node_devices, cell_first_op, op_base, context.op_keys, op_sigma,
-            op_shift, float(context.costs.overlap), transfer_base[0], context.transfer_keys,
-            float(transfer_sigma), float(transfer_shift), tail, streams[0], streams[1],
-            makespans[first:last], busy[first:last], first_start[first:last],
-            finish[first:last], np.empty((lowered.num_nodes + 3 * D) * _kernel.SUMMARY_BLOCK),
-            first)
-
-    bounds = _thread_ranges(samples, lowered.num_nodes)
-    if len(bounds) == 1:
-        statuses = [run(*bounds[0])]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(max_workers=len(bounds)) as pool:   # the pass holds no GIL
-            statuses = list(pool.map(lambda pair: run(*pair), bounds))
-    for status in statuses:
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} for a "
-                                f"lowered table (please report this)")
-    return makespans, busy, finish
-
-
-#: Fewest node-samples worth a thread of their own (below, starting threads costs more
-#: than the pass they would share).
-_THREAD_WORK = 2_000_000
-
-
-def _thread_ranges(samples, nodes):
-    """``[(first, last), ...]``: samples split over the cores this process may use, in
-    blocks of whole pairs of samples (each range starts at an even sample)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):      # not Linux
-        cores = os.cpu_count() or 1
-    threads = max(1, min(cores, samples * max(nodes, 1) // _THREAD_WORK))
-    if threads == 1:
-        return [(0, samples)]
-    block = 2 * _kernel.SUMMARY_BLOCK
-    per = -(-samples // threads)
-    per = -(-per // block) * block
-    return [(first, min(samples, first + per)) for first in range(0, samples, per)]
+    draws = engine.NoisyDurations(
+        cell_first_op=lowered.cell_first_op,
+        op_base=np.ascontiguousarray(draw.op[0]), op_key=context.op_keys, op_sigma=op_sigma,
+        op_shift=op_shift, overlap=float(context.costs.overlap),
+        transfer_base=transfer_base[0], transfer_key=context.transfer_keys,
+        transfer_sigma=float(transfer_sigma), transfer_shift=float(transfer_shift),
+        extra=np.ascontiguousarray(base[lowered.extra_nodes]),
+        noise_stream=context.stream_key("noise"),
+        transfer_stream=context.stream_key("transfer-noise"))
+    return engine.monte_carlo_summary(lowered, draws, samples, nominal=base)
 
 
 def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BYTES,
@@ -359,13 +304,12 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
     table = context.table
     D = table.num_devices
     lowered.check_acyclic()
-    node_devices = lowered.node_devices()
-    chained = link_chains(lowered)
+    chains = lowered.link_chains()    # held while the passes below run (made once for them)
     with np.errstate(over="ignore", invalid="ignore"):
         nominal_durations = context.mean_durations(variation)[None, :]
     _refuse_overflow(nominal_durations, context, variation)
-    nominal, nominal_busy, _, _ = _summary(lowered, chained, nominal_durations, node_devices)
-    fused = _fused(context, variation, chained, samples, node_devices) if fused else None
+    nominal, nominal_busy, _, _ = engine.summarize(lowered, nominal_durations)
+    fused = _fused(context, variation, samples) if fused else None
     if fused is not None:
         makespans, busy, finish = fused
         _refuse_overflow(makespans, context, variation)
@@ -384,10 +328,10 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
                 durations = context.sample_durations(variation, indices)
             _refuse_overflow(durations, context, variation)
             rows = slice(first, first + len(indices))
-            makespans[rows], busy[rows], _, finish[rows] = _summary(lowered, chained,
-                                                                    durations, node_devices)
+            makespans[rows], busy[rows], _, finish[rows] = engine.summarize(lowered, durations)
             del durations
             chunks += 1
+    del chains
     nominal_makespan = float(nominal[0])
     with np.errstate(over="ignore", invalid="ignore"):   # an overflow is refused, not warned
         mean_makespan = float(makespans.mean())

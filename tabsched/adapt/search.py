@@ -48,7 +48,8 @@ from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMi
                                        SplitPhases, Transform, Warmup, _positions,
                                        deferred_weight_grads)
 from tabsched.adapt.variation import VariationContext, check_variation
-from tabsched.evaluate import _budget, checked_costs, evaluate
+from tabsched.evaluate import checked_costs, evaluate
+from tabsched.memory import checked_budget
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
 from tabsched.layout import lay_out
@@ -318,7 +319,7 @@ def check_budget(table, costs, memory_budget):
     """The budget as a number; ``MemoryBudgetError`` if some device cannot fit it at all."""
     if memory_budget is None:
         return None
-    budget = _budget(memory_budget, costs.memory_unit)
+    budget = checked_budget(memory_budget, costs.memory_unit)
     persistent = np.asarray(costs.persistent_memory(table), dtype=np.float64)
     if len(persistent) and float(persistent.max()) > budget:
         device = int(np.argmax(persistent))

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched import _build as _compiled
+from tabsched.compose import cell_durations
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.layout import lay_out, order_table
@@ -917,10 +918,8 @@ def _fill_idle_arrays(table, costs, chosen, max_deferred):
     cell = np.cumsum(table.cell_starts()) - 1
     num_cells = int(cell[-1]) + 1 if len(cell) else 0
     op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
-    length = np.bincount(cell, weights=op_durations, minlength=num_cells)
-    parts = np.bincount(cell, minlength=num_cells)
-    if costs.overlap != 1.0:
-        length[parts > 1] *= costs.overlap
+    # the composer's cells (the table's cells are the lowering's, before it lowers)
+    length = cell_durations(cell, num_cells, op_durations, costs.overlap)
     cell_device = np.zeros(num_cells, dtype=index)
     cell_device[cell] = table.device
     producers, consumers, gradient = _data_dependencies(table)

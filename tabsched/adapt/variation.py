@@ -33,7 +33,7 @@ Reproducibility
     operation -- a table and its transform that left that operation alone --
     draw the same durations for it (common random numbers), so the search
     compares candidates on the same luck. Noise is drawn in compiled code
-    (``_kernel.lognormal_factors``): one hash per operation and pair of samples
+    (:func:`tabsched.engine.lognormal_factors`): one hash per operation and pair of samples
     ``2j, 2j+1`` gives both Box-Muller normals (cosine and sine), computed with
     float32 polynomials that round the same way on every IEEE machine; Monte
     Carlo's fused pass (:func:`tabsched.adapt.monte_carlo`) draws the same
@@ -43,9 +43,10 @@ Examples
 --------
 >>> from tabsched import StageCosts, generate
 >>> from tabsched.lower import lower
+>>> from tabsched.nodes import CELL
 >>> table = generate("1f1b", devices=2, microbatches=2)
 >>> context = VariationContext(lower(table), StageCosts(1.0, comm=0.5))
->>> context.mean_durations(Straggler(1, 2.0))[:context.lowered.num_cells].tolist()
+>>> context.mean_durations(Straggler(1, 2.0))[context.lowered.nodes(CELL)].tolist()
 [1.0, 1.0, 2.0, 2.0, 2.0, 4.0, 2.0, 4.0]
 """
 
@@ -56,10 +57,12 @@ import os
 
 import numpy as np
 
-from tabsched import _kernel
+from tabsched import engine
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.compose import Prices
 from tabsched.formats.kineto import (DEFAULT_MAX_BYTES, describe_unmatched, read_kineto,
-                                      unmatched_labels)
+                                     unmatched_labels)
+from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
 from tabsched.table import KINDS, cut, shown, shown_repr
 
 __all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
@@ -194,12 +197,11 @@ class VariationContext:
         self.op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
         self.latency, self.volume = (np.asarray(part, dtype=np.float64) for part in
                                      costs.transfer_parts(table, lowered.transfers))
+        #: The prices of the extra nodes (gradient syncs, optimizer steps) by kind.
+        self.extra_prices = costs.extra_prices(lowered)
         self.nominal = costs.node_durations(lowered, self.op_durations)
         self.num_ops = len(table)
         self.num_transfers = len(lowered.transfers)
-        self._cell_starts = np.flatnonzero(table.cell_starts())
-        parts = np.diff(np.append(self._cell_starts, self.num_ops))
-        self._overlapped = np.flatnonzero(parts > 1)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         offsets = np.concatenate([[0.0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
         offset_key = np.round(offsets * _GRID).astype(np.int64)
@@ -227,20 +229,12 @@ class VariationContext:
         """Factors of mean 1 and CV ``cv`` (scalar or per key), shape (samples, keys).
 
         ``exp(sigma Z - sigma^2/2)``, ``sigma^2 = ln(1 + cv^2)``, Z standard normal
-        drawn in compiled code (``_kernel.lognormal_factors``) from the stream, the
+        drawn in compiled code (:func:`tabsched.engine.lognormal_factors`) from the stream, the
         sample and the key: samples ``2j`` and ``2j+1`` take the two Box-Muller
         normals of one hash. Monte Carlo's fused pass draws the same numbers.
         """
         sigma, shift = lognormal_parameters(cv, len(keys))
-        factors = np.empty((len(samples), len(keys)), dtype=np.float64)
-        status = _kernel.lognormal_factors(self.stream_key(stream),
-                                           np.ascontiguousarray(samples, dtype=np.int64),
-                                           np.ascontiguousarray(keys, dtype=np.uint64), sigma,
-                                           shift, factors)
-        if status != _kernel.OK:
-            raise TabschedError(f"internal error: the kernel returned status {status} "
-                                f"drawing noise (please report this)")
-        return factors
+        return engine.lognormal_factors(self.stream_key(stream), samples, keys, sigma, shift)
 
     def uniforms(self, stream, samples, keys, dtype=np.float64):
         """Two arrays of uniforms in (0, 1), shape (samples, keys), for ``keys``.
@@ -278,31 +272,24 @@ class VariationContext:
         """The cost model's durations for ``samples`` (sample indices), by part."""
         samples = np.asarray(samples, dtype=np.int64)
         count = len(samples)
-        lowered = self.lowered
-        optimizer = self.nominal[lowered.first_optimizer:]
+        optimizer = self.extra_prices.get(OPTIMIZER, np.zeros(0))
         return Draw(samples=samples,
                     op=np.repeat(self.op_durations[None, :], count, axis=0),
                     latency=self.latency, volume=self.volume,
                     optimizer=np.repeat(optimizer[None, :], count, axis=0))
 
     def node_durations(self, draw):
-        """Node durations (samples, nodes) from a draw, as ``CostModel.node_durations``
-        would compute them from those parts."""
-        lowered = self.lowered
+        """Node durations (samples, nodes) from a draw: its parts composed by the
+        lowering (:meth:`~tabsched.lower.LoweredSchedule.compose_stacked`), as
+        ``CostModel.node_durations`` composes the cost model's."""
         count = draw.op.shape[0]
-        durations = np.empty((count, lowered.num_nodes), dtype=np.float64)
-        cells = slice(0, lowered.num_cells)
-        if len(self._overlapped) == 0:
-            durations[:, cells] = draw.op
-        else:
-            durations[:, cells] = np.add.reduceat(draw.op, self._cell_starts, axis=1)
-            if self.costs.overlap != 1.0:
-                durations[:, self._overlapped] *= self.costs.overlap
-        draw.transfer_durations(durations[:, lowered.num_cells:lowered.first_sync])
-        durations[:, lowered.first_sync:lowered.first_optimizer] = \
-            self.nominal[lowered.first_sync:lowered.first_optimizer]
-        durations[:, lowered.first_optimizer:] = draw.optimizer
-        return durations
+        transfers = np.empty((count, self.num_transfers))
+        draw.transfer_durations(transfers)
+        extra = dict(self.extra_prices)
+        if OPTIMIZER in extra:
+            extra[OPTIMIZER] = draw.optimizer
+        return self.lowered.compose_stacked(Prices(op=draw.op, transfer=transfers, extra=extra,
+                                                   overlap=np.float64(self.costs.overlap)))
 
     def sample_durations(self, variation, samples):
         """Node durations of ``samples`` (sample indices) under ``variation``."""
@@ -1002,7 +989,7 @@ def estimate_variation(context, observed):
     observed = np.asarray(observed, dtype=np.float64)
     lowered, table = context.lowered, context.table
     D = table.num_devices
-    cells = slice(0, lowered.num_cells)
+    cells = lowered.nodes(CELL)
     nominal_cells = context.nominal[cells]
     seen = observed[cells]
     device = lowered.cell_device
@@ -1019,7 +1006,7 @@ def estimate_variation(context, observed):
     transfer_cv = 0.0
     if context.num_transfers:
         transfers = lowered.transfers
-        sends = observed[lowered.num_cells:lowered.first_sync]
+        sends = observed[lowered.nodes(TRANSFER)]
         low = np.minimum(transfers.src, transfers.dst).astype(np.int64)
         high = np.maximum(transfers.src, transfers.dst).astype(np.int64)
         pair = low * D + high

@@ -1,9 +1,14 @@
 """Cost models: what each operation and transfer costs, and how memory is counted.
 
-A cost model answers, vectorised over a table's operations:
+A cost model prices; it does not compose. It answers, vectorised over a table's
+operations:
 
 * ``op_durations(table)`` -- the duration of every operation;
-* ``transfer_costs(table, transfers)`` -- duration and bytes of every transfer;
+* ``transfer_costs(table, transfers)`` -- duration and bytes of every transfer
+  (``transfer_parts``: its latency and its volume part);
+* ``node_prices(lowered, kind)`` -- the duration of every node of an extra kind
+  (:mod:`tabsched.nodes`: a gradient sync per synced stage, an optimizer step per
+  device, and the kinds to come; 0 unless the model prices them);
 * ``activation_sizes(table)`` -- the activation each operation's
   (stage, microbatch) holds from the start of its ``F`` to the end of its
   backward (``I`` releases ``input_grad_release`` of it, ``W`` the rest);
@@ -14,9 +19,12 @@ A cost model answers, vectorised over a table's operations:
 and holds the :class:`~tabsched.execution.Execution` it prices (``execution``:
 ``contention``, ``devices_per_node``, ``blocking_sends``, ``grad_sync`` and
 ``optimizer_step`` are read from it), and ``overlap``, the factor applied to the
-summed parts of an overlapped cell (1.0: no overlap gain). The iteration's tail,
-when lowered with one, costs ``tail_durations(table, lowered)``: a gradient sync
-per synced stage and an optimizer step per device.
+summed parts of an overlapped cell (1.0: no overlap gain).
+
+The lowering's composer (:mod:`tabsched.compose`) turns those prices into node
+durations: ``node_durations(lowered)`` is that composition of this model's prices,
+``stacked_node_durations(lowered, cost_models)`` of many models' at once
+(``stacked_prices``, which a subclass may compute together, then one composition).
 
 Cost models are frozen: once built, assigning to one raises
 (``dataclasses.FrozenInstanceError``, an ``AttributeError``), so that nothing it
@@ -37,7 +45,9 @@ import numbers
 import numpy as np
 
 from tabsched.exceptions import InvalidParameterError
+from tabsched.compose import Prices
 from tabsched.execution import Execution
+from tabsched.nodes import OPTIMIZER, SYNC
 
 __all__ = ["CostModel", "UnitCosts", "StageCosts"]
 
@@ -177,10 +187,10 @@ class CostModel:
     def op_durations(self, table):
         raise NotImplementedError
 
-    def tail_durations(self, table, lowered):
-        """``(sync, optimizer)``: durations of the sync nodes and of each device's step."""
-        return (np.zeros(lowered.num_syncs),
-                np.zeros(table.num_devices if lowered.optimizer else 0))
+    def node_prices(self, lowered, kind):
+        """Durations of the nodes of ``kind`` (an extra kind of :mod:`tabsched.nodes`) in
+        ``lowered``, one per node in the order of ``lowered.nodes(kind)`` (default 0)."""
+        return np.zeros(lowered.count(kind))
 
     def transfer_costs(self, table, transfers):
         """``(durations, nbytes)`` arrays, one entry per transfer."""
@@ -210,21 +220,20 @@ class CostModel:
     def persistent_memory(self, table):
         return np.zeros(table.num_devices)
 
+    def extra_prices(self, lowered):
+        """``{kind: node_prices(lowered, kind)}`` for each extra kind ``lowered`` has."""
+        return {kind: np.asarray(self.node_prices(lowered, kind), dtype=np.float64)
+                for kind in lowered.extra_kinds}
+
     def node_durations(self, lowered, op_durations=None):
-        """Durations of every node of a lowered table (compute cells, then transfers)."""
+        """Durations of every node of a lowered table: this model's prices composed by
+        the lowering (:meth:`~tabsched.lower.LoweredSchedule.compose`)."""
         table = lowered.table
         if op_durations is None:
             op_durations = self.op_durations(table)
-        cells = np.bincount(lowered.cell_of_op, weights=op_durations,
-                            minlength=lowered.num_cells)
-        if self.overlap != 1.0:
-            parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
-            cells[parts > 1] *= self.overlap
         transfer_durations, _ = self.transfer_costs(table, lowered.transfers)
-        sync, optimizer = self.tail_durations(table, lowered)
-        return np.concatenate([cells, np.asarray(transfer_durations, dtype=np.float64),
-                               np.asarray(sync, dtype=np.float64),
-                               np.asarray(optimizer, dtype=np.float64)])
+        return lowered.compose(op_durations, transfer_durations, self.extra_prices(lowered),
+                               self.overlap)
 
     def microbatch_durations(self, table):
         """``(kinds x stages)`` durations of one full microbatch on ``table``'s stages, if
@@ -233,11 +242,22 @@ class CostModel:
         return None
 
     @classmethod
+    def stacked_prices(cls, lowered, cost_models):
+        """The prices of each of ``cost_models`` (all of this class) for ``lowered``, one
+        row each (a :class:`tabsched.compose.Prices`): a subclass may share between them
+        the work that does not depend on the member
+        (:class:`~tabsched.costs.model_costs.ModelCosts` does), to the bit."""
+        table = lowered.table
+        return Prices.stack((costs.op_durations(table),
+                             costs.transfer_costs(table, lowered.transfers)[0],
+                             costs.extra_prices(lowered), costs.overlap)
+                            for costs in cost_models)
+
+    @classmethod
     def stacked_node_durations(cls, lowered, cost_models):
         """``node_durations(lowered)`` of each of ``cost_models`` (all of this class), one
-        row each: a subclass may share between them the work that does not depend on
-        the member (:class:`~tabsched.costs.model_costs.ModelCosts` does), to the bit."""
-        return np.stack([costs.node_durations(lowered) for costs in cost_models])
+        row each, to the bit: their :meth:`stacked_prices` composed once."""
+        return lowered.compose_stacked(cls.stacked_prices(lowered, cost_models))
 
     def memory_key(self):
         """Cost models with equal keys give every table the same ``activation_sizes``,
@@ -308,9 +328,10 @@ class UnitCosts(CostModel):
                                             f"{type(execution).__name__}")
             self.execution = execution
 
-    def tail_durations(self, table, lowered):
-        return (np.full(lowered.num_syncs, self.sync),
-                np.full(table.num_devices if lowered.optimizer else 0, self.optimizer))
+    def node_prices(self, lowered, kind):
+        """``sync`` per gradient sync, ``optimizer`` per optimizer step, else 0."""
+        price = {SYNC: self.sync, OPTIMIZER: self.optimizer}.get(kind, 0.0)
+        return np.full(lowered.count(kind), price)
 
     def _value(self):
         return (type(self), tuple(self.lengths.tolist()), self.input_grad_release, self.overlap,
@@ -403,7 +424,7 @@ class StageCosts(CostModel):
         self.optimizer = _non_negative("optimizer", optimizer)
         self.time_unit = time_unit
 
-    tail_durations = UnitCosts.tail_durations
+    node_prices = UnitCosts.node_prices
 
     def _value(self):
         def plain(value):

@@ -17,6 +17,7 @@ execution it was built from, so no answer can outlive a change.
 import numpy as np
 
 from tabsched._memo import memo
+from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
 from tabsched.costs.collectives import group_time
 from tabsched.costs.kernels import KernelTable
@@ -25,6 +26,7 @@ from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
+from tabsched.nodes import OPTIMIZER, SYNC
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
@@ -496,34 +498,40 @@ overlap_grad_reduce, scatter_gather
         return _link_matrices(self.placement.pipeline_view, num_devices)
 
     @classmethod
-    def stacked_node_durations(cls, lowered, cost_models):
-        """``node_durations(lowered)`` of each cost model, one row each, to the bit.
+    def stacked_prices(cls, lowered, cost_models):
+        """The prices of each cost model for ``lowered``, one row each, to the bit.
 
         Cost models with one :meth:`memory_key` (the same transformer and
         parallelism, e.g. one model on several systems) share the table's shape,
         its gather indices and the bytes of its transfers; what each system
         changes (its per-stage times, its links) is stacked and gathered once for
-        all of them, with the same arithmetic per element as ``node_durations``.
+        all of them, with the same arithmetic per element as ``op_durations`` and
+        ``transfer_costs``. The lowering composes them (``stacked_node_durations``).
         """
         cost_models = list(cost_models)
         if any(type(costs) is not ModelCosts for costs in cost_models):   # a subclass's own
-            return super().stacked_node_durations(lowered, cost_models)
+            return super().stacked_prices(lowered, cost_models)
         groups = {}
         for row, costs in enumerate(cost_models):
             groups.setdefault(costs.memory_key(), []).append(row)
         if len(groups) == 1:
-            return cls._shared_node_durations(lowered, cost_models)
-        stacked = None
-        for rows in groups.values():
-            durations = cls._shared_node_durations(lowered, [cost_models[row] for row in rows])
-            if stacked is None:
-                stacked = np.empty((len(cost_models), durations.shape[1]))
-            stacked[rows] = durations
-        return stacked
+            return cls._shared_prices(lowered, cost_models)
+        shared = [(rows, cls._shared_prices(lowered, [cost_models[row] for row in rows]))
+                  for rows in groups.values()]
+        n = len(cost_models)
+        first = shared[0][1]
+        op, transfer, overlap = (np.empty((n,) + part.shape[1:])
+                                 for part in (first.op, first.transfer, first.overlap))
+        extra = {kind: np.empty((n, part.shape[1])) for kind, part in first.extra.items()}
+        for rows, prices in shared:
+            op[rows], transfer[rows], overlap[rows] = prices.op, prices.transfer, prices.overlap
+            for kind, part in prices.extra.items():
+                extra[kind][rows] = part
+        return Prices(op=op, transfer=transfer, extra=extra, overlap=overlap)
 
     @staticmethod
-    def _shared_node_durations(lowered, cost_models):
-        """``stacked_node_durations`` of cost models with one memory key."""
+    def _shared_prices(lowered, cost_models):
+        """``stacked_prices`` of cost models with one memory key."""
         table, transfers = lowered.table, lowered.transfers
         first_costs = cost_models[0]
         layers, first, last, unique, inverse = first_costs._shape(table)
@@ -536,28 +544,15 @@ overlap_grad_reduce, scatter_gather
                      + last[None, None, :, None] * per_part["output"])
         index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
                  + inverse[table.microbatch])
-        n, cells = len(cost_models), lowered.num_cells
-        # every row written in place: cells, then transfers, then the tail
-        durations = np.empty((n, lowered.num_nodes))
-        cell = durations[:, :cells]
+        n = len(cost_models)
+        op = np.empty((n, len(table)))
         flat = per_stage.reshape(n, -1)
-        if cells == len(table):     # a cell per operation, in order: the sum is 0.0 + it
-            for row in range(n):
-                np.take(flat[row], index, out=cell[row], mode="clip")
-            cell += 0.0
-        else:
-            owner = (np.arange(n, dtype=np.intp)[:, None] * cells + lowered.cell_of_op).ravel()
-            cell[:] = np.bincount(owner, weights=flat[:, index].ravel(),
-                                  minlength=n * cells).reshape(n, cells)
-        parts = None
-        for row, costs in enumerate(cost_models):
-            if costs.overlap != 1.0:
-                if parts is None:
-                    parts = np.bincount(lowered.cell_of_op, minlength=cells) > 1
-                cell[row, parts] *= costs.overlap
+        for row in range(n):
+            np.take(flat[row], index, out=op[row], mode="clip")
         D = table.num_devices
         for costs in cost_models:
             costs.placement.check_devices(D)
+        transfer = np.empty((n, len(transfers)))
         if len(transfers):
             # a transfer's time depends on its link and its microbatch's size only: each
             # pair of them present is priced once, then gathered
@@ -573,15 +568,12 @@ overlap_grad_reduce, scatter_gather
                                for costs in cost_models])[:, size]
             per_pair = (latency + gather) + nbytes[size] / bandwidth
             for row in range(n):
-                np.take(per_pair[row], which, mode="clip",
-                        out=durations[row, cells:cells + len(transfers)])
-        if not lowered.num_syncs and not lowered.optimizer:
-            return durations        # no tail to price
-        tails = [costs.tail_durations(table, lowered) for costs in cost_models]
-        sync = np.array([np.asarray(tail[0], dtype=np.float64) for tail in tails])
-        step = np.array([np.asarray(tail[1], dtype=np.float64) for tail in tails])
-        durations[:, lowered.first_sync:] = np.concatenate([sync, step], axis=1)
-        return durations
+                np.take(per_pair[row], which, mode="clip", out=transfer[row])
+        extra = {kind: np.array([np.asarray(costs.node_prices(lowered, kind), dtype=np.float64)
+                                 for costs in cost_models])
+                 for kind in lowered.extra_kinds}
+        overlap = np.array([costs.overlap for costs in cost_models], dtype=np.float64)
+        return Prices(op=op, transfer=transfer, extra=extra, overlap=overlap)
 
     def memory_key(self):
         """The transformer and the priced part of the execution: all that memory sizes
@@ -673,8 +665,9 @@ overlap_grad_reduce, scatter_gather
         sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
         return sync
 
-    def tail_durations(self, table, lowered):
-        """Gradient syncs of synced stages; each device's end-of-iteration step.
+    def node_prices(self, lowered, kind):
+        """Seconds of the gradient syncs of synced stages, or of each device's
+        end-of-iteration step (``kind`` SYNC or OPTIMIZER; other kinds cost 0).
 
         A sync node all-reduces its stage's gradients among the table's
         devices holding it, then (overlapped data parallelism) over the
@@ -685,11 +678,19 @@ overlap_grad_reduce, scatter_gather
         read and one write of the gradients) and, with optimizer sharding, the
         all-gather of the updated parameters.
         """
+        if kind == SYNC:
+            return self._sync_prices(lowered)
+        if kind == OPTIMIZER:
+            return self._step_prices(lowered)
+        return np.zeros(lowered.count(kind))
+
+    def _sync_prices(self, lowered):
+        table = lowered.table
         params = self._stage_parameters(table) / self.execution.tensor_parallel
         gradient_bytes = params * float(self.model.grad_bytes)
         replicas = self.execution.data_parallel > 1
-        sharded = self.execution.optimizer_sharding and replicas
-        reduce = "reduce_scatter" if sharded else "all_reduce"
+        reduce = ("reduce_scatter" if self.execution.optimizer_sharding and replicas
+                  else "all_reduce")
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
             seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
@@ -697,9 +698,15 @@ overlap_grad_reduce, scatter_gather
             if replicas and self.execution.overlap_grad_reduce:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
-        sync = np.array(sync, dtype=np.float64)
-        if not lowered.optimizer:
-            return sync, np.zeros(0)
+        return np.array(sync, dtype=np.float64)
+
+    def _step_prices(self, lowered):
+        if not lowered.count(OPTIMIZER):
+            return np.zeros(0)
+        table = lowered.table
+        replicas = self.execution.data_parallel > 1
+        sharded = self.execution.optimizer_sharding and replicas
+        reduce = "reduce_scatter" if sharded else "all_reduce"
         device_params = self._device_parameters(table)
         step = self._embedding_sync(table)
         if replicas and not self.execution.overlap_grad_reduce:
@@ -716,7 +723,7 @@ overlap_grad_reduce, scatter_gather
         if sharded:
             step = step + self._data_parallel_time("all_gather",
                                                    device_params * self.model.dtype_bytes)
-        return sync, np.where(device_params > 0, step, 0.0)
+        return np.where(device_params > 0, step, 0.0)
 
     # ------------------------------------------------------------------ report
     def kernel_report(self, part="layer", samples=None):

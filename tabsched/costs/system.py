@@ -78,7 +78,7 @@ import numpy as np
 from tabsched.costs import _presets
 from tabsched.costs.collectives import ring_time
 from tabsched.exceptions import InvalidParameterError
-from tabsched.lower import CONTENTION_MODES
+from tabsched.execution import CONTENTION_MODES
 from tabsched.table import MAX_ID
 
 __all__ = ["System", "LinkOverride", "NodeOverride", "load_system", "system_presets"]

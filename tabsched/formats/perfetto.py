@@ -26,6 +26,7 @@ import json
 import numpy as np
 
 from tabsched.files import atomic_write
+from tabsched.nodes import OPTIMIZER, SYNC, TRANSFER
 
 __all__ = ["chrome_trace", "write_trace"]
 
@@ -83,8 +84,7 @@ def chrome_trace(result):
             events.append(_meta(LINKS_PID, index, "thread_name", f"link {link[0]}->{link[1]}"))
             events.append(_meta(LINKS_PID, index, "thread_sort_index", index))
         _, nbytes = result._cost_model.transfer_costs(table, transfers)
-        for k in range(len(transfers)):
-            node = lowered.num_cells + k
+        for k, node in enumerate(lowered.node_ids(TRANSFER)):
             events.append({
                 "name": lowered.describe_node(node),
                 "cat": "gradient" if transfers.gradient[k] else "activation", "ph": "X",
@@ -93,11 +93,10 @@ def chrome_trace(result):
                 "args": {"bytes": float(nbytes[k]), "critical": bool(critical[node]),
                          "time_unit": result.time_unit}})
 
-    if lowered.num_syncs:
+    if lowered.count(SYNC):
         events.append(_meta(COLLECTIVES_PID, None, "process_name", "collectives"))
         events.append(_meta(COLLECTIVES_PID, 0, "thread_name", "gradient sync"))
-        for k in range(lowered.num_syncs):
-            node = lowered.first_sync + k
+        for k, node in enumerate(lowered.node_ids(SYNC)):
             events.append({
                 "name": lowered.describe_node(node), "cat": "grad-sync", "ph": "X",
                 "pid": COLLECTIVES_PID, "tid": 0,
@@ -107,14 +106,13 @@ def chrome_trace(result):
     events.extend(_memory_counters(result, scale))
     if len(transfers):
         events.extend(_transfer_flows(result, scale, track))
-    if lowered.optimizer:
-        for device in range(table.num_devices):
-            node = lowered.first_optimizer + device
-            events.append({
-                "name": "optimizer step", "cat": "optimizer", "ph": "X",
-                "pid": DEVICES_PID, "tid": device,
-                "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
-                "args": {"critical": bool(critical[node])}})
+    for node in lowered.node_ids(OPTIMIZER):
+        device = int(lowered.node_device[node])
+        events.append({
+            "name": "optimizer step", "cat": "optimizer", "ph": "X",
+            "pid": DEVICES_PID, "tid": device,
+            "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
+            "args": {"critical": bool(critical[node])}})
 
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "tabsched", "family": table.family,
@@ -151,8 +149,7 @@ def _transfer_flows(result, scale, track):
     src, dst = transfers.src.tolist(), transfers.dst.tolist()
     producer_cells = lowered.cell_of_op[transfers.producer].tolist()
     consumer_cells = lowered.cell_of_op[transfers.consumer].tolist()
-    for k in range(len(transfers)):
-        node = lowered.num_cells + k
+    for k, node in enumerate(lowered.node_ids(TRANSFER)):
         link = track[src[k], dst[k]]
         name = str(table.op(int(transfers.producer[k])))
         ends = [((DEVICES_PID, src[k], start[producer_cells[k]]),

@@ -50,6 +50,7 @@ from tabsched.formats.pytorch_ranks import check_expressible
 from tabsched.formats.table_csv import refuse_loss, write_rows
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
+from tabsched.nodes import CELL, TRANSFER
 
 __all__ = ["comm_edges", "unit_layout", "to_compute_comms"]
 
@@ -231,17 +232,18 @@ def _check_comm_deadlock(table, transfer_after, sides, source):
     """Raise a DeadlockError naming compute and SEND/RECV cells if the file cannot run."""
     lowered = lower(table, transfer_after=transfer_after)
     durations = np.zeros(lowered.num_nodes)
-    durations[:lowered.num_cells] = 1.0
+    durations[lowered.nodes(CELL)] = 1.0
     try:
         lowered.run(durations, binding=False, end=False)
     except DeadlockError as error:
         steps = []
         for node in getattr(error, "nodes", ()):
-            if node < lowered.num_cells:
+            kind = lowered.kind_of(node)
+            if kind == CELL:
                 text, device, slot = lowered.describe_cell(node)
                 steps.append(f"{text} (device {device}, slot {slot})")
-            elif node < lowered.first_sync:
-                producer = int(lowered.transfers.producer[node - lowered.num_cells])
+            elif kind == TRANSFER:
+                producer = int(lowered.transfers.producer[node - lowered.nodes(TRANSFER).start])
                 send, recv = sides[(producer, True)], sides[(producer, False)]
                 steps.append(f"{send[2]} (device {send[0]}, slot {send[1]}) / {recv[2]} "
                              f"(device {recv[0]}, slot {recv[1]})")

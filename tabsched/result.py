@@ -1,0 +1,354 @@
+"""What an evaluation found: :class:`Result` and its parts, and :class:`Summary`.
+
+A :class:`Result` holds one sample of a run of a lowered table (the start and
+duration of every node) and derives the rest when asked: per device busy and idle
+time and activation peak (:class:`DeviceStats`), the critical path
+(:class:`PathStep`: the binding is found by rerunning the sample with it the
+first time), the load of every link (:class:`LinkStats`), the memory timelines
+(:mod:`tabsched.memory`) and the devices over a memory budget
+(:class:`MemoryViolation`, defined with the memory accounting). It says which level produced it (``"table"`` under
+``UnitCosts``, ``"simulation"`` under cost models with real times and
+communication) and, where the family has one, carries the formula level's numbers
+beside it. A :class:`Summary` is what a sweep row keeps of one.
+
+:func:`tabsched.evaluate` builds them; ``from tabsched.evaluate import Result``
+works too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from tabsched import engine
+from tabsched.exceptions import MemoryBudgetError
+from tabsched.memory import MemoryViolation, memory_events
+from tabsched.nodes import CELL, TRANSFER
+from tabsched.table import ScheduleTable
+
+__all__ = ["Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation", "Summary"]
+
+INDEX = np.int32
+
+
+@dataclass
+class DeviceStats:
+    """Time and memory of one device.
+
+    ``idle = warmup + inside + cooldown``: idle before its first operation,
+    between its operations, after its last one until the makespan.
+    ``peak_memory`` is activations only; ``persistent_memory`` is what the
+    device holds all the time (weights, gradients, optimizer state), so the
+    device's total peak is their sum.
+    """
+
+    device: int
+    busy: float
+    idle: float
+    warmup: float
+    inside: float
+    cooldown: float
+    peak_memory: float
+    persistent_memory: float = 0.0
+
+    @property
+    def peak_total_memory(self):
+        return self.peak_memory + self.persistent_memory
+
+
+@dataclass
+class PathStep:
+    """One node of the critical path.
+
+    ``kind`` is ``"op"`` (a cell, on ``device``), ``"transfer"`` (on ``link``),
+    ``"sync"`` (a gradient all-reduce) or ``"optimizer"`` (on ``device``).
+    """
+
+    label: str
+    start: float
+    end: float
+    device: int | None = None
+    link: tuple | None = None
+    kind: str = "op"
+
+    @property
+    def is_transfer(self):
+        return self.kind == "transfer"
+
+
+@dataclass
+class LinkStats:
+    """Traffic on one directed link ``src -> dst``."""
+
+    src: int
+    dst: int
+    transfers: int
+    nbytes: float
+    busy: float
+
+
+@dataclass
+class Result:
+    """What an evaluation found; times in ``time_unit``, memory in ``memory_unit``.
+
+    Attributes
+    ----------
+    level : str
+        ``"table"`` (idealized, unit costs) or ``"simulation"``.
+    makespan : float
+    bubble_ratio : float
+        ``1 - total compute / (devices x makespan)``.
+    devices : list of DeviceStats
+    op_start, op_end : float arrays
+        Start and end of every operation, aligned with the table's arrays
+        (computed on first access).
+    formula : dict or None
+        The formula level's numbers for the table's family, marked as such.
+    memory_budget : float or None
+        Memory per device the evaluation checked against (``memory_unit``).
+    violations : list of MemoryViolation
+        One per device over ``memory_budget``, in device order.
+    notes : list of str
+        What the reader of the schedule left out or changed (e.g. the
+        ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
+    """
+
+    table: ScheduleTable
+    level: str
+    makespan: float
+    bubble_ratio: float
+    devices: list
+    time_unit: str
+    memory_unit: str
+    costs: dict
+    contention: str
+    formula: dict | None = None
+    memory_budget: float | None = None
+    violations: list = field(default_factory=list)
+    _lowered: object = field(default=None, repr=False)
+    _node_start: np.ndarray | None = field(default=None, repr=False)
+    _node_durations: np.ndarray | None = field(default=None, repr=False)
+    _binding: np.ndarray | None = field(default=None, repr=False)
+    _cost_model: object = field(default=None, repr=False)
+    notes: list = field(default_factory=list)
+
+    # ------------------------------------------------------------ derived views
+    @cached_property
+    def op_start(self):
+        return self._node_start[self._lowered.cell_of_op]
+
+    @cached_property
+    def op_end(self):
+        cells = self._lowered.cell_of_op
+        return self._node_start[cells] + self._node_durations[cells]
+
+
+    @property
+    def total_compute(self):
+        return float(sum(device.busy for device in self.devices))
+
+    # ------------------------------------------------------------------ notebooks
+    def __repr__(self):
+        """One line: the table, the level, makespan, bubble and the fullest device."""
+        from tabsched.costs.units import format_quantity
+        top = max(self.devices, key=lambda d: d.peak_total_memory, default=None)
+        time = (format_quantity(self.makespan, "s") if self.time_unit == "s"
+                else f"{self.makespan:g} {self.time_unit}")
+        peak = "" if top is None else (
+            f", peak memory {format_quantity(top.peak_total_memory, 'B')} on d{top.device}"
+            if self.memory_unit == "bytes" else
+            f", peak {top.peak_total_memory:g} {self.memory_unit} on d{top.device}")
+        return (f"<Result {self.level}: {_label(self.table)}, makespan {time}, "
+                f"bubble {self.bubble_ratio:.1%}{peak}>")
+
+    def to_dataframe(self, *, ops=False):
+        """A pandas DataFrame: a row per device, or per operation with ``ops=True``
+        (see :func:`tabsched.frames.result_frame`; pandas is the ``notebook`` extra)."""
+        from tabsched.frames import result_frame
+        return result_frame(self, ops=ops)
+
+    def _repr_html_(self):
+        from tabsched._html import result_html
+        from tabsched.plot import gantt_svg
+        return result_html(self, gantt_svg(self))
+
+    @property
+    def peak_memory(self):
+        """Largest activation peak over the devices."""
+        return max((device.peak_memory for device in self.devices), default=0.0)
+
+    def critical_nodes(self):
+        """Node ids of the critical path in time order (see ``critical_path``)."""
+        lowered = self._lowered
+        if lowered.num_nodes == 0:
+            return []
+        if self._binding is None:  # found on first use: rerun this sample with it
+            self._binding = engine.run(lowered, self._node_durations, binding=True)[1]
+        node = int(np.argmax(self._node_start + self._node_durations))
+        nodes = []
+        while node >= 0:
+            nodes.append(node)
+            node = int(self._binding[node])
+        return nodes[::-1]
+
+    @property
+    def critical_path(self):
+        """Operations and transfers, in time order, that decided the makespan.
+
+        Walks back from the node that ends last: each node's start was set by the
+        predecessor that ended last (or by the previous user of a link it waited for).
+        """
+        lowered = self._lowered
+        steps = []
+        for node in self.critical_nodes():
+            start = float(self._node_start[node])
+            end = start + float(self._node_durations[node])
+            kind = lowered.kind_of(node)
+            label = lowered.describe_node(node)
+            if kind == CELL:
+                steps.append(PathStep(label, start, end, device=lowered.describe_cell(node)[1]))
+            elif kind == TRANSFER:
+                k = node - lowered.nodes(TRANSFER).start
+                link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
+                steps.append(PathStep(label, start, end, link=link, kind="transfer"))
+            elif kind.on_device:
+                steps.append(PathStep(label, start, end, kind=kind.label,
+                                      device=int(lowered.node_device[node])))
+            else:
+                steps.append(PathStep(label, start, end, kind=kind.label))
+        return steps
+
+    @property
+    def links(self):
+        """Per directed link with traffic: transfers, bytes and busy time."""
+        transfers = self._lowered.transfers
+        if len(transfers) == 0:
+            return []
+        D = self.table.num_devices
+        link = transfers.src.astype(np.int64) * D + transfers.dst
+        durations = self._node_durations[self._lowered.nodes(TRANSFER)]
+        counts = np.bincount(link, minlength=D * D)
+        _, transfer_bytes = self._cost_model.transfer_costs(self.table, transfers)
+        nbytes = np.bincount(link, weights=transfer_bytes, minlength=D * D)
+        busy = np.bincount(link, weights=durations, minlength=D * D)
+        return [LinkStats(int(k // D), int(k % D), int(counts[k]), float(nbytes[k]),
+                          float(busy[k])) for k in np.flatnonzero(counts)]
+
+    def memory_timeline(self, device=None, *, working=True):
+        """Activation memory over time.
+
+        Returns ``(times, values)`` for one device: the memory held right after
+        each change; or, with ``device=None``, a list of such pairs per device.
+        An activation is held from the start of its ``F`` to the end of its ``B``
+        (with a split backward, ``I`` frees the released part and ``W`` the rest);
+        an operation's working memory (the cost model's ``transient_sizes``)
+        only from its start to its end, unless ``working=False``. At equal times
+        frees come before allocations.
+        """
+        activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
+        transient = (np.asarray(self._cost_model.transient_sizes(self.table), np.float64)
+                     if working else None)
+        if device is None:
+            return [self._device_timeline(d, activation, transient)
+                    for d in range(self.table.num_devices)]
+        return self._device_timeline(device, activation, transient)
+
+    def _device_timeline(self, device, activation, transient=None):
+        table = self.table
+        lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
+        cells = self._lowered.cell_of_op[lo:hi]
+        start = self._node_start[cells]
+        times, deltas = memory_events(table.kind[lo:hi], activation[lo:hi],
+                                      None if transient is None else transient[lo:hi],
+                                      self._cost_model.input_grad_release, start,
+                                      start + self._node_durations[cells])
+        keep = deltas != 0
+        times, deltas = times[keep], deltas[keep]
+        order = np.lexsort((deltas, times))
+        return times[order], np.cumsum(deltas[order])
+
+    def check_memory(self):
+        """Raise ``MemoryBudgetError`` (one line) if a device went over the budget."""
+        if not self.violations:
+            return self
+        from tabsched.costs.units import format_quantity
+
+        def amount(value):
+            if self.memory_unit == "bytes":
+                return format_quantity(value, "B")
+            return f"{value:.6g} {self.memory_unit}"
+
+        def moment(value):
+            return (format_quantity(value, "s") if self.time_unit == "s"
+                    else f"{value:.6g} {self.time_unit}")
+        shown = [f"d{v.device} by {amount(v.over)} at {moment(v.time)}"
+                 for v in self.violations[:4]]
+        more = len(self.violations) - len(shown)
+        raise MemoryBudgetError(
+            f"memory budget {amount(self.memory_budget)} exceeded on {len(self.violations)} of "
+            f"{self.table.num_devices} devices: {', '.join(shown)}"
+            + (f" and {more} more" if more else ""))
+
+    def to_dict(self, *, ops=False):
+        """Plain data for JSON (times in ``time_unit``, memory in ``memory_unit``)."""
+        data = {
+            "level": self.level,
+            "family": self.table.family,
+            "params": self.table.params,
+            "num_devices": self.table.num_devices,
+            "num_stages": self.table.num_stages,
+            "num_microbatches": self.table.num_microbatches,
+            "slots": self.table.num_slots,
+            "makespan": self.makespan,
+            "bubble_ratio": self.bubble_ratio,
+            "time_unit": self.time_unit,
+            "memory_unit": self.memory_unit,
+            "costs": self.costs,
+            "contention": self.contention,
+            "peak_memory": self.peak_memory,
+            "devices": [
+                {"device": d.device, "busy": d.busy, "idle": d.idle, "warmup": d.warmup,
+                 "inside": d.inside, "cooldown": d.cooldown, "peak_memory": d.peak_memory,
+                 "persistent_memory": d.persistent_memory}
+                for d in self.devices],
+            "critical_path": [
+                {"label": s.label, "start": s.start, "end": s.end, "device": s.device,
+                 "link": list(s.link) if s.link else None} for s in self.critical_path],
+            "links": [vars(link) for link in self.links],
+            "formula": self.formula,
+            "memory_budget": self.memory_budget,
+            "violations": [{"device": v.device, "since": v.since, "time": v.time,
+                            "memory": v.memory, "over": v.over} for v in self.violations],
+            "notes": list(self.notes),
+        }
+        if ops:
+            table = self.table
+            data["ops"] = [{"op": str(table.op(k)), "device": int(table.device[k]),
+                            "start": float(self.op_start[k]), "end": float(self.op_end[k])}
+                           for k in range(len(table))]
+        return data
+
+
+def _label(table):
+    """``1f1b devices=8 microbatches=32``, or the table's shape when it names no family."""
+    if table.family:
+        return " ".join([table.family] + [f"{key}={value}" for key, value in table.params.items()
+                                          if key != "transforms"])
+    return f"{table.num_devices} devices, {table.num_microbatches} microbatches"
+
+
+@dataclass
+class Summary:
+    """What a sweep row needs of an evaluation: :func:`evaluate_summaries` returns one
+    per cost model, with the numbers the full :class:`Result` would hold, to the bit.
+
+    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device.
+    """
+
+    makespan: float
+    bubble_ratio: float
+    peak_activation: list
+    peak_memory: list
+    formula: dict | None = None
