@@ -15,6 +15,7 @@ import numpy as np
 from tabsched import engine
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError
+from tabsched.execution import Execution
 from tabsched.lower import INDEX, lower
 from tabsched.memory import (activation_peaks, checked_budget, device_peaks, memory_events,
                              memory_sizes, memory_violations)
@@ -38,13 +39,24 @@ def checked_costs(table, costs):
     return costs
 
 
+def run_as(costs, execution):
+    """``costs`` run as ``execution`` (``None``: as they are); see ``with_execution``."""
+    if execution is None:
+        return costs
+    if not isinstance(execution, Execution):
+        raise InvalidParameterError(f"execution must be an Execution, not "
+                                    f"{type(execution).__name__}")
+    return costs.with_execution(execution)
+
+
 def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
               transfer_after=None):
     """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
 
-    The cost model gives the contention mode, devices per node, blocking sends and
-    the optimizer step; the gradient sync is the table's own (PyTorch's
-    REDUCE_GRAD) if it has one, else the cost model's.
+    The cost model's execution gives the contention mode, devices per node, blocking
+    sends and the optimizer step; the gradient sync is the execution's when it names
+    one, else the table's own (PyTorch's REDUCE_GRAD) if it has one, else every stage
+    when the data-parallel reduction overlaps the backwards, else none.
     """
     return lower(table, contention=costs.contention if contention is None else contention,
                  devices_per_node=costs.devices_per_node, blocking_sends=costs.blocking_sends,
@@ -54,22 +66,27 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
 
 
 def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
-             contention: str | None = None, grad_sync: object = None,
-             optimizer: bool | None = None, formula: bool = True,
+             execution: Execution | None = None, contention: str | None = None,
+             grad_sync: object = None, optimizer: bool | None = None, formula: bool = True,
              memory_budget: float | str | None = None,
              transfer_after: tuple | None = None) -> Result:
-    """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``).
+    """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``) run as ``execution``.
 
     Parameters
     ----------
     table : ScheduleTable
     costs : CostModel, optional
+    execution : Execution, optional
+        How the table runs (default: the cost model's own execution): its parallel
+        degrees, batch and recompute price the operations, its contention and tail
+        lower the table. The keywords below are conveniences that change one thing.
     contention : {"none", "link", "nic"}, optional
-        Overrides the cost model's own mode.
+        Overrides the execution's mode.
     grad_sync, optimizer : optional
         The iteration's tail (see :func:`tabsched.lower.lower`); default the
-        table's ``grad_sync`` if it has one, else the cost model's ``grad_sync``,
-        and the cost model's ``optimizer_step``.
+        execution's ``grad_sync`` if it names one, else the table's if it has one
+        (PyTorch's REDUCE_GRAD), else the execution's default, and the execution's
+        ``optimizer_step``.
     formula : bool
         Attach the formula level's numbers for the table's family.
     memory_budget : float or str, optional
@@ -98,7 +115,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     >>> [d.peak_memory for d in result.devices]
     [4.0, 3.0, 2.0, 1.0]
     """
-    costs = checked_costs(table, costs)
+    costs = run_as(checked_costs(table, costs), execution)
     if memory_budget is not None:
         memory_budget = checked_budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
@@ -119,7 +136,11 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
 
 
 def _default_grad_sync(table, costs):
-    """The table's own gradient syncs (e.g. PyTorch's REDUCE_GRAD), else the cost model's."""
+    """The execution's gradient syncs if it names them, else the table's own (e.g.
+    PyTorch's REDUCE_GRAD), else the execution's default."""
+    named = costs.execution.grad_sync
+    if named is not None:
+        return list(named) if isinstance(named, tuple) else named
     return list(table.grad_sync) if table.grad_sync is not None else costs.grad_sync
 
 
@@ -235,7 +256,8 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
         table=table, level=costs.level, makespan=makespan, bubble_ratio=bubble, devices=[],
         time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
         contention=contention, _lowered=lowered, _node_start=node_start,
-        _node_durations=durations, _binding=binding, _cost_model=costs)
+        _node_durations=durations, _binding=binding, _cost_model=costs,
+        execution=lowered_execution(costs, lowered))
     peaks = activation_peaks(result)
     for d in range(D):
         idle = makespan - float(busy[d])
@@ -247,6 +269,17 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
             peak_memory=float(peaks[d]),
             persistent_memory=float(persistent[d]) if len(persistent) > d else 0.0))
     return result
+
+
+def lowered_execution(costs, lowered):
+    """The execution ``lowered`` ran: the cost model's, resolved (against no model or
+    system, for costs that price none), with the contention and optimizer step the
+    lowering was given."""
+    run = costs.execution.resolved()
+    step = bool(lowered.count(OPTIMIZER))
+    if (run.contention, run.optimizer_step) == (lowered.contention, step):
+        return run
+    return run.replace(contention=lowered.contention, optimizer_step=step)
 
 
 def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
@@ -305,13 +338,14 @@ def _lowering_key(table, costs, contention, grad_sync, optimizer):
             bool(costs.optimizer_step if optimizer is None else optimizer))
 
 
-def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimizer=None,
-                  formula=True):
+def evaluate_many(table, cost_models, *, execution=None, contention=None, grad_sync=None,
+                  optimizer=None, formula=True):
     """Evaluate one table under several cost models, sharing lowerings and kernel calls.
 
     Cost models that lower the table the same way (same contention, nodes per
     machine, blocking sends and tail) share one lowering and run as the samples of
     one kernel call; the results are the same as ``evaluate`` would give one by one.
+    ``execution`` runs every cost model as that execution (see :func:`evaluate`).
 
     Returns
     -------
@@ -322,7 +356,8 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
     >>> [r.makespan for r in evaluate_many(table, [StageCosts(1.0), StageCosts(2.0, comm=1)])]
     [33.0, 82.0]
     """
-    cost_models = list(cost_models)
+    cost_models = [run_as(costs, execution) if isinstance(costs, CostModel) else costs
+                   for costs in cost_models]
     results = [None] * len(cost_models)
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
                                                               grad_sync, optimizer):
@@ -339,8 +374,8 @@ def evaluate_many(table, cost_models, *, contention=None, grad_sync=None, optimi
     return results
 
 
-def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, optimizer=None,
-                       formula=True):
+def evaluate_summaries(table, cost_models, *, execution=None, contention=None, grad_sync=None,
+                       optimizer=None, formula=True):
     """:func:`evaluate_many` reduced to what a sweep writes: one :class:`Summary` each.
 
     The same lowerings and kernel calls, the same numbers to the bit, without the
@@ -353,7 +388,8 @@ def evaluate_summaries(table, cost_models, *, contention=None, grad_sync=None, o
     >>> [s.makespan for s in evaluate_summaries(table, [StageCosts(1.0), StageCosts(2.0)])]
     [33.0, 66.0]
     """
-    cost_models = list(cost_models)
+    cost_models = [run_as(costs, execution) if isinstance(costs, CostModel) else costs
+                   for costs in cost_models]
     summaries = [None] * len(cost_models)
     memory = {}     # cost models with one memory key share the table's memory sizes
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,

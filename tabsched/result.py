@@ -24,6 +24,7 @@ import numpy as np
 
 from tabsched import engine
 from tabsched.exceptions import MemoryBudgetError
+from tabsched.execution import Execution
 from tabsched.memory import MemoryViolation, memory_events
 from tabsched.nodes import CELL, TRANSFER
 from tabsched.table import ScheduleTable
@@ -113,6 +114,8 @@ class Result:
     notes : list of str
         What the reader of the schedule left out or changed (e.g. the
         ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
+    execution : Execution
+        How the table ran (echoed by ``to_dict``: every ``--json``).
     """
 
     table: ScheduleTable
@@ -133,6 +136,9 @@ class Result:
     _binding: np.ndarray | None = field(default=None, repr=False)
     _cost_model: object = field(default=None, repr=False)
     notes: list = field(default_factory=list)
+    #: How the table ran: the cost model's execution, every field resolved, with the
+    #: contention, blocking sends and optimizer step it was lowered with.
+    execution: Execution | None = None
 
     # ------------------------------------------------------------ derived views
     @cached_property
@@ -323,6 +329,8 @@ class Result:
                             "memory": v.memory, "over": v.over} for v in self.violations],
             "notes": list(self.notes),
         }
+        if self.execution is not None:
+            data["execution"] = self.execution.to_dict()
         if ops:
             table = self.table
             data["ops"] = [{"op": str(table.op(k)), "device": int(table.device[k]),

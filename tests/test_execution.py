@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tabsched import InvalidParameterError, ModelCosts, StageCosts, TransformerModel, UnitCosts
 from tabsched.costs.system import load_system
 from tabsched.execution import FIELDS, Execution, Parallelism, load_execution
+from tabsched.nodes import SYNC
 
 
 def model(**changes):
@@ -239,3 +240,40 @@ def test_any_bytes_are_an_execution_or_one_line(tmp_path_factory, content, suffi
         load_execution(path)
     except InvalidParameterError as error:
         assert "\n" not in str(error) and len(str(error)) < 400, str(error)
+
+
+def test_entry_points_take_the_execution_and_keywords_change_one_field():
+    from tabsched import evaluate, evaluate_summaries, generate
+    from tabsched.adapt import Noise, monte_carlo
+    from tabsched.evaluate import evaluate_many
+    table = generate("1f1b", devices=4, microbatches=8)
+    run = Execution(tensor_parallel=2, data_parallel=2, contention="none")
+    plain = ModelCosts("paper-128l", "dgx-h100")
+    built = ModelCosts("paper-128l", "dgx-h100", run)
+    by_execution = evaluate(table, plain, execution=run)
+    assert by_execution.makespan == evaluate(table, built).makespan
+    assert by_execution.execution == built.execution and by_execution.execution.data_parallel == 2
+    assert by_execution.to_dict()["execution"]["contention"] == "none"
+    # a keyword changes what the table is lowered with, and the echo says so
+    linked = evaluate(table, built, contention="link", optimizer=False)
+    assert (linked.execution.contention, linked.execution.optimizer_step) == ("link", False)
+    assert [r.makespan for r in evaluate_many(table, [plain], execution=run)] == \
+        [by_execution.makespan]
+    assert [s.makespan for s in evaluate_summaries(table, [plain], execution=run)] == \
+        [by_execution.makespan]
+    assert monte_carlo(table, plain, Noise(0.1), samples=16, execution=run).mean == \
+        monte_carlo(table, built, Noise(0.1), samples=16).mean
+    unit = evaluate(table, UnitCosts(), execution=Execution(optimizer_step=True))
+    assert unit.execution.optimizer_step and unit.execution.contention == "none"
+    with pytest.raises(InvalidParameterError, match="execution must be an Execution, not dict"):
+        evaluate(table, plain, execution={"tensor_parallel": 2})
+
+
+def test_an_execution_that_names_its_syncs_wins_over_the_tables_own():
+    from tabsched import evaluate, generate
+    table = generate("1f1b", devices=4, microbatches=8).replace(grad_sync=(0,))
+    costs = StageCosts(1.0, sync=5.0)
+    assert evaluate(table, costs)._lowered.count(SYNC) == 1          # the table's own
+    named = evaluate(table, costs, execution=Execution(grad_sync="all"))
+    assert named._lowered.count(SYNC) == 4
+    assert evaluate(table, costs, grad_sync=[1, 2])._lowered.count(SYNC) == 2

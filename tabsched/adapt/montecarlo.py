@@ -46,8 +46,9 @@ import numpy as np
 from tabsched import engine
 from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_variation,
                                       lognormal_parameters)
-from tabsched.evaluate import checked_costs, lower_for
+from tabsched.evaluate import checked_costs, lower_for, run_as
 from tabsched.exceptions import InvalidParameterError
+from tabsched.execution import Execution
 from tabsched.table import ScheduleTable
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ def _check_count(name, value, minimum=1):
 
 def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
                 variation: Variation | None = None, *, samples: int = 1000, seed: int = 0,
-                iteration: int = 0, contention: str | None = None, grad_sync: object = None,
+                iteration: int = 0, execution: Execution | None = None,
+                contention: str | None = None, grad_sync: object = None,
                 optimizer: bool | None = None, transfer_after: tuple | None = None,
                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> MonteCarloResult:
     """Makespan statistics of ``table`` over ``samples`` iterations drawn from ``variation``.
@@ -217,9 +219,9 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
         Same seed, same numbers, to the bit.
     iteration : int
         The iteration the samples stand for (models limited to some iterations).
-    contention, grad_sync, optimizer, transfer_after :
-        As in :func:`tabsched.evaluate` (the gradient sync defaults to the table's own,
-        e.g. PyTorch's REDUCE_GRAD, else the cost model's).
+    execution, contention, grad_sync, optimizer, transfer_after :
+        As in :func:`tabsched.evaluate`: how the table runs (default the cost model's
+        execution), and the conveniences that change one thing of it.
     chunk_bytes : int
         Memory for the durations of one chunk of samples, where durations are
         drawn in chunks (see the module docstring).
@@ -237,7 +239,7 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
     >>> result.nominal_makespan, result.mean > result.nominal_makespan
     (33.0, True)
     """
-    costs = checked_costs(table, costs)
+    costs = run_as(checked_costs(table, costs), execution)
     check_variation(variation)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after)

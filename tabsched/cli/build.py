@@ -325,15 +325,7 @@ def run_evaluation(table, torch_schedule, costs, options):
               else memory_budget_value(options["memory_budget"], costs))
     run = torch_schedule.evaluate if torch_schedule is not None else functools.partial(
         evaluate, table)
-    return run(costs, memory_budget=budget, **tail_overrides(costs))
-
-
-def tail_overrides(costs):
-    """The execution's own grad sync, which wins over a table's (PyTorch's REDUCE_GRAD), as
-    ``--grad-sync`` always has: ``{"grad_sync": ...}``, or nothing."""
-    grad_sync = costs.execution.grad_sync
-    return {} if grad_sync is None else {"grad_sync": list(grad_sync) if isinstance(
-        grad_sync, tuple) else grad_sync}
+    return run(costs, memory_budget=budget)
 
 
 def _split_pair(text, flag, separator, example):

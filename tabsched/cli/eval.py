@@ -3,8 +3,7 @@
 
 import click
 
-from tabsched.cli.build import (monte_carlo_from_options, prepare_evaluation, run_evaluation,
-                                tail_overrides)
+from tabsched.cli.build import monte_carlo_from_options, prepare_evaluation, run_evaluation
 from tabsched.cli.format import (OverBudget, echo_json, formula_summary, monte_carlo_summary,
                                  summary, translate_errors)
 from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
@@ -53,13 +52,12 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
         return
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     runs = monte_carlo_from_options(
-        table, costs, variation_params, **tail_overrides(costs),
+        table, costs, variation_params,
         **({"transfer_after": torch_schedule.transfer_after} if torch_schedule else {}))
     if as_json:
         data = result.to_dict()
         if runs is not None:
             data["monte_carlo"] = runs.to_dict()
-        data["execution"] = costs.execution.to_dict()
         echo_json(data)
     else:
         click.echo(summary(result))
