@@ -381,7 +381,7 @@ def test_remembered_link_matrices_parameters_and_syncs_match_their_sources():
     from tabsched import _memo
     for size in range(5000):            # the answers are forgotten beyond 4096
         costs._all_reduce_time(float(size), [0, 1], 2)
-    assert 0 < _memo.sizes()["tabsched.costs.model_costs._ring_all_reduce"] <= 4096
+    assert 0 < _memo.sizes()["tabsched.costs.model_work.ring_all_reduce"] <= 4096
     # answers belong to the system: another microbatch size shares them, another
     # system (equal but for one slow link) has its own
     other_size = ModelCosts("paper-128l", "mid_nw_mid_cp", tensor_parallel=2,
@@ -398,7 +398,7 @@ def test_kernel_tables_are_shared_by_one_model_on_several_systems():
     """The kernel lists are the model's and the parallelism's, not the system's: cost
     models on several systems share them, other parallelisms get their own, and the
     durations are those of tables built afresh."""
-    from tabsched.costs.model_costs import _kernel_tables
+    from tabsched.costs.model_work import kernel_tables as _kernel_tables
     table = generate("1f1b", devices=4, microbatches=8)
     first = ModelCosts("paper-128l", "mid_nw_mid_cp")
     second = ModelCosts("paper-128l", "fast_nw_slow_cp")
@@ -422,7 +422,8 @@ def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
     made once per model; each phase's kernels timed on their own table and summed
     kind by kind (hidden collectives costing what they run beyond their partner)
     give the same seconds, to the bit."""
-    from tabsched.costs.model_costs import _KIND_PHASES, _kernel_seconds
+    from tabsched.costs.model_work import KIND_PHASES as _KIND_PHASES
+    from tabsched.costs.model_work import kernel_seconds as _kernel_seconds
     costs = ModelCosts("gpt3-175b", system, **options)
     samples = np.array([1.0, 3.0])
     together = costs.part_times(samples)
@@ -450,7 +451,7 @@ def test_all_kernels_timed_at_once_are_each_phase_timed_alone(system, options):
                                           (20, 100_000), (5000, 4_000_000)])
 def test_present_keys_are_np_uniques_answer(count, space):
     """Both ways (a table of the key space, or a sort when the space is large)."""
-    from tabsched.costs.model_costs import _present
+    from tabsched.costs.model_work import present as _present
     keys = np.random.default_rng(count).integers(0, space, count)
     unique, inverse = _present(keys, space)
     expected, expected_inverse = np.unique(keys, return_inverse=True)

@@ -16,222 +16,22 @@ execution it was built from, so no answer can outlive a change.
 
 import numpy as np
 
-from tabsched._memo import memo
 from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
 from tabsched.costs.collectives import group_time
-from tabsched.costs.kernels import KernelTable
+from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_report,
+                                       kernel_tables, link_matrices, microbatch_samples,
+                                       part_times, present, priced_part, ring_all_reduce,
+                                       stage_layers, stage_parameters, table_shape)
 from tabsched.costs.placement import Placement
 from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
 from tabsched.nodes import OPTIMIZER, SYNC
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, INPUT_GRAD
 
 __all__ = ["ModelCosts"]
-
-_INT64_MAX = 2**63 - 1
-_PARTS = ("layer", "embedding", "output")
-#: The kernel lists each kind of operation runs (R: the recompute forward).
-_KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
-
-
-@memo(limit=64)
-def _kernel_tables(model, parallel):
-    """``{part: {phase: KernelTable}}`` of ``model`` run with ``parallel``: what the
-    system does not change, built once for the cost models of one model on many
-    systems (the tables are not changed once built)."""
-    return {part: {phase: KernelTable(kernels) for phase, kernels in
-                   model.kernels(part, parallel).items()}
-            for part in _PARTS}
-
-
-@memo(limit=64)
-def _all_kernels(model, parallel):
-    """Every kernel of ``_kernel_tables(model, parallel)`` in one table, and how
-    ``part_times`` sums them: per part, ``(kind, rows, hides)`` for each kind of
-    operation, ``rows`` its kernels in that table (phase by phase) and ``hides`` the
-    ``(kernel, partner)`` positions among them of each collective that hides behind
-    a kernel of the same operation, in order. A system times every kernel in one
-    pass (each kernel's time is its own, whatever the others)."""
-    tables = _kernel_tables(model, parallel)
-    kernels, where = [], {}
-    for part in _PARTS:
-        for phase, table in tables[part].items():
-            where[part, phase] = np.arange(len(kernels), len(kernels) + len(table))
-            kernels.extend(table.kernels)
-    plan = {}
-    for part in _PARTS:
-        plan[part] = []
-        for kind, phases in _KIND_PHASES.items():
-            present = [phase for phase in phases if len(tables[part].get(phase, ()))]
-            if not present:
-                continue
-            names = [name for phase in present for name in tables[part][phase].names]
-            hide = [hidden for phase in present for hidden in tables[part][phase].hides_behind]
-            position = {name: index for index, name in enumerate(names)}
-            hides = [(index, position[partner]) for index, partner in enumerate(hide)
-                     if partner is not None and partner in position]
-            plan[part].append((kind, np.concatenate([where[part, phase] for phase in present]),
-                               hides))
-    return KernelTable(kernels), plan
-
-
-@memo(limit=4096)
-def _link_matrices(pipeline_view, num_devices):
-    """``pipeline_view.link_matrices(num_devices)``: asked again by every cost model on a
-    system (one per microbatch size in a sweep); equal systems are one answer."""
-    return pipeline_view.link_matrices(num_devices)
-
-
-@memo(limit=4096)
-def _ring_all_reduce(pipeline_view, nbytes, devices, num_devices):
-    """A ring all-reduce of ``nbytes`` among ``devices`` (sorted) of a run of
-    ``num_devices``: a sweep syncs the same stages among the same devices table after
-    table, and the link matrices of the run serve every ring in it."""
-    return pipeline_view.all_reduce_time(nbytes, devices,
-                                         _link_matrices(pipeline_view, num_devices))
-
-
-@memo(limit=4096)
-def _table_shape(model, num_stages, stage_layers, microbatch_sizes):
-    """Layers per stage, first/last-stage masks, unique samples and each microbatch's
-    index: the per-shape work of a cost model depends on a table only through its stage
-    count, layer split and microbatch sizes, and a sweep asks it table after table."""
-    layers = _stage_layers(model, num_stages, stage_layers)
-    samples = _samples(model, microbatch_sizes)
-    unique, inverse = np.unique(samples, return_inverse=True)
-    _check_int64(model, layers, unique, samples)
-    first, last = _end_stages(len(layers))
-    return layers, first, last, unique, inverse.ravel()
-
-
-def _stage_layers(model, num_stages, stage_layers):
-    """Layers of each stage: ``stage_layers``, or an even split of the model's."""
-    S, layers = num_stages, model.layers
-    if stage_layers is None:
-        if S and layers % S:
-            raise InvalidParameterError(
-                f"model {model.name} has {layers} layers, which do not split evenly "
-                f"over the table's {S} stages (give the table stage_layers)")
-        return np.full(S, layers // S if S else 0, dtype=np.int64)
-    per_stage = np.asarray(stage_layers, dtype=np.int64)
-    if int(per_stage.sum()) != layers:
-        raise InvalidParameterError(
-            f"the table's stage_layers sum to {int(per_stage.sum())} but model "
-            f"{model.name} has {layers} layers")
-    return per_stage
-
-
-def _samples(model, microbatch_sizes):
-    """Samples of each microbatch of relative size ``microbatch_sizes`` (whole numbers)."""
-    sizes = np.asarray(microbatch_sizes, dtype=np.float64)
-    samples = sizes * model.microbatch_size
-    whole = np.round(samples)
-    bad = np.flatnonzero((np.abs(samples - whole) > 1e-9 * np.maximum(samples, 1.0))
-                         | (whole < 1))
-    if len(bad):
-        m = int(bad[0])
-        raise InvalidParameterError(
-            f"microbatch {m} has relative size {sizes[m]:g}: {samples[m]:g} samples of a "
-            f"{model.microbatch_size}-sample microbatch, but samples must be whole "
-            f"(raise microbatch_size)")
-    return whole
-
-
-def _check_int64(model, layers, unique, samples):
-    """Activation bytes (exact, in Python ints) must fit int64, per stage and in total."""
-    if not len(layers) or not len(unique):
-        return
-    per_layer = model.layer_activation(1)
-    per_sample = [int(n) * per_layer for n in layers.tolist()]
-    per_sample[0] += model.embedding_activation(1)
-    per_sample[-1] += model.output_activation(1)
-    largest = max(per_sample) * int(unique.max())
-    total = sum(per_sample) * int(samples.sum())
-    if max(largest, total) > _INT64_MAX:
-        raise InvalidParameterError(
-            f"microbatch_size {model.microbatch_size} makes the activations of one "
-            f"iteration {float(total):.3g} bytes, which overflows int64 "
-            f"({float(_INT64_MAX):.3g}); use a smaller microbatch_size")
-
-
-@memo(limit=1024)
-def _stage_parameters(model, num_stages, stage_layers):
-    """Parameters of each stage (int64, all tensor ranks together): stages alike (same
-    layers, neither or both ends) hold alike, so each kind of stage is counted once."""
-    layers = _stage_layers(model, num_stages, stage_layers).tolist()
-    S = len(layers)
-    kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
-    each = {kind: model.stage_parameters(*kind) for kind in set(kinds)}
-    return np.array([each[kind] for kind in kinds], dtype=np.int64)
-
-
-def _kernel_seconds(model, system, placement, kernels, samples):
-    """``(seconds, work)`` per kernel and size: each kernel's roofline plus the launch
-    latency, each collective a ring over its group as the placement puts it."""
-    samples = np.asarray(samples, dtype=np.float64)
-    work = kernels.work(samples)
-    nbytes = work["read"] + work["written"]
-    tokens = samples[None, :] * model.sequence
-    seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
-                                   work["outputs"]) + system.launch_latency)
-    for index in np.flatnonzero(kernels.collective):
-        seconds[index] = group_time(kernels.kinds[index], work["message"][index],
-                                    placement.group(kernels.groups[index]), system)
-    return seconds, work
-
-
-@memo(limit=4096)
-def _part_times(model, system, placement, samples):
-    """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
-    microbatches of ``samples`` (a tuple); see :meth:`ModelCosts.part_times`."""
-    result = {}
-    everything, plan = _all_kernels(model, _priced_part(placement.execution))
-    every_seconds = _kernel_seconds(model, system, placement, everything,
-                                    np.asarray(samples, dtype=np.float64))[0]
-    for part in _PARTS:
-        times = np.zeros((4, len(samples)))
-        for kind, rows, hides in plan[part]:
-            cost = every_seconds[rows]
-            for index, partner in hides:
-                cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
-            times[kind] = cost.sum(axis=0)
-        result[part] = times
-    return result
-
-
-def _priced_part(execution):
-    """The part of an execution that kernels, activations and parameters depend on (the
-    network, the tail and the batch left out): cost models that differ only there, one
-    model on several systems, share kernel tables and memory sizes."""
-    return execution.replace(contention=None, devices_per_node=None, blocking_sends=None,
-                             grad_sync=None, optimizer_step=None, global_batch=None,
-                             overlap_grad_reduce=False)
-
-
-def _present(keys, space):
-    """``np.unique(keys, return_inverse=True)`` for ``keys`` in ``0 .. space-1``: by a
-    table of the space when it is small beside the keys, else by np.unique's sort."""
-    if space > 4 * len(keys) + 4096:
-        unique, inverse = np.unique(keys, return_inverse=True)
-        return unique, inverse.ravel()
-    seen = np.zeros(space, dtype=bool)
-    seen[keys] = True
-    unique = np.flatnonzero(seen)
-    position = np.empty(space, dtype=np.intp)
-    position[unique] = np.arange(len(unique))
-    return unique, position[keys]
-
-
-def _end_stages(stages):
-    """``(first, last)``: 1.0 on the first (embedding) and the last (output) stage."""
-    first, last = np.zeros(stages), np.zeros(stages)
-    if stages:
-        first[0] = last[-1] = 1.0
-    return first, last
-
 
 class ModelCosts(CostModel):
     """A transformer on a system: per-kernel rooflines, Hockney transfers, memory in bytes.
@@ -351,8 +151,8 @@ overlap_grad_reduce, scatter_gather
         self.placement = Placement(self.execution, self.system)
         self.overlap = _non_negative("overlap", overlap)
         self.input_grad_release = self.model.input_grad_release_for(self.execution)
-        self._priced = _priced_part(self.execution)
-        self._tables = _kernel_tables(self.model, self._priced)
+        self._priced = priced_part(self.execution)
+        self._tables = kernel_tables(self.model, self._priced)
 
     def with_execution(self, execution):
         """This model on this system, run as ``execution`` (its None fields the model's and
@@ -382,11 +182,11 @@ overlap_grad_reduce, scatter_gather
     # ----------------------------------------------------------- the table's shape
     def stage_layers(self, table):
         """Layers of each stage: ``table.stage_layers``, or an even split."""
-        return _stage_layers(self.model, table.num_stages, table.stage_layers)
+        return stage_layers(self.model, table.num_stages, table.stage_layers)
 
     def microbatch_samples(self, table):
         """Samples in each microbatch of ``table`` (float array of whole numbers)."""
-        return _samples(self.model, table.microbatch_sizes)
+        return microbatch_samples(self.model, table.microbatch_sizes)
 
     def _shape(self, table):
         """Layers per stage, first/last-stage masks, unique samples and each microbatch's index.
@@ -394,7 +194,7 @@ overlap_grad_reduce, scatter_gather
         With a global batch in the execution, the table's microbatches must hold one
         pipeline's share of it: ``global_batch / data_parallel`` samples.
         """
-        shape = _table_shape(self.model, table.num_stages, table.stage_layers,
+        shape = table_shape(self.model, table.num_stages, table.stage_layers,
                              table.microbatch_sizes)
         run = self.execution
         if run.global_batch is not None:
@@ -420,7 +220,7 @@ overlap_grad_reduce, scatter_gather
         parts = {"layer": model.layer_work(unique, self.execution),
                  "embedding": model.embedding_work(unique, self.execution),
                  "output": model.output_work(unique, self.execution)}
-        work = [self._per_stage({part: parts[part][k] for part in _PARTS}, layers, first, last)
+        work = [self._per_stage({part: parts[part][k] for part in PARTS}, layers, first, last)
                 for k in (0, 1)]
         return work[0], work[1], inverse
 
@@ -434,7 +234,7 @@ overlap_grad_reduce, scatter_gather
         weight gradient in a full backward ``B``, not in a split ``I``.
         """
         key = tuple(np.asarray(samples, dtype=np.float64).ravel().tolist())
-        return _part_times(self.model, self.system, self.placement, key)
+        return part_times(self.model, self.system, self.placement, key)
 
     # --------------------------------------------------------------- cost model
     def op_work(self, table):
@@ -453,9 +253,9 @@ overlap_grad_reduce, scatter_gather
         """``(kinds x stages)`` seconds of one full microbatch on ``table``'s stages: what
         ``op_durations`` gives a table of one full-size microbatch with those stages."""
         layers = self.stage_layers(table)
-        samples = _samples(self.model, (1.0,))   # the cost model's own microbatch
-        _check_int64(self.model, layers, samples, samples)
-        first, last = _end_stages(len(layers))
+        samples = microbatch_samples(self.model, (1.0,))   # the cost model's own microbatch
+        check_int64(self.model, layers, samples, samples)
+        first, last = end_stages(len(layers))
         return self._per_stage(self.part_times(samples), layers, first, last)[:, :, 0]
 
     def transfer_costs(self, table, transfers):
@@ -495,7 +295,7 @@ overlap_grad_reduce, scatter_gather
 
     def _link_matrices(self, num_devices):
         """``placement.link_matrices(num_devices)``, remembered (read-only arrays)."""
-        return _link_matrices(self.placement.pipeline_view, num_devices)
+        return link_matrices(self.placement.pipeline_view, num_devices)
 
     @classmethod
     def stacked_prices(cls, lowered, cost_models):
@@ -538,7 +338,7 @@ overlap_grad_reduce, scatter_gather
         times = [costs.part_times(unique) for costs in cost_models]
         # _per_stage of each, with the cost models as a leading axis
         per_part = {part: np.stack([one[part] for one in times])[:, :, None, :]
-                    for part in _PARTS}
+                    for part in PARTS}
         per_stage = (layers[None, None, :, None] * per_part["layer"]
                      + first[None, None, :, None] * per_part["embedding"]
                      + last[None, None, :, None] * per_part["output"])
@@ -557,7 +357,7 @@ overlap_grad_reduce, scatter_gather
             # a transfer's time depends on its link and its microbatch's size only: each
             # pair of them present is priced once, then gathered
             U = len(unique)
-            pairs, which = _present((transfers.src.astype(np.intp) * D + transfers.dst) * U
+            pairs, which = present((transfers.src.astype(np.intp) * D + transfers.dst) * U
                                     + inverse[transfers.microbatch], D * D * U)
             link, size = pairs // U, pairs % U
             nbytes = first_costs.model.transfer_bytes(unique, first_costs.execution)
@@ -623,7 +423,7 @@ overlap_grad_reduce, scatter_gather
 
     def _stage_parameters(self, table):
         """``stage_parameters``, remembered per stage count and layer split (read-only)."""
-        return _stage_parameters(self.model, table.num_stages, table.stage_layers)
+        return stage_parameters(self.model, table.num_stages, table.stage_layers)
 
     def _device_parameters(self, table):
         """Parameters of each device's stages, per tensor rank (float array)."""
@@ -642,7 +442,7 @@ overlap_grad_reduce, scatter_gather
         """``placement.all_reduce_time(nbytes, devices)`` among some of ``num_devices``,
         remembered (see :func:`_ring_all_reduce`)."""
         devices = tuple(sorted(int(device) for device in devices))
-        return _ring_all_reduce(self.placement.pipeline_view, nbytes, devices, num_devices)
+        return ring_all_reduce(self.placement.pipeline_view, nbytes, devices, num_devices)
 
     def _data_parallel_time(self, collective, nbytes):
         """A ring collective over the data-parallel group of a tensor rank."""
@@ -727,51 +527,9 @@ overlap_grad_reduce, scatter_gather
 
     # ------------------------------------------------------------------ report
     def kernel_report(self, part="layer", samples=None):
-        """Every kernel of one layer (or the embedding, or the output) with its cost.
-
-        Returns a list of dicts, in the order the kinds run them (``F``, the
-        recompute forward ``R``, ``I``, ``W``): ``phase``, ``name``, ``class``,
-        ``flops``, ``bytes_read``, ``bytes_written`` (a collective's message in
-        ``bytes_read``), ``bound`` (``compute``, ``memory``, ``network``),
-        ``efficiency`` (of the binding resource; for a matrix kernel the table's
-        value times its wave quantization), ``seconds`` (its own, before any
-        hiding), ``beside`` (the kernel a collective runs beside, or None).
-        """
-        if part not in _PARTS:
-            raise InvalidParameterError(f"part {part!r} is not one of {', '.join(_PARTS)}")
-        samples = float(self.model.microbatch_size if samples is None else samples)
-        system = self.system
-        rows = []
-        for phase in ("F", "R", "I", "W"):
-            kernels = self._tables[part][phase]
-            if not len(kernels):
-                continue
-            seconds, work = _kernel_seconds(self.model, system, self.placement, kernels,
-                                            np.array([samples]))
-            tokens = samples * self.model.sequence
-            for index, kernel in enumerate(kernels.kernels):
-                flops = float(work["flops"][index, 0])
-                read, written = float(work["read"][index, 0]), float(work["written"][index, 0])
-                if kernel.cls == "collective":
-                    tier = self.placement.group(kernel.group).tier
-                    bound, efficiency = "network", (system.intra_node_efficiency if
-                                                    tier == "node" else
-                                                    system.inter_node_efficiency)
-                    read, written = float(work["message"][index, 0]), 0.0
-                else:
-                    e_c = float(system.compute_efficiency_at(tokens, flops)
-                                * system.wave_efficiency(work["outputs"][index, 0]))
-                    e_m = float(system.memory_efficiency_at(read + written))
-                    compute = flops / (system.peak_flops * e_c) if kernel.cls == "matrix" else 0.0
-                    memory = (read + written) / (system.memory_bandwidth * e_m)
-                    bound, efficiency = (("compute", e_c) if compute >= memory
-                                         else ("memory", e_m))
-                rows.append({"phase": phase, "name": kernel.name, "class": kernel.cls,
-                             "flops": flops, "bytes_read": read, "bytes_written": written,
-                             "bound": bound, "efficiency": efficiency,
-                             "seconds": float(seconds[index, 0]),
-                             "beside": kernel.hides_behind})
-        return rows
+        """Every kernel of one layer (or the embedding, or the output) with its cost
+        (see :func:`tabsched.costs.model_work.kernel_report`)."""
+        return kernel_report(self, part, samples)
 
     def __repr__(self):
         """The model and the system with their key numbers, and the run's settings.
