@@ -11,15 +11,16 @@ system passes; they are imported here, where the descriptions have always found 
 """
 
 import difflib
-import functools
 import os
 from importlib import resources
+from types import MappingProxyType
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as a package (tomllib's origin)
     import tomli as tomllib  # type: ignore[no-redef,import-not-found]
 
+from tabsched._memo import memo
 from tabsched._untrusted import (  # noqa: F401  (the checks the descriptions use)
     MAX_FILE_BYTES, check_keys, integer, nesting_problem, number, parse, shown_value,
     suggestion, text)
@@ -32,9 +33,10 @@ def _preset_dir():
     return resources.files("tabsched.costs").joinpath("presets")
 
 
-@functools.lru_cache(maxsize=None)
+@memo(limit=1)
 def preset_index():
-    """``{kind: {name: text}}`` of the presets shipped with tabsched, sorted by name."""
+    """``{kind: {name: text}}`` of the presets shipped with tabsched, sorted by name (read
+    once, read-only)."""
     index = {kind: {} for kind in KINDS}
     entries = sorted((entry for entry in _preset_dir().iterdir()
                       if entry.name.endswith(".toml")), key=lambda entry: entry.name)
@@ -45,7 +47,7 @@ def preset_index():
             raise InvalidParameterError(f"preset {entry.name}: kind must be 'model' or "
                                         f"'system', not {shown_value(kind)}")
         index[kind][entry.name[:-len(".toml")]] = text
-    return index
+    return MappingProxyType({kind: MappingProxyType(names) for kind, names in index.items()})
 
 
 def is_file_reference(reference):
