@@ -9,8 +9,11 @@ that removes them within each device's memory.
 
 * :mod:`~tabsched.adapt.variation` -- variation models: :class:`Noise`
   (lognormal, by CV), :class:`Straggler`, :class:`SlowLink` (bandwidth factor
-  on the bytes/bandwidth part, latency spikes), :class:`Replay` (measured
-  ``op,duration`` rows). Seeded, reproducible to the bit.
+  on the bytes/bandwidth part, latency spikes), and the context they act in.
+* :mod:`~tabsched.adapt.replay` -- :class:`Replay`: measured durations
+  (``op,duration`` rows, profiler traces) replayed sample by sample.
+* :mod:`~tabsched.adapt.streams` -- the random streams every model draws from:
+  keyed by seed, iteration, sample and operation, reproducible to the bit.
 * :mod:`~tabsched.adapt.montecarlo` -- :func:`monte_carlo`: one lowered table,
   N sampled iterations through the kernel's samples axis; mean, p50, p95, max
   of the makespan and the run-time bubble, per device too.
@@ -49,7 +52,8 @@ from tabsched.adapt.search import AdaptResult, Candidate, TableReport, adapt, de
 from tabsched.adapt.transforms import (MemoryEffect, MergeMicrobatches, SplitBackward,
                                        SplitMicrobatches, SplitPhases, Transform, Warmup,
                                        deferred_weight_grads, warmup_depths)
-from tabsched.adapt.variation import (Combined, Noise, Replay, SlowLink, Straggler, Variation,
+from tabsched.adapt.replay import Replay
+from tabsched.adapt.variation import (Combined, Noise, SlowLink, Straggler, Variation,
                                       VariationContext, estimate_variation)
 
 __all__ = [
