@@ -521,7 +521,7 @@ def fill_idle(const time_t[::1] length not None,
     """Row orders with filler cells (split backward's ``W``) run in idle time.
 
     A list-scheduling simulation in time order (see
-    ``tabsched.adapt.transforms._fill_idle``): a device runs its next main cell
+    ``tabsched.adapt.split_backward._fill_idle``): a device runs its next main cell
     as soon as its inputs have arrived; while it would wait, it runs its oldest
     pending filler if the wait is known to last at least that long (a producer
     that has not started ends no earlier than now plus its length, its output

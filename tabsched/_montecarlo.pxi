@@ -9,7 +9,7 @@
 # AVX2 module imports nothing from _kernel.
 
 # Random draws: SplitMix64 of (the sample's key ^ the operation's key), as
-# tabsched.adapt.variation keys them, gives two 24-bit uniforms; Box-Muller turns
+# tabsched.adapt.streams keys them, gives two 24-bit uniforms; Box-Muller turns
 # them into a standard normal and the lognormal factor is exp(sigma*Z - shift).
 # The logarithm, cosine and exponential are short polynomials in float32 with
 # no branch and no table (about 1e-7 relative error), so the compiler
@@ -17,7 +17,7 @@
 # that rounds float32 as IEEE 754 says (the build turns off FMA contraction).
 
 cdef inline uint64_t _mix64(uint64_t z) noexcept nogil:
-    """SplitMix64's finaliser (Steele, Lea and Flood 2014), as variation._mix."""
+    """SplitMix64's finaliser (Steele, Lea and Flood 2014), as streams._mix."""
     z = z + <uint64_t>0x9E3779B97F4A7C15
     z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
     z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB

@@ -34,7 +34,7 @@ What a pass returns
 
 Construction steps of the lowering also run here: Kahn's order with the
 predecessor lists (:func:`lay_out`) and a cycle after a deadlock (:func:`find_cycle`),
-as do the lognormal draws of :mod:`tabsched.adapt.variation`
+as do the lognormal draws of :mod:`tabsched.adapt.streams`
 (:func:`lognormal_factors`).
 
 >>> from tabsched import StageCosts, generate, lower

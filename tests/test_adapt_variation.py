@@ -1,11 +1,12 @@
-"""Variation models: distributions, expectations, keyed draws, replay and fitting."""
+"""Variation models: distributions, expectations, their order in a sum, and fitting
+(the keyed draws: test_adapt_streams.py; replay: test_adapt_replay.py)."""
 
 import numpy as np
 import pytest
 
 from tabsched import InvalidParameterError, ModelCosts, StageCosts, UnitCosts, generate
-from tabsched.adapt import (Combined, Noise, Replay, SlowLink, SplitMicrobatches, Straggler,
-                            VariationContext, estimate_variation)
+from tabsched.adapt import (Combined, Noise, Replay, SlowLink, Straggler, VariationContext,
+                            estimate_variation)
 from tabsched.adapt.variation import parse_iterations
 from tabsched.lower import lower
 from tabsched.nodes import OPTIMIZER, TRANSFER
@@ -136,90 +137,6 @@ def test_models_act_only_in_their_iterations():
         assert changed == slowed
 
 
-def test_draws_are_keyed_reproducible_and_chunk_free():
-    table = generate("1f1b", devices=4, microbatches=8)
-    costs = StageCosts(1.0, comm=0.5)
-    variation = Noise(0.2, transfers=0.1) + SlowLink((0, 1), 2.0, latency_spike=1.0,
-                                                     spike_probability=0.5)
-    first = context_of(table, costs, seed=7).sample_durations(variation, np.arange(10))
-    again = context_of(table, costs, seed=7).sample_durations(variation, np.arange(10))
-    assert first.tobytes() == again.tobytes()
-    part = context_of(table, costs, seed=7).sample_durations(variation, np.arange(4, 7))
-    assert part.tobytes() == first[4:7].tobytes()
-    other = context_of(table, costs, seed=8).sample_durations(variation, np.arange(10))
-    assert not np.any(other == first)
-    later = context_of(table, costs, seed=7, iteration=1).sample_durations(variation,
-                                                                          np.arange(10))
-    assert not np.array_equal(later, first)
-
-
-def test_a_transform_keeps_the_draws_of_the_operations_it_left_alone():
-    table = generate("1f1b", devices=4, microbatches=8)
-    costs = StageCosts(1.0, comm=0.5)
-    split = SplitMicrobatches([7], 2).apply(table)
-    noise = Noise(0.3)
-    before = context_of(table, costs, seed=3)
-    after = context_of(split, costs, seed=3)
-    a = before.sample_durations(noise, np.arange(5))[:, before.lowered.cell_of_op]
-    b = after.sample_durations(noise, np.arange(5))[:, after.lowered.cell_of_op]
-    kept_before = table.microbatch < 7
-    kept_after = split.microbatch < 7
-    order_a = np.lexsort((table.microbatch[kept_before], table.stage[kept_before],
-                          table.kind[kept_before]))
-    order_b = np.lexsort((split.microbatch[kept_after], split.stage[kept_after],
-                          split.kind[kept_after]))
-    np.testing.assert_array_equal(a[:, kept_before][:, order_a], b[:, kept_after][:, order_b])
-    assert not np.any(np.isin(b[:, ~kept_after], a))
-
-
-def test_replay_cycles_measurements_and_scales_the_rest(tmp_path):
-    table = generate("1f1b", devices=2, microbatches=2)
-    costs = StageCosts(1.0, comm=0.5)
-    path = tmp_path / "profile.csv"
-    path.write_text("op,duration\n0F0,2\n0F0,4ms\n0F1,3\n0F0 d0->d1,1.5\n")
-    replay = Replay.from_csv(path)
-    assert replay.describe() == {"model": "replay", "labels": 3, "measurements": 4,
-                                 "source": str(path)}
-    context = context_of(table, costs)
-    ops, sends = context.op_labels
-    drawn = context.sample_durations(replay, np.arange(3))
-    cell = context.lowered.cell_of_op
-    f0, f1 = ops.index("0F0"), ops.index("0F1")
-    assert drawn[:, cell[f0]].tolist() == [2.0, 0.004, 2.0]
-    assert drawn[:, cell[f1]].tolist() == [3.0, 3.0, 3.0]
-    # device 0's unmeasured ops scale by its measured / modelled ratio
-    ratio = ((2.0 + 0.004) / 2 + 3.0) / (1.0 + 1.0)
-    b0 = ops.index("0B0")
-    assert drawn[0, cell[b0]] == pytest.approx(2.0 * ratio)
-    # device 1: nothing measured, the model's durations
-    assert drawn[0, cell[ops.index("1F0")]] == 1.0
-    send = context.lowered.num_cells + sends.index("0F0 d0->d1")
-    assert drawn[0, send] == 1.5
-    other = context.lowered.num_cells + sends.index("0F1 d0->d1")
-    assert drawn[0, other] == pytest.approx(0.5 * 3.0)
-    mean = context.mean_durations(replay)
-    assert mean[cell[f0]] == pytest.approx(1.002)
-    assert replay.random and not Replay({"0F0": [1.0]}).random
-
-
-@pytest.mark.parametrize("text,message", [
-    ("op,duration\n0F0,1,2\n", r"line 2: expected op,duration, not 3 fields"),
-    ("0F0,fast\n", r"line 1: duration: 'fast' is not a time"),
-    ("0F0,-1\n", r"line 1: duration must be >= 0, not '-1'"),
-    ("op,duration\n", r"no op,duration rows"),
-])
-def test_replay_file_errors(tmp_path, text, message):
-    path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(InvalidParameterError, match=message):
-        Replay.from_csv(path)
-
-
-def test_replay_missing_file(tmp_path):
-    with pytest.raises(InvalidParameterError, match=r"missing.csv: cannot read"):
-        Replay.from_csv(tmp_path / "missing.csv")
-
-
 @pytest.mark.parametrize("build,message", [
     (lambda: Noise(-0.1), r"^cv must be >= 0, not -0.1$"),
     (lambda: Noise(0.1, kinds={"X": 0.1}), r"noise kinds: 'X' is not one of F, B, I, W"),
@@ -229,7 +146,6 @@ def test_replay_missing_file(tmp_path):
     (lambda: SlowLink((2, 2), 3.0), r"slow link 2-2: a link joins two different devices"),
     (lambda: SlowLink((1,), 3.0), r"slow link devices must be two devices"),
     (lambda: SlowLink((1, 2), 3.0, spike_probability=2), r"spike probability must be between"),
-    (lambda: Replay({"0F0": [-1.0]}), r"replay 0F0: durations must be finite and >= 0"),
     (lambda: parse_iterations("a-b"), r"iterations 'a-b': expected numbers and ranges"),
     (lambda: parse_iterations([-1]), r"iterations must be >= 0, not -1"),
     (lambda: Combined(Noise(0.1), 3), r"Combined takes variation models, not int"),
@@ -284,7 +200,6 @@ def test_estimate_recovers_stragglers_links_and_noise():
     (lambda: Noise(0.1, stages={-1: 0.1}), r"noise stage must be a device number >= 0, not -1"),
     (lambda: SlowLink((1, 2), 0.0), r"^slow link bandwidth factor must be > 0, not 0.0$"),
     (lambda: SlowLink((1, 2), 2.0, latency_spike=-1e-3), r"^latency spike must be >= 0"),
-    (lambda: Replay({"0F0": []}), r"^replay 0F0: give one or more durations$"),
     (lambda: parse_iterations(3), r"^iterations must be iteration numbers, not 3$"),
 ])
 def test_more_parameter_errors(build, message):

@@ -169,7 +169,7 @@ def test_append_one_equals_reference(lists, extra):
 @given(seed=st.integers(0, 2**32 - 1), cap=st.sampled_from([None, 0, 1, 3, "mixed"]))
 def test_fill_idle_equals_reference(seed, cap):
     from tabsched import StageCosts
-    from tabsched.adapt.transforms import SplitBackward, _fill_idle_arrays
+    from tabsched.adapt.split_backward import SplitBackward, _fill_idle_arrays
     table = random_table(seed, split=0.0)
     rng = np.random.default_rng(seed)
     costs = StageCosts(rng.exponential(1.0, table.num_stages),

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch", reason="the execution tests need PyTorch: "
 from tabsched import (DeadlockError, InvalidScheduleError, ScheduleTable,  # noqa: E402
                       StageCosts, generate, read_kineto)
 from tabsched.adapt import SlowLink, adapt  # noqa: E402
-from tabsched.adapt.transforms import SplitMicrobatches  # noqa: E402
+from tabsched.adapt.microbatches import SplitMicrobatches  # noqa: E402
 from tabsched.pytorch import pytorch_refusal, to_compute_comms, to_compute_only  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -9,16 +9,20 @@ that removes them within each device's memory.
 
 * :mod:`~tabsched.adapt.variation` -- variation models: :class:`Noise`
   (lognormal, by CV), :class:`Straggler`, :class:`SlowLink` (bandwidth factor
-  on the bytes/bandwidth part, latency spikes), :class:`Replay` (measured
-  ``op,duration`` rows). Seeded, reproducible to the bit.
+  on the bytes/bandwidth part, latency spikes), and the context they act in.
+* :mod:`~tabsched.adapt.replay` -- :class:`Replay`: measured durations
+  (``op,duration`` rows, profiler traces) replayed sample by sample.
+* :mod:`~tabsched.adapt.streams` -- the random streams every model draws from:
+  keyed by seed, iteration, sample and operation, reproducible to the bit.
 * :mod:`~tabsched.adapt.montecarlo` -- :func:`monte_carlo`: one lowered table,
   N sampled iterations through the kernel's samples axis; mean, p50, p95, max
   of the makespan and the run-time bubble, per device too.
 * :mod:`~tabsched.adapt.transforms` -- granularity transforms, each a valid
-  table with consistent costs and a stated memory effect:
-  :class:`SplitMicrobatches`, :class:`MergeMicrobatches`,
-  :class:`SplitBackward` (W in idle slots), :class:`Warmup`,
-  :class:`SplitPhases`.
+  table with consistent costs and a stated memory effect (:class:`Transform`,
+  :class:`MemoryEffect`): :class:`SplitMicrobatches`, :class:`SplitPhases`
+  and :class:`MergeMicrobatches` (:mod:`~tabsched.adapt.microbatches`),
+  :class:`Warmup` (:mod:`~tabsched.adapt.warmup`), :class:`SplitBackward`
+  (W in idle slots, :mod:`~tabsched.adapt.split_backward`).
 * :mod:`~tabsched.adapt.references` -- :func:`reference_tables`: every
   family at the start's devices and microbatches (``zb-auto`` built for the
   same costs and budget), what the search is measured against.
@@ -46,10 +50,12 @@ from tabsched.adapt.montecarlo import DeviceRuntime, MonteCarloResult, monte_car
 from tabsched.adapt.online import OnlineIteration, OnlineResult, adapt_online
 from tabsched.adapt.references import reference_tables
 from tabsched.adapt.search import AdaptResult, Candidate, TableReport, adapt, default_moves
-from tabsched.adapt.transforms import (MemoryEffect, MergeMicrobatches, SplitBackward,
-                                       SplitMicrobatches, SplitPhases, Transform, Warmup,
-                                       deferred_weight_grads, warmup_depths)
-from tabsched.adapt.variation import (Combined, Noise, Replay, SlowLink, Straggler, Variation,
+from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
+from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
+from tabsched.adapt.transforms import MemoryEffect, Transform
+from tabsched.adapt.warmup import Warmup, warmup_depths
+from tabsched.adapt.replay import Replay
+from tabsched.adapt.variation import (Combined, Noise, SlowLink, Straggler, Variation,
                                       VariationContext, estimate_variation)
 
 __all__ = [

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tabsched import engine
-from tabsched.adapt.variation import (Combined, Noise, VariationContext, check_variation,
-                                      lognormal_parameters)
+from tabsched.adapt.streams import lognormal_parameters
+from tabsched.adapt.variation import Combined, Noise, VariationContext, check_variation
 from tabsched.evaluate import checked_costs, lower_for, run_as
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
@@ -281,15 +281,16 @@ def _fused(context, variation, samples):
             (transfer_sigma,), (transfer_shift,) = lognormal_parameters(noise.transfers, 1)
     transfer_base = np.empty((1, context.num_transfers))
     draw.transfer_durations(transfer_base)
+    streams = context.streams
     draws = engine.NoisyDurations(
         cell_first_op=lowered.cell_first_op,
-        op_base=np.ascontiguousarray(draw.op[0]), op_key=context.op_keys, op_sigma=op_sigma,
+        op_base=np.ascontiguousarray(draw.op[0]), op_key=streams.op_keys, op_sigma=op_sigma,
         op_shift=op_shift, overlap=float(context.costs.overlap),
-        transfer_base=transfer_base[0], transfer_key=context.transfer_keys,
+        transfer_base=transfer_base[0], transfer_key=streams.transfer_keys,
         transfer_sigma=float(transfer_sigma), transfer_shift=float(transfer_shift),
         extra=np.ascontiguousarray(base[lowered.extra_nodes]),
-        noise_stream=context.stream_key("noise"),
-        transfer_stream=context.stream_key("transfer-noise"))
+        noise_stream=streams.stream_key("noise"),
+        transfer_stream=streams.stream_key("transfer-noise"))
     return engine.monte_carlo_summary(lowered, draws, samples, nominal=base)
 
 

@@ -44,9 +44,10 @@ import numpy as np
 
 from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.references import ALL, reference_tables
-from tabsched.adapt.transforms import (MergeMicrobatches, SplitBackward, SplitMicrobatches,
-                                       SplitPhases, Transform, Warmup, _positions,
-                                       deferred_weight_grads)
+from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
+from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
+from tabsched.adapt.transforms import Transform, cell_positions
+from tabsched.adapt.warmup import Warmup
 from tabsched.adapt.variation import VariationContext, check_variation
 from tabsched.evaluate import checked_costs, evaluate
 from tabsched.memory import checked_budget
@@ -343,7 +344,7 @@ def _table_key(table):
     a 32-byte BLAKE2 digest, so that remembering a thousand candidates costs little."""
     digest = hashlib.blake2b(digest_size=32)
     digest.update(repr((table.num_devices, len(table), table.microbatch_sizes)).encode())
-    for column in (table.device, _positions(table).astype(np.int32), table.kind, table.stage,
+    for column in (table.device, cell_positions(table).astype(np.int32), table.kind, table.stage,
                    table.microbatch):
         digest.update(np.ascontiguousarray(column).tobytes())
     return digest.digest()

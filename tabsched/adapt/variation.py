@@ -5,6 +5,19 @@ durations of sampled iterations, and states their expectation exactly (not by
 sampling), so the run-time bubble -- mean makespan under variation minus the
 makespan at mean durations -- is measured against the right reference.
 
+Data model
+    :class:`VariationContext`
+        One lowered table under one cost model: the prices of its operations,
+        transfers (latency and volume apart) and extra nodes, the labels of its
+        operations, and its random streams (:mod:`tabsched.adapt.streams`).
+    :class:`Draw`
+        The durations of some samples by part (operations, transfer latency and
+        volume, optimizer steps), which the models change in place before the
+        context composes them into node durations.
+    :class:`Variation`
+        A model: ``apply`` changes a draw to sampled durations, ``expect`` to
+        the expected ones, ``describe`` says what it is in plain data.
+
 Models
     :class:`Noise`
         Multiplicative lognormal noise per operation with a coefficient of
@@ -17,27 +30,15 @@ Models
         The link between two devices: its bandwidth divided by a factor (the
         ``bytes / bandwidth`` part of each transfer grows, its latency does not)
         and a latency spike added to each transfer, with some probability.
-    :class:`Replay`
-        Measured durations, ``op,duration`` rows as a profiler gives them.
+    :class:`~tabsched.adapt.replay.Replay`
+        Measured durations, ``op,duration`` rows as a profiler gives them
+        (:mod:`tabsched.adapt.replay`).
 
 Models add up: ``Noise(0.1) + Straggler(3, 1.5)``. They apply in a fixed
 order whatever the order of the sum: replayed measurements first, then
-stragglers and slow links, then noise.
-
-Reproducibility
-    Random draws come from a counter-based hash (SplitMix64) of the seed, the
-    iteration, the sample index and the identity of the operation: its kind,
-    stage, and the position and size of its microbatch within the iteration's
-    batch (a transfer adds its direction and devices). The same seed gives the
-    same numbers to the bit whatever the chunking, and two tables that share an
-    operation -- a table and its transform that left that operation alone --
-    draw the same durations for it (common random numbers), so the search
-    compares candidates on the same luck. Noise is drawn in compiled code
-    (:func:`tabsched.engine.lognormal_factors`): one hash per operation and pair of samples
-    ``2j, 2j+1`` gives both Box-Muller normals (cosine and sine), computed with
-    float32 polynomials that round the same way on every IEEE machine; Monte
-    Carlo's fused pass (:func:`tabsched.adapt.monte_carlo`) draws the same
-    numbers while it runs.
+stragglers and slow links, then noise. Every random number they draw comes
+from the context's streams, keyed so that the same seed gives the same numbers
+to the bit (:mod:`tabsched.adapt.streams` states the contract).
 
 Examples
 --------
@@ -50,62 +51,18 @@ Examples
 [1.0, 1.0, 2.0, 2.0, 2.0, 4.0, 2.0, 4.0]
 """
 
-import csv
-import io as _io
 import numbers
-import os
 
 import numpy as np
 
-from tabsched import engine
-from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.adapt.streams import RandomStreams
 from tabsched.compose import Prices
-from tabsched.formats.kineto import (DEFAULT_MAX_BYTES, describe_unmatched, read_kineto,
-                                     unmatched_labels)
+from tabsched.exceptions import InvalidParameterError
 from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
-from tabsched.table import KINDS, cut, shown, shown_repr
+from tabsched.table import KINDS
 
-__all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Replay", "Combined",
-           "VariationContext", "estimate_variation", "parse_iterations"]
-
-#: Microbatch offsets and sizes are hashed on a grid of 1/720720 of a full
-#: microbatch (720720 is divisible by every integer up to 16), so splits into up
-#: to 16 parts, nested or not, give exact keys.
-_GRID = 720720
-_MASK = (1 << 64) - 1
-_M1 = 0xBF58476D1CE4E5B9
-_M2 = 0x94D049BB133111EB
-_GOLDEN = 0x9E3779B97F4A7C15
-_STREAMS = {"noise": 1, "transfer-noise": 2, "spike": 3}
-#: Longest replay label: an operation with a transfer's devices is under 80 characters.
-_MAX_LABEL = 200
-
-
-def _mix_int(value):
-    """SplitMix64's finaliser on a Python int."""
-    z = (value + _GOLDEN) & _MASK
-    z = ((z ^ (z >> 30)) * _M1) & _MASK
-    z = ((z ^ (z >> 27)) * _M2) & _MASK
-    return z ^ (z >> 31)
-
-
-def _mix(z):
-    """SplitMix64's finaliser on a uint64 array (in place where it can)."""
-    z = z + np.uint64(_GOLDEN)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(_M1)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(_M2)
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def _hash_columns(*columns):
-    """One uint64 key per row of integer columns."""
-    key = np.zeros(len(columns[0]), dtype=np.uint64)
-    for column in columns:
-        key = _mix(key ^ np.asarray(column, dtype=np.int64).astype(np.uint64))
-    return key
+__all__ = ["Variation", "Noise", "Straggler", "SlowLink", "Combined", "VariationContext",
+           "estimate_variation", "parse_iterations"]
 
 
 def _check_factor(name, value, *, minimum=0.0, inclusive=False):
@@ -186,14 +143,15 @@ class VariationContext:
     op_durations : float64 array (operations,)
     latency, volume : float64 arrays (transfers,)
         The parts of each transfer's duration (:meth:`CostModel.transfer_parts`).
+    streams : RandomStreams
+        The keyed random streams every draw comes from (:mod:`tabsched.adapt.streams`).
     """
 
     def __init__(self, lowered, costs, *, seed=0, iteration=0):
         self.lowered = lowered
         self.costs = costs
         self.table = table = lowered.table
-        self.seed = _seed(seed)
-        self.iteration = int(iteration)
+        self.streams = RandomStreams(lowered, seed=seed, iteration=iteration)
         self.op_durations = np.asarray(costs.op_durations(table), dtype=np.float64)
         self.latency, self.volume = (np.asarray(part, dtype=np.float64) for part in
                                      costs.transfer_parts(table, lowered.transfers))
@@ -202,55 +160,22 @@ class VariationContext:
         self.nominal = costs.node_durations(lowered, self.op_durations)
         self.num_ops = len(table)
         self.num_transfers = len(lowered.transfers)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        offsets = np.concatenate([[0.0], np.cumsum(sizes)[:-1]]) if len(sizes) else sizes
-        offset_key = np.round(offsets * _GRID).astype(np.int64)
-        size_key = np.round(sizes * _GRID).astype(np.int64)
-        self.op_keys = _hash_columns(table.kind, table.stage, offset_key[table.microbatch],
-                                     size_key[table.microbatch])
-        transfers = lowered.transfers
-        self.transfer_keys = _hash_columns(
-            self.op_keys[transfers.producer].view(np.int64), transfers.gradient,
-            transfers.src, transfers.dst)
         self._labels = None
 
-    # ------------------------------------------------------------------ draws
-    def stream_key(self, stream):
-        """The key of a random stream (``"noise"``, ``"spike"``...) for this seed and
-        iteration."""
-        return _mix_int(_mix_int(_mix_int(self.seed) ^ self.iteration) ^ _STREAMS[stream])
+    @property
+    def seed(self):
+        """The seed of every draw (the streams')."""
+        return self.streams.seed
 
-    def sample_keys(self, stream, samples):
-        """One uint64 per sample of a random stream (``"noise"``, ``"spike"``...)."""
-        return _mix(np.asarray(samples, dtype=np.int64).astype(np.uint64)
-                    ^ np.uint64(self.stream_key(stream)))
+    @property
+    def iteration(self):
+        """The iteration the samples are (the streams'); assigning it moves the context
+        to another iteration of the run."""
+        return self.streams.iteration
 
-    def lognormal_factors(self, stream, samples, keys, cv):
-        """Factors of mean 1 and CV ``cv`` (scalar or per key), shape (samples, keys).
-
-        ``exp(sigma Z - sigma^2/2)``, ``sigma^2 = ln(1 + cv^2)``, Z standard normal
-        drawn in compiled code (:func:`tabsched.engine.lognormal_factors`) from the stream, the
-        sample and the key: samples ``2j`` and ``2j+1`` take the two Box-Muller
-        normals of one hash. Monte Carlo's fused pass draws the same numbers.
-        """
-        sigma, shift = lognormal_parameters(cv, len(keys))
-        return engine.lognormal_factors(self.stream_key(stream), samples, keys, sigma, shift)
-
-    def uniforms(self, stream, samples, keys, dtype=np.float64):
-        """Two arrays of uniforms in (0, 1), shape (samples, keys), for ``keys``.
-
-        Each comes from 32 bits of one 64-bit hash per (sample, key).
-        """
-        z = _mix(self.sample_keys(stream, samples)[:, None] ^ keys[None, :])
-        scale = dtype(1.0 / 4294967296.0)
-        high = (z >> np.uint64(32)).astype(dtype)
-        high += dtype(0.5)
-        high *= scale
-        z &= np.uint64(0xFFFFFFFF)
-        low = z.astype(dtype)
-        low += dtype(0.5)
-        low *= scale
-        return high, low
+    @iteration.setter
+    def iteration(self, iteration):
+        self.streams.iteration = iteration
 
     # ---------------------------------------------------------------- labels
     @property
@@ -306,12 +231,6 @@ class VariationContext:
             variation.validate(self.table)
             variation.expect(self, draw)
         return self.node_durations(draw)[0]
-
-
-def _seed(seed):
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise InvalidParameterError(f"seed must be an integer >= 0, not {seed!r}")
-    return int(seed) & _MASK
 
 
 class Draw:
@@ -517,11 +436,12 @@ class Noise(Variation):
         if not self.active(context):
             return
         cv = self.op_cv(context.table)
+        streams = context.streams
         if np.any(cv > 0):
-            _scale_lognormal(draw.op, context, "noise", draw.samples, context.op_keys, cv)
+            streams.scale_lognormal(draw.op, "noise", draw.samples, streams.op_keys, cv)
         if self.transfers > 0 and context.num_transfers:
-            _scale_lognormal(draw.scale_transfers(1.0), context, "transfer-noise",
-                             draw.samples, context.transfer_keys, self.transfers)
+            streams.scale_lognormal(draw.scale_transfers(1.0), "transfer-noise", draw.samples,
+                                    streams.transfer_keys, self.transfers)
 
     def expect(self, context, draw):
         """Mean 1: the expected durations are the model's."""
@@ -535,27 +455,6 @@ class Noise(Variation):
         if self.transfers:
             info["transfers"] = self.transfers
         return self._iteration_info(info)
-
-
-#: Values drawn at a time: blocks this small stay in cache.
-_BLOCK = 2**17
-
-
-def lognormal_parameters(cv, count):
-    """``(sigma, sigma^2 / 2)`` as float32 arrays of ``count``, ``sigma^2 = ln(1 + cv^2)``:
-    a lognormal factor of mean 1 and CV ``cv`` (scalar or one per key)."""
-    sigma2 = np.log1p(np.square(np.broadcast_to(np.asarray(cv, dtype=np.float64), (count,))))
-    return (np.ascontiguousarray(np.sqrt(sigma2), dtype=np.float32),
-            np.ascontiguousarray(sigma2 / 2.0, dtype=np.float32))
-
-
-def _scale_lognormal(target, context, stream, samples, keys, cv):
-    """Multiply ``target`` (samples, keys) by factors of mean 1 and CV ``cv`` (scalar or
-    per key), drawn block by block of samples."""
-    rows = max(1, _BLOCK // max(len(keys), 1))
-    for first in range(0, len(samples), rows):
-        block = slice(first, first + rows)
-        target[block] *= context.lognormal_factors(stream, samples[block], keys, cv)
 
 
 class Straggler(Variation):
@@ -674,8 +573,8 @@ class SlowLink(Variation):
             if self.spike_probability >= 1:
                 draw.latency[:, columns] += self.latency_spike
             elif self.spike_probability > 0:
-                hit, _ = context.uniforms("spike", draw.samples,
-                                          context.transfer_keys[columns])
+                streams = context.streams
+                hit, _ = streams.uniforms("spike", draw.samples, streams.transfer_keys[columns])
                 draw.latency[:, columns] += self.latency_spike * (hit < self.spike_probability)
 
     def expect(self, context, draw):
@@ -692,279 +591,6 @@ class SlowLink(Variation):
             info["latency_spike"] = self.latency_spike
             info["spike_probability"] = self.spike_probability
         return self._iteration_info(info)
-
-
-class Replay(Variation):
-    """Measured durations: each labelled operation or transfer replays its measurements.
-
-    Sample ``s`` of an operation measured ``k`` times takes measurement
-    ``s mod k``; its expected duration is the mean of the measurements. An
-    operation nobody measured (for instance in a table that a transform
-    changed) takes the cost model's duration times its device's ratio of
-    measured to modelled time; a transfer nobody measured has the volume part
-    of its duration scaled by its link's ratio, likewise.
-
-    A label that names nothing in the table the measurements are for (a typo,
-    or a profile of another schedule) would change nothing without a word, so
-    the first table the model is validated against -- the one measured -- must
-    have every label, unless ``partial`` is set; the labels left over are then
-    listed in :meth:`describe`. Tables derived later (a search's candidates) may
-    leave labels unmatched.
-
-    Parameters
-    ----------
-    measurements : dict
-        ``{label: durations}``; a label is an operation (``3F12``) or a transfer
-        as the critical path names it (``3F12 d3->d4``).
-    source : str, optional
-        Where the measurements came from, for reports.
-    partial : bool
-        Accept labels that match nothing in the measured table.
-
-    >>> Replay({"0F0": [1.0, 3.0]}).describe()
-    {'model': 'replay', 'labels': 1, 'measurements': 2}
-    """
-
-    phase = 0
-    #: Unmatched labels an error or a report lists at most.
-    LISTED = 5
-
-    def __init__(self, measurements, *, source=None, partial=False):
-        self.measurements = {}
-        for label, values in dict(measurements).items():
-            try:
-                values = np.atleast_1d(np.asarray(values, dtype=np.float64))
-            except (TypeError, ValueError):
-                raise InvalidParameterError(f"replay {cut(label)}: durations must be "
-                                            f"numbers, not {shown_repr(values)}") from None
-            if values.ndim != 1 or not len(values):
-                raise InvalidParameterError(f"replay {cut(label)}: give one or more "
-                                            f"durations")
-            if not np.all(np.isfinite(values)) or np.any(values < 0):
-                raise InvalidParameterError(f"replay {cut(label)}: durations must be "
-                                            f"finite and >= 0, not "
-                                            f"{shown_repr(values.tolist())}")
-            self.measurements[str(label).strip()] = values
-        self.source = source
-        self.partial = bool(partial)
-        self.unmatched = None   # set by the first check against a table
-
-    @classmethod
-    def from_csv(cls, path, *, partial=False):
-        """Read ``op,duration`` rows (an optional header, durations in seconds or with a unit).
-
-        The file is untrusted: it must be UTF-8 (a byte-order mark is dropped),
-        with two fields a row; every error names the file and the line.
-        """
-        from tabsched.costs.units import parse_quantity
-
-        from tabsched.files import read_text
-        source = os.fspath(path)
-        text = read_text(source, expected="expected op,duration rows",
-                         error=InvalidParameterError, nul=True)
-        measurements = {}
-        reader = csv.reader(_io.StringIO(text, newline=""), strict=True)
-        first = True
-        try:
-            for row in reader:
-                line = reader.line_num
-                if not row or all(not cell.strip() for cell in row):
-                    continue
-                if len(row) != 2:
-                    raise InvalidParameterError(f"{source}: line {line}: expected op,duration, "
-                                                f"not {len(row)} field{'s' if len(row) != 1 else ''}")
-                label, value = row[0].strip(), row[1].strip()
-                if "\n" in label or "\r" in label or "\n" in value or "\r" in value:
-                    raise InvalidParameterError(f"{source}: line {line}: a field spans several "
-                                                f"lines (a quoted line break, or a quote never "
-                                                f"closed)")
-                if first and label.lower() == "op" and value.lower() == "duration":
-                    first = False
-                    continue
-                first = False
-                if not label or len(label) > _MAX_LABEL:
-                    raise InvalidParameterError(f"{source}: line {line}: {shown(label)} is not "
-                                                f"an operation or transfer label")
-                try:
-                    duration = parse_quantity(value, "s", name="duration")
-                except TabschedError as error:
-                    raise InvalidParameterError(f"{source}: line {line}: "
-                                                f"{cut(error, 120)}") from None
-                if not np.isfinite(duration) or duration < 0:
-                    raise InvalidParameterError(f"{source}: line {line}: duration must be >= 0, "
-                                                f"not {shown_repr(value)}")
-                measurements.setdefault(label, []).append(duration)
-        except csv.Error as error:
-            raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "
-                                        f"{cut(error, 80)}") from None
-        if not measurements:
-            raise InvalidParameterError(f"{source}: no op,duration rows")
-        return cls(measurements, source=source, partial=partial)
-
-    def labels_in(self, table):
-        """The labels that name nothing in ``table`` (operations, and transfers when
-        a label has a transfer's form), in file order."""
-        ops = np.char.add(np.char.add(table.stage.astype(str), np.array(KINDS)[table.kind]),
-                          table.microbatch.astype(str))
-        known = set(ops.tolist())
-        unknown = [label for label in self.measurements if label not in known]
-        if any(" " in label for label in unknown):
-            from tabsched.lower import lower
-            transfers = lower(table).transfers
-            known.update(f"{ops[producer]} d{src}->d{dst}" for producer, src, dst in zip(
-                transfers.producer.tolist(), transfers.src.tolist(), transfers.dst.tolist()))
-            unknown = [label for label in unknown if label not in known]
-        return unknown
-
-    def check(self, table):
-        """Match the labels against ``table``: an error for unmatched ones unless ``partial``.
-
-        Returns the unmatched labels (also kept in ``unmatched`` for reports).
-
-        >>> from tabsched import generate
-        >>> Replay({"0F0": [1.0], "9F9": [2.0]}).check(generate("gpipe", devices=1,
-        ...                                                      microbatches=1))
-        Traceback (most recent call last):
-        ...
-        tabsched.exceptions.InvalidParameterError: replay: 1 of 2 labels match no operation or transfer of the table: 9F9; correct them, or accept them with --replay-partial (partial=True)
-        """
-        unmatched = self.labels_in(table)
-        self.unmatched = unmatched
-        if unmatched and not self.partial:
-            listed = ", ".join(cut(label) for label in unmatched[:self.LISTED])
-            more = f" and {len(unmatched) - self.LISTED} more" if len(unmatched) > self.LISTED \
-                else ""
-            raise InvalidParameterError(
-                f"{self.source or 'replay'}: {len(unmatched)} of {len(self.measurements)} labels "
-                f"match no operation or transfer of the table: {listed}{more}; correct them, or "
-                f"accept them with --replay-partial (partial=True)")
-        return unmatched
-
-    def validate(self, table):
-        if self.unmatched is None:   # the first table met is the one measured
-            self.check(table)
-
-    @classmethod
-    def from_kineto(cls, path, *, table=None, partial=False, max_bytes=DEFAULT_MAX_BYTES,
-                    attach_actions=True):
-        """Durations from PyTorch profiler (Kineto) traces of a pipeline run.
-
-        ``path`` is a ``.json``/``.json.gz`` trace or a directory of them (one
-        per rank); :mod:`tabsched.formats.kineto` documents how its ``PP:`` events map
-        to operations. Each profiled iteration is one measurement, so sample
-        ``s`` replays iteration ``s mod k`` of ``k``.
-
-        Parameters
-        ----------
-        path : str or path
-        table : ScheduleTable, optional
-            The table the replay is for: a profiled operation it does not hold
-            is an error that lists the first few (a trace of another table, or
-            of other microbatch counts), unless ``partial``.
-        partial : bool
-            Ignore such operations, with a note in :meth:`describe`
-            (``--replay-partial``).
-        max_bytes : int
-            The largest trace file read.
-        attach_actions : bool
-            Count the time a rank spends posting sends and receives (and other
-            non-compute actions) in the operation before them; see
-            :func:`tabsched.formats.kineto.read_kineto`.
-        """
-        profile = read_kineto(path, max_bytes=max_bytes, attach_actions=attach_actions)
-        source = os.fspath(path)
-        measurements, notes = profile.measurements, list(profile.notes)
-        if table is not None:
-            unmatched = unmatched_labels(profile, table)
-            if unmatched and not partial:
-                raise InvalidParameterError(
-                    f"{source}: {len(unmatched)} profiled operations are not in the table: "
-                    f"{describe_unmatched(unmatched)}; --replay-partial (partial=True) "
-                    f"ignores them")
-            if unmatched:
-                dropped = {label for label, _ in unmatched}
-                measurements = {label: values for label, values in measurements.items()
-                                if label not in dropped}
-                notes.append(f"ignored {len(unmatched)} profiled operations not in the table "
-                             f"(--replay-partial): {describe_unmatched(unmatched)}")
-            if not measurements:
-                raise InvalidParameterError(f"{source}: no profiled operation is in the table")
-        replay = cls(measurements, source=source)
-        replay.notes = notes
-        replay.profile = profile
-        return replay
-
-    @property
-    def random(self):
-        return any(len(values) > 1 for values in self.measurements.values())
-
-    def _plan(self, context):
-        """Matched columns with their measurements, and the fallback ratios."""
-        ops, sends = context.op_labels
-        plan = []
-        for labels, nominal in ((ops, context.op_durations),
-                                (sends, context.latency + context.volume)):
-            index = np.array([i for i, label in enumerate(labels) if label in self.measurements],
-                             dtype=np.int64)
-            values = [self.measurements[labels[i]] for i in index.tolist()]
-            counts = np.array([len(v) for v in values], dtype=np.int64)
-            table = np.zeros((len(values), int(counts.max()) if len(values) else 0))
-            for row, v in enumerate(values):
-                table[row, :len(v)] = v
-            means = np.array([float(v.mean()) for v in values])
-            plan.append((index, counts, table, means, nominal))
-        table = context.table
-        (op_index, _, _, op_means, op_nominal), (send_index, _, _, send_means, _) = plan
-        measured = np.bincount(table.device[op_index], weights=op_means,
-                               minlength=table.num_devices)
-        modelled = np.bincount(table.device[op_index], weights=op_nominal[op_index],
-                               minlength=table.num_devices)
-        device_ratio = np.divide(measured, modelled, out=np.ones(table.num_devices),
-                                 where=modelled > 0)
-        transfers = context.lowered.transfers
-        D = table.num_devices
-        link = transfers.src.astype(np.int64) * D + transfers.dst
-        excess = np.bincount(link[send_index], weights=send_means - context.latency[send_index],
-                             minlength=D * D)
-        volume = np.bincount(link[send_index], weights=context.volume[send_index],
-                             minlength=D * D)
-        link_ratio = np.divide(excess, volume, out=np.ones(D * D), where=volume > 0)
-        return plan, np.maximum(device_ratio, 0.0), np.maximum(link_ratio, 0.0)[link]
-
-    def _fill(self, context, draw, pick):
-        (ops, sends), device_ratio, link_ratio = self._plan(context)
-        unmeasured = np.ones(context.num_ops, dtype=bool)
-        unmeasured[ops[0]] = False
-        draw.op[:, unmeasured] *= device_ratio[context.table.device[unmeasured]]
-        draw.op[:, ops[0]] = pick(draw.samples, *ops[1:4])
-        unsent = np.ones(context.num_transfers, dtype=bool)
-        unsent[sends[0]] = False
-        draw.volume[:, unsent] *= link_ratio[unsent]
-        draw.latency[:, sends[0]] = pick(draw.samples, *sends[1:4])
-        draw.volume[:, sends[0]] = 0.0
-
-    def apply(self, context, draw):
-        def pick(samples, counts, table, means):
-            column = samples[:, None] % np.maximum(counts, 1)[None, :]
-            return table[np.arange(len(counts))[None, :], column]
-        self._fill(context, draw, pick)
-
-    def expect(self, context, draw):
-        self._fill(context, draw, lambda samples, counts, table, means: means[None, :])
-
-    def describe(self):
-        info = {"model": "replay", "labels": len(self.measurements),
-                "measurements": int(sum(len(v) for v in self.measurements.values()))}
-        if self.source:
-            info["source"] = self.source
-        if self.unmatched:
-            info["unmatched"] = len(self.unmatched)
-            info["unmatched_labels"] = self.unmatched[:self.LISTED]
-            info["note"] = (f"{len(self.unmatched)} of {len(self.measurements)} labels match "
-                            f"nothing in the table and were left out (partial replay)")
-        if getattr(self, "notes", None):
-            info["notes"] = list(self.notes)
-        return info
 
 
 def estimate_variation(context, observed):

@@ -1,0 +1,69 @@
+"""Split backward: I + W, the W ops placed in idle time under their caps."""
+
+import pytest
+
+from tabsched import InvalidParameterError, ScheduleTable, UnitCosts, evaluate, generate
+from tabsched.adapt import SplitBackward, deferred_weight_grads
+
+
+def test_split_backward_without_deferral_runs_w_right_after_i():
+    table = generate("1f1b", devices=4, microbatches=8)
+    split = SplitBackward(max_deferred=0).apply(table, UnitCosts())
+    for order in split.orders():
+        texts = [str(op) for op in order]
+        for index, text in enumerate(texts):
+            if "I" in text:
+                assert texts[index + 1] == text.replace("I", "W")
+    assert deferred_weight_grads(split) == [0, 0, 0, 0]
+
+
+def test_split_backward_fills_idle_time_and_respects_its_caps():
+    table = generate("1f1b", devices=4, microbatches=8)
+    costs = UnitCosts(f=1, b=2, i=1, w=1)
+    eager = SplitBackward(max_deferred=0).apply(table, costs)
+    for caps in ([1, 1, 1, 1], [0, 1, 2, 3], [None] * 4):
+        placed = SplitBackward(max_deferred=caps).apply(table, costs)
+        deferred = deferred_weight_grads(placed)
+        assert all(cap is None or d <= cap for d, cap in zip(deferred, caps))
+        assert evaluate(placed, costs).makespan <= evaluate(eager, costs).makespan
+    # unbounded, the W ops fill the cool-down: ZB-H1's makespan here
+    unbounded = SplitBackward().apply(table, costs)
+    assert evaluate(unbounded, costs).makespan == evaluate(generate("zb-h1", devices=4,
+                                                                    microbatches=8),
+                                                           costs).makespan
+
+
+def test_split_backward_fits_caps_to_the_cooldown():
+    table = generate("1f1b", devices=4, microbatches=8)
+    costs = UnitCosts(f=1, b=2, i=1, w=1)
+    caps = SplitBackward(max_deferred="cooldown").caps(table, costs)
+    assert caps[0] == 0 and caps == sorted(caps)
+
+
+def test_deferred_weight_grads_of_zero_bubble_tables():
+    assert deferred_weight_grads(generate("zb-h1", devices=4, microbatches=8)) == [0, 1, 2, 3]
+    assert deferred_weight_grads(generate("1f1b", devices=4, microbatches=8)) == [0] * 4
+
+
+def test_split_backward_needs_something_to_split():
+    # device 1 runs nothing at all
+    table = ScheduleTable([["0F0", "1F0", "1B0", "0B0"], []])
+    with pytest.raises(InvalidParameterError,
+                       match=r"^split-backward\(d1,defer<=inf\): the chosen devices run no B "
+                             r"or W$"):
+        SplitBackward([1]).apply(table)
+    assert SplitBackward([0]).apply(table).num_ops == 6
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: SplitBackward([9]).apply(generate("1f1b", devices=4, microbatches=8)),
+     r"split-backward on device 9, but the table has devices 0..3"),
+    (lambda: SplitBackward(max_deferred="later"), r"max_deferred must be an integer, None"),
+    (lambda: SplitBackward(max_deferred=[1, 2]).apply(generate("1f1b", devices=4,
+                                                               microbatches=8)),
+     r"max_deferred has 2 entries for 4 devices"),
+    (lambda: SplitBackward(max_deferred=-1), r"^max_deferred must be an integer >= 0, not -1$"),
+])
+def test_split_backward_errors(build, message):
+    with pytest.raises(InvalidParameterError, match=message):
+        build()
