@@ -104,23 +104,21 @@ ZERO_STAGES = (0, 1)
 #: all (Llama 3 405B: 16,384 H100s); 2**20 is 64x that, and every product of degrees
 #: stays an exact int64.
 MAX_DEGREE = 2**20
-#: Largest microbatch size and global batch: 2**24 samples (16.7M; GPT-3 used 1,600
-#: samples per iteration, Megatron-LM's 1T run 3,072), as the model's own bound.
+#: Largest microbatch size and global batch: 2**24 samples (16.7M; GPT-3 175B used 1,536
+#: sequences per iteration, Brown et al. 2020, Table 2.1; Megatron-LM's 1T run 3,072, Narayanan
+#: et al. 2021, Table 1), as the model's own bound.
 MAX_SAMPLES = 2**24
 #: Most stages a ``grad_sync`` list names: a table's stages are bounded by its own
 #: operations, and no pipeline has more than 2**16.
 MAX_SYNC_STAGES = 2**16
-#: GPUs in one node: the largest shipping NVLink domain (GB200 NVL72) has 72; 2**12 is
-#: the system's own bound.
-MAX_NODE = 4096
+#: GPUs in one node (one fast-link domain): the system's own bound,
+#: ``costs.system.MAX_DEVICES_PER_NODE`` (an NVL72 rack has 72, NVL576 576).
+MAX_NODE = 65536
 
 #: The fields that take a degree (an integer >= 1).
 _DEGREES = ("tensor_parallel", "context_parallel", "expert_parallel", "data_parallel")
 #: The fields that take true or false.
 _FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce")
-#: Fields that may be None: "the model's" or "the system's".
-_DEFAULTED = ("microbatch_size", "global_batch", "recompute", "contention",
-              "devices_per_node", "blocking_sends", "grad_sync", "optimizer_step")
 
 
 def _degree(name, value):

@@ -277,3 +277,9 @@ def test_an_execution_that_names_its_syncs_wins_over_the_tables_own():
     named = evaluate(table, costs, execution=Execution(grad_sync="all"))
     assert named._lowered.count(SYNC) == 4
     assert evaluate(table, costs, grad_sync=[1, 2])._lowered.count(SYNC) == 2
+
+
+def test_the_node_bound_is_the_systems():
+    from tabsched.costs.system import MAX_DEVICES_PER_NODE
+    from tabsched.execution import MAX_NODE
+    assert MAX_NODE == MAX_DEVICES_PER_NODE
