@@ -257,7 +257,7 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
         time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
         contention=contention, _lowered=lowered, _node_start=node_start,
         _node_durations=durations, _binding=binding, _cost_model=costs,
-        execution=lowered_execution(costs, lowered))
+        execution=lowered_execution(costs, lowered), memory_capacity=costs.memory_capacity)
     peaks = activation_peaks(result)
     for d in range(D):
         idle = makespan - float(busy[d])
@@ -413,7 +413,9 @@ def evaluate_summaries(table, cost_models, *, execution=None, contention=None, g
                       for d, peak in enumerate(peaks)]
             summaries[index] = Summary(makespan=makespan, bubble_ratio=bubble,
                                        peak_activation=[float(peak) for peak in peaks],
-                                       peak_memory=totals)
+                                       peak_memory=totals,
+                                       memory_capacity=costs.memory_capacity,
+                                       _cost_model=costs, _table=table)
         if formula:
             from tabsched.formulas import formula_levels
             levels = formula_levels(table, [cost_models[index] for index in rows], lowered,
