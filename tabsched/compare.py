@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs import ModelCosts, UnitCosts
 from tabsched.evaluate import evaluate, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
@@ -112,7 +113,17 @@ def slot_lengths(lengths=None):
     if len(lengths) != 4:
         raise InvalidParameterError(f"slot lengths must be four numbers (F, B, I, W), not "
                                     f"{lengths!r}")
-    return tuple(UnitCosts(*lengths).lengths.tolist())     # checked as UnitCosts checks them
+    if all(type(value) in (float, int) for value in lengths):   # a sweep asks per task
+        return _remembered_lengths(lengths)
+    return _checked_lengths(lengths)
+
+
+def _checked_lengths(lengths):
+    """Four slot lengths checked as UnitCosts checks them, as floats."""
+    return tuple(UnitCosts(*lengths).lengths.tolist())
+
+
+_remembered_lengths = memo(limit=64)(_checked_lengths)
 
 
 def describe_lengths(lengths):

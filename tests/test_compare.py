@@ -125,3 +125,15 @@ def test_the_global_batch_counts_every_data_parallel_replica():
     file = Execution(data_parallel=2, global_batch=64, microbatch_size=1)
     costs = model_costs_for("gpt3-175b", "dgx-a100", 16, tensor_parallel=8, execution=file)
     assert costs.execution.microbatch_size == 2     # -m with the file's global batch
+
+
+def test_slot_lengths_are_checked_alike_whether_remembered_or_not():
+    from tabsched.compare import slot_lengths
+    assert slot_lengths((1, 2, 1, 1)) == slot_lengths((1.0, 2.0, 1.0, 1.0)) == (1.0, 2.0, 1.0, 1.0)
+    assert all(type(value) is float for value in slot_lengths((1, 2, 1, 1)))
+    np = pytest.importorskip("numpy")
+    assert slot_lengths((np.float64(1), 2, 1, 1)) == (1.0, 2.0, 1.0, 1.0)
+    for bad in ((-1, 1, 1, 1), (float("nan"), 1, 1, 1)):
+        for _ in range(2):      # refused every time, not remembered
+            with pytest.raises(InvalidParameterError, match="f must be finite and >= 0"):
+                slot_lengths(bad)
