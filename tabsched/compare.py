@@ -2,13 +2,13 @@
 
 The point of tabsched is that rankings change between levels: the formula a
 paper states, the idealized table (slots of a length per kind, no
-communication) and the communication-aware simulation. :func:`compare` generates each family's table at
-one size, measures it at every level, ranks the families within each level and
-marks where the rankings disagree. At the simulation level a family whose devices
-go over their memory (the system's ``memory_capacity``) ranks after every family
-that fits, whatever its time: it cannot run as simulated. A cost-driven family (``zb-auto``) is built
-twice: for the simulation's costs at the simulation level, for unit costs at
-the table level.
+communication) and the communication-aware simulation. :func:`compare` generates
+each family's table at one size, measures it at every level, ranks the families
+within each level and marks where the rankings disagree. At the simulation level
+a family whose devices go over their memory (the system's ``memory_capacity``)
+ranks after every family that fits, whatever its time: it cannot run as
+simulated. A cost-driven family (``zb-auto``) is built twice: for the
+simulation's costs at the simulation level, for unit costs at the table level.
 
 A family is named by a *spec*: ``name`` or ``name:key=value,key=value`` with the
 family's parameters, e.g. ``hanayo:waves=2`` or ``chimera:stage_layers_ratio=1:2``
@@ -33,8 +33,8 @@ from tabsched.schedules import generate, get_family
 from tabsched.table import shown_repr
 
 __all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "Comparisons", "rank",
-           "rank_fitting_first", "model_costs_for", "pipeline_microbatch_size", "slot_lengths", "table_level_with",
-           "describe_lengths"]
+           "rank_fitting_first", "model_costs_for", "pipeline_microbatch_size", "slot_lengths",
+           "table_level_with", "describe_lengths"]
 
 #: Parameters compare and sweep set for every family (their short CLI flags).
 SIZE_PARAMETERS = {"devices": "p", "microbatches": "m"}

@@ -3,21 +3,26 @@
 :func:`sweep` (``tabsched.sweeps``) is the public entry point; it returns a
 :class:`SweepResult`, rows with ``to_dataframe()`` and ``to_csv()``.
 
-A configuration is (family spec, devices, microbatches, model, system). One
-*task* covers every system for one (spec, devices, microbatches, model): the
-table is generated and lowered once and all systems are evaluated as the
-samples of one kernel call (:func:`tabsched.evaluate.evaluate_many`). Tasks are
-independent, so they run serially, on ``jobs`` local processes, or on a Dask
-cluster; rows always come back in task order, so the CSV is byte-identical
-whichever way it ran.
+A configuration is (family spec, devices, microbatches, model, the execution's
+axes -- tensor degree, data degree, microbatch size, recompute --, system). One
+*task* covers every system for one of the rest: the table is generated and
+lowered once and all systems are evaluated as the samples of one kernel call
+(:func:`tabsched.evaluate.evaluate_summaries`). Tasks are independent, so they
+run serially, on ``jobs`` local processes, or on a Dask cluster; rows always come
+back in task order, so the CSV is byte-identical whichever way it ran. A global
+batch counts every data-parallel replica's samples (Megatron-LM's meaning).
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
 ``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
 the task's slot lengths (``slot_lengths``, default all 1); the simulation
-with its parallelism (``parallel``, the non-default ModelCosts settings as JSON).
-A cost-driven family (``zb-auto``) gets one table per system, built for that
-system's costs, and its table level from the table it builds for the slot lengths.
+with its parallelism (``parallel``, the non-default ModelCosts settings as JSON,
+and a column per field of the execution it ran, :data:`EXECUTION_COLUMNS`), the
+device's memory (``memory_capacity_bytes``, ``simulation_fits``,
+``simulation_over_capacity_bytes``) and the throughput (``gpus``,
+:data:`THROUGHPUT_COLUMNS`). A cost-driven family (``zb-auto``) gets one table
+per system, built for that system's costs, and its table level from the table it
+builds for the slot lengths.
 """
 
 from __future__ import annotations
@@ -622,10 +627,12 @@ class SweepResult(list):
 
     A row holds the configuration (``spec``, ``family``, ``params`` as a dict,
     ``devices``, ``microbatches``, ``model``, ``system``, ``global_batch``,
-    ``microbatch_size``, ``slot_lengths``, ``parallel`` as a dict), ``status``
-    (``ok`` or ``skipped``) with its ``reason``, and the metrics named after
-    their level (:data:`COLUMNS`): seconds and bytes. :meth:`to_csv` gives the
-    CSV ``tabsched sweep`` writes.
+    ``microbatch_size``, ``slot_lengths``, ``parallel`` as a dict, every other field
+    of the execution, ``gpus``, ``memory_capacity_bytes``), ``status`` (``ok`` or
+    ``skipped``) with its ``reason``, and the metrics named after their level
+    (:data:`COLUMNS`): seconds and bytes, whether the devices fit their memory and
+    the throughput. :meth:`to_csv` gives the CSV ``tabsched sweep`` writes;
+    :func:`row_execution` a row's execution.
     """
 
     def __init__(self, rows=()):
