@@ -233,3 +233,16 @@ def test_sweep_takes_lists_of_the_executions_axes(cli):
 def test_bad_sweep_axes_are_one_line(cli_error, argv, message):
     assert message in cli_error("sweep", "1f1b", "--model", "gpt3-175b", "--system",
                                 "dgx-a100", *argv)
+
+
+def test_compare_and_eval_on_a_system_without_a_memory_check_nothing(cli, tmp_path):
+    from tabsched.costs._presets import preset_index
+    path = tmp_path / "no-memory.toml"
+    path.write_text("\n".join(line for line in preset_index()["system"]["mid_nw_mid_cp"]
+                              .splitlines() if not line.startswith("memory_capacity")) + "\n")
+    code, out, _ = cli("compare", "1f1b", "zbv", "-p", "4", "-m", "8", "--system", str(path))
+    assert code == 0 and "device memory" not in out
+    assert "MFU" in out and "fits" not in out.splitlines()[2]
+    code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "8", "--model", "paper-128l",
+                       "--system", str(path))
+    assert code == 0 and "device memory" not in out and "throughput    " in out

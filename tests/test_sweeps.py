@@ -340,3 +340,16 @@ def test_bad_axes_are_one_line(keywords, message):
     with pytest.raises(InvalidParameterError, match=f"^{message}$"):
         grid_tasks(["1f1b"], [4], keywords.pop("microbatches"), systems=("mid_nw_mid_cp",),
                    **keywords)
+
+
+def test_a_system_that_states_no_memory_leaves_the_memory_columns_empty(tmp_path):
+    from tabsched.costs._presets import preset_index
+    from tabsched.sweeps import sweep
+    text = preset_index()["system"]["mid_nw_mid_cp"]
+    path = tmp_path / "no-memory.toml"
+    path.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith("memory_capacity")) + "\n")
+    rows = sweep(["1f1b"], [4], [8], systems=[str(path)])
+    assert rows[0]["status"] == "ok" and rows[0]["memory_capacity_bytes"] is None
+    assert rows[0]["simulation_fits"] is None and rows[0]["simulation_over_capacity_bytes"] is None
+    assert rows[0]["simulation_mfu"] > 0
