@@ -208,6 +208,13 @@ def test_sweep_takes_lists_of_the_executions_axes(cli):
     assert [r["status"] for r in rows] == ["skipped", "ok"]
     assert rows[0]["reason"].startswith("tensor_parallel 3 does not divide the 8 devices of a "
                                         "node of system dgx-a100")
+    code, out, _ = cli("sweep", "1f1b", "-p", "8", "-m", "8", "--model", "gpt3-175b",
+                       "--system", "dgx-a100", "-t", "1,8", "--sequence-parallel")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [r["status"] for r in rows] == ["skipped", "ok"]
+    assert rows[0]["reason"] == ("sequence_parallel needs tensor_parallel > 1 (it splits the "
+                                 "sequence over the tensor ranks)")
+    assert rows[1]["sequence_parallel"] == "true" and rows[1]["tensor_parallel"] == "8"
     code, out, err = cli("sweep", "1f1b", "-p", "8", "-m", "8", "--model", "gpt3-175b",
                          "--system", "dgx-a100", "-t", "3")     # one value: a mistake
     assert code == 1 and "--tensor-parallel/-t 3 does not divide the 8 devices of a node" in err

@@ -249,10 +249,12 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     single = {name: values[0] for name, values in axes.items()
               if values is not None and len(values) == 1}
     parallel = _parallel(options)
-    execution, sources, base = _execution(
-        options, {**parallel, **{name: value for name, value in single.items()
-                                 if name in ("tensor_parallel", "data_parallel")}},
-        single.get("recompute"), contention)
+    # the options as one execution: each degree's largest value stands for its list (the
+    # combinations are checked one by one, as rows)
+    degrees = {name: max(axes[name]) for name in ("tensor_parallel", "data_parallel")
+               if axes[name] is not None}
+    execution, sources, base = _execution(options, {**parallel, **degrees},
+                                          single.get("recompute"), contention)
     batch = global_batch if global_batch is not None else (base.global_batch if base
                                                            else None)
     given_size = axes["microbatch_size"] is not None
