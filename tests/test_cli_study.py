@@ -242,6 +242,15 @@ def test_bad_sweep_axes_are_one_line(cli_error, argv, message):
                                 "dgx-a100", *argv)
 
 
+def test_a_files_global_batch_counts_as_given(cli_error, tmp_path):
+    run = tmp_path / "run.toml"
+    run.write_text("global_batch = 64\n")
+    assert cli_error("sweep", "1f1b", "--model", "gpt3-175b", "--system", "dgx-a100", "-p",
+                     "8", "-m", "8", "--microbatch-size", "1,2", "--execution", str(run)) == (
+        f"give two of --microbatches/-m, --microbatch-size and the global_batch of {run}: the "
+        f"third follows (global batch = d x M x microbatch size)")
+
+
 def test_compare_and_eval_on_a_system_without_a_memory_check_nothing(cli, tmp_path):
     from tabsched.costs._presets import preset_index
     path = tmp_path / "no-memory.toml"

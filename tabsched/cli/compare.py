@@ -253,6 +253,7 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     # combinations are checked one by one, as rows)
     degrees = {name: max(axes[name]) for name in ("tensor_parallel", "data_parallel")
                if axes[name] is not None}
+    path = options.get("execution")
     execution, sources, base = _execution(options, {**parallel, **degrees},
                                           single.get("recompute"), contention)
     batch = global_batch if global_batch is not None else (base.global_batch if base
@@ -263,10 +264,12 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
         raise click.ClickException("--microbatches/-m is needed unless --global-batch and "
                                    "--microbatch-size give it (each replica runs global-batch "
                                    "/ (d x microbatch size) microbatches)")
-    if microbatches and global_batch is not None and given_size:
-        raise click.ClickException("give two of --microbatches/-m, --microbatch-size and "
-                                   "--global-batch: the third follows (global batch = d x M "
-                                   "x microbatch size)")
+    if microbatches and batch is not None and given_size:
+        whose = "--global-batch" if global_batch is not None else \
+            f"the global_batch of {path}"
+        raise click.ClickException(f"give two of --microbatches/-m, --microbatch-size and "
+                                   f"{whose}: the third follows (global batch = d x M x "
+                                   f"microbatch size)")
     if (parallel or base is not None or {"tensor_parallel", "data_parallel"} & set(single)) \
             and all(
             values is None or len(values) == 1 for values in axes.values()):
