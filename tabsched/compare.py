@@ -2,11 +2,13 @@
 
 The point of tabsched is that rankings change between levels: the formula a
 paper states, the idealized table (slots of a length per kind, no
-communication) and the communication-aware simulation. :func:`compare` generates each family's table at
-one size, measures it at every level, ranks the families within each level and
-marks where the rankings disagree. A cost-driven family (``zb-auto``) is built
-twice: for the simulation's costs at the simulation level, for unit costs at
-the table level.
+communication) and the communication-aware simulation. :func:`compare` generates
+each family's table at one size, measures it at every level, ranks the families
+within each level and marks where the rankings disagree. At the simulation level
+a family whose devices go over their memory (the system's ``memory_capacity``)
+ranks after every family that fits, whatever its time: it cannot run as
+simulated. A cost-driven family (``zb-auto``) is built twice: for the
+simulation's costs at the simulation level, for unit costs at the table level.
 
 A family is named by a *spec*: ``name`` or ``name:key=value,key=value`` with the
 family's parameters, e.g. ``hanayo:waves=2`` or ``chimera:stage_layers_ratio=1:2``
@@ -22,14 +24,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs import ModelCosts, UnitCosts
 from tabsched.evaluate import evaluate, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
+from tabsched.execution import Execution
 from tabsched.schedules import generate, get_family
 from tabsched.table import shown_repr
 
 __all__ = ["FamilySpec", "parse_spec", "compare", "Comparison", "Comparisons", "rank",
-           "model_costs_for", "slot_lengths", "table_level_with", "describe_lengths"]
+           "rank_fitting_first", "model_costs_for", "pipeline_microbatch_size", "slot_lengths",
+           "table_level_with", "describe_lengths"]
 
 #: Parameters compare and sweep set for every family (their short CLI flags).
 SIZE_PARAMETERS = {"devices": "p", "microbatches": "m"}
@@ -108,7 +113,17 @@ def slot_lengths(lengths=None):
     if len(lengths) != 4:
         raise InvalidParameterError(f"slot lengths must be four numbers (F, B, I, W), not "
                                     f"{lengths!r}")
-    return tuple(UnitCosts(*lengths).lengths.tolist())     # checked as UnitCosts checks them
+    if all(type(value) in (float, int) for value in lengths):   # a sweep asks per task
+        return _remembered_lengths(lengths)
+    return _checked_lengths(lengths)
+
+
+def _checked_lengths(lengths):
+    """Four slot lengths checked as UnitCosts checks them, as floats."""
+    return tuple(UnitCosts(*lengths).lengths.tolist())
+
+
+_remembered_lengths = memo(limit=64)(_checked_lengths)
 
 
 def describe_lengths(lengths):
@@ -140,30 +155,71 @@ def table_level_with(table, lengths=None):
     return level
 
 
-def model_costs_for(model, system, microbatches, *, global_batch=None, recompute=None,
-                    contention=None, grad_sync="replicas", execution=None, **parallel):
+def model_costs_for(model, system, microbatches, *, global_batch=None, microbatch_size=None,
+                    recompute=None, contention=None, grad_sync="replicas", execution=None,
+                    **parallel):
     """ModelCosts for one configuration; ``global_batch`` fixes the microbatch size.
 
-    With a fixed global batch (the tabular paper holds it fixed while M varies),
-    a microbatch holds ``global_batch / microbatches`` samples, which must be whole.
-    ``execution`` (an :class:`~tabsched.execution.Execution`) is the base the other
-    keywords change; its own ``grad_sync``, when set, wins over the default.
-    ``parallel``: ``tensor_parallel``, ``sequence_parallel``, ``data_parallel``,
-    ``attention``, ``optimizer_sharding``, ``overlap_grad_reduce``,
-    ``blocking_sends`` (see :class:`~tabsched.costs.ModelCosts`).
+    ``global_batch`` counts the samples of one iteration over all data-parallel
+    replicas, as Megatron-LM's ``--global-batch-size`` and torchtitan's global batch
+    do (default: the execution's): each of the ``d`` replicas runs ``microbatches``
+    microbatches of ``global_batch / (d * microbatches)`` samples, which must be
+    whole. It then holds the microbatch size fixed, so ``microbatch_size``, when
+    given too, must be that. ``execution`` (an
+    :class:`~tabsched.execution.Execution`) is the base the other keywords change;
+    its own ``grad_sync``, when set, wins over the default. ``parallel``:
+    ``tensor_parallel``, ``sequence_parallel``, ``data_parallel``, ``attention``,
+    ``optimizer_sharding``, ``overlap_grad_reduce``, ``blocking_sends`` (see
+    :class:`~tabsched.costs.ModelCosts`).
+
+    >>> costs = model_costs_for("gpt3-175b", "dgx-a100", 16, global_batch=64,
+    ...                         tensor_parallel=8, data_parallel=2)
+    >>> costs.execution.microbatch_size, costs.execution.microbatches
+    (2, 16)
     """
-    if execution is not None and execution.grad_sync is not None:
+    base = Execution() if execution is None else execution
+    if base.grad_sync is not None:
         grad_sync = None
-    microbatch_size = None
+    if global_batch is None:
+        global_batch = base.global_batch
     if global_batch is not None:
-        if global_batch < 1 or global_batch % microbatches:
+        replicas = parallel.get("data_parallel") or base.data_parallel
+        derived = pipeline_microbatch_size(global_batch, replicas, microbatches)
+        if microbatch_size is not None and microbatch_size != derived:
             raise InvalidParameterError(
-                f"global batch {global_batch} does not split into {microbatches} microbatches "
-                f"of whole samples")
-        microbatch_size = global_batch // microbatches
-    return ModelCosts(model, system, execution, microbatch_size=microbatch_size,
+                f"microbatch size {microbatch_size} does not fit global batch "
+                f"{global_batch}: {_replicas(replicas)}{microbatches} microbatches of "
+                f"{derived} samples hold it")
+        microbatch_size = derived
+        if global_batch != base.global_batch:
+            base = base.replace(global_batch=global_batch, microbatch_size=None)
+    return ModelCosts(model, system, base, microbatch_size=microbatch_size,
                       recompute=recompute, contention=contention, grad_sync=grad_sync,
                       **parallel)
+
+
+def pipeline_microbatch_size(global_batch, data_parallel, microbatches):
+    """Samples per microbatch when ``data_parallel`` replicas run ``microbatches`` each to
+    make ``global_batch`` (Megatron-LM's meaning); one line when they are not whole.
+
+    >>> pipeline_microbatch_size(1536, 8, 192)
+    1
+    >>> pipeline_microbatch_size(100, 1, 16)
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: global batch 100 does not split into 16 microbatches of whole samples
+    """
+    per_step = data_parallel * microbatches
+    if global_batch < 1 or global_batch % per_step:
+        raise InvalidParameterError(
+            f"global batch {global_batch} does not split into {microbatches} microbatches "
+            f"of whole samples" + (f" on each of {data_parallel} data-parallel replicas"
+                                   if data_parallel > 1 else ""))
+    return global_batch // per_step
+
+
+def _replicas(data_parallel):
+    return f"{data_parallel} data-parallel replicas x " if data_parallel > 1 else ""
 
 
 @dataclass
@@ -174,8 +230,14 @@ class Comparison:
     ``table``: bubble_ratio (idle / all, with the slot lengths), slots, cells.
     ``lengths``: the table level's slot lengths ``{"F", "B", "I", "W"}``.
     ``simulation``: makespan, bubble_ratio (the idle ratio), peak_activation and
-    peak_memory (persistent + activations) per device, time_unit, memory_unit.
-    ``ranks``: 1 = best within each level (ties share a rank).
+    peak_memory (persistent + activations) per device, time_unit, memory_unit,
+    memory_capacity (the device's memory, None where the costs know none), fits
+    and over_capacity (how far the fullest device goes over it, 0 when it fits),
+    throughput (:meth:`tabsched.throughput.Throughput.to_dict`, None under slot
+    lengths).
+    ``ranks``: 1 = best within each level (ties share a rank); at the simulation
+    level every family that fits the device's memory ranks before every one that
+    does not (:func:`rank_fitting_first`).
     ``error``: why the family was skipped at this size.
     """
 
@@ -261,7 +323,8 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     costs : CostModel, optional
         Use these costs for the simulation level instead of a model on a system.
     global_batch : int, optional
-        Fix the samples per iteration: a microbatch holds ``global_batch / M``.
+        Fix the samples per iteration over all data-parallel replicas (Megatron-LM's
+        ``--global-batch-size``): a microbatch holds ``global_batch / (d x M)``.
     grad_sync : default "replicas"
         Replicated stages (Chimera, BitPipe, DualPipe) pay their gradient sync.
     lengths : (F, B, I, W) or dict, optional
@@ -312,20 +375,44 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                        "activation_unit": formula.get("activation_unit"),
                        "exact": formula.get("exact")}
         row.table = table_level_with(unit_table, lengths)
+        peak = max((d.peak_total_memory for d in result.devices), default=0.0)
+        capacity = result.memory_capacity
         row.simulation = {
             "makespan": result.makespan, "bubble_ratio": result.bubble_ratio,
             "peak_activation": [d.peak_memory for d in result.devices],
             "peak_memory": [d.peak_total_memory for d in result.devices],
             "time_unit": result.time_unit, "memory_unit": result.memory_unit,
-            "level": result.level}
+            "level": result.level, "memory_capacity": capacity, "fits": result.fits,
+            "over_capacity": None if capacity is None else max(0.0, peak - capacity),
+            "throughput": (None if result.throughput is None
+                           else result.throughput.to_dict())}
         rows.append(row)
     levels = {"formula": [r.formula and r.formula["bubble_ratio"] for r in rows],
-              "table": [r.table and r.table["bubble_ratio"] for r in rows],
-              "simulation": [r.simulation and r.simulation["makespan"] for r in rows]}
+              "table": [r.table and r.table["bubble_ratio"] for r in rows]}
     for level, values in levels.items():
         for row, position in zip(rows, rank(values)):
             row.ranks[level] = position
+    simulated = rank_fitting_first([r.simulation and r.simulation["makespan"] for r in rows],
+                                   [bool(r.simulation and r.simulation["fits"]) for r in rows])
+    for row, position in zip(rows, simulated):
+        row.ranks["simulation"] = position
     return Comparisons(rows)
+
+
+def rank_fitting_first(values, fits):
+    """Competition ranks of ``values`` (1 = smallest), every one that fits before every
+    one that does not: a schedule whose devices go over their memory cannot run, so it
+    is no better than one that can, however fast it would be. Those that do not fit
+    still rank among themselves, after the others (``None`` stays unranked).
+
+    >>> rank_fitting_first([3.0, 1.0, 2.0, None], [True, False, True, True])
+    [2, 3, 1, None]
+    """
+    fitting = rank([value if fit else None for value, fit in zip(values, fits)])
+    over = rank([None if fit else value for value, fit in zip(values, fits)])
+    ahead = sum(1 for value, fit in zip(values, fits) if fit and value is not None)
+    return [first if fit else (None if second is None else ahead + second)
+            for first, second, fit in zip(fitting, over, fits)]
 
 
 def grad_sync_for(costs, grad_sync):

@@ -257,7 +257,7 @@ def build_result(table, costs, lowered, node_start, binding, durations, contenti
         time_unit=costs.time_unit, memory_unit=costs.memory_unit, costs=costs.describe(),
         contention=contention, _lowered=lowered, _node_start=node_start,
         _node_durations=durations, _binding=binding, _cost_model=costs,
-        execution=lowered_execution(costs, lowered))
+        execution=lowered_execution(costs, lowered), memory_capacity=costs.memory_capacity)
     peaks = activation_peaks(result)
     for d in range(D):
         idle = makespan - float(busy[d])
@@ -400,20 +400,24 @@ def evaluate_summaries(table, cost_models, *, execution=None, contention=None, g
             makespan, bubble = spans[row]
             _check_finite((makespan, bubble), costs, lowered, durations[row])
             key = costs.memory_key()
-            sizes = memory.get(key)
-            if sizes is None:
-                sizes = memory[key] = memory_sizes(table, costs)
+            shared = memory.get(key)
+            if shared is None:
+                sizes = memory_sizes(table, costs)
+                # each device's persistent memory as a float (0 for a device it omits)
+                held = sizes[2].tolist()[:table.num_devices]
+                shared = memory[key] = sizes, held + [0.0] * (table.num_devices - len(held))
+            sizes, persistent = shared
             peaks = device_peaks(table, costs, lowered, start[row], durations[row], sizes)
             if peaks is None:
                 result = build_result(table, costs, lowered, start[row], None, durations[row],
                                       mode)
                 peaks = [d.peak_memory for d in result.devices]
-            persistent = sizes[2]
-            totals = [float(peak) + (float(persistent[d]) if len(persistent) > d else 0.0)
-                      for d, peak in enumerate(peaks)]
+            totals = [float(peak) + extra for peak, extra in zip(peaks, persistent)]
             summaries[index] = Summary(makespan=makespan, bubble_ratio=bubble,
                                        peak_activation=[float(peak) for peak in peaks],
-                                       peak_memory=totals)
+                                       peak_memory=totals,
+                                       memory_capacity=costs.memory_capacity,
+                                       _cost_model=costs, _table=table)
         if formula:
             from tabsched.formulas import formula_levels
             levels = formula_levels(table, [cost_models[index] for index in rows], lowered,

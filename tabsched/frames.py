@@ -114,12 +114,18 @@ def compare_frame(rows):
 
     Columns: ``label, family, formula_bubble_ratio, formula_rank, table_bubble_ratio,
     table_slots, table_rank, simulation_makespan, simulation_bubble_ratio,
-    simulation_peak_memory, simulation_rank, disagrees, error``.
+    simulation_peak_memory, simulation_rank, disagrees, error``, then how the fullest
+    device stands against its memory (``simulation_fits``,
+    ``simulation_over_capacity``) and the throughput (``simulation_tokens_per_s``,
+    ``simulation_tokens_per_s_per_gpu``, ``simulation_model_tflops_per_gpu``,
+    ``simulation_mfu``, ``simulation_hfu``; empty under slot lengths).
     """
+    speeds = ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu")
     columns = ["label", "family", "formula_bubble_ratio", "formula_rank",
                "table_bubble_ratio", "table_slots", "table_rank", "simulation_makespan",
                "simulation_bubble_ratio", "simulation_peak_memory", "simulation_rank",
-               "disagrees", "error"]
+               "disagrees", "error", "simulation_fits", "simulation_over_capacity"] + [
+                   f"simulation_{name}" for name in speeds]
     records = []
     units = {}
     for row in rows:
@@ -128,12 +134,15 @@ def compare_frame(rows):
             units = {"time_unit": simulation.get("time_unit"),
                      "memory_unit": simulation.get("memory_unit")}
         peaks = simulation.get("peak_memory")
+        run = simulation.get("throughput") or {}
         records.append([
             row.label, row.family, formula.get("bubble_ratio"), row.ranks.get("formula"),
             table.get("bubble_ratio"), table.get("slots"), row.ranks.get("table"),
             simulation.get("makespan"), simulation.get("bubble_ratio"),
             max(peaks) if peaks else None, row.ranks.get("simulation"),
-            bool(row.disagrees) if not row.error else None, row.error])
+            bool(row.disagrees) if not row.error else None, row.error,
+            simulation.get("fits"), simulation.get("over_capacity")]
+            + [run.get(name) for name in speeds])
     return _frame(records, columns, **units)
 
 

@@ -385,7 +385,7 @@ def _colormap(count):
 #: Sweep columns that place a point on a line (x axis, panel) or describe it, rather than
 #: tell lines apart.
 _NOT_A_LINE = {"family", "params", "devices", "microbatches", "system", "microbatch_size",
-               "status", "reason"}
+               "status", "reason", "gpus"}
 _LEVELS = {"formula": "formula level", "table": "table level", "simulation": "simulation"}
 
 
@@ -434,9 +434,9 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     When the metric does not depend on the system (the formula and table levels,
     or equal values everywhere) one panel shows it.
 
-    A line is one family spec and, when they vary, one model and every other
-    configuration column (global batch, recomputation...), so a sweep over two
-    models draws two lines per family rather than one zig-zag. Lines differ in
+    A line is one family spec and, when they vary on a system, one model and every
+    other configuration column (global batch, recomputation, the tensor degree...),
+    so a sweep over two models draws two lines per family rather than one zig-zag. Lines differ in
     colour (a colour-blind-safe palette), marker and line style, so lines that
     coincide stay visible.
 
@@ -470,9 +470,17 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
         raise InvalidParameterError(f"no successful configuration with devices={devices} "
                                     f"to plot")
     columns = [column for column in ok[0] if column not in _NOT_A_LINE
-               and not column.startswith(tuple(f"{level}_" for level in _LEVELS))]
+               and not column.startswith(tuple(f"{level}_" for level in _LEVELS))
+               # the execution's own columns say what "parallel" says (older CSVs lack them)
+               and not (column == "parallel" and "tensor_parallel" in ok[0])]
+    by_system = {}
+    for row in ok:
+        by_system.setdefault(row["system"], []).append(row)
+    # a column that varies only from system to system (the contention or the node size
+    # an execution takes from its system, the system's memory) draws no lines of its own
     varying = [column for column in columns if column != "spec"
-               and len({str(row.get(column)) for row in ok}) > 1]
+               and any(len({str(row.get(column)) for row in group}) > 1
+                       for group in by_system.values())]
 
     def line_of(row):
         return (row["spec"],) + tuple(str(row.get(column)) for column in varying)

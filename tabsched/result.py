@@ -5,11 +5,22 @@ duration of every node) and derives the rest when asked: per device busy and idl
 time and activation peak (:class:`DeviceStats`), the critical path
 (:class:`PathStep`: the binding is found by rerunning the sample with it the
 first time), the load of every link (:class:`LinkStats`), the memory timelines
-(:mod:`tabsched.memory`) and the devices over a memory budget
-(:class:`MemoryViolation`, defined with the memory accounting). It says which level produced it (``"table"`` under
-``UnitCosts``, ``"simulation"`` under cost models with real times and
-communication) and, where the family has one, carries the formula level's numbers
-beside it. A :class:`Summary` is what a sweep row keeps of one.
+(:mod:`tabsched.memory`), the devices over a memory budget and over the
+device's own memory (:class:`MemoryViolation`, defined with the memory
+accounting; ``fits``), and under model costs the iteration's throughput
+(:class:`~tabsched.throughput.Throughput`: tokens/s, FLOP/s per GPU, MFU). It
+says which level produced it (``"table"`` under ``UnitCosts``, ``"simulation"``
+under cost models with real times and communication) and, where the family has
+one, carries the formula level's numbers beside it. A :class:`Summary` is what a
+sweep row keeps of one.
+
+**Memory over the device's capacity is never silent.** A cost model that knows
+its device (``ModelCosts`` on a system that states ``memory_capacity``) gives
+the result its ``memory_capacity``; ``capacity_violations`` lists every device
+whose persistent plus activation memory goes over it, whether or not a budget
+was asked for. ``fits`` is what rules: no device over the budget when one was
+given (a budget may be smaller or larger than the device), else none over the
+device's memory, else True (nothing to check against).
 
 :func:`tabsched.evaluate` builds them; ``from tabsched.evaluate import Result``
 works too.
@@ -25,7 +36,7 @@ import numpy as np
 from tabsched import engine
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.execution import Execution
-from tabsched.memory import MemoryViolation, memory_events
+from tabsched.memory import MemoryViolation, memory_events, memory_violations
 from tabsched.nodes import CELL, TRANSFER
 from tabsched.table import ScheduleTable
 
@@ -111,6 +122,18 @@ class Result:
         Memory per device the evaluation checked against (``memory_unit``).
     violations : list of MemoryViolation
         One per device over ``memory_budget``, in device order.
+    memory_capacity : float or None
+        Memory of one device (``memory_unit``): the system's ``memory_capacity``
+        under model costs, None where the costs know no device.
+    capacity_violations : list of MemoryViolation
+        One per device over ``memory_capacity``, in device order (computed on first
+        access; empty without a capacity).
+    fits : bool
+        No device over the budget if one was given, else over the capacity.
+    throughput : Throughput or None
+        Tokens/s, model and hardware FLOP/s per GPU, MFU and HFU of the iteration
+        (:func:`tabsched.throughput.throughput`; computed on first access), None
+        under costs that do no FLOPs (slot lengths).
     notes : list of str
         What the reader of the schedule left out or changed (e.g. the
         ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
@@ -139,6 +162,8 @@ class Result:
     #: How the table ran: the cost model's execution, every field resolved, with the
     #: contention, blocking sends and optimizer step it was lowered with.
     execution: Execution | None = None
+    #: Memory of one device in ``memory_unit`` (None: the costs know no device).
+    memory_capacity: float | None = None
 
     # ------------------------------------------------------------ derived views
     @cached_property
@@ -150,6 +175,34 @@ class Result:
         cells = self._lowered.cell_of_op
         return self._node_start[cells] + self._node_durations[cells]
 
+
+    @cached_property
+    def capacity_violations(self):
+        """The devices over the device's memory (see the module docstring)."""
+        if self.memory_capacity is None:
+            return []
+        return memory_violations(self, self.memory_capacity)
+
+    @property
+    def memory_limit(self):
+        """The memory per device that rules: the budget if one was given, else the
+        device's capacity, else None."""
+        return self.memory_budget if self.memory_budget is not None else self.memory_capacity
+
+    @property
+    def fits(self):
+        """No device over :attr:`memory_limit` (True when there is none to check)."""
+        limit = self.memory_limit
+        return limit is None or all(d.peak_total_memory <= limit for d in self.devices)
+
+    @cached_property
+    def throughput(self):
+        """The iteration's :class:`~tabsched.throughput.Throughput`, or None under costs
+        that do no FLOPs."""
+        from tabsched.throughput import counts_flops, throughput
+        if not counts_flops(self._cost_model):
+            return None
+        return throughput(self._cost_model, self.table, self.makespan)
 
     @property
     def total_compute(self):
@@ -325,10 +378,15 @@ class Result:
             "links": [vars(link) for link in self.links],
             "formula": self.formula,
             "memory_budget": self.memory_budget,
-            "violations": [{"device": v.device, "since": v.since, "time": v.time,
-                            "memory": v.memory, "over": v.over} for v in self.violations],
+            "violations": [_violation(v) for v in self.violations],
             "notes": list(self.notes),
         }
+        if self.memory_capacity is not None:
+            data["memory_capacity"] = self.memory_capacity
+            data["capacity_violations"] = [_violation(v) for v in self.capacity_violations]
+            data["fits"] = self.fits
+        if self.throughput is not None:
+            data["throughput"] = self.throughput.to_dict()
         if self.execution is not None:
             data["execution"] = self.execution.to_dict()
         if ops:
@@ -337,6 +395,12 @@ class Result:
                             "start": float(self.op_start[k]), "end": float(self.op_end[k])}
                            for k in range(len(table))]
         return data
+
+
+def _violation(violation):
+    """A :class:`MemoryViolation` as JSON holds it."""
+    return {"device": violation.device, "since": violation.since, "time": violation.time,
+            "memory": violation.memory, "over": violation.over}
 
 
 def _label(table):
@@ -352,7 +416,10 @@ class Summary:
     """What a sweep row needs of an evaluation: :func:`evaluate_summaries` returns one
     per cost model, with the numbers the full :class:`Result` would hold, to the bit.
 
-    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device.
+    ``peak_activation`` and ``peak_memory`` (persistent + activations) are per device;
+    ``memory_capacity`` is the device's memory (None where the costs know none), and
+    ``fits`` and ``over_capacity`` say how the fullest device stands against it.
+    ``throughput`` is computed when first asked for, as the Result's.
     """
 
     makespan: float
@@ -360,3 +427,29 @@ class Summary:
     peak_activation: list
     peak_memory: list
     formula: dict | None = None
+    memory_capacity: float | None = None
+    _cost_model: object = field(default=None, repr=False, compare=False)
+    _table: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def fits(self):
+        """No device over ``memory_capacity`` (True without one)."""
+        return self.memory_capacity is None or max(self.peak_memory, default=0.0) <= \
+            self.memory_capacity
+
+    @property
+    def over_capacity(self):
+        """How far the fullest device goes over ``memory_capacity`` (0 when every device
+        fits; None without a capacity)."""
+        if self.memory_capacity is None:
+            return None
+        return max(0.0, max(self.peak_memory, default=0.0) - self.memory_capacity)
+
+    @cached_property
+    def throughput(self):
+        """The iteration's :class:`~tabsched.throughput.Throughput`, or None under costs
+        that do no FLOPs (or a summary built without its costs)."""
+        from tabsched.throughput import counts_flops, throughput
+        if self._table is None or not counts_flops(self._cost_model):
+            return None
+        return throughput(self._cost_model, self._table, self.makespan)

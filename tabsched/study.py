@@ -454,6 +454,24 @@ def _cost_note(setup):
 
 
 # -------------------------------------------------------------------- report
+def _memory_note(rows):
+    """How many evaluated configurations fit their system's device memory."""
+    ok = [row for row in rows if row["status"] == "ok" and row.get("simulation_fits")
+          is not None]
+    if not ok:
+        return "No system states its device memory, so no configuration is checked against it."
+    fit = [row for row in ok if row["simulation_fits"]]
+    worst = max(ok, key=lambda row: row["simulation_over_capacity_bytes"])
+    return (f"Memory: {len(fit)} of {len(ok)} evaluated configurations fit their system's "
+            f"device memory" + ("." if len(fit) == len(ok) else
+                                f"; the others go over it (by up to "
+                                f"{worst['simulation_over_capacity_bytes'] / 1e9:.0f} GB: "
+                                f"{worst['spec']} S={worst['devices']} "
+                                f"M={worst['microbatches']}), which the findings below do not "
+                                f"weigh (`simulation_fits` and "
+                                f"`simulation_over_capacity_bytes` in `sweep.csv`)."))
+
+
 def markdown_report(report, setup, *, jobs=1, dask=None):
     rows = report.rows
     ok = sum(row["status"] == "ok" for row in rows)
@@ -463,7 +481,8 @@ def markdown_report(report, setup, *, jobs=1, dask=None):
         "",
         f"Model `{setup['model']}`; devices S in {list(setup['devices'])}; microbatches M in "
         f"{list(setup['microbatches'])} at a global batch of {setup['global_batch']} samples "
-        f"(a microbatch holds {setup['global_batch']}/M); systems: "
+        f"over all data-parallel replicas (one here, so a microbatch holds "
+        f"{setup['global_batch']}/M); systems: "
         f"{', '.join(f'`{s}`' for s in setup['systems'])}.",
         f"Families: {', '.join(f'`{s}`' for s in setup['specs'])}. Replicated stages "
         f"(Chimera) pay their gradient all-reduce at the end of the iteration.",
@@ -471,6 +490,8 @@ def markdown_report(report, setup, *, jobs=1, dask=None):
         f"{len(rows)} configurations ({ok} evaluated, {len(skipped)} skipped) in "
         f"{report.seconds:.2f} s ({len(rows) / max(report.seconds, 1e-9):.0f} configurations/s, "
         f"{'dask ' + str(dask) if dask else f'{jobs} process(es)'}).",
+        "",
+        _memory_note(rows),
         "",
         f"Levels: *formula* is the closed form the paper states; *table* is idle time / all "
         f"time of the table run with slot lengths {describe_lengths(setup['lengths'])} and no "

@@ -319,7 +319,11 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
                      "bubble_ratio": result.bubble_ratio,
                      "recompute": costs["recompute"],
                      "sequence_parallel": bool(costs.get("sequence_parallel", False)),
-                     "command": run.command(load_system(system).name)})
+                     "command": run.command(load_system(system).name),
+                     "peak_memory_bytes": max(d.peak_total_memory for d in result.devices),
+                     "memory_capacity_bytes": result.memory_capacity, "fits": result.fits,
+                     "model_tflops_per_gpu": result.throughput.model_flops_per_gpu / 1e12,
+                     "mfu": result.throughput.mfu, "hfu": result.throughput.hfu})
     mean, largest = float(np.abs(found).mean()), float(np.abs(found).max())
     met = mean <= TARGET["mean"] and largest <= TARGET["max"]
     beats = mean < BEST_KNOWN["mean"] and largest < BEST_KNOWN["max"]
@@ -339,16 +343,26 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     return study
 
 
+# New columns follow the older ones, whose positions stay as they were.
 _CSV_COLUMNS = ("model", "gpus", "t", "p", "chunks", "global_batch", "microbatch", "mode",
-                "measured_s", "predicted_s", "error", "bubble_ratio", "command")
+                "measured_s", "predicted_s", "error", "bubble_ratio", "command",
+                "peak_memory_bytes", "memory_capacity_bytes", "fits", "model_tflops_per_gpu",
+                "mfu", "hfu")
 
 
 def _csv(rows):
     lines = [",".join(_CSV_COLUMNS)]
     for row in rows:
-        lines.append(",".join(repr(row[key]) if isinstance(row[key], float) else str(row[key])
-                              for key in _CSV_COLUMNS))
+        lines.append(",".join(_cell(row[key]) for key in _CSV_COLUMNS))
     return "\n".join(lines) + "\n"
+
+
+def _cell(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def markdown_report(study, system):

@@ -3,21 +3,26 @@
 :func:`sweep` (``tabsched.sweeps``) is the public entry point; it returns a
 :class:`SweepResult`, rows with ``to_dataframe()`` and ``to_csv()``.
 
-A configuration is (family spec, devices, microbatches, model, system). One
-*task* covers every system for one (spec, devices, microbatches, model): the
-table is generated and lowered once and all systems are evaluated as the
-samples of one kernel call (:func:`tabsched.evaluate.evaluate_many`). Tasks are
-independent, so they run serially, on ``jobs`` local processes, or on a Dask
-cluster; rows always come back in task order, so the CSV is byte-identical
-whichever way it ran.
+A configuration is (family spec, devices, microbatches, model, the execution's
+axes -- tensor degree, data degree, microbatch size, recompute --, system). One
+*task* covers every system for one of the rest: the table is generated and
+lowered once and all systems are evaluated as the samples of one kernel call
+(:func:`tabsched.evaluate.evaluate_summaries`). Tasks are independent, so they
+run serially, on ``jobs`` local processes, or on a Dask cluster; rows always come
+back in task order, so the CSV is byte-identical whichever way it ran. A global
+batch counts every data-parallel replica's samples (Megatron-LM's meaning).
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
 ``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
 the task's slot lengths (``slot_lengths``, default all 1); the simulation
-with its parallelism (``parallel``, the non-default ModelCosts settings as JSON).
-A cost-driven family (``zb-auto``) gets one table per system, built for that
-system's costs, and its table level from the table it builds for the slot lengths.
+with its parallelism (``parallel``, the non-default ModelCosts settings as JSON,
+and a column per field of the execution it ran, :data:`EXECUTION_COLUMNS`), the
+device's memory (``memory_capacity_bytes``, ``simulation_fits``,
+``simulation_over_capacity_bytes``) and the throughput (``gpus``,
+:data:`THROUGHPUT_COLUMNS`). A cost-driven family (``zb-auto``) gets one table
+per system, built for that system's costs, and its table level from the table it
+builds for the slot lengths.
 """
 
 from __future__ import annotations
@@ -26,34 +31,49 @@ import csv
 import io
 import itertools
 import json
+import numbers
+import operator
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tabsched._extras import require
+from tabsched._untrusted import shown_value
 from tabsched._memo import memo
 from tabsched.compare import (describe_lengths, generate_spec, grad_sync_for,
                               model_costs_for, parse_spec, slot_lengths, table_level_with)
 from tabsched.costs import UnitCosts
 from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.execution import Execution
+from tabsched.execution import FIELDS, RECOMPUTE_MODES, Execution
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
 from tabsched.files import read_text
 from tabsched.table import cut, shown
+from tabsched.throughput import iteration_work, throughput
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = ["sweep", "SweepResult", "SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS",
-           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv"]
+           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv", "row_execution", "EXECUTION_COLUMNS"]
 
 #: The tabular paper's 3x3 grid of systems: network (rows) x compute (columns).
 SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
                     for compute in ("slow", "mid", "fast"))
 
+#: The execution's fields as columns of their own (``global_batch`` and ``microbatch_size``
+#: are among the configuration's columns already).
+EXECUTION_COLUMNS = tuple(name for name in FIELDS
+                          if name not in ("global_batch", "microbatch_size"))
+
+#: What a simulated iteration did against the device's memory and how fast it ran.
+THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
+                      "simulation_model_tflops_per_gpu", "simulation_hardware_tflops_per_gpu",
+                      "simulation_mfu", "simulation_hfu")
+
+# New columns follow the older ones, whose positions stay as they were.
 COLUMNS = (
     "spec", "family", "params", "devices", "microbatches", "model", "system", "global_batch",
     "microbatch_size", "status", "reason",
@@ -63,16 +83,25 @@ COLUMNS = (
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
     "simulation_peak_memory_device", "slot_lengths", "parallel",
-)
+) + EXECUTION_COLUMNS + (
+    "gpus", "memory_capacity_bytes", "simulation_fits", "simulation_over_capacity_bytes",
+) + THROUGHPUT_COLUMNS
+
+#: The grid's axes of the execution: each takes a list of values (one value: a list of one).
+EXECUTION_AXES = ("tensor_parallel", "data_parallel", "microbatch_size", "recompute")
 
 
 @dataclass(frozen=True)
 class SweepTask:
-    """Every system of one (spec, devices, microbatches, model); picklable."""
+    """Every system of one (spec, devices, microbatches, model, execution); picklable.
+
+    ``microbatches`` is None, and ``reason`` says why, when a global batch does not
+    split into the task's microbatch size on each replica.
+    """
 
     spec: str
     devices: int
-    microbatches: int
+    microbatches: int | None
     model: str
     systems: tuple
     global_batch: int | None = None
@@ -83,37 +112,64 @@ class SweepTask:
     parallel: tuple = ()
     #: The execution every configuration starts from (the options above change it).
     execution: Execution | None = None
+    microbatch_size: int | None = None
+    reason: str | None = None
 
     @property
     def configurations(self):
         return len(self.systems)
 
 
-def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=SYSTEM_GRID,
-               global_batch=None, recompute=None, contention=None, grad_sync="replicas",
-               lengths=None, parallel=None, execution=None):
-    """The tasks of a full grid (specs x devices x microbatches x models).
+def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
+               systems=SYSTEM_GRID, global_batch=None, microbatch_size=None, recompute=None,
+               tensor_parallel=None, data_parallel=None, contention=None,
+               grad_sync="replicas", lengths=None, parallel=None, execution=None):
+    """The tasks of a full grid (specs x devices x microbatches x models x the execution's
+    axes: tensor degree, data degree, microbatch size, recompute).
 
-    ``lengths``: the table level's slot lengths ``(F, B, I, W)``; ``parallel``:
-    ModelCosts' parallelism keywords (``tensor_parallel=8``...) for every task;
-    ``execution``: the :class:`~tabsched.execution.Execution` they change. Its
-    ``global_batch`` counts samples over all data-parallel replicas (Megatron-LM's
-    meaning): a microbatch then holds ``global_batch / (data_parallel * M)``; it
-    cannot be combined with ``global_batch``, which counts one pipeline's samples.
+    ``global_batch`` counts the samples of an iteration over all data-parallel
+    replicas (Megatron-LM's ``--global-batch-size``; default the execution's): with
+    ``microbatches``, each replica's microbatch holds ``global_batch / (d * M)``
+    samples; without them, each replica runs ``M = global_batch / (d * b)``
+    microbatches of the ``microbatch_size`` ``b``. A configuration whose numbers are
+    not whole is a skipped row, with the reason. ``tensor_parallel``,
+    ``data_parallel``, ``microbatch_size`` and ``recompute`` take a value or a list of
+    values (every combination is a configuration); ``lengths``: the table level's slot
+    lengths ``(F, B, I, W)``; ``parallel``: ModelCosts' other parallelism keywords
+    (``sequence_parallel=True``...) for every task; ``execution``: the
+    :class:`~tabsched.execution.Execution` they change.
     """
     if execution is not None and not isinstance(execution, Execution):
         raise InvalidParameterError(f"execution must be an Execution, not "
                                     f"{type(execution).__name__}")
-    if execution is not None and execution.global_batch is not None and \
-            global_batch is not None:
-        raise InvalidParameterError(
-            f"give global_batch {global_batch} (samples per pipeline) or the execution's "
-            f"global_batch {execution.global_batch} (samples over every replica), not both")
+    base = Execution() if execution is None else execution
     lengths = slot_lengths(lengths)
-    parallel = tuple(sorted((parallel or {}).items()))
+    parallel = dict(parallel or {})
+    axes = {}
+    for name, values in (("tensor_parallel", tensor_parallel),
+                         ("data_parallel", data_parallel)):
+        if values is not None and parallel.get(name) is not None:
+            raise InvalidParameterError(f"sweep: {name} is given twice (as a keyword and in "
+                                        f"parallel)")
+        axes[name] = _axis(name, parallel.pop(name, None) if values is None else values)
+    axes["microbatch_size"] = _axis("microbatch_size", microbatch_size)
+    axes["recompute"] = _axis("recompute", recompute)
+    parallel = tuple(sorted(parallel.items()))
     specs = [parse_spec(spec).label for spec in specs]   # fail early on a bad spec
-    for name, values in (("devices", devices), ("microbatches", microbatches),
-                         ("models", models), ("systems", systems)):
+    batch = base.global_batch if global_batch is None else global_batch
+    if microbatches is not None and not len(microbatches):
+        raise InvalidParameterError("sweep: microbatches is empty")
+    if microbatches is None:
+        if batch is None or (microbatch_size is None and base.microbatch_size is None):
+            raise InvalidParameterError(
+                "sweep: give microbatches, or a global batch and a microbatch size (each "
+                "replica then runs global batch / (data_parallel x microbatch size))")
+    elif batch is not None and microbatch_size is not None:
+        raise InvalidParameterError(
+            f"sweep: give two of microbatches, microbatch_size and global_batch {batch}: "
+            f"the third follows (global batch = data_parallel x microbatches x microbatch "
+            f"size)")
+    for name, values in (("devices", devices), ("models", models), ("systems", systems)):
         if not values:
             raise InvalidParameterError(f"sweep: {name} is empty")
     # a misspelt model or system is a mistake, not a configuration to skip
@@ -121,10 +177,51 @@ def grid_tasks(specs, devices, microbatches, *, models=("paper-128l",), systems=
         load_model(model)
     for system in systems:
         load_system(system)
-    return [SweepTask(spec, int(p), int(m), str(model), tuple(str(s) for s in systems),
-                      global_batch, recompute, contention, grad_sync, lengths, parallel,
-                      execution)
-            for spec, p, m, model in itertools.product(specs, devices, microbatches, models)]
+    tasks = []
+    for spec, p, m, model, t, d, size, mode in itertools.product(
+            specs, devices, (None,) if microbatches is None else microbatches, models,
+            *(axes[name] for name in EXECUTION_AXES)):
+        reason = None
+        if m is None:       # the global batch and the microbatch size give them
+            size = size or base.microbatch_size
+            m, reason = _microbatches(batch, d or base.data_parallel, size)
+        task_parallel = parallel + tuple((name, value) for name, value in
+                                         (("tensor_parallel", t), ("data_parallel", d))
+                                         if value is not None)
+        tasks.append(SweepTask(spec, int(p), None if m is None else int(m), str(model),
+                               tuple(str(s) for s in systems), global_batch, mode,
+                               contention, grad_sync, lengths,
+                               tuple(sorted(task_parallel)), execution, size, reason))
+    return tasks
+
+
+def _axis(name, values):
+    """The values of one of the execution's axes: ``(None,)`` when not given."""
+    if values is None:
+        return (None,)
+    values = (values,) if isinstance(values, (str, numbers.Integral)) else tuple(values)
+    if not values:
+        raise InvalidParameterError(f"sweep: {name} is empty")
+    for value in values:
+        if name == "recompute":
+            if value not in RECOMPUTE_MODES:
+                raise InvalidParameterError(f"sweep: recompute {shown_value(value)} is not one "
+                                            f"of {', '.join(RECOMPUTE_MODES)}")
+        elif isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InvalidParameterError(f"sweep: {name} must be integers >= 1, not "
+                                        f"{shown_value(value)}")
+    return values
+
+
+def _microbatches(global_batch, data_parallel, microbatch_size):
+    """``(M, None)``: the microbatches each replica runs, or ``(None, reason)``."""
+    per_step = data_parallel * microbatch_size
+    if global_batch % per_step:
+        return None, (f"global batch {global_batch} does not split into microbatches of "
+                      f"{microbatch_size} samples" +
+                      (f" on each of {data_parallel} data-parallel replicas"
+                       if data_parallel > 1 else ""))
+    return global_batch // per_step, None
 
 
 def _base_rows(task):
@@ -133,10 +230,29 @@ def _base_rows(task):
     base.update({"spec": task.spec, "family": parse_spec(task.spec).family, "params": "",
                  "devices": task.devices, "microbatches": task.microbatches,
                  "model": task.model, "global_batch": task.global_batch,
-                 "microbatch_size": None, "status": "ok", "reason": "",
+                 "microbatch_size": task.microbatch_size,
+                 "status": "ok" if task.reason is None else "skipped",
+                 "reason": task.reason or "",
                  "slot_lengths": describe_lengths(task.lengths),
                  "parallel": json.dumps(_parallel_column(task), sort_keys=True)})
-    return [{**base, "system": system} for system in task.systems]
+    return [{**base, "system": system,
+             "memory_capacity_bytes": _load_system(system).memory_capacity}
+            for system in task.systems]
+
+
+def _asked_columns(task, rows):
+    """A skipped row's execution columns and GPUs: what it asked for (an evaluated row's
+    are its cost model's)."""
+    for row in rows:
+        if row["status"] == "ok":
+            continue
+        asked = _asked_execution(task, row["system"])
+        if asked is not None:
+            row.update(_execution_columns(asked))
+            row["gpus"] = asked.ranks_per_stage * task.devices
+        batch = task.global_batch or (task.execution and task.execution.global_batch)
+        row["global_batch"] = batch or row["global_batch"]
+    return rows
 
 
 def _parallel_column(task):
@@ -148,6 +264,49 @@ def _parallel_column(task):
     own = {key: value for key, value in task.execution.to_dict().items()
            if value != default[key]}
     return {**own, **given}
+
+
+#: ModelCosts keywords a sweep's ``parallel`` holds that are not fields by the same name.
+_KEYWORD_FIELDS = {"optimizer_sharding": "zero_stage"}
+
+
+def _asked_execution(task, system):
+    """What ``task`` asks of ``system``, resolved against the model and the system (not
+    checked: a row the cost model refuses still says what it asked), or None if the
+    fields contradict each other."""
+    changes = {_KEYWORD_FIELDS.get(key, key): int(value) if key == "optimizer_sharding"
+               else value for key, value in task.parallel}
+    for key, value in (("recompute", task.recompute), ("contention", task.contention),
+                       ("global_batch", task.global_batch),
+                       ("microbatch_size", task.microbatch_size)):
+        if value is not None:
+            changes[key] = value
+    changes.setdefault("grad_sync", task.grad_sync if (task.execution is None or
+                                                       task.execution.grad_sync is None)
+                       else task.execution.grad_sync)
+    base = task.execution or Execution()
+    try:
+        try:
+            asked = base.replace(**changes)
+        except TabschedError:       # a global batch the microbatches do not split
+            asked = base.replace(**{**changes, "global_batch": None})
+        resolved = asked.resolved(_load_model(task.model), _load_system(system))
+        if task.microbatch_size is None and (task.global_batch or base.global_batch):
+            # the global batch over the microbatches would have given it, but did not
+            resolved = resolved.replace(microbatch_size=None)
+        return resolved
+    except TabschedError:
+        return None
+
+
+@memo(limit=1024)
+def _execution_columns(execution):
+    """The execution's columns of a row: every field (a tuple of stages as ``0,3``)."""
+    columns = {}
+    for name in ("global_batch", "microbatch_size") + EXECUTION_COLUMNS:
+        value = getattr(execution, name)
+        columns[name] = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    return columns
 
 
 # Presets are parsed once per process, and a cost model is built once per
@@ -169,35 +328,29 @@ def _hashable(grad_sync):
 
 @memo(limit=1024)
 def _model_costs(model, system, microbatches, global_batch, recompute, contention, grad_sync,
-                 parallel=(), execution=None):
+                 parallel=(), execution=None, microbatch_size=None):
     """The cost model of one configuration, built once per process (presets parsed once)."""
-    if execution is not None and execution.global_batch is not None:
-        global_batch = _pipeline_batch(execution, dict(parallel))
-        execution = execution.replace(global_batch=None, microbatch_size=None)
     return model_costs_for(_load_model(model), _load_system(system), microbatches,
-                           global_batch=global_batch, recompute=recompute,
-                           contention=contention, grad_sync=grad_sync, execution=execution,
-                           **dict(parallel))
+                           global_batch=global_batch, microbatch_size=microbatch_size,
+                           recompute=recompute, contention=contention, grad_sync=grad_sync,
+                           execution=execution, **dict(parallel))
 
 
-def _pipeline_batch(execution, parallel):
-    """Samples of one pipeline replica per iteration: the execution's global batch over
-    its data-parallel degree (the options' ``data_parallel`` if given)."""
-    replicas = parallel.get("data_parallel") or execution.data_parallel
-    if execution.global_batch % replicas:
-        raise InvalidParameterError(f"the execution's global_batch {execution.global_batch} "
-                                    f"does not split over {replicas} data-parallel replicas")
-    return execution.global_batch // replicas
+def _task_costs(task, system):
+    """The cost model of ``task`` on ``system`` (see :func:`_model_costs`)."""
+    return _model_costs(task.model, system, task.microbatches, task.global_batch,
+                        task.recompute, task.contention, _hashable(task.grad_sync),
+                        tuple(task.parallel), task.execution, task.microbatch_size)
 
 
 def _warm(tasks):
     """Build every cost model ``tasks`` use, here, before worker processes fork."""
     for task in tasks:
+        if task.reason is not None:
+            continue
         for system in task.systems:
             try:
-                _model_costs(task.model, system, task.microbatches, task.global_batch,
-                             task.recompute, task.contention, _hashable(task.grad_sync),
-                             tuple(task.parallel), task.execution)
+                _task_costs(task, system)
             except TabschedError:
                 pass        # the task reports it as a skipped row
 
@@ -205,29 +358,28 @@ def _warm(tasks):
 def run_task(task):
     """Rows (dicts keyed by COLUMNS) for every system of ``task``."""
     rows = _base_rows(task)
+    if task.reason is not None:
+        return _asked_columns(task, rows)
     spec = parse_spec(task.spec)
 
     def skip(reason, which=None):
         for row in rows if which is None else which:
             row["status"], row["reason"] = "skipped", reason
-        return rows
+        return _asked_columns(task, rows)
 
     costs, live = [], []
     for row, system in zip(rows, task.systems):
         try:
-            system_costs = _model_costs(task.model, system, task.microbatches,
-                                        task.global_batch, task.recompute, task.contention,
-                                        _hashable(task.grad_sync), tuple(task.parallel),
-                                        task.execution)
+            system_costs = _task_costs(task, system)
             # an override of a device this run lacks skips this system's row, not all of them
             system_costs.placement.check_devices(task.devices)
             costs.append(system_costs)
             live.append(row)
-            row["microbatch_size"] = costs[-1].model.microbatch_size
+            row.update(_execution_columns(system_costs.execution))
         except TabschedError as error:
             skip(str(error), [row])
     if not costs:
-        return rows
+        return _asked_columns(task, rows)
     layers = costs[0].model.layers
     try:
         sync = grad_sync_for(costs[0], task.grad_sync)   # overlapped DP: every stage
@@ -248,7 +400,8 @@ def run_task(task):
     except TabschedError as error:
         return skip(str(error), live)
     described = {}      # the params of each table, written once for all its rows
-    for row, table, result in zip(live, tables, results):
+    works = {}          # and its work, once per model and execution shape
+    for row, table, result, system_costs in zip(live, tables, results, costs):
         params = described.get(id(table))
         if params is None:
             params = described[id(table)] = json.dumps(table.params, sort_keys=True)
@@ -273,8 +426,21 @@ def run_task(task):
             "simulation_peak_memory_bytes": max(total),
             "simulation_min_peak_memory_bytes": min(total),
             "simulation_peak_memory_device": int(max(range(len(total)), key=total.__getitem__)),
+            "simulation_fits": result.fits if result.memory_capacity is not None else None,
+            "simulation_over_capacity_bytes": result.over_capacity,
         })
-    return rows
+        run = system_costs.execution
+        key = (id(table), system_costs.model, run.data_parallel, run.ranks_per_stage)
+        work = works.get(key)
+        if work is None:
+            work = works[key] = iteration_work(system_costs, table)
+        run = throughput(system_costs, table, result.makespan, work=work)
+        row.update({"gpus": run.gpus, "simulation_tokens_per_s": run.tokens_per_s,
+                    "simulation_tokens_per_s_per_gpu": run.tokens_per_s_per_gpu,
+                    "simulation_model_tflops_per_gpu": run.model_flops_per_gpu / 1e12,
+                    "simulation_hardware_tflops_per_gpu": run.hardware_flops_per_gpu / 1e12,
+                    "simulation_mfu": run.mfu, "simulation_hfu": run.hfu})
+    return _asked_columns(task, rows) if len(live) < len(rows) else rows
 
 
 def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
@@ -316,7 +482,8 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         # the largest tables first (operations grow with devices x microbatches), so
         # that no worker starts a long task when the others are nearly done
         largest_first = sorted(range(len(tasks)),
-                               key=lambda index: -tasks[index].devices * tasks[index].microbatches)
+                               key=lambda index: -tasks[index].devices
+                               * (tasks[index].microbatches or 0))
         import multiprocessing     # (~9 ms to import: only for local processes)
         if "fork" in multiprocessing.get_all_start_methods():
             _run_forked(tasks, largest_first, jobs, record)
@@ -445,18 +612,14 @@ def _run_dask(tasks, dask, jobs, record):
 
 
 def _cell(value):
-    kind = type(value)      # the common exact types first: a sweep writes many cells
-    if kind is float:
-        return repr(value)
-    if kind is str:
-        return value
-    if kind is int:
-        return str(value)
+    """A value as its CSV cell: empty for None, ``true``/``false``, else its text (a float
+    with every digit). :func:`rows_to_csv` writes the same, letting the csv writer turn
+    all but the booleans into text."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value) if isinstance(value, float) else str(value)
+    return str(value)
 
 
 class SweepResult(list):
@@ -464,10 +627,12 @@ class SweepResult(list):
 
     A row holds the configuration (``spec``, ``family``, ``params`` as a dict,
     ``devices``, ``microbatches``, ``model``, ``system``, ``global_batch``,
-    ``microbatch_size``, ``slot_lengths``, ``parallel`` as a dict), ``status``
-    (``ok`` or ``skipped``) with its ``reason``, and the metrics named after
-    their level (:data:`COLUMNS`): seconds and bytes. :meth:`to_csv` gives the
-    CSV ``tabsched sweep`` writes.
+    ``microbatch_size``, ``slot_lengths``, ``parallel`` as a dict, every other field
+    of the execution, ``gpus``, ``memory_capacity_bytes``), ``status`` (``ok`` or
+    ``skipped``) with its ``reason``, and the metrics named after their level
+    (:data:`COLUMNS`): seconds and bytes, whether the devices fit their memory and
+    the throughput. :meth:`to_csv` gives the CSV ``tabsched sweep`` writes;
+    :func:`row_execution` a row's execution.
     """
 
     def __init__(self, rows=()):
@@ -497,34 +662,44 @@ def _typed_row(row):
     return row
 
 
-def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequence[int], *,
+def sweep(families: Sequence[str], devices: Sequence[int],
+          microbatches: Sequence[int] | None = None, *,
           models: Sequence[str] = ("paper-128l",), systems: Sequence[str] = SYSTEM_GRID,
-          global_batch: int | None = None, recompute: str | None = None,
-          contention: str | None = None, lengths: object = None, parallel: dict | None = None,
+          global_batch: int | None = None, microbatch_size: object = None,
+          recompute: object = None, tensor_parallel: object = None,
+          data_parallel: object = None, contention: str | None = None,
+          lengths: object = None, parallel: dict | None = None,
           execution: Execution | None = None, jobs: int = 1, dask: object = None,
           progress: Callable[[int, int, int], None] | None = None) -> SweepResult:
-    """Evaluate a grid of configurations: every family x devices x microbatches x model x system.
+    """Evaluate a grid of configurations: every family x devices x microbatches x model x
+    execution (tensor degree, data degree, microbatch size, recompute) x system.
 
     The Python face of ``tabsched sweep``: the same rows, evaluated the same way
-    (a table is generated and lowered once per family, devices, microbatches and
-    model; its systems run as samples of one kernel call), serially, on ``jobs``
-    processes or on Dask. Invalid combinations come back as rows with
+    (a table is generated and lowered once per family, devices, microbatches,
+    model and execution; its systems run as samples of one kernel call), serially,
+    on ``jobs`` processes or on Dask. Invalid combinations come back as rows with
     ``status="skipped"`` and a ``reason``.
 
     Parameters
     ----------
     families : list of str
         Family specs (``"gpipe"``, ``"hanayo:waves=2"``).
-    devices, microbatches : list of int
+    devices : list of int
+    microbatches : list of int, optional
+        Microbatches per replica; default ``global_batch / (d x microbatch_size)``.
     models, systems : list of str
         Presets or TOML files (default ``paper-128l`` on the tabular paper's 3x3 grid).
     global_batch : int, optional
-        Samples per iteration: a microbatch holds ``global_batch / M``.
-    recompute, contention : str, optional
+        Samples per iteration over all data-parallel replicas (Megatron-LM's
+        ``--global-batch-size``): a microbatch holds ``global_batch / (d x M)``.
+    microbatch_size, tensor_parallel, data_parallel : int or list of int, optional
+    recompute : str or list of str, optional
+        The execution's axes: every combination of their values is a configuration.
+    contention : str, optional
     lengths : (F, B, I, W) or dict, optional
         Slot lengths of the table level.
     parallel : dict, optional
-        ``tensor_parallel``, ``data_parallel``... for every configuration.
+        ``sequence_parallel``, ``attention``... for every configuration.
     execution : Execution, optional
         The execution every configuration starts from (see :func:`grid_tasks`).
     jobs : int
@@ -543,9 +718,17 @@ def sweep(families: Sequence[str], devices: Sequence[int], microbatches: Sequenc
     [('gpipe', 8, 0.273), ('gpipe', 16, 0.158), ('1f1b', 8, 0.273), ('1f1b', 16, 0.158)]
     >>> rows[0]["params"]
     {'devices': 4, 'microbatches': 8}
+    >>> rows = sweep(["1f1b"], [8], models=["gpt3-175b"], systems=["dgx-a100"],
+    ...              global_batch=64, microbatch_size=1, tensor_parallel=8,
+    ...              data_parallel=[1, 2], recompute=["selective", "full"])
+    >>> [(row["data_parallel"], row["microbatches"], row["recompute"], row["simulation_fits"])
+    ...  for row in rows]
+    [(1, 64, 'selective', True), (1, 64, 'full', True), (2, 32, 'selective', True), (2, 32, 'full', True)]
     """
     tasks = grid_tasks(families, devices, microbatches, models=tuple(models),
-                       systems=tuple(systems), global_batch=global_batch, recompute=recompute,
+                       systems=tuple(systems), global_batch=global_batch,
+                       microbatch_size=microbatch_size, recompute=recompute,
+                       tensor_parallel=tensor_parallel, data_parallel=data_parallel,
                        contention=contention, lengths=lengths, parallel=parallel,
                        execution=execution)
     return SweepResult(run_sweep(tasks, jobs=jobs, dask=dask, progress=progress))
@@ -557,11 +740,18 @@ def rows_to_csv(rows):
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
     dicts = [k for k, column in enumerate(COLUMNS) if column in ("params", "parallel")]
+    pick = operator.itemgetter(*COLUMNS)
     for row in rows:
-        values = [row.get(column) for column in COLUMNS]
+        try:
+            values = list(pick(row))
+        except KeyError:        # a row read from an older CSV lacks the newer columns
+            values = [row.get(column) for column in COLUMNS]
         for k in dicts:
             values[k] = _as_text(COLUMNS[k], values[k])
-        writer.writerow([_cell(value) for value in values])
+        # the csv writer writes None as an empty cell and every other value as its text,
+        # as _cell does; only the booleans are spelt as JSON spells them
+        writer.writerow(["true" if value is True else "false" if value is False else value
+                         for value in values])
     return buffer.getvalue()
 
 
@@ -573,9 +763,12 @@ def _as_text(column, value):
 
 
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
-                    "simulation_peak_memory_device"}
+                    "simulation_peak_memory_device", "tensor_parallel", "context_parallel",
+                    "expert_parallel", "data_parallel", "zero_stage", "devices_per_node",
+                    "gpus"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
-                 "slot_lengths", "parallel"}
+                 "slot_lengths", "parallel", "recompute", "attention", "contention",
+                 "grad_sync"}
 
 
 def read_sweep_csv(path):
@@ -620,3 +813,27 @@ def read_sweep_csv(path):
         raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "
                                     f"{cut(error, 80)}") from None
     return rows
+
+
+def row_execution(row):
+    """The :class:`~tabsched.execution.Execution` a sweep row ran (or asked for), from
+    its columns: a row of :func:`sweep`, or one :func:`read_sweep_csv` read back (a
+    column a CSV written before the execution had columns lacks keeps the default).
+
+    >>> rows = sweep(["1f1b"], [4], [8], systems=["mid_nw_mid_cp"], tensor_parallel=2)
+    >>> row_execution(rows[0]).tensor_parallel, row_execution(rows[0]).contention
+    (2, 'link')
+    """
+    fields = {}
+    for name in ("global_batch", "microbatch_size") + EXECUTION_COLUMNS:
+        value = row.get(name)
+        if value is None or value == "":
+            continue
+        if name == "grad_sync" and value not in ("replicas", "all"):
+            try:
+                value = tuple(int(stage) for stage in str(value).split(","))
+            except ValueError:
+                raise InvalidParameterError(f"sweep row: grad_sync {shown_value(value)} is not "
+                                            f"'replicas', 'all' or stages such as 0,3") from None
+        fields[name] = value
+    return Execution.from_dict(fields, "sweep row")

@@ -47,7 +47,7 @@ from tabsched._memo import memo
 from tabsched.costs.kernels import KernelTable
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["Throughput", "throughput", "sample_flops"]
+__all__ = ["Throughput", "throughput", "iteration_work", "sample_flops", "counts_flops"]
 
 #: The kernel lists of one sample's work: model FLOPs (F, I, W) and what recomputation adds.
 _MODEL_PHASES = ("F", "I", "W")
@@ -127,23 +127,40 @@ class Throughput:
                 "mfu": self.mfu, "hfu": self.hfu}
 
 
-def throughput(costs, table, iteration_s) -> Throughput:
-    """The throughput of ``table`` run under ``costs`` (a ModelCosts) in ``iteration_s``.
+def counts_flops(costs) -> bool:
+    """Whether ``costs`` price a model on a system, whose FLOPs :func:`throughput` counts
+    (slot-length costs do no FLOPs)."""
+    return (getattr(costs, "model", None) is not None
+            and getattr(costs, "system", None) is not None and hasattr(costs, "execution"))
+
+
+def iteration_work(costs, table) -> tuple:
+    """``(samples, tokens, gpus, model FLOPs, hardware FLOPs)`` of one iteration of
+    ``table`` under ``costs`` (a ModelCosts): what :func:`throughput` divides by the time.
 
     The global batch is the table's samples on each of the execution's
     ``data_parallel`` replicas.
     """
-    model = getattr(costs, "model", None)
-    system = getattr(costs, "system", None)
-    if model is None or system is None or not hasattr(costs, "execution"):
+    if not counts_flops(costs):
         raise InvalidParameterError("throughput needs model costs (a model on a system): "
                                     "slot-length costs do no FLOPs")
-    run = costs.execution
-    per_replica = float(np.sum(costs.microbatch_samples(table)))
-    samples = per_replica * run.data_parallel
+    model, run = costs.model, costs.execution
+    samples = float(np.sum(costs.microbatch_samples(table))) * run.data_parallel
     model_flops, hardware_flops = sample_flops(model)
-    return Throughput(iteration_s=float(iteration_s), samples=samples,
-                      tokens=samples * model.sequence,
-                      gpus=int(run.ranks_per_stage * table.num_devices),
-                      model_flops=model_flops * samples, hardware_flops=hardware_flops * samples,
-                      peak_flops=float(system.peak_flops))
+    return (samples, samples * model.sequence, int(run.ranks_per_stage * table.num_devices),
+            model_flops * samples, hardware_flops * samples)
+
+
+def throughput(costs, table, iteration_s, *, work=None) -> Throughput:
+    """The throughput of ``table`` run under ``costs`` (a ModelCosts) in ``iteration_s``.
+
+    The global batch is the table's samples on each of the execution's
+    ``data_parallel`` replicas. ``work``: :func:`iteration_work` of the same table
+    under costs of the same model and execution, when at hand (a sweep's cost models
+    of one model on several systems share it); the peak is ``costs``' system's.
+    """
+    samples, tokens, gpus, model_flops, hardware_flops = (
+        iteration_work(costs, table) if work is None else work)
+    return Throughput(iteration_s=float(iteration_s), samples=samples, tokens=tokens,
+                      gpus=gpus, model_flops=model_flops, hardware_flops=hardware_flops,
+                      peak_flops=float(costs.system.peak_flops))

@@ -140,3 +140,38 @@ def test_unknown_preset_to_show(cli):
     code, _, err = cli("presets", "--show", "dgx-b200")
     assert code == 1 and err.count("\n") == 1
     assert "unknown preset 'dgx-b200'; valid presets: gpt3-175b, " in err
+
+
+def test_eval_says_when_a_device_goes_over_the_systems_memory(cli):
+    """Without --memory-budget, model costs on a system that states its memory_capacity
+    check every device against it (133 GB on an 80 GB device used to pass without a word)."""
+    code, out, err = cli(*EVAL, *PAPER)
+    assert code == 0 and err == ""
+    assert ("device memory 80 GB (mid_nw_mid_cp): 6 of 8 devices over (worst d0 by 52.9 GB "
+            "at ") in out
+    code, out, _ = cli(*EVAL, *PAPER, "--recompute", "full")
+    assert "device memory 80 GB (mid_nw_mid_cp): every device fits" in out
+    code, out, _ = cli(*EVAL, *PAPER, "--memory-budget", "200GB")    # the budget rules
+    assert "memory budget 200 GB: every device fits" in out and "device memory" not in out
+    code, out, _ = cli(*EVAL, *PAPER, "--json")
+    data = json.loads(out)
+    assert data["memory_capacity"] == 80e9 and data["fits"] is False
+    assert [v["device"] for v in data["capacity_violations"]] == [0, 1, 2, 3, 4, 5]
+    code, out, _ = cli(*EVAL)
+    assert "device memory" not in out and "throughput" not in out
+
+
+def test_eval_prints_and_writes_the_throughput(cli):
+    code, out, _ = cli(*EVAL, "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "8")
+    line = next(line for line in out.splitlines() if line.startswith("throughput"))
+    assert line == ("throughput    8.25 k tokens/s, 129 per GPU (64 GPUs); per GPU 139 TFLOP/s "
+                    "model, 140 TFLOP/s hardware; MFU 44.5%, HFU 44.9%")
+    code, out, _ = cli(*EVAL, "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "8",
+                       "--json")
+    data = json.loads(out)
+    speed = data["throughput"]
+    assert speed["gpus"] == 64 and speed["tokens"] == 32 * 2048
+    assert speed["tokens_per_s"] == pytest.approx(32 * 2048 / data["makespan"])
+    assert speed["mfu"] == pytest.approx(speed["model_tflops_per_gpu"] * 1e12 / 312e12)
+    code, out, _ = cli(*EVAL, "--json")
+    assert "throughput" not in json.loads(out)

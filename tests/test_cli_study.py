@@ -147,3 +147,118 @@ def test_progress_bar_on_a_terminal_only(cli, monkeypatch, tmp_path):
     code, _, err = cli("sweep", "gpipe", "1f1b", "-p", "3,4", "-m", "4", "--system",
                        "mid_nw_mid_cp", "-o", str(path), "--quiet")
     assert code == 0 and err == f"wrote {path}: 4 configurations, 2 skipped\n"
+
+
+def test_compare_marks_what_does_not_fit_and_ranks_it_after_what_does(cli):
+    code, out, err = cli("compare", "1f1b", "zb-h2", "zbv", "interleaved-1f1b", "-p", "8",
+                         "-m", "64", "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "8")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    header = lines[2]
+    assert "tokens/s/GPU  MFU" in header and header.endswith("peak mem  fits      rank")
+
+    def cell(line, name):       # the column that starts where its (last) header does
+        start = header.rindex(name)
+        return line[start:].split("  ")[0].strip()
+    rows = {line.split()[0]: line for line in lines[3:7]}
+    assert cell(rows["1f1b"], "fits") == "yes" and cell(rows["zb-h2"], "fits") == "+24.6 GB"
+    assert cell(rows["zbv"], "MFU") == "50.3%"
+    assert [cell(rows[name], "rank") for name in
+            ("zbv", "1f1b", "interleaved-1f1b", "zb-h2")] == ["1", "2", "3", "4"]
+    assert lines[7] == ("device memory 80 GB (dgx-a100): 2 of 4 families go over (fits: by "
+                        "how much on the fullest device); they rank after every family that "
+                        "fits")
+    code, out, _ = cli("compare", "1f1b", "gpipe", "-p", "8", "-m", "32")
+    assert ("device memory 80 GB (mid_nw_mid_cp): no family fits (fits: how far the fullest "
+            "device goes over); ranked by iteration time among themselves") in out
+    code, out, _ = cli("compare", "1f1b", "zbv", "-p", "8", "-m", "32", "--model",
+                       "gpt3-175b", "--system", "dgx-a100", "-t", "8")
+    assert "device memory 80 GB (dgx-a100): every family fits" in out
+    code, out, _ = cli("compare", "1f1b", "zbv", "-p", "8", "-m", "32", "--model",
+                       "gpt3-175b", "--system", "dgx-a100", "-t", "8", "--json")
+    data = json.loads(out)
+    assert data[0]["simulation"]["fits"] is True and data[0]["simulation"]["over_capacity"] == 0
+    assert data[0]["simulation"]["memory_capacity"] == 80e9
+    assert {"tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu"} <= set(
+        data[0]["simulation"]["throughput"])
+
+
+def test_sweep_takes_lists_of_the_executions_axes(cli):
+    import csv
+    import io
+    code, out, err = cli("sweep", "1f1b", "-p", "8", "--model", "gpt3-175b", "--system",
+                         "dgx-a100", "--global-batch", "64", "--microbatch-size", "1,2",
+                         "-t", "4", "-t", "8", "-d", "1,2", "--recompute", "selective,full")
+    assert code == 0 and err == ""
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 16
+    assert {(r["tensor_parallel"], r["data_parallel"], r["microbatch_size"], r["recompute"])
+            for r in rows} == {(t, d, b, mode) for t in "48" for d in "12" for b in "12"
+                               for mode in ("selective", "full")}
+    assert {(r["data_parallel"], r["microbatch_size"], r["microbatches"]) for r in rows} == {
+        ("1", "1", "64"), ("1", "2", "32"), ("2", "1", "32"), ("2", "2", "16")}
+    assert {r["simulation_fits"] for r in rows} == {"true", "false"}
+    over = [r for r in rows if r["simulation_fits"] == "false"]
+    assert all(float(r["simulation_over_capacity_bytes"]) > 0 for r in over)
+    assert all(float(r["simulation_mfu"]) > 0 and r["gpus"] for r in rows)
+    # a list lets the grid keep what the model refuses as rows, as any invalid combination
+    code, out, _ = cli("sweep", "1f1b", "-p", "8", "-m", "8", "--model", "gpt3-175b",
+                       "--system", "dgx-a100", "-t", "3,8")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["status"] for r in rows] == ["skipped", "ok"]
+    assert rows[0]["reason"].startswith("tensor_parallel 3 does not divide the 8 devices of a "
+                                        "node of system dgx-a100")
+    code, out, _ = cli("sweep", "1f1b", "-p", "8", "-m", "8", "--model", "gpt3-175b",
+                       "--system", "dgx-a100", "-t", "1,8", "--sequence-parallel")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [r["status"] for r in rows] == ["skipped", "ok"]
+    assert rows[0]["reason"] == ("sequence_parallel needs tensor_parallel > 1 (it splits the "
+                                 "sequence over the tensor ranks)")
+    assert rows[1]["sequence_parallel"] == "true" and rows[1]["tensor_parallel"] == "8"
+    code, out, err = cli("sweep", "1f1b", "-p", "8", "-m", "8", "--model", "gpt3-175b",
+                         "--system", "dgx-a100", "-t", "3")     # one value: a mistake
+    assert code == 1 and "--tensor-parallel/-t 3 does not divide the 8 devices of a node" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-p", "8", "--global-batch", "64"],
+     "--microbatches/-m is needed unless --global-batch and --microbatch-size give it (each "
+     "replica runs global-batch / (d x microbatch size) microbatches)"),
+    (["-p", "8", "--microbatch-size", "2"], "--microbatches/-m is needed unless"),
+    (["-p", "8", "-m", "8", "--global-batch", "64", "--microbatch-size", "2"],
+     "give two of --microbatches/-m, --microbatch-size and --global-batch: the third follows "
+     "(global batch = d x M x microbatch size)"),
+    (["-p", "8", "-m", "8", "--recompute", "none,fulll"],
+     "--recompute 'none,fulll': 'fulll' is not one of none, selective, full"),
+    (["-p", "8", "-m", "8", "--recompute", ","],
+     "--recompute ',': expected modes separated by commas, e.g. none,full"),
+    (["-p", "8", "-m", "8", "-t", "4,x"], "--tensor-parallel/-t '4,x': expected integers"),
+    (["-p", "8", "-m", "8", "-d", "0"], "--data-parallel/-d '0': expected positive integers"),
+    (["-p", "8", "-m", "8", "--microbatch-size", "1,0"],
+     "--microbatch-size '1,0': expected positive integers"),
+])
+def test_bad_sweep_axes_are_one_line(cli_error, argv, message):
+    assert message in cli_error("sweep", "1f1b", "--model", "gpt3-175b", "--system",
+                                "dgx-a100", *argv)
+
+
+def test_a_files_global_batch_counts_as_given(cli_error, tmp_path):
+    run = tmp_path / "run.toml"
+    run.write_text("global_batch = 64\n")
+    assert cli_error("sweep", "1f1b", "--model", "gpt3-175b", "--system", "dgx-a100", "-p",
+                     "8", "-m", "8", "--microbatch-size", "1,2", "--execution", str(run)) == (
+        f"give two of --microbatches/-m, --microbatch-size and the global_batch of {run}: the "
+        f"third follows (global batch = d x M x microbatch size)")
+
+
+def test_compare_and_eval_on_a_system_without_a_memory_check_nothing(cli, tmp_path):
+    from tabsched.costs._presets import preset_index
+    path = tmp_path / "no-memory.toml"
+    path.write_text("\n".join(line for line in preset_index()["system"]["mid_nw_mid_cp"]
+                              .splitlines() if not line.startswith("memory_capacity")) + "\n")
+    code, out, _ = cli("compare", "1f1b", "zbv", "-p", "4", "-m", "8", "--system", str(path))
+    assert code == 0 and "device memory" not in out
+    assert "MFU" in out and "fits" not in out.splitlines()[2]
+    code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "8", "--model", "paper-128l",
+                       "--system", str(path))
+    assert code == 0 and "device memory" not in out and "throughput    " in out

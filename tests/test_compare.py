@@ -1,7 +1,8 @@
 import pytest
 
 from tabsched import InvalidParameterError, UnitCosts, UnknownNameError, evaluate, generate
-from tabsched.compare import compare, disagreements, model_costs_for, parse_spec, rank
+from tabsched.compare import (compare, disagreements, model_costs_for, parse_spec, rank,
+                              rank_fitting_first)
 from tabsched.evaluate import table_level
 
 
@@ -65,3 +66,74 @@ def test_table_level_counts_an_overlapped_cell_once():
     level = table_level(table)
     assert level["cells"] == int(table.cell_starts().sum()) < len(table)
     assert level["bubble_ratio"] == pytest.approx(1 - level["cells"] / (4 * level["slots"]))
+
+
+def test_a_family_that_does_not_fit_ranks_after_every_family_that_does():
+    """On 80 GB A100s at t = 8, ZB-H2 and interleaved 1F1B are faster than 1F1B but go
+    over the device's memory: they rank after 1F1B and ZB-V, which fit."""
+    rows = compare(["1f1b", "zb-h2", "zbv", "interleaved-1f1b"], 8, 64, model="gpt3-175b",
+                   system="dgx-a100", parallel={"tensor_parallel": 8})
+    fits = {row.label: row.simulation["fits"] for row in rows}
+    assert fits == {"1f1b": True, "zb-h2": False, "zbv": True, "interleaved-1f1b": False}
+    makespans = {row.label: row.simulation["makespan"] for row in rows}
+    assert makespans["zb-h2"] < makespans["1f1b"] and \
+        makespans["interleaved-1f1b"] < makespans["zbv"]
+    ranks = {row.label: row.ranks["simulation"] for row in rows}
+    assert ranks == {"zbv": 1, "1f1b": 2, "interleaved-1f1b": 3, "zb-h2": 4}
+    zb = next(row for row in rows if row.label == "zb-h2").simulation
+    assert zb["memory_capacity"] == 80e9
+    assert zb["over_capacity"] == pytest.approx(max(zb["peak_memory"]) - 80e9)
+    assert next(row for row in rows if row.label == "zbv").simulation["over_capacity"] == 0.0
+    assert rank_fitting_first([3.0, 1.0, 2.0, None, 1.0], [True, False, True, True, False]) \
+        == [2, 3, 1, None, 3]
+
+
+def test_compare_rows_carry_the_throughput():
+    rows = compare(["1f1b", "zbv"], 8, 32, model="gpt3-175b", system="dgx-a100",
+                   parallel={"tensor_parallel": 8})
+    costs = model_costs_for("gpt3-175b", "dgx-a100", 32, tensor_parallel=8)
+    single = evaluate(generate("1f1b", devices=8, microbatches=32), costs,
+                      grad_sync="replicas")
+    assert rows[0].simulation["throughput"] == single.throughput.to_dict()
+    assert rows[0].to_dict()["simulation"]["throughput"]["mfu"] == single.throughput.mfu
+    unit = compare(["1f1b"], 4, 8, costs=UnitCosts())[0].simulation
+    assert unit["throughput"] is None and unit["memory_capacity"] is None and unit["fits"]
+
+
+def test_the_global_batch_counts_every_data_parallel_replica():
+    """Megatron-LM's --global-batch-size: d replicas of M microbatches of b samples."""
+    costs = model_costs_for("gpt3-175b", "dgx-a100", 16, global_batch=128, tensor_parallel=8,
+                            data_parallel=4)
+    assert costs.execution.microbatch_size == 2 and costs.execution.global_batch == 128
+    assert costs.execution.microbatches == 16
+    one = model_costs_for("paper-128l", "mid_nw_mid_cp", 16, global_batch=256)
+    assert one.execution.microbatch_size == 16          # d = 1: as it always was
+    rows = compare(["1f1b"], 8, 16, model="gpt3-175b", system="dgx-a100", global_batch=128,
+                   parallel={"tensor_parallel": 8, "data_parallel": 4})
+    assert rows[0].execution["microbatch_size"] == 2 and rows[0].execution["global_batch"] == 128
+    assert rows[0].simulation["throughput"]["samples"] == 128
+    with pytest.raises(InvalidParameterError, match=r"^global batch 100 does not split into 16 "
+                                                    r"microbatches of whole samples on each of "
+                                                    r"2 data-parallel replicas$"):
+        model_costs_for("paper-128l", "mid_nw_mid_cp", 16, global_batch=100, data_parallel=2)
+    with pytest.raises(InvalidParameterError, match=r"^microbatch size 4 does not fit global "
+                                                    r"batch 128: 4 data-parallel replicas x 16 "
+                                                    r"microbatches of 2 samples hold it$"):
+        model_costs_for("gpt3-175b", "dgx-a100", 16, global_batch=128, microbatch_size=4,
+                        tensor_parallel=8, data_parallel=4)
+    from tabsched.execution import Execution
+    file = Execution(data_parallel=2, global_batch=64, microbatch_size=1)
+    costs = model_costs_for("gpt3-175b", "dgx-a100", 16, tensor_parallel=8, execution=file)
+    assert costs.execution.microbatch_size == 2     # -m with the file's global batch
+
+
+def test_slot_lengths_are_checked_alike_whether_remembered_or_not():
+    from tabsched.compare import slot_lengths
+    assert slot_lengths((1, 2, 1, 1)) == slot_lengths((1.0, 2.0, 1.0, 1.0)) == (1.0, 2.0, 1.0, 1.0)
+    assert all(type(value) is float for value in slot_lengths((1, 2, 1, 1)))
+    np = pytest.importorskip("numpy")
+    assert slot_lengths((np.float64(1), 2, 1, 1)) == (1.0, 2.0, 1.0, 1.0)
+    for bad in ((-1, 1, 1, 1), (float("nan"), 1, 1, 1)):
+        for _ in range(2):      # refused every time, not remembered
+            with pytest.raises(InvalidParameterError, match="f must be finite and >= 0"):
+                slot_lengths(bad)

@@ -51,6 +51,9 @@ def test_compare_and_sweep_frames():
     frame = rows.to_dataframe()
     assert list(frame["label"]) == ["gpipe", "1f1b", "zbv"]
     assert frame["simulation_makespan"].notna().all() and frame.attrs["time_unit"] == "s"
+    assert list(frame["simulation_fits"]) == [row.simulation["fits"] for row in rows]
+    assert list(frame["simulation_mfu"]) == [row.simulation["throughput"]["mfu"] for row in rows]
+    assert frame["simulation_over_capacity"].notna().all()
     swept = tabsched.sweep(["gpipe", "1f1b"], [4], [8, 16], systems=["mid_nw_mid_cp"])
     assert isinstance(swept, tabsched.SweepResult) and len(swept) == 4
     assert swept[0]["params"] == {"devices": 4, "microbatches": 8}   # a dict, not JSON text

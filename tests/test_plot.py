@@ -154,6 +154,23 @@ def test_two_models_are_two_lines_not_one_zigzag():
     assert figure._suptitle.get_text().startswith("paper-128l, gpt3-175b, 4 devices")
 
 
+def test_what_a_system_decides_draws_no_lines_and_an_execution_axis_does():
+    """The node size and contention an execution takes from its system vary from panel to
+    panel only: no line of their own. A swept tensor degree is a line each."""
+    from tabsched.plot import sweep_plot
+    rows = sweep_rows(systems=("dgx-h100", "gb200-nvl72"))
+    assert len({row["devices_per_node"] for row in rows}) == 2
+    figure = sweep_plot(rows)
+    labels = {line.get_label() for ax in figure.axes for line in ax.get_lines()
+              if line.get_gid()}
+    assert labels == {"gpipe", "1f1b"}
+    from tabsched.sweeps import sweep
+    rows = sweep(["1f1b"], [4], [4, 8], systems=["mid_nw_mid_cp"], tensor_parallel=[1, 2])
+    labels = [line.get_label() for line in sweep_plot(rows).axes[0].get_lines()
+              if line.get_gid()]
+    assert labels == ["1f1b (tensor_parallel 1)", "1f1b (tensor_parallel 2)"]
+
+
 def test_memory_metrics_show_the_capacity_and_axes_can_be_log():
     from tabsched.plot import sweep_plot
     rows = sweep_rows()

@@ -92,7 +92,13 @@ def test_the_study_writes_its_table_and_report(study):
     table, report = study.files
     lines = open(table).read().splitlines()
     assert lines[0].startswith("model,gpus,t,p,chunks,global_batch,microbatch,mode,measured_s")
+    assert lines[0].endswith(",command,peak_memory_bytes,memory_capacity_bytes,fits,"
+                             "model_tflops_per_gpu,mfu,hfu")
     assert len(lines) == 9
+    # every run of Table 5 fit its 80 GB A100s; each row says so, with its MFU
+    assert all(row["fits"] and row["peak_memory_bytes"] <= 80e9 for row in study.rows)
+    assert all(line.split(",")[-4] == "true" for line in lines[1:])
+    assert all(0.2 < row["mfu"] < row["hfu"] < 0.7 for row in study.rows)
     text = open(report).read()
     assert "| gpt3-175b | 64 | 8 | 8 | 3 | 64 | 1 | 18.13 |" in text
     assert f"Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}" in text

@@ -197,3 +197,159 @@ def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
     monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("exit"))
     with pytest.raises(TabschedError, match=r"a sweep worker process died \(exit status 3\)"):
         run_sweep(small_grid, jobs=2)
+
+
+# ------------------------------------------------- the execution's axes and columns
+def test_the_execution_axes_take_lists_and_every_combination_is_a_row():
+    from tabsched.sweeps import sweep
+    rows = sweep(["1f1b"], [8], [16], models=["gpt3-175b"], systems=["dgx-a100"],
+                 tensor_parallel=[4, 8], data_parallel=(1, 2), microbatch_size=[1, 2],
+                 recompute=["none", "full"])
+    assert len(rows) == 16 and all(row["status"] == "ok" for row in rows)
+    assert [(r["tensor_parallel"], r["data_parallel"], r["microbatch_size"], r["recompute"])
+            for r in rows[:3]] == [(4, 1, 1, "none"), (4, 1, 1, "full"), (4, 1, 2, "none")]
+    row = next(r for r in rows if (r["tensor_parallel"], r["data_parallel"],
+                                   r["microbatch_size"], r["recompute"]) == (8, 2, 2, "full"))
+    costs = model_costs_for("gpt3-175b", "dgx-a100", 16, microbatch_size=2, recompute="full",
+                            tensor_parallel=8, data_parallel=2)
+    single = evaluate(generate("1f1b", devices=8, microbatches=16), costs,
+                      grad_sync="replicas")
+    assert row["simulation_makespan_s"] == single.makespan
+    assert row["gpus"] == 8 * 8 * 2 == single.throughput.gpus
+    assert row["simulation_mfu"] == single.throughput.mfu
+    assert row["simulation_tokens_per_s"] == single.throughput.tokens_per_s
+    assert row["simulation_model_tflops_per_gpu"] == single.throughput.model_flops_per_gpu / 1e12
+    assert row["parallel"] == {"data_parallel": 2, "tensor_parallel": 8}
+    assert row["contention"] == "link" and row["optimizer_step"] is True
+
+
+def test_every_execution_field_is_a_column_and_reads_back(tmp_path):
+    from tabsched.execution import FIELDS
+    from tabsched.sweeps import SweepResult, row_execution, sweep
+    rows = sweep(["1f1b", "chimera"], [3, 4], [8], models=["gpt3-175b"],
+                 systems=["dgx-a100", "dgx-h100"], tensor_parallel=8,
+                 recompute=["selective", "full"], parallel={"sequence_parallel": True})
+    assert set(FIELDS) <= set(COLUMNS)
+    path = tmp_path / "s.csv"
+    path.write_text(rows.to_csv())
+    back = SweepResult(read_sweep_csv(path))
+    assert back.to_csv() == rows.to_csv()
+    for live, read in zip(rows, back):
+        assert row_execution(live) == row_execution(read)
+        assert all(live[name] == read[name] for name in FIELDS)
+    ok = next(r for r in rows if r["status"] == "ok" and r["recompute"] == "full")
+    costs = model_costs_for("gpt3-175b", ok["system"], 8, recompute="full", tensor_parallel=8,
+                            sequence_parallel=True)
+    assert row_execution(ok) == costs.execution
+    # a skipped row says what it asked for: merged CSVs can be told apart row by row
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    assert {r["recompute"] for r in skipped} == {"selective", "full"}
+    assert all(r["tensor_parallel"] == 8 and r["sequence_parallel"] is True for r in skipped)
+    assert skipped[0]["gpus"] == 8 * skipped[0]["devices"]
+
+
+def test_a_row_of_an_older_csv_keeps_the_default_execution(tmp_path):
+    from tabsched.execution import Execution
+    from tabsched.sweeps import row_execution
+    path = tmp_path / "old.csv"
+    path.write_text("spec,devices,microbatches,system,simulation_makespan_s,microbatch_size\n"
+                    "1f1b,4,8,mid_nw_mid_cp,1.5,2\n")
+    rows = read_sweep_csv(path)
+    assert row_execution(rows[0]) == Execution(microbatch_size=2)
+    assert rows_to_csv(rows).splitlines()[1].startswith("1f1b,,,4,8,,mid_nw_mid_cp,,2,")
+    assert row_execution({"grad_sync": "0,3"}).grad_sync == (0, 3)
+    with pytest.raises(InvalidParameterError, match=r"^sweep row: grad_sync 'x' is not "
+                                                    r"'replicas', 'all' or stages such as 0,3$"):
+        row_execution({"grad_sync": "x"})
+    with pytest.raises(InvalidParameterError, match=r"^sweep row: tensor_parallel must be an "
+                                                    r"integer >= 1, not 0"):
+        row_execution({"tensor_parallel": 0})
+
+
+def test_the_global_batch_counts_every_replica_and_may_give_the_microbatches():
+    from tabsched.sweeps import sweep
+    rows = sweep(["1f1b"], [8], [16, 24], models=["gpt3-175b"], systems=["dgx-a100"],
+                 global_batch=64, tensor_parallel=8, data_parallel=[1, 2])
+    assert [(r["data_parallel"], r["microbatches"], r["microbatch_size"], r["status"])
+            for r in rows] == [(1, 16, 4, "ok"), (2, 16, 2, "ok"), (1, 24, None, "skipped"),
+                               (2, 24, None, "skipped")]
+    assert rows[3]["reason"] == ("global batch 64 does not split into 24 microbatches of whole "
+                                 "samples on each of 2 data-parallel replicas")
+    assert rows[0]["global_batch"] == rows[1]["global_batch"] == 64
+    assert rows[1]["simulation_tokens_per_s"] * rows[1]["simulation_makespan_s"] == \
+        pytest.approx(64 * 2048)
+    derived = sweep(["1f1b"], [8], models=["gpt3-175b"], systems=["dgx-a100"],
+                    global_batch=48, microbatch_size=[1, 2, 4], tensor_parallel=8,
+                    data_parallel=[1, 8])
+    assert [(r["data_parallel"], r["microbatch_size"], r["microbatches"], r["status"])
+            for r in derived] == [(1, 1, 48, "ok"), (1, 2, 24, "ok"), (1, 4, 12, "ok"),
+                                  (8, 1, 6, "ok"), (8, 2, 3, "ok"), (8, 4, None, "skipped")]
+    assert derived[-1]["reason"] == ("global batch 48 does not split into microbatches of 4 "
+                                     "samples on each of 8 data-parallel replicas")
+    assert derived[-1]["global_batch"] == 48 and derived[-1]["tensor_parallel"] == 8
+
+
+def test_an_executions_global_batch_is_the_same_global_batch():
+    from tabsched.execution import Execution
+    from tabsched.sweeps import sweep
+    file = Execution(data_parallel=2, global_batch=64, microbatch_size=1)
+    by_file = sweep(["1f1b"], [8], [16, 32], models=["gpt3-175b"], systems=["dgx-a100"],
+                    tensor_parallel=8, execution=file)
+    by_flag = sweep(["1f1b"], [8], [16, 32], models=["gpt3-175b"], systems=["dgx-a100"],
+                    tensor_parallel=8, data_parallel=2, global_batch=64)
+    assert [r["microbatch_size"] for r in by_file] == [2, 1]
+    assert [r["simulation_makespan_s"] for r in by_file] == \
+        [r["simulation_makespan_s"] for r in by_flag]
+    override = sweep(["1f1b"], [8], [16], models=["gpt3-175b"], systems=["dgx-a100"],
+                     tensor_parallel=8, execution=file, global_batch=128)
+    assert override[0]["microbatch_size"] == 4 and override[0]["global_batch"] == 128
+    derived = sweep(["1f1b"], [8], models=["gpt3-175b"], systems=["dgx-a100"],
+                    tensor_parallel=8, execution=file)
+    assert derived[0]["microbatches"] == 32
+
+
+def test_a_configuration_over_the_devices_memory_says_by_how_much():
+    from tabsched.sweeps import sweep
+    rows = sweep(["gpipe", "1f1b"], [8], [64], models=["gpt3-175b"], systems=["dgx-a100"],
+                 tensor_parallel=8)
+    gpipe, one = rows
+    assert gpipe["memory_capacity_bytes"] == one["memory_capacity_bytes"] == 80e9
+    assert gpipe["simulation_fits"] is False and one["simulation_fits"] is True
+    assert gpipe["simulation_over_capacity_bytes"] == gpipe["simulation_peak_memory_bytes"] - 80e9
+    assert one["simulation_over_capacity_bytes"] == 0.0
+
+
+@pytest.mark.parametrize("keywords,message", [
+    ({"tensor_parallel": [4], "parallel": {"tensor_parallel": 8}},
+     r"sweep: tensor_parallel is given twice \(as a keyword and in parallel\)"),
+    ({"microbatches": []}, r"sweep: microbatches is empty"),
+    ({"microbatches": None},
+     r"sweep: give microbatches, or a global batch and a microbatch size \(each replica then "
+     r"runs global batch / \(data_parallel x microbatch size\)\)"),
+    ({"global_batch": 64, "microbatch_size": 2},
+     r"sweep: give two of microbatches, microbatch_size and global_batch 64: the third "
+     r"follows \(global batch = data_parallel x microbatches x microbatch size\)"),
+    ({"data_parallel": []}, r"sweep: data_parallel is empty"),
+    ({"recompute": ["none", "fulll"]},
+     r"sweep: recompute 'fulll' is not one of none, selective, full"),
+    ({"microbatch_size": [1, 0]}, r"sweep: microbatch_size must be integers >= 1, not 0"),
+    ({"tensor_parallel": ["8"]}, r"sweep: tensor_parallel must be integers >= 1, not '8'"),
+])
+def test_bad_axes_are_one_line(keywords, message):
+    keywords = {"microbatches": [8], **keywords}
+    with pytest.raises(InvalidParameterError, match=f"^{message}$"):
+        grid_tasks(["1f1b"], [4], keywords.pop("microbatches"), systems=("mid_nw_mid_cp",),
+                   **keywords)
+
+
+def test_a_system_that_states_no_memory_leaves_the_memory_columns_empty(tmp_path):
+    from tabsched.costs._presets import preset_index
+    from tabsched.sweeps import sweep
+    text = preset_index()["system"]["mid_nw_mid_cp"]
+    path = tmp_path / "no-memory.toml"
+    path.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith("memory_capacity")) + "\n")
+    rows = sweep(["1f1b"], [4], [8], systems=[str(path)])
+    assert rows[0]["status"] == "ok" and rows[0]["memory_capacity_bytes"] is None
+    assert rows[0]["simulation_fits"] is None and rows[0]["simulation_over_capacity_bytes"] is None
+    assert rows[0]["simulation_mfu"] > 0

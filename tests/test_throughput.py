@@ -35,3 +35,28 @@ def test_throughput_counts_every_gpu_and_the_whole_batch():
     assert set(run.to_dict()) >= {"tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu"}
     with pytest.raises(InvalidParameterError, match="throughput needs model costs"):
         throughput(UnitCosts(), table, 1.0)
+
+
+def test_every_result_under_model_costs_carries_its_throughput():
+    costs = ModelCosts("gpt3-175b", "dgx-a100", tensor_parallel=8, data_parallel=2)
+    table = generate("interleaved-1f1b", devices=8, microbatches=16, chunks=2)
+    result = evaluate(table, costs)
+    assert result.throughput == throughput(costs, table, result.makespan)
+    assert result.to_dict()["throughput"] == result.throughput.to_dict()
+    assert result.to_dict()["throughput"]["gpus"] == 128
+    unit = evaluate(table)
+    assert unit.throughput is None and "throughput" not in unit.to_dict()
+
+
+def test_a_summary_gives_its_results_throughput_to_the_bit():
+    from tabsched.evaluate import evaluate_many, evaluate_summaries
+    from tabsched.throughput import iteration_work
+    table = generate("1f1b", devices=8, microbatches=16)
+    costs = [ModelCosts("gpt3-175b", system, tensor_parallel=8, recompute=mode)
+             for system in ("dgx-a100", "dgx-h100") for mode in ("selective", "full")]
+    for summary, result in zip(evaluate_summaries(table, costs), evaluate_many(table, costs)):
+        assert summary.throughput == result.throughput
+    # the work of one model and execution, shared between systems, gives the same numbers
+    work = iteration_work(costs[0], table)
+    assert throughput(costs[2], table, 3.0, work=work) == throughput(costs[2], table, 3.0)
+    assert evaluate_summaries(table, [UnitCosts()])[0].throughput is None

@@ -5,11 +5,12 @@ import click
 
 from tabsched.cli.build import build_model_costs, execution_from_options, int_list, name_list
 from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
-                                 format_time, progress_reporter, translate_errors)
+                                 format_time, format_tokens, progress_reporter,
+                                 translate_errors)
 from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
                                   SectionedCommand, complete_family, complete_preset,
                                   complete_study, execution_option, parallel_options)
-from tabsched.execution import CONTENTION_MODES
+from tabsched.execution import CONTENTION_MODES, RECOMPUTE_MODES
 
 
 def slot_length_options(default_note):
@@ -26,23 +27,65 @@ def slot_length_options(default_note):
     return decorator
 
 
-def simulation_options(command):
+#: What --global-batch means, in every command that takes it.
+GLOBAL_BATCH_HELP = ("Samples per iteration over all data-parallel replicas, as Megatron-LM's "
+                     "--global-batch-size counts them: a microbatch holds global-batch / "
+                     "(d x M). (It used to count one replica's samples; with d = 1 nothing "
+                     "changes.)")
+
+
+def simulation_options(command=None, *, lists=False):
     """What compare and sweep share: the batch, recompute, contention and parallelism of
-    the simulation level, and the slot lengths of the table level."""
-    options = [
-        click.option("--global-batch", type=int,
-                     help="Samples per iteration; a microbatch holds global-batch / M."),
-        click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
-                     help=RECOMPUTE_HELP),
+    the simulation level, and the slot lengths of the table level. ``lists=True``
+    (``sweep``): the tensor and data degrees, the microbatch size and recompute take
+    lists, one configuration each."""
+    if command is None:
+        return lambda command: simulation_options(command, lists=lists)
+    recompute = (click.option("--recompute", multiple=True, metavar="MODE,...",
+                              help=RECOMPUTE_HELP + " A list (none,full) sweeps them.")
+                 if lists else
+                 click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
+                              help=RECOMPUTE_HELP))
+    batch = GLOBAL_BATCH_HELP + (" With --microbatch-size and no -m, each replica runs "
+                                 "global-batch / (d x microbatch size) microbatches."
+                                 if lists else "")
+    options = [click.option("--global-batch", type=int, help=batch)]
+    if lists:
+        options.append(click.option("--microbatch-size", multiple=True, metavar="B,...",
+                                    help="Samples per microbatch, e.g. 1,2 (default: the "
+                                         "model's, or global-batch / (d x M))."))
+    options += [
+        recompute,
         click.option("--contention", type=click.Choice(CONTENTION_MODES),
                      help=CONTENTION_HELP),
         execution_option,
-        parallel_options,
+        parallel_options(lists=lists),
         slot_length_options("default 1"),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _fits(simulation):
+    """``yes``, or how far the fullest device goes over its memory (``+53 GB``)."""
+    if simulation["fits"]:
+        return "yes"
+    return "+" + format_memory(simulation["over_capacity"], simulation["memory_unit"])
+
+
+def _capacity_line(rows, capacity, system):
+    """Which families go over the device's memory, and how that ranks them."""
+    over = [row for row in rows if not row.simulation["fits"]]
+    memory = format_memory(capacity, rows[0].simulation["memory_unit"])
+    if not over:
+        return f"device memory {memory} ({system}): every family fits"
+    if len(over) == len(rows):
+        return (f"device memory {memory} ({system}): no family fits (fits: how far the "
+                f"fullest device goes over); ranked by iteration time among themselves")
+    return (f"device memory {memory} ({system}): {len(over)} of {len(rows)} families go over "
+            f"(fits: by how much on the fullest device); they rank after every family "
+            f"that fits")
 
 
 def _lengths(options):
@@ -104,25 +147,32 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     if as_json:
         echo_json([row.to_dict() for row in rows])
         return
-    header = ["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
-              "iteration", "idle", "peak act", "peak mem", "rank", ""]
+    evaluated = [row for row in rows if not row.error]
+    capacity = next((row.simulation["memory_capacity"] for row in evaluated), None)
+    speeds = any(row.simulation["throughput"] is not None for row in evaluated)
+    header = (["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
+               "iteration", "idle"] + (["tokens/s/GPU", "MFU"] if speeds else [])
+              + ["peak act", "peak mem"] + (["fits"] if capacity is not None else [])
+              + ["rank", ""])
     body = []
     skipped = [row for row in rows if row.error]
-    for row in rows:
-        if row.error:
-            continue
+    for row in evaluated:
         f, t, sim = row.formula, row.table, row.simulation
         peak = f["peak_activation"]
-        body.append([
-            row.label,
-            "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
-            "-" if not peak else format_number(max(peak)),
-            str(row.ranks["formula"] or "-"),
-            f"{t['bubble_ratio']:.1%}", f"{t['slots']:g}", str(row.ranks["table"]),
-            format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}",
-            format_memory(max(sim["peak_activation"]), sim["memory_unit"]),
-            format_memory(max(sim["peak_memory"]), sim["memory_unit"]),
-            str(row.ranks["simulation"]), "*" if row.disagrees else ""])
+        run = sim["throughput"]
+        body.append(
+            [row.label,
+             "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
+             "-" if not peak else format_number(max(peak)),
+             str(row.ranks["formula"] or "-"),
+             f"{t['bubble_ratio']:.1%}", f"{t['slots']:g}", str(row.ranks["table"]),
+             format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}"]
+            + ([format_tokens(run["tokens_per_s_per_gpu"]), f"{run['mfu']:.1%}"]
+               if speeds else [])
+            + [format_memory(max(sim["peak_activation"]), sim["memory_unit"]),
+               format_memory(max(sim["peak_memory"]), sim["memory_unit"])]
+            + ([_fits(sim)] if capacity is not None else [])
+            + [str(row.ranks["simulation"]), "*" if row.disagrees else ""])
     setting = " ".join(f"{key}={value}" for key, value in parallel.items())
     click.echo(f"{devices} devices, {microbatches} microbatches; simulation: {model} on "
                f"{system}" + (f", global batch {global_batch}" if global_batch else "")
@@ -133,6 +183,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
                f"(peak act / peak mem: the fullest device)")
     if body:
         click.echo(format_columns([header] + body))
+    if capacity is not None and evaluated:
+        click.echo(_capacity_line(evaluated, capacity, system))
     for row in skipped:
         click.echo(f"skipped {row.label}: {row.error}")
     pairs = disagreements(rows)
@@ -152,8 +204,9 @@ def compare_command(families, devices, microbatches, model, system, global_batch
                 shell_complete=complete_family)
 @click.option("--devices", "-p", required=True, multiple=True, metavar="P,...",
               help="Pipeline depths, e.g. 4,8 or -p 4 -p 8.")
-@click.option("--microbatches", "-m", required=True, multiple=True, metavar="M,...",
-              help="Microbatch counts, e.g. 8,16,32 or -m 8 -m 16.")
+@click.option("--microbatches", "-m", multiple=True, metavar="M,...",
+              help="Microbatch counts per replica, e.g. 8,16,32 or -m 8 -m 16 (default: "
+                   "global-batch / (d x microbatch size)).")
 @click.option("--model", "--models", "models", multiple=True, metavar="NAME,...",
               shell_complete=complete_preset("model"),
               help="Transformer presets or TOML files, e.g. paper-128l,gpt3-175b (repeatable; "
@@ -162,20 +215,22 @@ def compare_command(families, devices, microbatches, model, system, global_batch
               shell_complete=complete_preset("system"),
               help="Systems (repeatable); 'grid', the default, is the tabular paper's 3x3 "
                    "grid.")
-@simulation_options
+@simulation_options(lists=True)
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local",
               help="Run on a Dask cluster (needs the dask extra: pip install 'tabsched[dask]').")
 @click.option("--out", "-o", metavar="FILE", help="Write the CSV here (default stdout).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
-def sweep_command(families, devices, microbatches, models, systems, global_batch, recompute,
-                  contention, jobs, dask, out, quiet, **options):
+def sweep_command(families, devices, microbatches, models, systems, global_batch,
+                  microbatch_size, recompute, contention, jobs, dask, out, quiet, **options):
     """Evaluate a grid of configurations into a tidy CSV (one row per configuration).
 
-    Columns name their level: formula_*, table_*, simulation_* (seconds, bytes).
-    Invalid combinations are kept as rows with status=skipped and a reason.
-    The table level uses the slot lengths --f/--b/--i/--w (default 1).
+    Columns name their level: formula_*, table_*, simulation_* (seconds, bytes),
+    and every field of the execution has a column. -t, -d, --microbatch-size and
+    --recompute take lists: every combination is a configuration. Invalid
+    combinations are kept as rows with status=skipped and a reason. The table
+    level uses the slot lengths --f/--b/--i/--w (default 1).
     """
     from tabsched.files import atomic_write, check_output_path
     from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
@@ -186,18 +241,50 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     chosen_systems = [name for system in systems
                       for name in (SYSTEM_GRID if system == "grid" else (system,))]
     lengths = _lengths(options)
+    axes = {"tensor_parallel": _int_axis("--tensor-parallel/-t",
+                                         options.pop("tensor_parallel")),
+            "data_parallel": _int_axis("--data-parallel/-d", options.pop("data_parallel")),
+            "microbatch_size": _int_axis("--microbatch-size", microbatch_size),
+            "recompute": _recompute_axis(recompute)}
+    single = {name: values[0] for name, values in axes.items()
+              if values is not None and len(values) == 1}
     parallel = _parallel(options)
-    execution, sources, base = _execution(options, parallel, recompute, contention)
-    if parallel or base is not None:  # a bad -t or -d is a mistake, not a configuration to skip
+    # the options as one execution: each degree's largest value stands for its list (the
+    # combinations are checked one by one, as rows)
+    degrees = {name: max(axes[name]) for name in ("tensor_parallel", "data_parallel")
+               if axes[name] is not None}
+    path = options.get("execution")
+    execution, sources, base = _execution(options, {**parallel, **degrees},
+                                          single.get("recompute"), contention)
+    batch = global_batch if global_batch is not None else (base.global_batch if base
+                                                           else None)
+    given_size = axes["microbatch_size"] is not None
+    if not microbatches and (batch is None or not (given_size or (base and
+                                                                  base.microbatch_size))):
+        raise click.ClickException("--microbatches/-m is needed unless --global-batch and "
+                                   "--microbatch-size give it (each replica runs global-batch "
+                                   "/ (d x microbatch size) microbatches)")
+    if microbatches and batch is not None and given_size:
+        whose = "--global-batch" if global_batch is not None else \
+            f"the global_batch of {path}"
+        raise click.ClickException(f"give two of --microbatches/-m, --microbatch-size and "
+                                   f"{whose}: the third follows (global batch = d x M x "
+                                   f"microbatch size)")
+    if (parallel or base is not None or {"tensor_parallel", "data_parallel"} & set(single)) \
+            and all(
+            values is None or len(values) == 1 for values in axes.values()):
+        # a bad -t or -d is a mistake, not a configuration to skip (lists: a combination
+        # the model or system refuses is a skipped row, as in any grid)
         check = execution.replace(global_batch=None, microbatch_size=None)
         for model in models:
             for system in chosen_systems:
                 build_model_costs(model, system, check, sources)
     tasks = grid_tasks(families, int_list("--devices", ",".join(devices)),
-                       int_list("--microbatches", ",".join(microbatches)), models=models,
-                       systems=chosen_systems, global_batch=global_batch, recompute=recompute,
+                       int_list("--microbatches", ",".join(microbatches))
+                       if microbatches else None,
+                       models=models, systems=chosen_systems, global_batch=global_batch,
                        contention=contention, lengths=lengths, parallel=parallel,
-                       execution=base)
+                       execution=base, **axes)
     rows = run_sweep(tasks, jobs=jobs, dask=dask,
                      progress=progress_reporter("sweep", quiet=quiet))
     text = rows_to_csv(rows)
@@ -209,11 +296,34 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
         click.echo(text, nl=False)
 
 
+def _int_axis(flag, given):
+    """The values of a list option (``-t 4,8`` or ``-t 4 -t 8``), or None if not given."""
+    return int_list(flag, ",".join(given)) if given else None
+
+
+def _recompute_axis(given):
+    """The recompute modes of ``--recompute none,full``, or None if not given."""
+    if not given:
+        return None
+    modes = name_list(",".join(given))
+    for mode in modes:
+        if mode not in RECOMPUTE_MODES:
+            raise click.ClickException(f"--recompute {','.join(given)!r}: {mode!r} is not one "
+                                       f"of {', '.join(RECOMPUTE_MODES)}")
+    if not modes:
+        raise click.ClickException(f"--recompute {','.join(given)!r}: expected modes "
+                                   f"separated by commas, e.g. none,full")
+    return modes
+
+
 @click.command("study", cls=SectionedCommand)
 @click.argument("name", shell_complete=complete_study)
 @click.option("--out", "-o", default="study", show_default=True, metavar="DIR",
               help="Folder for the CSV, the figures and report.md.")
-@click.option("--global-batch", type=int, help="Override the study's global batch.")
+@click.option("--global-batch", type=int,
+              help="Override the study's global batch: samples per iteration over all "
+                   "data-parallel replicas, as Megatron-LM counts them (the studies run d = "
+                   "1, so a microbatch holds global-batch / M, as before).")
 @slot_length_options("tabular-paper default: F=1 B=2 I=1 W=1")
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local", help="Run on a Dask cluster.")

@@ -109,6 +109,8 @@ def summary(result):
              f"contention {result.contention})"]
     unit = result.time_unit
     lines.append(f"makespan      {format_time(result.makespan, unit)}")
+    if result.throughput is not None:
+        lines.append(f"throughput    {throughput_line(result.throughput)}")
     bubble = f"bubble ratio  {result.bubble_ratio:.2%}"
     formula = result.formula
     if formula and formula.get("bubble_ratio") is not None:
@@ -216,17 +218,42 @@ def _memory_lines(result):
     lines = [f"peak memory   {format_memory(top.peak_total_memory, memory_unit)} on d{top.device} "
              f"({format_memory(top.persistent_memory, memory_unit)} persistent + "
              f"{format_memory(top.peak_memory, memory_unit)} activations)"]
-    if result.memory_budget is not None:
-        budget = format_memory(result.memory_budget, memory_unit)
-        if not result.violations:
-            lines.append(f"memory budget {budget}: every device fits")
-        else:
-            worst = max(result.violations, key=lambda v: v.over)
-            lines.append(f"memory budget {budget}: {len(result.violations)} of {len(devices)} "
-                         f"devices over (worst d{worst.device} by "
-                         f"{format_memory(worst.over, memory_unit)} at "
-                         f"{format_time(worst.time, result.time_unit)})")
+    if result.memory_budget is not None:     # the budget rules
+        lines.append(_limit_line("memory budget", result.memory_budget, result.violations,
+                                 result))
+    elif result.memory_capacity is not None:
+        lines.append(_limit_line("device memory", result.memory_capacity,
+                                 result.capacity_violations, result,
+                                 f" ({result.costs.get('system')})"))
     return lines
+
+
+def _limit_line(label, limit, violations, result, whose=""):
+    """``memory budget 80 GB: every device fits``, or how many devices go over and the
+    worst of them."""
+    memory_unit = result.memory_unit
+    shown = f"{label} {format_memory(limit, memory_unit)}{whose}"
+    if not violations:
+        return f"{shown}: every device fits"
+    worst = max(violations, key=lambda v: v.over)
+    return (f"{shown}: {len(violations)} of {len(result.devices)} devices over (worst "
+            f"d{worst.device} by {format_memory(worst.over, memory_unit)} at "
+            f"{format_time(worst.time, result.time_unit)})")
+
+
+def throughput_line(run):
+    """One line of a :class:`~tabsched.throughput.Throughput`: tokens/s over every GPU and
+    per GPU, model and hardware FLOP/s per GPU, MFU and HFU."""
+    return (f"{format_tokens(run.tokens_per_s)} tokens/s, "
+            f"{format_tokens(run.tokens_per_s_per_gpu)} per "
+            f"GPU ({run.gpus} GPUs); per GPU {format_quantity(run.model_flops_per_gpu, 'FLOP/s')}"
+            f" model, {format_quantity(run.hardware_flops_per_gpu, 'FLOP/s')} hardware; "
+            f"MFU {run.mfu:.1%}, HFU {run.hfu:.1%}")
+
+
+def format_tokens(value):
+    """``16.1 k``, ``129``: a count of tokens with an SI prefix."""
+    return format_quantity(value, "").rstrip()
 
 
 def monte_carlo_summary(runs):

@@ -247,16 +247,24 @@ def execution_option(command):
     return click.option("--execution", metavar="FILE", help=EXECUTION_HELP)(command)
 
 
-def parallel_options(command):
-    """Tensor, sequence and data parallelism, attention, sends: options of model costs."""
+def parallel_options(command=None, *, lists=False):
+    """Tensor, sequence and data parallelism, attention, sends: options of model costs.
+
+    ``lists=True`` (``sweep``): ``-t`` and ``-d`` take lists, one configuration each.
+    """
+    if command is None:
+        return functools.partial(parallel_options, lists=lists)
+    each = dict(multiple=True, metavar="N,...") if lists else dict(type=int)
+    also = (" A list (4,8 or -t 4 -t 8) sweeps them." if lists else "")
     options = [
-        click.option("--tensor-parallel", "-t", type=int,
-                     help="Tensor ranks per pipeline stage (Megatron-LM; inside a node)."),
+        click.option("--tensor-parallel", "-t", **each,
+                     help="Tensor ranks per pipeline stage (Megatron-LM; inside a node)."
+                          + also),
         click.option("--sequence-parallel", is_flag=True, default=None,
                      help="Sequence parallelism (needs -t > 1)."),
-        click.option("--data-parallel", "-d", type=int,
+        click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
-                          "iteration."),
+                          "iteration." + also.replace("-t", "-d")),
         click.option("--attention", type=click.Choice(ATTENTION_IMPLEMENTATIONS),
                      help="eager: the s x s scores in memory; flash: fused (default eager)."),
         click.option("--optimizer-sharding", is_flag=True, default=None,

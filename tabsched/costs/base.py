@@ -16,6 +16,9 @@ operations:
   (working memory; zeros unless the model states it);
 * ``persistent_memory(table)`` -- memory each device holds all the time.
 
+and states ``memory_capacity``, the memory of one device in ``memory_unit``
+(``None`` where the costs know no device: slot lengths do not).
+
 and holds the :class:`~tabsched.execution.Execution` it prices (``execution``:
 ``contention``, ``devices_per_node``, ``blocking_sends``, ``grad_sync`` and
 ``optimizer_step`` are read from it), and ``overlap``, the factor applied to the
@@ -110,6 +113,8 @@ class CostModel:
     execution = Execution()
     input_grad_release = 0.0
     overlap = 1.0
+    #: Memory of one device in ``memory_unit`` (None: these costs know no device).
+    memory_capacity = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

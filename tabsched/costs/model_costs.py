@@ -175,6 +175,13 @@ overlap_grad_reduce, scatter_gather
         return self.execution
 
     @property
+    def memory_capacity(self):
+        """One GPU's memory in bytes, the system's ``memory_capacity`` (None if it states
+        none): what a device of the table may hold, since every byte a result reports is
+        one tensor rank's."""
+        return self.system.memory_capacity
+
+    @property
     def devices_per_node(self):
         """Pipeline ranks (table devices) per node: what the lowering's ``nic`` ports count."""
         return self.placement.pipeline_ranks_per_node

@@ -288,7 +288,8 @@ class System:
         Output elements one wave of tiles covers (SMs x tile); 0: no wave
         quantization (default).
     memory_capacity : float or str, optional
-        Memory of one device (informational; ``--memory-budget capacity`` uses it).
+        Memory of one device: every result says which devices go over it
+        (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
     contention : {"none", "link", "nic"}
     blocking_sends : bool
     link_overrides, node_overrides : sequences of dicts or LinkOverride/NodeOverride
