@@ -54,6 +54,7 @@ from collections import deque
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs import CostModel
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.layout import from_order_arrays
@@ -377,11 +378,15 @@ def _table(orders, devices, microbatches, stage_layers, params):
 FIXED_ORDERS = ("zbv", "v-half", "v-min")
 
 
+@memo(limit=256)
 def _fixed_order(name, devices, microbatches):
-    """A fixed V family's order as ``(kind, stage, microbatch)`` per device."""
+    """A fixed V family's order as ``(kind, stage, microbatch)`` per device: it depends on
+    the sizes alone, so it is built once per size (V-Half's and V-Min's greedy reorder
+    takes tens of milliseconds, and a plan builds zbv-auto for many cost models)."""
     from tabsched.schedules import generate
     table = generate(name, devices=devices, microbatches=microbatches)
-    return [[(op.kind, op.stage, op.microbatch) for op in row] for row in table.orders()]
+    return tuple(tuple((op.kind, op.stage, op.microbatch) for op in row)
+                 for row in table.orders())
 
 
 def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
