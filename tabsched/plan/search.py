@@ -200,14 +200,14 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                 reason = f"{family} has no table on {p} devices"
                 counts.refused[reason] = counts.refused.get(reason, 0) + \
                     len(group_indices) * len(zeros)
-                refusals.record(reason, 8, 0, f"{split}: {reason}")
+                refusals.record(reason, 8, stages or 0, f"{split}: {reason}")
                 continue
             options = layer_splits(model.layers, stages, uneven)
             if not options:
                 reason = "the layers do not split over the stages"
                 counts.refused[reason] = counts.refused.get(reason, 0) + \
                     len(group_indices) * len(zeros)
-                refusals.record(reason, 8, stages - model.layers if stages > model.layers
+                refusals.record(reason, 9, stages - model.layers if stages > model.layers
                                 else model.layers % stages,
                                 f"{split} {family}: {model.layers} layers do not split "
                                 f"evenly over {stages} stages, nor with the first and last "
@@ -247,7 +247,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     accepted[k] = False
                     key = f"{layout.family}'s constraints at this depth and microbatch count"
                     counts.refused[key] = counts.refused.get(key, 0) + len(zeros)
-                    refusals.record(key, 9, 0, f"{split}: {reason}")
+                    refusals.record(key, 10, 0, f"{split}: {reason}")
             if not accepted.any():
                 continue
             arrays = _layout_arrays(layout, run_groups.cost_models[0])
