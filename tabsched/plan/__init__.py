@@ -131,7 +131,9 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     execution : Execution, optional
         The execution every configuration starts from (contention, blocking sends,
         attention...); the search sets its degrees, batch, recompute and ZeRO stage.
-        Its ``optimizer_step`` defaults to on: an iteration ends with the step.
+        Its ``optimizer_step`` defaults to on (an iteration ends with the step), its
+        ``grad_sync`` to ``"replicas"`` (stages two devices hold, Chimera's, all-reduce
+        their gradients; every stage with an overlapped data-parallel reduction).
     top : int
         Rows to return.
     tie_band : float, optional
@@ -269,6 +271,8 @@ def _base(execution):
                                         f"priced yet, so plan does not search it (use 1)")
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
+    if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients
+        base = base.replace(grad_sync="all" if base.overlap_grad_reduce else "replicas")
     return base
 
 

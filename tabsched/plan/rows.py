@@ -20,8 +20,7 @@ from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import TabschedError
 from tabsched.execution import RECOMPUTE_MODES, Execution
 from tabsched.plan.result import PlanRow
-from tabsched.plan.search import cost_driven_table, run_costs
-from tabsched.schedules import generate
+from tabsched.plan.search import cost_driven_table, fixed_table_of, run_costs
 from tabsched.throughput import throughput
 
 __all__ = ["build_rows", "eval_command", "free_network", "explain"]
@@ -46,7 +45,7 @@ def table_for(configuration, costs, budget):
     layout = configuration.layout
     if layout.cost_driven:
         return cost_driven_table(layout, configuration.microbatches, costs, budget)
-    return generate(layout.family, **layout.generate_params(configuration.microbatches))
+    return fixed_table_of(layout, configuration.microbatches)
 
 
 def _budget_text(budget):
@@ -58,9 +57,10 @@ def _budget_text(budget):
 _FLAGS = {"attention": "--attention", "contention": "--contention"}
 
 
-def eval_command(configuration, model, system, budget, base=None):
+def eval_command(configuration, model, system, budget, base=None, replicated=False):
     """The ``tabsched eval`` command line that evaluates ``configuration``: the same
-    table, execution and budget (the microbatch count from the global batch)."""
+    table, execution and budget (the microbatch count from the global batch);
+    ``replicated``: the table holds a stage on two devices, whose gradients sync."""
     run = configuration.execution
     layout = configuration.layout
     base = Execution() if base is None else base
@@ -85,6 +85,8 @@ def eval_command(configuration, model, system, budget, base=None):
         parts.append("--blocking-sends")
     if run.overlap_grad_reduce:
         parts.append("--overlap-grad-reduce")
+    if replicated and run.grad_sync == "replicas":
+        parts.append("--grad-sync replicas")
     default = Execution()
     for key, flag in _FLAGS.items():
         value = getattr(base, key)
@@ -139,7 +141,9 @@ def build_rows(entries, found, outcomes, model, system, budget, *, top, tie_band
             memory_budget=float(budget), bubble_ratio=float(summary.bubble_ratio),
             exposed_communication=max(0.0, 1.0 - free_summary.makespan / summary.makespan),
             communication_free_s=float(free_summary.makespan), operations=len(table),
-            eval_command=eval_command(configuration, model_name, system_name, budget, base),
+            eval_command=eval_command(configuration, model_name, system_name, budget, base,
+                                      replicated=any(len(devices) > 1 for devices in
+                                                     table.placement().values())),
             megatron=megatron, megatron_refusal=megatron_refusal, torchtitan=torchtitan,
             torchtitan_refusal=torchtitan_refusal))
     return rows

@@ -37,10 +37,11 @@ from tabsched.plan.bounds import (LayoutArrays, RunGroups, bound_costs, formula_
                                   memory_bounds, step_seconds, time_bounds)
 from tabsched.plan.space import (MAX_CONFIGURATIONS, Configuration, Layout, Refusals,
                                  divisors, family_accepts, layer_splits, stage_count)
-from tabsched.schedules import generate
+from tabsched.schedules import fixed_table, generate
 
 __all__ = ["TIE_BAND", "TASK_SECONDS", "Candidates", "Outcome", "PlanCounts", "candidates",
-           "search", "simulate", "run_costs", "cost_driven_table", "PRUNING_RULES"]
+           "search", "simulate", "run_costs", "cost_driven_table", "fixed_table_of",
+           "PRUNING_RULES"]
 
 #: Configurations within this fraction of the best are tied: tabsched's mean |error|
 #: against the eight measured iterations of Korthikanti et al. 2022, Table 5, is 3.59%
@@ -354,8 +355,18 @@ def _simulate_job(model, system, budget, job):
                 continue
             outcomes.append(_outcome(summary))
         return outcomes
-    table = generate(layout.family, **params)
+    table = fixed_table_of(layout, job.microbatches)
     return [_outcome(summary) for summary in evaluate_summaries(table, models, formula=False)]
+
+
+def fixed_table_of(layout, microbatches):
+    """A fixed-pattern layout's table: the family's (remembered: zbv-auto's candidates and
+    the report ask for the same sizes) with the layout's layer split."""
+    params = layout.generate_params(microbatches)
+    params.pop("stage_layers", None)
+    table = fixed_table(layout.family, **params)
+    return table if layout.stage_layers is None else table.replace(
+        stage_layers=layout.stage_layers)
 
 
 def _outcome(summary):

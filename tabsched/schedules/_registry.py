@@ -21,14 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tabsched._memo import memo
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.schedules._layers import resolve_stage_layers
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
-__all__ = ["Family", "Parameter", "register", "generate", "check_parameters", "families",
-           "get_family", "set_loader"]
+__all__ = ["Family", "Parameter", "register", "generate", "check_parameters", "fixed_table",
+           "families", "get_family", "set_loader"]
 
 _FAMILIES: dict[str, Family] = {}
 #: ``load(name)``, set by the package: import the module that registers ``name``
@@ -189,6 +190,29 @@ def generate(name: str, **params: Any) -> ScheduleTable:
     return table
 
 
+@memo(limit=128)
+def _remembered(name, params):
+    return generate(name, **dict(params))
+
+
+def fixed_table(name: str, **params: Any) -> ScheduleTable:
+    """:func:`generate` for a fixed-pattern family, remembered for the last few sizes: its
+    table depends on the sizes alone, and a search (``tabsched plan``, ``zbv-auto``'s fixed
+    candidates) asks for the same one again. Parameters must be hashable; a cost-driven
+    family is refused (its table depends on the costs).
+
+    >>> from tabsched.schedules import fixed_table
+    >>> fixed_table("1f1b", devices=4, microbatches=8) is fixed_table("1f1b", devices=4,
+    ...                                                               microbatches=8)
+    True
+    """
+    family = get_family(name)
+    if family.cost_driven:
+        raise InvalidParameterError(f"{family.name} is built from costs: generate it, its "
+                                    f"table is not the same for every cost model")
+    return _remembered(family.name, tuple(sorted(params.items())))
+
+
 def check_parameters(name: str, **params: Any) -> int:
     """Raise where :func:`generate` would raise for these parameters, without building
     the table when the family can tell (``Family.check``); return its stage count.
@@ -198,6 +222,7 @@ def check_parameters(name: str, **params: Any) -> int:
     against the table's stages. A family without a ``check`` (the cost-driven ones,
     whose validity depends on the costs) is built.
 
+    >>> from tabsched.schedules import check_parameters
     >>> check_parameters("interleaved-1f1b", devices=4, microbatches=8, chunks=2)
     8
     >>> check_parameters("interleaved-1f1b", devices=4, microbatches=2, chunks=2)
