@@ -109,7 +109,7 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         execution=load_execution(execution) if execution else None)
     try:
         result = plan(model, system, gpus, global_batch,
-                      progress=progress_reporter("plan", quiet=quiet, unit="configurations"),
+                      progress=progress_reporter("plan", quiet=quiet, unit="simulations"),
                       **options)
     except MemoryBudgetError as error:
         raise OverBudget(str(error)) from None
