@@ -14,6 +14,9 @@ and writes them (PyTorch's CSV, JSON), and evaluates them:
   microbatch size, recompute, ZeRO, contention, the iteration's tail -- in
   seconds and bytes, from the presets in ``tabsched presets`` or your own TOML).
 
+:func:`plan` searches the executions of a model on N GPUs (split, schedule family,
+microbatch size, recompute, ZeRO) for the fastest that fits, pruned by proven bounds.
+
 :mod:`tabsched.adapt` measures the run-time bubbles that varying durations
 cause (Monte Carlo) and searches granularity transforms of a table for the
 fastest one within a per-device memory budget.
@@ -54,12 +57,13 @@ from tabsched.formats.grid import render_grid
 from tabsched.formats.table_csv import csv_loss, from_csv, to_csv
 from tabsched.formats.table_json import from_json, to_json
 from tabsched.lower import LoweredSchedule, lower
+from tabsched.plan import PlanResult, PlanRow, plan
 from tabsched.schedules import families, generate
 from tabsched.table import Op, Overlap, ScheduleTable
 
 # Imported when first used (module __getattr__ below), so that a command that needs
 # none of them (``tabsched sweep``) does not pay for them at start-up. The names
-# whose module shares them (``evaluate``, ``lower``) are imported above: importing the
+# whose module shares them (``evaluate``, ``lower``, ``plan``) are imported above: importing the
 # module would otherwise bind the package attribute to the module, not the function.
 _LAZY = {
     "KinetoProfile": "tabsched.formats.kineto", "read_kineto": "tabsched.formats.kineto",
@@ -116,7 +120,7 @@ __all__ = [
     "read_kineto", "KinetoProfile",
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "evaluate_summaries", "Summary", "formula_for",
-    "sweep", "SweepResult",
+    "sweep", "SweepResult", "plan", "PlanResult", "PlanRow",
     "adapt",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError", "MissingDependencyError", "OutputError",

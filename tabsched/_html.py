@@ -1,4 +1,5 @@
-"""HTML for notebooks: a table as a coloured grid, a result as a summary and a Gantt.
+"""HTML for notebooks: a table as a coloured grid, a result as a summary and a Gantt,
+a plan as its ranked rows.
 
 Jupyter shows an object's ``_repr_html_()``; ``ScheduleTable`` and ``Result``
 return what these functions build. Everything is escaped; large tables are cut
@@ -9,7 +10,7 @@ nothing that imports a table (no cycle).
 
 import html
 
-__all__ = ["table_html", "result_html"]
+__all__ = ["table_html", "result_html", "plan_html"]
 
 MAX_SLOTS = 160
 MAX_DEVICES = 64
@@ -93,5 +94,31 @@ def result_html(result, gantt=""):
         parts.append(f"<i>... {result.table.num_devices - MAX_DEVICES} more devices</i>")
     parts.extend(f"<div><i>note: {html.escape(note)}</i></div>" for note in result.notes)
     parts.append(gantt)
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def plan_html(result):
+    """A plan as an HTML summary: what it counted, then its ranked rows (ties marked)."""
+    header = ["rank", "configuration", "iteration (s)", "tokens/s/GPU", "MFU",
+              "peak memory (GB)", "bubble", "exposed comm."]
+    parts = [f"<div><b>plan</b>: {html.escape(result.model)} on {result.gpus} x "
+             f"{html.escape(result.system)}, global batch {result.global_batch}, budget "
+             f"{result.memory_budget / 1e9:.4g} GB"]
+    parts.extend(f"<div><i>{html.escape(line)}</i></div>" for line in result.summary_lines())
+    parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+                 + "</tr>")
+    for row in result.rows:
+        rank = f"{row.rank}{' ~' if row.tied else ''}"
+        values = [rank, row.label(), _number(row.iteration_s),
+                  _number(row.throughput.tokens_per_s_per_gpu), f"{row.throughput.mfu:.1%}",
+                  _number(row.peak_memory_max / 1e9), f"{row.bubble_ratio:.1%}",
+                  f"{row.exposed_communication:.1%}"]
+        parts.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+                     + "</tr>")
+    parts.append("</table>")
+    if any(row.tied for row in result.rows):
+        parts.append(f"<div><i>~ tied: within {result.tie_band:.1%} of the best, the "
+                     f"model's measured error</i></div>")
     parts.append("</div>")
     return "\n".join(parts)

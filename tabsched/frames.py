@@ -10,6 +10,7 @@ that calls one function here:
 ``AdaptResult``               a row per table: baseline, adapted and the references
 ``compare(...)`` rows         a row per family, a column per level's number and rank
 sweep rows                    a row per configuration, the CSV's columns with types
+``PlanResult``                a row per ranked configuration (``plan(...)``)
 ============================  =======================================================
 
 Times are in the result's ``time_unit`` and memory in its ``memory_unit``; both
@@ -20,7 +21,8 @@ import json
 
 from tabsched._extras import require
 
-__all__ = ["result_frame", "monte_carlo_frame", "adapt_frame", "compare_frame", "sweep_frame"]
+__all__ = ["result_frame", "monte_carlo_frame", "adapt_frame", "compare_frame", "sweep_frame",
+           "plan_frame"]
 
 
 def _pandas():
@@ -158,3 +160,19 @@ def sweep_frame(rows):
             record["params"] = json.loads(record["params"]) if record["params"] else None
         records.append([record.get(column) for column in columns])
     return _frame(records, columns, time_unit="s", memory_unit="bytes")
+
+
+def plan_frame(result):
+    """A :class:`~tabsched.plan.PlanResult` as a DataFrame: a row per ranked
+    configuration, the plan CSV's columns (``params`` as a dict, numbers typed), times
+    in seconds and memory in bytes."""
+    columns = list(result.columns)
+    records = []
+    for row in result.rows:
+        values = row.row()
+        values["params"] = row.params
+        records.append([values[column] for column in columns])
+    return _frame(records, columns, time_unit="s", memory_unit="bytes",
+                  model=result.model, system=result.system, gpus=result.gpus,
+                  global_batch=result.global_batch, memory_budget=result.memory_budget,
+                  tie_band=result.tie_band)

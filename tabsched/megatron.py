@@ -22,10 +22,17 @@ Megatron-LM schedule, a stage must live on exactly one rank in Megatron's placem
 the first operation where the orders part is named.
 
 Layers: an even split is ``--num-layers`` (and ``--num-layers-per-virtual-pipeline-stage``
-with virtual stages); an uneven one is ``--pipeline-model-parallel-layout`` (``E`` the
-embedding, ``t`` a decoder layer, ``t*4`` four of them, ``L`` the loss, ``,`` between
-parts of one stage and ``|`` between consecutive stages, e.g. ``E,t*4|t*4|t*8|t*8,L``;
-Megatron-LM documents it as experimental).
+with virtual stages); without virtual stages, a split whose middle stages are even and
+whose first or last stage differs is ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers``; any other is ``--pipeline-model-parallel-layout``
+(``E`` the embedding, ``t`` a decoder layer, ``t*4`` four of them, ``L`` the loss, ``,``
+between parts of one stage and ``|`` between consecutive stages, e.g.
+``E,t*4|t*4|t*8|t*8,L``; Megatron-LM documents it as experimental).
+
+:func:`execution_arguments` gives the flags of an execution's other fields (tensor
+parallelism, sequence parallelism, recomputation, the distributed optimizer,
+FlashAttention, the overlapped gradient reduction); ``megatron_arguments(...,
+execution=...)`` adds them.
 
 >>> from tabsched.schedules import generate
 >>> launch = megatron_arguments(generate("interleaved-1f1b", devices=4, microbatches=8,
@@ -41,7 +48,7 @@ import numpy as np
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 from tabsched.table import BACKWARD, FORWARD, KINDS
 
-__all__ = ["MegatronLaunch", "megatron_arguments", "megatron_orders"]
+__all__ = ["MegatronLaunch", "megatron_arguments", "megatron_orders", "execution_arguments"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,9 @@ class MegatronLaunch:
     notes: tuple = field(default=())
 
     def command_line(self):
-        """The arguments as one line for a launch script."""
-        return " ".join(f"{flag} {value}" for flag, value in self.arguments)
+        """The arguments as one line for a launch script (a flag without a value alone)."""
+        return " ".join(flag if value is None else f"{flag} {value}"
+                        for flag, value in self.arguments)
 
     def to_dict(self):
         return {"arguments": {flag: value for flag, value in self.arguments},
@@ -183,6 +191,14 @@ def _layer_arguments(table, V, num_layers):
         if V > 1:
             arguments.append(("--num-layers-per-virtual-pipeline-stage", int(layers[0])))
         return arguments, []
+    middle = set(layers[1:-1])
+    if V == 1 and S >= 3 and len(middle) == 1:
+        (even,) = middle
+        if layers[0] != even:
+            arguments.append(("--decoder-first-pipeline-num-layers", int(layers[0])))
+        if layers[-1] != even:
+            arguments.append(("--decoder-last-pipeline-num-layers", int(layers[-1])))
+        return arguments, []
     parts = [("t" if count == 1 else f"t*{count}") if count else "" for count in layers]
     parts[0] = ",".join(part for part in ("E", parts[0]) if part)
     parts[-1] = ",".join(part for part in (parts[-1], "L") if part)
@@ -190,7 +206,36 @@ def _layer_arguments(table, V, num_layers):
     return arguments, ["--pipeline-model-parallel-layout is experimental in Megatron-LM"]
 
 
-def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers=None):
+def execution_arguments(execution):
+    """Megatron-LM's flags for an execution's tensor and sequence parallelism,
+    recomputation (selective: the attention core; full: every layer, one at a time),
+    distributed optimizer (ZeRO-1), FlashAttention and overlapped gradient reduction;
+    ``(flag, value)`` pairs, ``None`` for a flag that takes no value.
+
+    >>> from tabsched.execution import Execution
+    >>> execution_arguments(Execution(tensor_parallel=8, sequence_parallel=True,
+    ...                               recompute="selective", zero_stage=1))
+    (('--tensor-model-parallel-size', 8), ('--sequence-parallel', None), ('--recompute-granularity', 'selective'), ('--use-distributed-optimizer', None))
+    """
+    arguments = [("--tensor-model-parallel-size", int(execution.tensor_parallel))]
+    if execution.sequence_parallel:
+        arguments.append(("--sequence-parallel", None))
+    if execution.recompute == "selective":
+        arguments.append(("--recompute-granularity", "selective"))
+    elif execution.recompute == "full":
+        arguments += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                      ("--recompute-num-layers", 1)]
+    if execution.zero_stage >= 1:
+        arguments.append(("--use-distributed-optimizer", None))
+    if execution.attention == "flash":
+        arguments.append(("--use-flash-attn", None))
+    if execution.overlap_grad_reduce:
+        arguments.append(("--overlap-grad-reduce", None))
+    return tuple(arguments)
+
+
+def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers=None,
+                       execution=None):
     """The Megatron-LM arguments that run ``table``, or ``InvalidScheduleError`` why not.
 
     Parameters
@@ -203,6 +248,8 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
         Pipelines in data parallel (only the global batch depends on it).
     num_layers : int, optional
         The model's layers, when the table has no ``stage_layers``.
+    execution : Execution, optional
+        Add the flags of its other fields (:func:`execution_arguments`).
 
     Returns
     -------
@@ -240,9 +287,17 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
                                   group_size))
             arguments += [("--micro-batch-size", int(micro_batch_size)),
                           ("--global-batch-size", int(M * micro_batch_size * data_parallel))]
-            notes = notes + ["add your model's arguments, --tensor-model-parallel-size and "
-                             "the data-parallel world size; Megatron-LM infers the number of "
-                             "microbatches from the global batch"]
+            if execution is None:
+                notes = notes + ["add your model's arguments, --tensor-model-parallel-size "
+                                 "and the data-parallel world size; Megatron-LM infers the "
+                                 "number of microbatches from the global batch"]
+            else:
+                arguments += list(execution_arguments(execution))
+                gpus = P * execution.tensor_parallel * data_parallel
+                notes = notes + [f"add your model's arguments and launch on {gpus} GPUs "
+                                 f"(the data-parallel size, {data_parallel}, is the world "
+                                 f"size over tensor x pipeline); Megatron-LM infers the "
+                                 f"number of microbatches from the global batch"]
             return MegatronLaunch(tuple(arguments), schedule, tuple(notes))
         if first_difference is None:
             first_difference = (group_size, difference)

@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = ["sweep", "SweepResult", "SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS",
-           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv", "row_execution", "EXECUTION_COLUMNS"]
+           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv", "row_execution", "EXECUTION_COLUMNS",
+           "run_parallel"]
 
 #: The tabular paper's 3x3 grid of systems: network (rows) x compute (columns).
 SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
@@ -500,7 +501,26 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     return [row for rows in results for row in rows]
 
 
-def _run_forked(tasks, order, jobs, record):
+def run_parallel(function, tasks, *, jobs=1, dask=None, record):
+    """``record(index, function(tasks[index]), done)`` for every task, run the way a sweep
+    runs its tasks: here, on ``jobs`` local processes (this one and ``jobs - 1`` forked
+    from it, each taking the next task from a shared counter, in the order given) or on
+    Dask (``dask`` as in :func:`run_sweep`). ``function`` and the tasks must be picklable
+    for Dask; forked processes inherit this one's memos. Used by ``tabsched.plan``.
+    """
+    tasks = list(tasks)
+    if jobs < 1:
+        raise InvalidParameterError(f"jobs must be >= 1, not {jobs}")
+    if dask is not None:
+        _run_dask(tasks, dask, jobs, record, run=function)
+    elif jobs == 1 or len(tasks) <= 1:
+        for index, task in enumerate(tasks):
+            record(index, function(task), index + 1)
+    else:
+        _run_forked(tasks, list(range(len(tasks))), jobs, record, run=function)
+
+
+def _run_forked(tasks, order, jobs, record, run=None):
     """Run ``tasks`` in ``order`` here and on ``jobs - 1`` processes forked from here.
 
     Every process takes the next task from one shared counter, so the long tasks
@@ -514,6 +534,7 @@ def _run_forked(tasks, order, jobs, record):
     import multiprocessing
     import pickle
     import queue
+    run = run_task if run is None else run
     context = multiprocessing.get_context("fork")
     counter = context.Value("l", 0)
     finished = context.Queue()
@@ -527,7 +548,7 @@ def _run_forked(tasks, order, jobs, record):
     def work(worker):   # in a forked process; its last message says it ended, and how
         try:
             while (index := take()) is not None:
-                finished.put((index, run_task(tasks[index])))
+                finished.put((index, run(tasks[index])))
         except BaseException as error:  # noqa: BLE001 - raised again in the parent
             try:
                 pickle.dumps(error)
@@ -562,7 +583,7 @@ def _run_forked(tasks, order, jobs, record):
         for child in children:
             child.start()
         while (index := take()) is not None:
-            rows = run_task(tasks[index])
+            rows = run(tasks[index])
             done += 1
             record(index, rows, done)
             while receive(0):       # what the others finished meanwhile
@@ -583,7 +604,8 @@ def _run_forked(tasks, order, jobs, record):
             child.join()
 
 
-def _run_dask(tasks, dask, jobs, record):
+def _run_dask(tasks, dask, jobs, record, run=None):
+    run = run_task if run is None else run
     distributed = require("distributed", "dask", "--dask")
     Client, LocalCluster, as_completed = (distributed.Client, distributed.LocalCluster,
                                           distributed.as_completed)
@@ -602,7 +624,7 @@ def _run_dask(tasks, dask, jobs, record):
                                         f"({error})") from None
         owned = [client]
     try:
-        futures = client.map(run_task, tasks, pure=False)
+        futures = client.map(run, tasks, pure=False)
         index_of = {future.key: index for index, future in enumerate(futures)}
         for done, future in enumerate(as_completed(futures), 1):
             record(index_of[future.key], future.result(), done)

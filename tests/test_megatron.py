@@ -146,3 +146,48 @@ def test_cli_refusal_is_one_line(cli):
     code, out, err = cli("megatron", "zb-h1", "-p", "4", "-m", "8")
     assert code == 1 and out == "" and err.count("\n") == 1
     assert err.startswith("Error: Megatron-LM cannot run this table: it splits backwards")
+
+
+def test_execution_arguments_give_megatron_its_flags():
+    from tabsched.execution import Execution
+    from tabsched.megatron import execution_arguments
+    assert execution_arguments(Execution()) == (("--tensor-model-parallel-size", 1),)
+    flags = dict(execution_arguments(Execution(
+        tensor_parallel=4, recompute="full", zero_stage=1, data_parallel=2, attention="flash",
+        overlap_grad_reduce=True)))
+    assert flags == {"--tensor-model-parallel-size": 4, "--recompute-granularity": "full",
+                     "--recompute-method": "uniform", "--recompute-num-layers": 1,
+                     "--use-distributed-optimizer": None, "--use-flash-attn": None,
+                     "--overlap-grad-reduce": None}
+
+
+def test_a_launch_with_an_execution_adds_its_flags_and_prints_bare_flags_bare():
+    from tabsched.execution import Execution
+    table = generate("1f1b", devices=4, microbatches=8)
+    launch = megatron_arguments(table, micro_batch_size=2, data_parallel=4, num_layers=32,
+                                execution=Execution(tensor_parallel=8, sequence_parallel=True,
+                                                    data_parallel=4, recompute="selective"))
+    assert launch.command_line() == (
+        "--pipeline-model-parallel-size 4 --num-layers 32 --micro-batch-size 2 "
+        "--global-batch-size 64 --tensor-model-parallel-size 8 --sequence-parallel "
+        "--recompute-granularity selective")
+    assert "launch on 128 GPUs" in launch.notes[-1]
+
+
+@pytest.mark.parametrize("layers,flags", [
+    ((7, 9, 9, 7), {"--decoder-first-pipeline-num-layers": 7,
+                    "--decoder-last-pipeline-num-layers": 7}),
+    ((9, 9, 9, 5), {"--decoder-last-pipeline-num-layers": 5}),
+    ((6, 9, 9, 9), {"--decoder-first-pipeline-num-layers": 6}),
+])
+def test_lighter_first_and_last_stages_are_megatrons_own_flags(layers, flags):
+    table = generate("1f1b", devices=4, microbatches=8, stage_layers=layers)
+    arguments = dict(megatron_arguments(table).arguments)
+    assert arguments["--num-layers"] == sum(layers)
+    assert {flag: value for flag, value in arguments.items() if "decoder" in flag} == flags
+    assert "--pipeline-model-parallel-layout" not in arguments
+
+
+def test_an_uneven_middle_is_still_a_layout():
+    table = generate("1f1b", devices=4, microbatches=8, stage_layers=(8, 8, 9, 7))
+    assert "--pipeline-model-parallel-layout" in dict(megatron_arguments(table).arguments)

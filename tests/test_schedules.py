@@ -139,3 +139,59 @@ def test_a_family_module_is_imported_when_its_family_is_asked_for():
     assert done.returncode == 0, done.stderr
     for name, module in _MODULE_OF.items():
         assert get_family(name).build.__module__ == f"tabsched.schedules.{module}", name
+
+
+def _variants(family):
+    names = family.parameter_names()
+    if "group_size" in names:
+        return [{"chunks": c, "group_size": g} for c in (1, 2, 3) for g in (None, 2, 3, 5)]
+    if "chunks" in names:
+        return [{"chunks": c} for c in (1, 2, 3)]
+    if "waves" in names:
+        return [{"waves": w} for w in (1, 2)]
+    if "variant" in names:
+        return [{"variant": v, "pipelines": q} for v in ("direct", "doubling", "x")
+                for q in (2, 4)]
+    if "pairs" in names:
+        return [{}, {"pairs": "serial"}, {"pairs": "x"}]
+    if "backward_order" in names:
+        return [{}, {"backward_order": "descending"}, {"backward_order": "x"}]
+    return [{}]
+
+
+@pytest.mark.parametrize("family", [family for family in families() if not family.cost_driven],
+                         ids=lambda family: family.name)
+def test_check_parameters_refuses_what_generate_refuses_without_building(family, monkeypatch):
+    """A family's check says, for every size, what building it says: the stage count, or
+    the same one-line error (layers included), and it never builds the table."""
+    from tabsched.schedules import check_parameters
+    assert family.check is not None
+    outcomes = []
+    for p in range(1, 7):
+        for m in (1, 2, 3, 4, 5, 6, 8, 12):
+            for extra in _variants(family):
+                for layers in (None, 5, 24):
+                    params = dict(devices=p, microbatches=m, layers=layers, **extra)
+                    try:
+                        built = generate(family.name, **params).num_stages
+                    except InvalidParameterError as error:
+                        built = str(error)
+                    outcomes.append((params, built))
+    def never(*args, **kwargs):
+        raise AssertionError("check_parameters built a table")
+    monkeypatch.setattr("tabsched.schedules._common.from_order_arrays", never)
+    for params, built in outcomes:
+        try:
+            checked = check_parameters(family.name, **params)
+        except InvalidParameterError as error:
+            checked = str(error)
+        assert checked == built, params
+
+
+def test_check_parameters_builds_a_cost_driven_family():
+    from tabsched.schedules import check_parameters
+    costs = UnitCosts(f=1, b=2, i=1, w=1)
+    assert get_family("zb-auto").check is None
+    assert check_parameters("zb-auto", devices=4, microbatches=8, costs=costs) == 4
+    with pytest.raises(InvalidParameterError, match="zb-auto needs costs"):
+        check_parameters("zb-auto", devices=4, microbatches=8)

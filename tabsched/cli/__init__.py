@@ -32,6 +32,7 @@ COMMANDS = {
     "plot": ("plot", "plot_group"), "trace": ("plot", "trace_command"),
     "megatron": ("megatron", "megatron_command"),
     "execution": ("execution", "execution_command"),
+    "plan": ("plan", "plan_command"),
 }
 
 

@@ -30,10 +30,14 @@ HELP_SECTIONS = {
     "Run-time variation (Monte Carlo)": ("cv", "transfer_cv", "stragglers", "slow_links",
                                          "replay", "replay_partial", "samples", "seed"),
     "Search": ("objective", "split_factor", "max_rounds"),
+    "Space (plan)": ("gpus", "families", "tensor_degrees", "pipeline_degrees",
+                     "microbatch_sizes", "recompute_modes", "max_chunks", "zero",
+                     "sequence_parallel_choice", "uneven", "cross_node", "tie_band",
+                     "exhaustive"),
     "Running": ("jobs", "dask", "quiet"),
     "Output": ("level", "as_json", "out", "out_path", "output", "show_log", "width", "target",
                "drop_metadata", "no_transfers", "labels", "time_range", "metric", "logx",
-               "logy", "capacity"),
+               "logy", "capacity", "top", "explain", "save_executions"),
 }
 
 

@@ -14,11 +14,12 @@ compiles only their modules.
 import importlib
 import pkgutil
 
-from tabsched.schedules._registry import (Family, Parameter, describe_parameters, families,
-                                          generate, get_family, register, set_loader)
+from tabsched.schedules._registry import (Family, Parameter, check_parameters,
+                                          describe_parameters, families, fixed_table, generate,
+                                          get_family, register, set_loader)
 
-__all__ = ["generate", "families", "get_family", "register", "Family", "Parameter",
-           "describe_parameters"]
+__all__ = ["generate", "check_parameters", "fixed_table", "families", "get_family", "register",
+           "Family", "Parameter", "describe_parameters"]
 
 _FAMILY_MODULES = [module.name for module in pkgutil.iter_modules(__path__)
                    if not module.name.startswith("_")]

@@ -21,14 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tabsched._memo import memo
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.schedules._layers import resolve_stage_layers
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
-__all__ = ["Family", "Parameter", "register", "generate", "families", "get_family",
-           "set_loader"]
+__all__ = ["Family", "Parameter", "register", "generate", "check_parameters", "fixed_table",
+           "families", "get_family", "set_loader"]
 
 _FAMILIES: dict[str, Family] = {}
 #: ``load(name)``, set by the package: import the module that registers ``name``
@@ -79,6 +80,11 @@ class Family:
     ``cost_driven`` marks a generator whose order depends on the costs: it
     takes the cost model as its ``costs`` parameter and the stage split as
     ``stage_layers`` (see the module docstring).
+    ``check(**params)`` raises the ``InvalidParameterError`` that ``build`` would
+    raise for the same parameters, without building anything, and returns the
+    number of stages the table would have; ``None`` when only building tells
+    (:func:`check_parameters` then builds). It lets a search (``tabsched plan``)
+    decide from the sizes alone which tables exist.
     """
 
     name: str
@@ -90,6 +96,7 @@ class Family:
     aliases: tuple = field(default=())
     chunks_per_device: int = 1
     cost_driven: bool = False
+    check: object = None
 
     def parameter_names(self):
         return [parameter.name for parameter in self.parameters]
@@ -168,6 +175,79 @@ def generate(name: str, **params: Any) -> ScheduleTable:
     ...
     tabsched.exceptions.UnknownNameError: unknown schedule family 'lf1b' (did you mean '1f1b'?); valid families: ...
     """
+    family, values, layout = _resolved(name, params)
+    stage_layers, stage_layers_ratio, layers, scalable = layout
+    if family.cost_driven:
+        stages = values["devices"] * (values.get("chunks") or family.chunks_per_device)
+        values["stage_layers"] = resolve_stage_layers(
+            family.name, stages, stage_layers=stage_layers, ratio=stage_layers_ratio,
+            layers=layers, scalable=scalable)
+    table = family.build(**values)
+    split = resolve_stage_layers(family.name, table.num_stages, stage_layers=stage_layers,
+                                 ratio=stage_layers_ratio, layers=layers, scalable=scalable)
+    if split is not None:
+        table = table.replace(stage_layers=split)
+    return table
+
+
+@memo(limit=128)
+def _remembered(name, params):
+    return generate(name, **dict(params))
+
+
+def fixed_table(name: str, **params: Any) -> ScheduleTable:
+    """:func:`generate` for a fixed-pattern family, remembered for the last few sizes: its
+    table depends on the sizes alone, and a search (``tabsched plan``, ``zbv-auto``'s fixed
+    candidates) asks for the same one again. Parameters must be hashable; a cost-driven
+    family is refused (its table depends on the costs).
+
+    >>> from tabsched.schedules import fixed_table
+    >>> fixed_table("1f1b", devices=4, microbatches=8) is fixed_table("1f1b", devices=4,
+    ...                                                               microbatches=8)
+    True
+    """
+    family = get_family(name)
+    if family.cost_driven:
+        raise InvalidParameterError(f"{family.name} is built from costs: generate it, its "
+                                    f"table is not the same for every cost model")
+    return _remembered(family.name, tuple(sorted(params.items())))
+
+
+def check_parameters(name: str, **params: Any) -> int:
+    """Raise where :func:`generate` would raise for these parameters, without building
+    the table when the family can tell (``Family.check``); return its stage count.
+
+    The same resolution as :func:`generate`: defaults, integer parameters, the size
+    bound and the layer split (``stage_layers``, ``stage_layers_ratio``, ``layers``)
+    against the table's stages. A family without a ``check`` (the cost-driven ones,
+    whose validity depends on the costs) is built.
+
+    >>> from tabsched.schedules import check_parameters
+    >>> check_parameters("interleaved-1f1b", devices=4, microbatches=8, chunks=2)
+    8
+    >>> check_parameters("interleaved-1f1b", devices=4, microbatches=2, chunks=2)
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: interleaved-1f1b: microbatches must be >= devices (2 < 4), since group_size must lie in [devices, microbatches]
+    >>> check_parameters("1f1b", devices=4, microbatches=8, layers=3)
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: 1f1b: 3 layers cannot fill the table's 4 stages (every stage needs at least one layer); use at least 4 layers or fewer stages
+    """
+    family, values, layout = _resolved(name, params)
+    if family.check is None:
+        return generate(name, **params).num_stages
+    stage_layers, stage_layers_ratio, layers, scalable = layout
+    stages = int(family.check(**values))
+    resolve_stage_layers(family.name, stages, stage_layers=stage_layers,
+                         ratio=stage_layers_ratio, layers=layers, scalable=scalable)
+    return stages
+
+
+def _resolved(name, params):
+    """``(family, values, (stage_layers, ratio, layers, scalable))``: the family, the
+    generator's parameters (defaults filled, integers checked, the size bounded) and
+    the layer split as given."""
     family = get_family(name)
     params = {key: value for key, value in params.items() if value is not None}
     stage_layers = params.pop("stage_layers", None)
@@ -195,17 +275,7 @@ def generate(name: str, **params: Any) -> ScheduleTable:
     _check_size(family, values)
     scalable = next(((name, values[name]) for name in ("waves", "chunks") if name in values),
                     None)
-    if family.cost_driven:
-        stages = values["devices"] * (values.get("chunks") or family.chunks_per_device)
-        values["stage_layers"] = resolve_stage_layers(
-            family.name, stages, stage_layers=stage_layers, ratio=stage_layers_ratio,
-            layers=layers, scalable=scalable)
-    table = family.build(**values)
-    split = resolve_stage_layers(family.name, table.num_stages, stage_layers=stage_layers,
-                                 ratio=stage_layers_ratio, layers=layers, scalable=scalable)
-    if split is not None:
-        table = table.replace(stage_layers=split)
-    return table
+    return family, values, (stage_layers, stage_layers_ratio, layers, scalable)
 
 
 #: Largest table generate() builds: int32 node and edge ids (edges are about 3.5

@@ -64,7 +64,8 @@ def interleaving(P, r, units):
     return steps
 
 
-def build(devices, microbatches):
+def validate(devices, microbatches):
+    """Raise where :func:`build` would; the table's stage count, ``2 * devices``."""
     P, N = devices, microbatches
     if P % 2:
         raise InvalidParameterError(
@@ -75,6 +76,12 @@ def build(devices, microbatches):
         raise InvalidParameterError(
             f"bitpipe: microbatches must be a multiple of devices = {P} (units of P/2 per "
             f"direction), e.g. {lower} or {lower + P}; not {N}")
+    return 2 * P
+
+
+def build(devices, microbatches):
+    validate(devices, microbatches)
+    P, N = devices, microbatches
     u, units = P // 2, N // P
     builder = OrderBuilder(P)
     for r in range(P):
@@ -98,6 +105,7 @@ FAMILY = register(Family(
     name="bitpipe",
     summary="bidirectional interleaved V-shaped pipelines, 4 chunks per device (BitPipe, 2024)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES + "; a multiple of devices")),
     constraints="devices even; microbatches a multiple of devices; 4 chunks per device (fixed)",

@@ -169,6 +169,13 @@ def grid_orders(devices, microbatches, pipelines):
     return orders
 
 
+def validate(devices, microbatches, variant="direct", pipelines=2):
+    """Raise where :func:`build` would; the table's stage count (one stage per worker,
+    each held twice)."""
+    _check(devices, microbatches, variant, pipelines)
+    return devices
+
+
 def build(devices, microbatches, variant="direct", pipelines=2):
     D, N = devices, microbatches
     _check(D, N, variant, pipelines)
@@ -196,6 +203,7 @@ FAMILY = register(Family(
     name="chimera",
     summary="bidirectional pipelines, two replicas per worker (Li & Hoefler, SC'21)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("variant", "direct",

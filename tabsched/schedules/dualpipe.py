@@ -118,9 +118,11 @@ def check_pairs(family, pairs):
     return pairs == "fused"
 
 
-def build(devices, microbatches, pairs="fused"):
+def validate(devices, microbatches, pairs="fused"):
+    """Raise where :func:`build` would; the table's stage count (``devices``, each stage
+    held by two ranks)."""
     PP, N = devices, microbatches
-    fused = check_pairs("dualpipe", pairs)
+    check_pairs("dualpipe", pairs)
     if PP % 2:
         raise InvalidParameterError(
             f"dualpipe: devices must be even (rank r pairs with rank PP-1-r), not {PP}; "
@@ -131,6 +133,13 @@ def build(devices, microbatches, pairs="fused"):
         raise InvalidParameterError(
             f"dualpipe: microbatches must be even and at least 2 x devices = {smallest} "
             f"(half go each way), e.g. {near}; not {N}")
+    return PP
+
+
+def build(devices, microbatches, pairs="fused"):
+    validate(devices, microbatches, pairs)
+    PP, N = devices, microbatches
+    fused = check_pairs("dualpipe", pairs)
     H, C = PP // 2, N // 2
     builder = OrderBuilder(PP)
     for r in range(PP):
@@ -150,6 +159,7 @@ FAMILY = register(Family(
     name="dualpipe",
     summary="bidirectional, overlapped forward+backward pairs, split backward (DeepSeek-V3)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES + "; even, half per direction"),
                 Parameter("pairs", "fused", PAIRS_HELP)),

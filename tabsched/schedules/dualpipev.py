@@ -16,13 +16,21 @@ from tabsched.schedules._registry import Family, Parameter, register
 from tabsched.schedules.dualpipe import PAIRS_HELP, add_rank, check_pairs, step_sequence
 
 
-def build(devices, microbatches, pairs="fused"):
+def validate(devices, microbatches, pairs="fused"):
+    """Raise where :func:`build` would; the table's stage count, ``2 * devices``."""
     p, N = devices, microbatches
-    fused = check_pairs("dualpipev", pairs)
+    check_pairs("dualpipev", pairs)
     if N < 2 * p:
         raise InvalidParameterError(
             f"dualpipev: microbatches must be at least 2 x devices = {2 * p} (the number of "
             f"stages), not {N}")
+    return 2 * p
+
+
+def build(devices, microbatches, pairs="fused"):
+    validate(devices, microbatches, pairs)
+    p, N = devices, microbatches
+    fused = check_pairs("dualpipev", pairs)
     builder = OrderBuilder(p)
     for r in range(p):
         add_rank(builder, r, step_sequence(p, r, N), [r, 2 * p - 1 - r],
@@ -38,6 +46,7 @@ FAMILY = register(Family(
     name="dualpipev",
     summary="DualPipe cut in half: V-shaped, 2 chunks per device, overlapped pairs (DeepSeek)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("pairs", "fused", PAIRS_HELP)),

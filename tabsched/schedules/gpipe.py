@@ -15,10 +15,16 @@ from tabsched.table import BACKWARD, FORWARD
 ORDERS = ("ascending", "descending")
 
 
-def build(devices, microbatches, backward_order="ascending"):
+def validate(devices, microbatches, backward_order="ascending"):
+    """Raise where :func:`build` would; the table's stage count otherwise."""
     if backward_order not in ORDERS:
         raise InvalidParameterError(f"gpipe: backward_order must be one of "
                                     f"{', '.join(ORDERS)}, not {backward_order!r}")
+    return devices
+
+
+def build(devices, microbatches, backward_order="ascending"):
+    validate(devices, microbatches, backward_order)
     p, n = devices, microbatches
     mbs = np.arange(n, dtype=np.int32)
     backward_mbs = mbs if backward_order == "ascending" else mbs[::-1]
@@ -40,6 +46,7 @@ FAMILY = register(Family(
     name="gpipe",
     summary="all forwards, then all backwards (Huang et al. 2019)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("backward_order", "ascending",

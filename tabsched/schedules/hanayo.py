@@ -36,6 +36,11 @@ def stage_of(P, r, chunk):
     return chunk * P + r if chunk % 2 == 0 else (chunk + 1) * P - 1 - r
 
 
+def validate(devices, microbatches, waves=1):
+    """Every size is valid: the table's stage count, ``2 * devices * waves``."""
+    return 2 * devices * waves
+
+
 def build(devices, microbatches, waves=1):
     P, M, W = devices, microbatches, waves
     builder = OrderBuilder(P)
@@ -73,6 +78,7 @@ FAMILY = register(Family(
     name="hanayo",
     summary="wave-like pipeline: W V-shaped waves of 2P stages each (Liu et al., SC'23)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("waves", 1, "waves W: the model is cut into 2 x devices x W stages")),

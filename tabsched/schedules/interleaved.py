@@ -79,6 +79,12 @@ def check(devices, microbatches, chunks, group_size):
             f"{', '.join(map(str, valid))})")
 
 
+def validate(devices, microbatches, chunks=2, group_size=None):
+    """Raise where :func:`build` would (Megatron's checks); the table's stage count."""
+    check(devices, microbatches, chunks, devices if group_size is None else group_size)
+    return devices * chunks
+
+
 def build(devices, microbatches, chunks=2, group_size=None):
     p, n, v = devices, microbatches, chunks
     g = p if group_size is None else group_size
@@ -110,6 +116,7 @@ FAMILY = register(Family(
     summary="Megatron-LM's interleaved 1F1B (virtual pipeline), microbatch groups of "
             "group_size per chunk (Narayanan et al. 2021)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("chunks", 2, "model chunks per device (Megatron's virtual "

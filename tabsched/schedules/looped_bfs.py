@@ -24,6 +24,11 @@ from tabsched.table import BACKWARD, FORWARD
 NAME = "looped-bfs"
 
 
+def validate(devices, microbatches, chunks=2):
+    """Every size is valid: the table's stage count (``chunks`` per device)."""
+    return devices * chunks
+
+
 def build(devices, microbatches, chunks=2):
     p, n, v = devices, microbatches, chunks
     if v < 1:  # pragma: no cover - the registry already rejects chunks < 1
@@ -50,6 +55,7 @@ FAMILY = register(Family(
     summary="breadth-first: every microbatch through one local stage before the next "
             "(PyTorch ScheduleLoopedBFS; Lamy-Poirier 2022)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("chunks", 2, "model chunks per device; chunk c of device r is "

@@ -27,6 +27,11 @@ def device_order(warmup, microbatches):
     return kinds, mbs
 
 
+def validate(devices, microbatches):
+    """Every size is valid: the table's stage count (one stage per device)."""
+    return devices
+
+
 def build(devices, microbatches):
     p, n = devices, microbatches
     columns = ([], [], [], [], [])
@@ -43,6 +48,7 @@ FAMILY = register(Family(
     name="1f1b",
     summary="one forward, one backward in the steady state (PipeDream-Flush, DAPPLE)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES)),
     constraints="any devices >= 1, microbatches >= 1 (warm-up capped at M, as Megatron does)",

@@ -234,6 +234,14 @@ def v_schedule_slots(variant, devices, microbatches):
 _OP_OF_KIND = (("F", 0), ("F", 1), ("I", 1), ("I", 0), ("W", 1), ("W", 0))
 
 
+def _validator(variant):
+    def validate(devices, microbatches, chunks=2):
+        """Raise unless ``chunks == 2``; the table's stage count, ``2 * devices``."""
+        check_two_chunks(variant, chunks)
+        return 2 * devices
+    return validate
+
+
 def _builder(variant):
     def build(devices, microbatches, chunks=2):
         check_two_chunks(variant, chunks)
@@ -263,6 +271,7 @@ V_HALF = register(Family(
     summary="V-Half: V-shape building block with half of 1F1B's activation memory "
             "(Qi et al., NeurIPS 2024)",
     build=_builder("v-half"),
+    check=_validator("v-half"),
     parameters=_PARAMETERS,
     constraints="chunks = 2 (stages r and 2p-1-r on device r); any devices >= 1, "
                 "microbatches >= 1",
@@ -277,6 +286,7 @@ V_MIN = register(Family(
     summary="V-Min: V-shape building block with a third of 1F1B's activation memory "
             "(Qi et al., NeurIPS 2024)",
     build=_builder("v-min"),
+    check=_validator("v-min"),
     parameters=_PARAMETERS,
     constraints="chunks = 2 (stages r and 2p-1-r on device r); any devices >= 1, "
                 "microbatches >= 1",

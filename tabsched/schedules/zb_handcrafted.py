@@ -71,6 +71,11 @@ def _builder(name):
     return build
 
 
+def validate(devices, microbatches):
+    """Every size is valid: the table's stage count (one stage per device)."""
+    return devices
+
+
 build_h1 = _builder("zb-h1")
 build_h2 = _builder("zb-h2")
 
@@ -84,6 +89,7 @@ H1 = register(Family(
     summary="Zero Bubble H1: 1F1B with split backward, W's deferred to fill the "
             "cool-down (Qi et al., ICLR 2024)",
     build=build_h1,
+    check=validate,
     parameters=_PARAMETERS,
     constraints=_CONSTRAINTS,
     notes="every device peaks at min(M, p) activations (1F1B's maximum); bubble "
@@ -96,6 +102,7 @@ H2 = register(Family(
     summary="Zero Bubble H2: 1F1B with split backward and a warm-up twice as deep "
             "(Qi et al., ICLR 2024)",
     build=build_h2,
+    check=validate,
     parameters=_PARAMETERS,
     constraints=_CONSTRAINTS,
     notes="every device peaks at min(M, 2p-1) activations; its zero bubble needs the next "

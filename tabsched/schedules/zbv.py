@@ -92,6 +92,12 @@ def check_two_chunks(family, chunks):
             f"2p-1-r on device r)")
 
 
+def validate(devices, microbatches, chunks=2):
+    """Raise unless ``chunks == 2``; the table's stage count, ``2 * devices``."""
+    check_two_chunks(NAME, chunks)
+    return 2 * devices
+
+
 def build(devices, microbatches, chunks=2):
     check_two_chunks(NAME, chunks)
     p, n = devices, microbatches
@@ -111,6 +117,7 @@ FAMILY = register(Family(
     summary="Zero Bubble V: two chunks per device in a V, split backward, handcrafted "
             "order (Qi et al. 2024; PyTorch ScheduleZBVZeroBubble)",
     build=build,
+    check=validate,
     parameters=(Parameter("devices", help=DEVICES),
                 Parameter("microbatches", help=MICROBATCHES),
                 Parameter("chunks", 2, "model chunks per device: ZB-V needs exactly 2")),

@@ -58,12 +58,12 @@ from tabsched.costs import CostModel
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
-from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
+from tabsched.schedules._common import DEVICES, MICROBATCHES
 from tabsched.schedules._registry import Family, Parameter, register
 from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _span, budget_room,
                                         limit_count, probed_durations)
 from tabsched.schedules.zbv import check_two_chunks, v_stages
-from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import FORWARD, INPUT_GRAD, KIND_CODES, WEIGHT_GRAD, ScheduleTable
 
 __all__ = ["SETUPS", "VProfile", "measure_v", "v_heuristic_orders", "build"]
 
@@ -97,10 +97,7 @@ class VProfile:
         self.activation = activation
         self.release = release
         self.room = room
-
-    @property
-    def num_devices(self):
-        return len(self.room)
+        self.num_devices = len(room)
 
 
 def probe_table(devices, stage_layers=None):
@@ -181,9 +178,21 @@ class _VPlanner:
         self.end = {}
         self.orders = [[] for _ in range(p)]
         self.allowance = allowance
+        # the profile's numbers as Python lists and the limits ``fits`` compares with,
+        # computed once: the heuristic reads them hundreds of thousands of times (the
+        # same values, so the same arithmetic)
+        self._stages = [{key: v_stages(p, device)[int(key[1])]
+                         for key in ("F0", "F1", "I0", "I1")} for device in range(p)]
+        self._last = 2 * p - 1
+        self._duration = {kind: [float(value) for value in values]
+                          for kind, values in profile.duration.items()}
+        self._delay = {kind: [float(value) for value in values]
+                       for kind, values in profile.delay.items()}
+        self._activation = [float(value) for value in profile.activation]
+        self._limit = [room + _TOLERANCE * max(1.0, abs(room)) for room in profile.room]
 
     def stage(self, device, key):
-        return v_stages(self.profile.num_devices, device)[int(key[1])]
+        return self._stages[device][key]
 
     def largest_idle(self, device):
         largest = max(self.idle)
@@ -193,27 +202,26 @@ class _VPlanner:
 
     def arrival(self, kind, stage, microbatch):
         """When ``kind`` of ``microbatch`` on ``stage`` has its input, or None if not yet."""
-        S = 2 * self.profile.num_devices
+        last = self._last
         if kind == "F":
-            producer = None if stage == 0 else ("F", stage - 1, microbatch)
+            if stage == 0:
+                return 0.0
+            producer = ("F", stage - 1, microbatch)
         else:
-            producer = ("F", S - 1, microbatch) if stage == S - 1 else \
+            producer = ("F", last, microbatch) if stage == last else \
                 ("I", stage + 1, microbatch)
-        if producer is None:
-            return 0.0
-        if producer not in self.end:
+        end = self.end.get(producer)
+        if end is None:
             return None
-        return self.end[producer] + self.profile.delay[kind][stage]
+        return end + self._delay[kind][stage]
 
     def fits(self, device, amount):
-        room = self.profile.room[device]
-        return self.memory[device] + amount <= room + _TOLERANCE * max(1.0, abs(room))
+        return self.memory[device] + amount <= self._limit[device]
 
     def _place(self, device, kind, stage, microbatch, start):
-        profile = self.profile
         if self.count[device]["F0"] > 0:
             self.idle[device] += start - self.free_at[device]
-        end = start + profile.duration[kind][stage]
+        end = start + self._duration[kind][stage]
         self.end[kind, stage, microbatch] = self.free_at[device] = end
         self.orders[device].append((kind, stage, microbatch))
 
@@ -225,7 +233,7 @@ class _VPlanner:
         ready = self.arrival(kind, stage, microbatch)
         if ready is None:
             raise _Infeasible(f"{key} {microbatch} on device {device} before its input")
-        activation = self.profile.activation[stage]
+        activation = self._activation[stage]
         change = activation if kind == "F" else -self.profile.release * activation
         if not self.fits(device, change):
             raise _Infeasible(f"memory of device {device}")
@@ -238,7 +246,7 @@ class _VPlanner:
     def put_weight(self, device):
         stage, microbatch = self.pending[device].popleft()
         self._place(device, "W", stage, microbatch, self.free_at[device])
-        self.memory[device] -= (1.0 - self.profile.release) * self.profile.activation[stage]
+        self.memory[device] -= (1.0 - self.profile.release) * self._activation[stage]
 
     def make_room(self, device, amount):
         while not self.fits(device, amount):
@@ -257,7 +265,7 @@ class _VPlanner:
         if arrival is None:
             return
         pending = self.pending[device]
-        weight = self.profile.duration["W"]
+        weight = self._duration["W"]
         while pending and arrival >= self.free_at[device] + weight[pending[0][0]]:
             self.put_weight(device)
         if pending and overrun and \
@@ -366,22 +374,27 @@ def v_heuristic_orders(profile, microbatches, fill_forward, fill_backward):
 
 
 def _table(orders, devices, microbatches, stage_layers, params):
-    builder = OrderBuilder(devices)
-    for device, order in enumerate(orders):
-        for kind, stage, microbatch in order:
-            builder.add(device, kind, stage, microbatch)
-    return builder.table(num_stages=2 * devices, num_microbatches=microbatches,
-                         stage_layers=stage_layers, family=NAME, params=params)
+    """The table of per-device orders, as ``OrderBuilder`` lays it out (its columns
+    built in one pass: a candidate holds hundreds of thousands of operations)."""
+    ops = [(device, position, KIND_CODES[kind], stage, microbatch)
+           for device, order in enumerate(orders)
+           for position, (kind, stage, microbatch) in enumerate(order)]
+    columns = np.array(ops, dtype=np.int64).reshape(-1, 5)
+    return from_order_arrays(*(np.ascontiguousarray(column) for column in columns.T),
+                             num_devices=devices, num_stages=2 * devices,
+                             num_microbatches=microbatches, stage_layers=stage_layers,
+                             family=NAME, params=params)
 
 
 FIXED_ORDERS = ("zbv", "v-half", "v-min")
 
 
-def _fixed_order(name, devices, microbatches):
-    """A fixed V family's order as ``(kind, stage, microbatch)`` per device."""
-    from tabsched.schedules import generate
-    table = generate(name, devices=devices, microbatches=microbatches)
-    return [[(op.kind, op.stage, op.microbatch) for op in row] for row in table.orders()]
+def _fixed_table(name, devices, microbatches):
+    """A fixed V family's table: it depends on the sizes alone, so it is remembered
+    (V-Half's and V-Min's greedy reorder takes tens of milliseconds, and a plan builds
+    zbv-auto for many cost models); a candidate is it with zbv-auto's metadata."""
+    from tabsched.schedules._registry import fixed_table
+    return fixed_table(name, devices=devices, microbatches=microbatches)
 
 
 def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
@@ -437,12 +450,16 @@ def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
                 described = ",".join(name for name, on in (("fill-I", fill_backward),
                                                            ("fill-F", fill_forward)) if on)
                 candidates.append((described or "plain", orders))
-    candidates.extend((name, _fixed_order(name, devices, microbatches))
+    candidates.extend((name, _fixed_table(name, devices, microbatches))
                       for name in FIXED_ORDERS)
     best = None
     for described, orders in candidates:
-        table = _table(orders, devices, microbatches, stage_layers,
-                       {**params, "heuristic": described})
+        if isinstance(orders, ScheduleTable):     # a fixed order, laid out already
+            table = orders.replace(stage_layers=stage_layers, family=NAME,
+                                   params={**params, "heuristic": described})
+        else:
+            table = _table(orders, devices, microbatches, stage_layers,
+                           {**params, "heuristic": described})
         result = evaluate(table, costs, formula=False)
         # the rooms count activations (a limit in activations; a budget less the persistent
         # memory and the largest working memory): compare the activations held
