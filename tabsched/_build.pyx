@@ -217,6 +217,49 @@ cdef index_t _csr(const index_t[::1] sources, const index_t[::1] targets,
     return STATUS_OK
 
 
+# ------------------------------------------------------- V slot-grid peaks
+@boundscheck(False)
+@wraparound(False)
+def slot_peak(const int8_t[::1] kind_at not None, bint explicit_weights):
+    """The peak of chunk activations a V schedule's slot grid holds on one device.
+
+    ``kind_at[t]`` is the kind in slot ``t`` as ``tabsched.schedules.v_shape`` numbers
+    them (0, 1: a forward of chunk 0 or 1; 2, 3: an input gradient; 4, 5: a weight
+    gradient; anything else: idle). A forward holds one activation more and a weight
+    gradient one less. With ``explicit_weights`` false the grid has no weight
+    gradients: each input gradient queues one, and each idle slot runs one that is
+    queued, a queue ``q_t = max(0, q_{t-1} + a_t)`` that the running sum ``w_t`` of
+    ``a`` (+1 an input gradient, -1 an idle slot) solves as
+    ``q_t = w_t - min(0, min_{s <= t} w_s)`` (Lindley's recursion); what a device
+    holds is then forwards less input gradients plus the queue. Returns
+    ``max(0, largest held)``: what ``v_shape.peak_memory`` computes with numpy.
+    """
+    cdef Py_ssize_t slots = kind_at.shape[0], t
+    cdef long held = 0, peak = 0, walk = 0, lowest = 0, forwards = 0, inputs = 0, value
+    cdef int8_t code
+    with nogil:
+        for t in range(slots):
+            code = kind_at[t]
+            if code == 0 or code == 1:
+                forwards += 1
+            elif code == 2 or code == 3:
+                inputs += 1
+                walk += 1
+            elif code == 4 or code == 5:
+                held += 1
+            else:
+                walk -= 1
+            if explicit_weights:
+                value = forwards - held
+            else:
+                if walk < lowest:
+                    lowest = walk
+                value = forwards - inputs + walk - lowest
+            if value > peak:
+                peak = value
+    return peak
+
+
 # ------------------------------------------------------------ memory peaks
 @boundscheck(False)
 @wraparound(False)

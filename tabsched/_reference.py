@@ -445,6 +445,21 @@ def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activ
     return OK
 
 
+def slot_peak(kind_at, explicit_weights):
+    """Twin of ``tabsched._build.slot_peak``: the running sums with numpy."""
+    kind_at = np.asarray(kind_at, dtype=np.int64)
+    forwards = np.cumsum((kind_at == 0) | (kind_at == 1))
+    inputs = (kind_at == 2) | (kind_at == 3)
+    weights = (kind_at == 4) | (kind_at == 5)
+    if explicit_weights:
+        held = forwards - np.cumsum(weights)
+    else:
+        idle = ~(inputs | weights | (kind_at == 0) | (kind_at == 1))
+        walk = np.cumsum(inputs.astype(np.int64) - idle)
+        held = forwards - np.cumsum(inputs) + walk - np.minimum(np.minimum.accumulate(walk), 0)
+    return max(0, int(held.max())) if len(held) else 0
+
+
 def append_one(indptr, items, extra, new_indptr, new_items):
     """Twin of ``tabsched._build.append_one``."""
     rows = len(indptr) - 1

@@ -266,3 +266,20 @@ def test_fill_idle_refuses_a_cell_listed_twice():
         np.array([1, 1], I32), np.array([0, 1], I32), np.array([0], I32),
         np.array([-1], I32), np.zeros(2, I32), np.zeros(1, I32))
     assert released_twice == _build.NO_MEMORY
+
+
+@given(kinds=st.lists(st.integers(0, 7), max_size=300), explicit=st.booleans())
+def test_slot_peak_equals_reference(kinds, explicit):
+    grid = np.asarray(kinds, np.int8)
+    assert _build.slot_peak(grid, explicit) == _reference.slot_peak(grid, explicit) >= 0
+
+
+def test_slot_peak_counts_the_implicit_weight_queue():
+    from tabsched.schedules.v_shape import IDLE
+    # F F I I idle idle: two W's queue behind the I's and the idle slots run them
+    grid = np.array([0, 1, 2, 3, IDLE, IDLE], np.int8)
+    assert _build.slot_peak(grid, False) == 2
+    # with the W's explicit (4, 5) the peak is the same two forwards
+    assert _build.slot_peak(np.array([0, 1, 2, 3, 4, 5], np.int8), True) == 2
+    # idle slots before any I drain nothing: F idle F I idle -> 2
+    assert _build.slot_peak(np.array([0, IDLE, 1, 2, IDLE], np.int8), False) == 2

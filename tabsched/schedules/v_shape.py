@@ -40,6 +40,7 @@ for V-Min.
 
 import numpy as np
 
+from tabsched._build import slot_peak
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
@@ -49,10 +50,6 @@ from tabsched.schedules.zbv import check_two_chunks
 F0, F1, I1, I0, W_ANY = range(5)
 W1, W0 = 4, 5
 IDLE = 6
-#: Per kind (F0, F1, I1, I0, W, W, idle): is it a forward, an input-grad, a weight-grad.
-_IS_FORWARD = np.array([1, 1, 0, 0, 0, 0, 0])
-_IS_INPUT_GRAD = np.array([0, 0, 1, 1, 0, 0, 0])
-_IS_WEIGHT = np.array([0, 0, 0, 0, 1, 1, 0])
 
 VARIANTS = ("v-half", "v-min")
 
@@ -108,27 +105,27 @@ def fill_weights(device_slots, split):
     return lists + (weights if split else [weights[0]])
 
 
+def _kind_grid(device_slots):
+    """Each slot's kind (``IDLE`` where none) of one device's slot lists, as int8."""
+    last = max(times[-1] for times in device_slots if times)
+    kind_at = np.full(last + 1, IDLE, dtype=np.int8)
+    for kind, times in enumerate(device_slots):
+        kind_at[times] = kind
+    return kind_at
+
+
 def peak_memory(device_slots):
     """Peak chunk activations of one device, counted as the reference counts them.
 
     +1 at each forward, -1 at each W. With only the four block lists, W's are
-    implicit: each idle slot releases one if an ``I`` is waiting for its W.
+    implicit: each idle slot releases one if an ``I`` is waiting for its W (a
+    queue, solved by Lindley's formula: ``tabsched._build.slot_peak``, compiled,
+    since the reorder asks for it at every slot it tries).
+
+    >>> peak_memory([[0, 6], [1, 7], [2, 8], [3, 9]])
+    2
     """
-    last = max(times[-1] for times in device_slots if times)
-    kind_at = np.full(last + 1, IDLE)
-    for kind, times in enumerate(device_slots):
-        kind_at[times] = kind
-    forwards = np.cumsum(_IS_FORWARD[kind_at])
-    if len(device_slots) > 4:
-        held = forwards - np.cumsum(_IS_WEIGHT[kind_at])
-    else:
-        input_grads = _IS_INPUT_GRAD[kind_at]
-        # W's waiting after the I's so far: a queue fed by each I and drained by
-        # each idle slot, P_t = max(0, P_{t-1} + a_t), solved by Lindley's formula.
-        walk = np.cumsum(input_grads - (kind_at == IDLE))
-        waiting = walk - np.minimum(np.minimum.accumulate(walk), 0)
-        held = forwards - np.cumsum(input_grads) + waiting
-    return max(0, int(held.max()))
+    return slot_peak(_kind_grid(device_slots), len(device_slots) > 4)
 
 
 def _dependencies(slots, device, kind, microbatch, num_devices):
@@ -157,8 +154,9 @@ def _in_slot_order(slots):
 def squeeze(slots):
     """Run every device's ops in slot order, unit times, as early as dependencies allow."""
     num_devices = len(slots)
-    end = {}
     device_free = [0] * num_devices
+    # the end of each op, None until it runs: device, kind, microbatch
+    end = [[[None] * len(times) for times in lists] for lists in slots]
     squeezed = [[[0] * len(times) for times in lists] for lists in slots]
     for _, device, kind, microbatch in _in_slot_order(slots):
         ready = device_free[device]
@@ -171,12 +169,15 @@ def squeeze(slots):
             needs.append((device, kind - 1, microbatch))
         if microbatch > 0:
             needs.append((device, kind, microbatch - 1))
-        for need in needs:
-            if need not in end:
-                raise TabschedError(f"internal error: V schedule op {need} runs after an op "
-                                    f"that needs it")
-            ready = max(ready, end[need])
-        end[device, kind, microbatch] = device_free[device] = ready + 1
+        for need_device, need_kind, need_microbatch in needs:
+            done = end[need_device][need_kind][need_microbatch]
+            if done is None:
+                raise TabschedError(f"internal error: V schedule op "
+                                    f"{(need_device, need_kind, need_microbatch)} runs after "
+                                    f"an op that needs it")
+            if done > ready:
+                ready = done
+        end[device][kind][microbatch] = device_free[device] = ready + 1
         squeezed[device][kind][microbatch] = ready
     return squeezed
 
@@ -192,7 +193,11 @@ def reorder(slots, with_weights):
              for lists in slots]
     num_devices = len(slots)
     microbatches = len(slots[0][F0])
-    budget = max(peak_memory(lists) for lists in slots)
+    # each device's slot kinds, kept as ops move (a move only goes earlier, inside the
+    # grid; idle slots after the last op hold nothing, so the peak is the lists' own)
+    grids = [_kind_grid(lists) for lists in slots]
+    explicit = len(slots[0]) > 4
+    budget = max(slot_peak(grid, explicit) for grid in grids)
     occupied = [set() for _ in slots]
     phase = "warm-up"
     for time, device, kind, microbatch in _in_slot_order(slots):
@@ -207,13 +212,17 @@ def reorder(slots, with_weights):
         if earliest > time:
             raise TabschedError(f"internal error: V schedule op {(device, kind, microbatch)} "
                                 f"at slot {time} depends on a later op")
-        lists = slots[device]
+        lists, grid = slots[device], grids[device]
         for slot in range(earliest, time):
             if slot not in occupied[device]:
+                grid[lists[kind][microbatch]] = IDLE
+                grid[slot] = kind
                 lists[kind][microbatch] = slot
-                if peak_memory(lists) <= budget:
+                if slot_peak(grid, explicit) <= budget:
                     break
         else:
+            grid[lists[kind][microbatch]] = IDLE
+            grid[time] = kind
             lists[kind][microbatch] = time
         occupied[device].add(lists[kind][microbatch])
     if not with_weights:
