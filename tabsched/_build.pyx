@@ -900,3 +900,445 @@ cdef index_t _table_is_valid(const index_t[::1] device, const int8_t[::1] kind,
         elif not (seen[4 * pair + KIND_I] and seen[4 * pair + KIND_W]):
             return 0
     return 1
+
+
+# ------------------------------------------------------ zbv-auto's V heuristic
+cdef enum:
+    # a device's counters (tabsched.schedules.zbv_auto's keys "F0", "F1", "I1", "I0")
+    KEY_F0 = 0
+    KEY_F1 = 1
+    KEY_I1 = 2
+    KEY_I0 = 3
+    NO_KEY = -1
+    # the kinds a V order holds (its letters "F", "I", "W")
+    V_F = 0
+    V_I = 1
+    V_W = 2
+    # how a run ends, beside STATUS_OK
+    V_INFEASIBLE = 10         # an order cannot complete within the memory limit
+    V_NO_CONVERGENCE = 11     # the warm-up's balancing loop ran past its guard
+    V_OUT_OF_MEMORY = 12      # scratch could not be allocated
+
+#: ``v_heuristic_run`` returns this when the setting cannot complete within the limit.
+INFEASIBLE = V_INFEASIBLE
+#: ... when the warm-up does not converge (an internal error).
+NO_CONVERGENCE = V_NO_CONVERGENCE
+#: ... when its scratch could not be allocated.
+OUT_OF_MEMORY = V_OUT_OF_MEMORY
+
+
+cdef struct VRun:
+    Py_ssize_t p, stages, m, per_device, ring
+    const double *duration      # (3, stages): F, I, W
+    const double *delay         # (2, stages): F, I
+    const double *activation    # (stages,)
+    double release
+    const double *limit         # (p,)
+    const double *allowance     # (p,) or NULL
+    double *idle                # (p,) out
+    long *count                 # (p, 4)
+    double *free_at             # (p,)
+    double *memory              # (p,)
+    long *pending_stage         # (p, ring): a ring per device (2m input gradients)
+    long *pending_microbatch
+    long *pending_head
+    long *pending_size
+    double *end_f               # (stages, m): -1 until placed
+    double *end_i
+    int8_t *order_kind          # (p, per_device) out
+    index_t *order_stage
+    index_t *order_microbatch
+    index_t *order_length       # (p,) out
+
+
+cdef inline long _v_stage(VRun *r, long device, int key) noexcept nogil:
+    # chunk 0 (F0, I0) on stage device, chunk 1 (F1, I1) on stage 2p-1-device
+    if key == KEY_F0 or key == KEY_I0:
+        return device
+    return 2 * r.p - 1 - device
+
+
+cdef inline double _v_arrival(VRun *r, int kind, long stage, long microbatch) noexcept nogil:
+    """When ``kind`` (V_F or V_I) of ``microbatch`` on ``stage`` has its input; -1: not yet."""
+    cdef long last = 2 * r.p - 1
+    cdef double end
+    if microbatch < 0 or microbatch >= r.m:
+        return -1.0
+    if kind == V_F:
+        if stage == 0:
+            return 0.0
+        end = r.end_f[(stage - 1) * r.m + microbatch]
+    elif stage == last:
+        end = r.end_f[last * r.m + microbatch]
+    else:
+        end = r.end_i[(stage + 1) * r.m + microbatch]
+    if end < 0.0:
+        return -1.0
+    return end + r.delay[kind * r.stages + stage]
+
+
+cdef inline bint _v_fits(VRun *r, long device, double amount) noexcept nogil:
+    return r.memory[device] + amount <= r.limit[device]
+
+
+cdef inline int _v_place(VRun *r, long device, int kind, long stage, long microbatch,
+                         double start) noexcept nogil:
+    cdef double end
+    cdef index_t at
+    if r.count[device * 4 + KEY_F0] > 0:
+        r.idle[device] += start - r.free_at[device]
+    end = start + r.duration[kind * r.stages + stage]
+    if kind == V_F:
+        r.end_f[stage * r.m + microbatch] = end
+    elif kind == V_I:
+        r.end_i[stage * r.m + microbatch] = end
+    r.free_at[device] = end
+    at = r.order_length[device]
+    if at >= r.per_device:
+        return STATUS_BAD_SHAPE
+    r.order_kind[device * r.per_device + at] = <int8_t>kind
+    r.order_stage[device * r.per_device + at] = <index_t>stage
+    r.order_microbatch[device * r.per_device + at] = <index_t>microbatch
+    r.order_length[device] = at + 1
+    return STATUS_OK
+
+
+cdef int _v_put(VRun *r, long device, int key) noexcept nogil:
+    cdef int kind = V_F if key == KEY_F0 or key == KEY_F1 else V_I
+    cdef long stage = _v_stage(r, device, key)
+    cdef long microbatch = r.count[device * 4 + key], slot
+    cdef double ready, activation, change, start
+    cdef int status
+    if microbatch >= r.m:
+        return V_INFEASIBLE
+    ready = _v_arrival(r, kind, stage, microbatch)
+    if ready < 0.0:
+        return V_INFEASIBLE
+    activation = r.activation[stage]
+    change = activation if kind == V_F else -r.release * activation
+    if not _v_fits(r, device, change):
+        return V_INFEASIBLE
+    start = r.free_at[device]
+    if ready > start:
+        start = ready
+    status = _v_place(r, device, kind, stage, microbatch, start)
+    if status != STATUS_OK:
+        return status
+    r.memory[device] += change
+    r.count[device * 4 + key] += 1
+    if kind == V_I:
+        if r.pending_size[device] >= r.ring:
+            return STATUS_BAD_SHAPE
+        slot = (r.pending_head[device] + r.pending_size[device]) % r.ring
+        r.pending_stage[device * r.ring + slot] = stage
+        r.pending_microbatch[device * r.ring + slot] = microbatch
+        r.pending_size[device] += 1
+    return STATUS_OK
+
+
+cdef inline long _v_pending_stage(VRun *r, long device) noexcept nogil:
+    return r.pending_stage[device * r.ring + r.pending_head[device]]
+
+
+cdef int _v_put_weight(VRun *r, long device) noexcept nogil:
+    cdef long head = r.pending_head[device]
+    cdef long stage = r.pending_stage[device * r.ring + head]
+    cdef long microbatch = r.pending_microbatch[device * r.ring + head]
+    cdef int status
+    r.pending_head[device] = (head + 1) % r.ring
+    r.pending_size[device] -= 1
+    status = _v_place(r, device, V_W, stage, microbatch, r.free_at[device])
+    r.memory[device] -= (1.0 - r.release) * r.activation[stage]
+    return status
+
+
+cdef int _v_make_room(VRun *r, long device, double amount) noexcept nogil:
+    cdef int status
+    while not _v_fits(r, device, amount):
+        if r.pending_size[device] == 0:
+            return V_INFEASIBLE
+        status = _v_put_weight(r, device)
+        if status != STATUS_OK:
+            return status
+    return STATUS_OK
+
+
+cdef double _v_largest_idle(VRun *r, long device) noexcept nogil:
+    cdef double largest = r.idle[0], most
+    cdef long j
+    for j in range(1, r.p):
+        if r.idle[j] > largest:
+            largest = r.idle[j]
+    if r.allowance != NULL:
+        most = r.allowance[0]
+        for j in range(1, r.p):
+            if r.allowance[j] > most:
+                most = r.allowance[j]
+        if most - r.allowance[device] > largest:
+            largest = most - r.allowance[device]
+    return largest
+
+
+cdef int _v_fill_weights(VRun *r, long device, int key, bint overrun) noexcept nogil:
+    """``W`` s into the wait for ``key``'s input; ``overrun``: may one more run past it."""
+    cdef int kind = V_F if key == KEY_F0 or key == KEY_F1 else V_I
+    cdef long stage = _v_stage(r, device, key)
+    cdef double arrival
+    cdef int status
+    # the input comes from another device: F0 and I1 from device d-1, F1 and I0 from d+1
+    if (device == 0 and (key == KEY_F0 or key == KEY_I1)) or \
+            (device == r.p - 1 and (key == KEY_F1 or key == KEY_I0)):
+        return STATUS_OK
+    arrival = _v_arrival(r, kind, stage, r.count[device * 4 + key])
+    if arrival < 0.0:
+        return STATUS_OK
+    while r.pending_size[device] > 0 and arrival >= r.free_at[device] + \
+            r.duration[V_W * r.stages + _v_pending_stage(r, device)]:
+        status = _v_put_weight(r, device)
+        if status != STATUS_OK:
+            return status
+    if r.pending_size[device] > 0 and overrun and arrival - r.free_at[device] > \
+            _v_largest_idle(r, device) - r.idle[device]:
+        return _v_put_weight(r, device)
+    return STATUS_OK
+
+
+cdef int _v_warm_up(VRun *r) noexcept nogil:
+    cdef long p = r.p, m = r.m, device, j, guard, turn, key
+    cdef long *mine
+    cdef long *previous
+    cdef double arrival, forward, reserve
+    cdef bint room
+    cdef int status
+    for device in range(p):
+        status = _v_put(r, device, KEY_F0)
+        if status != STATUS_OK:
+            return status
+    for device in range(p - 1, -1, -1):
+        if device < p - 1:
+            arrival = _v_arrival(r, V_F, _v_stage(r, device, KEY_F1), 0)
+            if arrival < 0.0:
+                return V_NO_CONVERGENCE
+            forward = r.duration[V_F * r.stages + device]
+            reserve = r.activation[device] * <double>(2 + 2 * device)
+            while True:
+                if not (_v_fits(r, device, reserve)
+                        and r.free_at[device] + forward <= arrival
+                        and r.count[device * 4 + KEY_F0] < m):
+                    break
+                room = True
+                for j in range(device):
+                    if not _v_fits(r, j, r.activation[j]):
+                        room = False
+                        break
+                if not room:
+                    break
+                for j in range(device + 1):
+                    status = _v_put(r, j, KEY_F0)
+                    if status != STATUS_OK:
+                        return status
+        status = _v_put(r, device, KEY_F1)
+        if status != STATUS_OK:
+            return status
+    turn = 0
+    guard = 4 * p * m + 8
+    for device in range(1, p):
+        mine = &r.count[device * 4]
+        previous = &r.count[(device - 1) * 4]
+        while (mine[KEY_F0] + mine[KEY_F1] < previous[KEY_F0] + previous[KEY_F1]
+               or (mine[KEY_F1] <= previous[KEY_F1] and previous[KEY_F1] < m)):
+            guard -= 1
+            if guard < 0:
+                return V_NO_CONVERGENCE
+            key = KEY_F0 if turn == 0 else KEY_F1
+            for j in range(p - 1, device - 1, -1):
+                if r.count[j * 4 + key] < m:
+                    status = _v_put(r, j, <int>key)
+                    if status != STATUS_OK:
+                        return status
+            turn = 1 - turn
+    return STATUS_OK
+
+
+cdef int _v_backward_key(VRun *r, long device) noexcept nogil:
+    cdef long *count = &r.count[device * 4]
+    cdef bint ready
+    if count[KEY_I0] >= count[KEY_I1]:
+        return KEY_I1
+    if device == r.p - 1:
+        return KEY_I0
+    ready = _v_arrival(r, V_I, _v_stage(r, device, KEY_I0), count[KEY_I0]) >= 0.0
+    return KEY_I0 if ready or count[KEY_I1] >= r.m else KEY_I1
+
+
+cdef int _v_forward_key(VRun *r, long device) noexcept nogil:
+    cdef long *count = &r.count[device * 4]
+    if count[KEY_F1] >= r.m:
+        return NO_KEY
+    if count[KEY_F1] >= count[KEY_F0]:
+        return KEY_F0
+    if device == r.p - 1:
+        return KEY_F1
+    if _v_arrival(r, V_F, _v_stage(r, device, KEY_F1), count[KEY_F1]) >= 0.0:
+        return KEY_F1
+    if count[KEY_F0] < r.m and (device == 0 or _v_arrival(
+            r, V_F, _v_stage(r, device, KEY_F0), count[KEY_F0]) >= 0.0):
+        return KEY_F0
+    return NO_KEY
+
+
+cdef int _v_round(VRun *r, bint fill_forward, bint fill_backward, int *keys) noexcept nogil:
+    cdef long p = r.p, device
+    cdef int key, status
+    for device in range(p):
+        keys[device] = _v_backward_key(r, device)
+    # the I0's from the last device down, then the I1's from the first up
+    for device in range(p - 1, -1, -1):
+        if keys[device] == KEY_I0:
+            status = _v_fill_weights(r, device, KEY_I0, True)
+            if status == STATUS_OK:
+                status = _v_put(r, device, KEY_I0)
+            if status != STATUS_OK:
+                return status
+    for device in range(p):
+        if keys[device] == KEY_I1:
+            status = _v_fill_weights(r, device, KEY_I1, fill_backward)
+            if status == STATUS_OK:
+                status = _v_put(r, device, KEY_I1)
+            if status != STATUS_OK:
+                return status
+    for device in range(p):
+        key = _v_forward_key(r, device)
+        if key == NO_KEY:
+            continue
+        status = _v_make_room(r, device, r.activation[_v_stage(r, device, key)])
+        if status == STATUS_OK:
+            status = _v_fill_weights(r, device, key, fill_forward)
+        if status == STATUS_OK:
+            status = _v_put(r, device, key)
+        if status != STATUS_OK:
+            return status
+    return STATUS_OK
+
+
+cdef int _v_run(VRun *r, bint fill_forward, bint fill_backward, int *keys) noexcept nogil:
+    cdef long step, device
+    cdef int status = _v_warm_up(r)
+    if status != STATUS_OK:
+        return status
+    for step in range(2 * r.m):
+        status = _v_round(r, fill_forward, fill_backward, keys)
+        if status != STATUS_OK:
+            return status
+    for device in range(r.p):
+        while r.pending_size[device] > 0:
+            status = _v_put_weight(r, device)
+            if status != STATUS_OK:
+                return status
+    return STATUS_OK
+
+
+@boundscheck(False)
+@wraparound(False)
+def v_heuristic_run(const double[:, ::1] duration not None,
+                    const double[:, ::1] delay not None,
+                    const double[::1] activation not None,
+                    double release,
+                    const double[::1] limit not None,
+                    const double[::1] allowance,
+                    Py_ssize_t microbatches,
+                    bint fill_forward, bint fill_backward,
+                    double[::1] idle not None,
+                    int8_t[::1] order_kind not None,
+                    index_t[::1] order_stage not None,
+                    index_t[::1] order_microbatch not None,
+                    index_t[::1] order_length not None):
+    """One run of zbv-auto's V heuristic (``tabsched.schedules.zbv_auto``), compiled.
+
+    The steps, tie-breaks and arithmetic of ``tabsched._reference.VPlanner`` (its twin),
+    on the V placement of ``p = limit.shape[0]`` devices and ``2p`` stages: a warm-up
+    of forwards as memory and arrivals allow, ``2 * microbatches`` rounds of input
+    gradients then forwards with weight gradients filled into the waits, then the
+    weight gradients left.
+
+    Parameters
+    ----------
+    duration : float64 array (3, 2p)
+        Per stage the time of a forward, an input gradient and a weight gradient.
+    delay : float64 array (2, 2p)
+        The transfer that brings a forward's and an input gradient's input to a stage.
+    activation : float64 array (2p,)
+        The activation a forward of a stage holds (an input gradient frees ``release``
+        of it, the weight gradient the rest).
+    limit : float64 array (p,)
+        The activation memory a device may hold (its room with the tolerance added).
+    allowance : float64 array (p,) or None
+        The previous run's idle times (a refinement), or None.
+    idle : float64 array (p,)
+        Output: each device's idle time after its first forward.
+    order_kind, order_stage, order_microbatch : arrays (p * 6 * microbatches,)
+        Output: device ``d``'s order from ``d * 6 * microbatches``, kinds 0 (F), 1 (I),
+        2 (W).
+    order_length : int32 array (p,)
+        Output: the operations in each device's order.
+
+    Returns
+    -------
+    int
+        OK; INFEASIBLE when the order cannot complete within the limit; NO_CONVERGENCE
+        (an internal error); BAD_SHAPE when the arrays disagree; OUT_OF_MEMORY.
+    """
+    cdef Py_ssize_t p = limit.shape[0], stages = 2 * limit.shape[0], m = microbatches
+    cdef Py_ssize_t per_device = 6 * microbatches, k
+    cdef VRun r
+    cdef int status
+    cdef int *keys
+    if (p < 1 or m < 1 or duration.shape[0] != 3 or duration.shape[1] != stages
+            or delay.shape[0] != 2 or delay.shape[1] != stages
+            or activation.shape[0] != stages or idle.shape[0] != p
+            or order_length.shape[0] != p or order_kind.shape[0] != p * per_device
+            or order_stage.shape[0] != p * per_device
+            or order_microbatch.shape[0] != p * per_device
+            or (allowance is not None and allowance.shape[0] != p)):
+        return STATUS_BAD_SHAPE
+    r.p, r.stages, r.m, r.per_device, r.ring = p, stages, m, per_device, 2 * m + 1
+    r.duration, r.delay, r.activation = &duration[0, 0], &delay[0, 0], &activation[0]
+    r.release, r.limit = release, &limit[0]
+    r.allowance = NULL if allowance is None else &allowance[0]
+    r.idle = &idle[0]
+    r.order_kind, r.order_stage = &order_kind[0], &order_stage[0]
+    r.order_microbatch, r.order_length = &order_microbatch[0], &order_length[0]
+    r.count = <long *>calloc(p * 4, sizeof(long))
+    r.free_at = <double *>calloc(p, sizeof(double))
+    r.memory = <double *>calloc(p, sizeof(double))
+    r.pending_stage = <long *>calloc(p * r.ring, sizeof(long))
+    r.pending_microbatch = <long *>calloc(p * r.ring, sizeof(long))
+    r.pending_head = <long *>calloc(p, sizeof(long))
+    r.pending_size = <long *>calloc(p, sizeof(long))
+    r.end_f = <double *>malloc(stages * m * sizeof(double))
+    r.end_i = <double *>malloc(stages * m * sizeof(double))
+    keys = <int *>calloc(p, sizeof(int))
+    if (r.count == NULL or r.free_at == NULL or r.memory == NULL or r.pending_stage == NULL
+            or r.pending_microbatch == NULL or r.pending_head == NULL
+            or r.pending_size == NULL or r.end_f == NULL or r.end_i == NULL or keys == NULL):
+        status = V_OUT_OF_MEMORY
+    else:
+        with nogil:
+            for k in range(stages * m):
+                r.end_f[k] = -1.0
+                r.end_i[k] = -1.0
+            for k in range(p):
+                r.idle[k] = 0.0
+                r.order_length[k] = 0
+            status = _v_run(&r, fill_forward, fill_backward, keys)
+    free(r.count)
+    free(r.free_at)
+    free(r.memory)
+    free(r.pending_stage)
+    free(r.pending_microbatch)
+    free(r.pending_head)
+    free(r.pending_size)
+    free(r.end_f)
+    free(r.end_i)
+    free(keys)
+    return status

@@ -7,6 +7,7 @@ Nothing in the library calls this module at run time.
 """
 
 import heapq
+from collections import deque
 
 import numpy as np
 
@@ -688,3 +689,230 @@ def monte_carlo_summary(graph, draws, makespan, busy, first_start, last_end, scr
     blocks = Scratch(*([np.zeros(0, dtype=np.int32)] * 5), np.zeros(n * SUMMARY_BLOCK))
     return longest_path_summary(graph, durations, makespan, busy, first_start, last_end,
                                 blocks)
+
+
+# ------------------------------------------------ zbv-auto's V heuristic
+class VPlanner:
+    """Twin of ``tabsched._build``'s V heuristic run: per device the ops placed, their
+    times and memory, in plain Python.
+
+    Keys of a device's counters: ``"F0"``, ``"F1"`` (forwards of chunk 0 and
+    1), ``"I1"``, ``"I0"`` (input-grads of chunk 1, which come first, and of
+    chunk 0). Times are the heuristic's estimate; tabsched simulates the result.
+    """
+
+    def __init__(self, duration, delay, activation, release, limit, allowance,
+                 microbatches):
+        p = len(limit)
+        self.num_devices = p
+        self.microbatches = microbatches
+        self.release = release
+        self.count = [{"F0": 0, "F1": 0, "I1": 0, "I0": 0} for _ in range(p)]
+        self.free_at = [0.0] * p
+        self.idle = [0.0] * p
+        self.memory = [0.0] * p
+        self.pending = [deque() for _ in range(p)]
+        self.end = {}
+        self.orders = [[] for _ in range(p)]
+        self.allowance = None if allowance is None else [float(a) for a in allowance]
+        self._stages = [{"F0": device, "I0": device, "F1": 2 * p - 1 - device,
+                         "I1": 2 * p - 1 - device} for device in range(p)]
+        self._last = 2 * p - 1
+        self._duration = {kind: [float(v) for v in duration[k]] for k, kind in enumerate("FIW")}
+        self._delay = {kind: [float(v) for v in delay[k]] for k, kind in enumerate("FI")}
+        self._activation = [float(value) for value in activation]
+        self._limit = [float(value) for value in limit]
+
+    def stage(self, device, key):
+        return self._stages[device][key]
+
+    def largest_idle(self, device):
+        largest = max(self.idle)
+        if self.allowance is not None:
+            largest = max(largest, max(self.allowance) - self.allowance[device])
+        return largest
+
+    def arrival(self, kind, stage, microbatch):
+        """When ``kind`` of ``microbatch`` on ``stage`` has its input, or None if not yet."""
+        last = self._last
+        if kind == "F":
+            if stage == 0:
+                return 0.0
+            producer = ("F", stage - 1, microbatch)
+        else:
+            producer = ("F", last, microbatch) if stage == last else \
+                ("I", stage + 1, microbatch)
+        end = self.end.get(producer)
+        if end is None:
+            return None
+        return end + self._delay[kind][stage]
+
+    def fits(self, device, amount):
+        return self.memory[device] + amount <= self._limit[device]
+
+    def _place(self, device, kind, stage, microbatch, start):
+        if self.count[device]["F0"] > 0:
+            self.idle[device] += start - self.free_at[device]
+        end = start + self._duration[kind][stage]
+        self.end[kind, stage, microbatch] = self.free_at[device] = end
+        self.orders[device].append((kind, stage, microbatch))
+
+    def put(self, device, key):
+        kind, stage = key[0], self.stage(device, key)
+        microbatch = self.count[device][key]
+        if microbatch >= self.microbatches:
+            raise _VInfeasible(f"{key} exhausted on device {device}")
+        ready = self.arrival(kind, stage, microbatch)
+        if ready is None:
+            raise _VInfeasible(f"{key} {microbatch} on device {device} before its input")
+        activation = self._activation[stage]
+        change = activation if kind == "F" else -self.release * activation
+        if not self.fits(device, change):
+            raise _VInfeasible(f"memory of device {device}")
+        self._place(device, kind, stage, microbatch, max(self.free_at[device], ready))
+        self.memory[device] += change
+        self.count[device][key] += 1
+        if kind == "I":
+            self.pending[device].append((stage, microbatch))
+
+    def put_weight(self, device):
+        stage, microbatch = self.pending[device].popleft()
+        self._place(device, "W", stage, microbatch, self.free_at[device])
+        self.memory[device] -= (1.0 - self.release) * self._activation[stage]
+
+    def make_room(self, device, amount):
+        while not self.fits(device, amount):
+            if not self.pending[device]:
+                raise _VInfeasible(f"memory of device {device}")
+            self.put_weight(device)
+
+    def fill_weights(self, device, key, overrun):
+        """``W`` s into the wait for ``key``'s input; ``overrun``: may one more run past it."""
+        kind, stage = key[0], self.stage(device, key)
+        last = self.num_devices - 1
+        # the input comes from another device: F0 and I1 from device d-1, F1 and I0 from d+1
+        if (device == 0 and key in ("F0", "I1")) or (device == last and key in ("F1", "I0")):
+            return
+        arrival = self.arrival(kind, stage, self.count[device][key])
+        if arrival is None:
+            return
+        pending = self.pending[device]
+        weight = self._duration["W"]
+        while pending and arrival >= self.free_at[device] + weight[pending[0][0]]:
+            self.put_weight(device)
+        if pending and overrun and \
+                arrival - self.free_at[device] > self.largest_idle(device) - self.idle[device]:
+            self.put_weight(device)
+
+    def warm_up(self):
+        p, m = self.num_devices, self.microbatches
+        for device in range(p):
+            self.put(device, "F0")
+        for device in range(p - 1, -1, -1):
+            if device < p - 1:
+                arrival = self.arrival("F", self.stage(device, "F1"), 0)
+                forward = self._duration["F"][device]
+                reserve = self._activation[device] * (2 + 2 * device)
+                while (self.fits(device, reserve)
+                       and self.free_at[device] + forward <= arrival
+                       and self.count[device]["F0"] < m
+                       and all(self.fits(j, self._activation[j]) for j in range(device))):
+                    for j in range(device + 1):
+                        self.put(j, "F0")
+            self.put(device, "F1")
+        turn = 0
+        guard = 4 * p * m + 8
+        for device in range(1, p):
+            mine, previous = self.count[device], self.count[device - 1]
+            while (mine["F0"] + mine["F1"] < previous["F0"] + previous["F1"]
+                   or mine["F1"] <= previous["F1"] < m):
+                guard -= 1
+                if guard < 0:
+                    raise _VNoConvergence
+                key = f"F{turn}"
+                for j in range(p - 1, device - 1, -1):
+                    if self.count[j][key] < m:
+                        self.put(j, key)
+                turn = 1 - turn
+
+    def backward_key(self, device):
+        count = self.count[device]
+        if count["I0"] >= count["I1"]:
+            return "I1"
+        if device == self.num_devices - 1:
+            return "I0"
+        ready = self.arrival("I", self.stage(device, "I0"), count["I0"]) is not None
+        return "I0" if ready or count["I1"] >= self.microbatches else "I1"
+
+    def forward_key(self, device):
+        count, m = self.count[device], self.microbatches
+        if count["F1"] >= m:
+            return None
+        if count["F1"] >= count["F0"]:
+            return "F0"
+        if device == self.num_devices - 1:
+            return "F1"
+        if self.arrival("F", self.stage(device, "F1"), count["F1"]) is not None:
+            return "F1"
+        if count["F0"] < m and (device == 0 or self.arrival(
+                "F", self.stage(device, "F0"), count["F0"]) is not None):
+            return "F0"
+        return None
+
+    def round(self, fill_forward, fill_backward):
+        p = self.num_devices
+        keys = [self.backward_key(device) for device in range(p)]
+        order = [(d, "I0") for d in range(p - 1, -1, -1) if keys[d] == "I0"] + \
+                [(d, "I1") for d in range(p) if keys[d] == "I1"]
+        for device, key in order:
+            self.fill_weights(device, key, overrun=key == "I0" or fill_backward)
+            self.put(device, key)
+        for device in range(p):
+            key = self.forward_key(device)
+            if key is None:
+                continue
+            self.make_room(device, self._activation[self.stage(device, key)])
+            self.fill_weights(device, key, overrun=fill_forward)
+            self.put(device, key)
+
+    def run(self, fill_forward, fill_backward):
+        self.warm_up()
+        for _ in range(2 * self.microbatches):
+            self.round(fill_forward, fill_backward)
+        for device in range(self.num_devices):
+            while self.pending[device]:
+                self.put_weight(device)
+        return self
+
+
+class _VInfeasible(Exception):
+    """A setting cannot complete its order within the memory limit."""
+
+
+class _VNoConvergence(Exception):
+    """The warm-up's balancing loop ran past its guard."""
+
+
+def v_heuristic_run(duration, delay, activation, release, limit, allowance, microbatches,
+                    fill_forward, fill_backward, idle, order_kind, order_stage,
+                    order_microbatch, order_length):
+    """Twin of ``tabsched._build.v_heuristic_run``: :class:`VPlanner` run, its orders
+    written as the compiled run writes them."""
+    from tabsched._build import INFEASIBLE, NO_CONVERGENCE
+    planner = VPlanner(duration, delay, activation, release, limit, allowance, microbatches)
+    try:
+        planner.run(fill_forward, fill_backward)
+    except _VInfeasible:
+        return INFEASIBLE
+    except _VNoConvergence:
+        return NO_CONVERGENCE
+    per_device = 6 * microbatches
+    idle[:] = planner.idle
+    for device, order in enumerate(planner.orders):
+        order_length[device] = len(order)
+        for position, (kind, stage, microbatch) in enumerate(order):
+            at = device * per_device + position
+            order_kind[at] = "FIW".index(kind)
+            order_stage[at] = stage
+            order_microbatch[at] = microbatch
+    return OK

@@ -283,3 +283,49 @@ def test_slot_peak_counts_the_implicit_weight_queue():
     assert _build.slot_peak(np.array([0, 1, 2, 3, 4, 5], np.int8), True) == 2
     # idle slots before any I drain nothing: F idle F I idle -> 2
     assert _build.slot_peak(np.array([0, IDLE, 1, 2, IDLE], np.int8), False) == 2
+
+
+def _v_profile(draw_seed, p, m):
+    """A random V profile: durations, delays, activations, a release and limits (some
+    without bound, some tight enough that settings fail)."""
+    rng = np.random.default_rng(draw_seed)
+    stages = 2 * p
+    duration = np.ascontiguousarray(rng.uniform(0.2, 3.0, (3, stages)))
+    delay = np.ascontiguousarray(rng.choice([0.0, 0.05, 0.5], (2, stages)))
+    activation = rng.uniform(0.5, 2.0, stages)
+    pair = activation[:p] + activation[::-1][:p]
+    limit = np.where(rng.random(p) < 0.3, np.inf, pair / 2 * rng.integers(1, 2 * p + 2, p))
+    return duration, delay, activation, float(rng.choice([0.0, 0.5, 0.8])), limit
+
+
+@given(seed=st.integers(0, 2**32 - 1), p=st.integers(1, 6), m=st.integers(1, 12),
+       fill_forward=st.booleans(), fill_backward=st.booleans(), refine=st.booleans())
+def test_v_heuristic_run_equals_reference(seed, p, m, fill_forward, fill_backward, refine):
+    duration, delay, activation, release, limit = _v_profile(seed, p, m)
+    allowance = np.random.default_rng(seed + 1).uniform(0.0, 2.0, p) if refine else None
+    outputs = []
+    for module in (_build, _reference):
+        idle = np.full(p, -7.0)
+        orders = (np.zeros(6 * m * p, np.int8), np.zeros(6 * m * p, I32),
+                  np.zeros(6 * m * p, I32), np.zeros(p, I32))
+        status = module.v_heuristic_run(duration, delay, activation, release, limit,
+                                        allowance, m, fill_forward, fill_backward, idle,
+                                        *orders)
+        outputs.append((status, idle, orders))
+    (mine, my_idle, my_orders), (theirs, their_idle, their_orders) = outputs
+    assert mine == theirs and mine in (_build.OK, _build.INFEASIBLE)
+    if mine == _build.OK:
+        np.testing.assert_array_equal(my_idle, their_idle)          # to the bit
+        for a, b in zip(my_orders, their_orders):
+            np.testing.assert_array_equal(a, b)
+        # every device runs each of its 2m F, I and W once
+        np.testing.assert_array_equal(my_orders[3], np.full(p, 6 * m))
+
+
+def test_v_heuristic_run_refuses_disagreeing_shapes():
+    duration, delay, activation, release, limit = _v_profile(0, 3, 4)
+    status = _build.v_heuristic_run(duration[:, :-1].copy(), delay, activation, release,
+                                    limit, None, 4, True, True, np.zeros(3),
+                                    np.zeros(72, np.int8), np.zeros(72, I32),
+                                    np.zeros(72, I32), np.zeros(3, I32))
+    assert status == _build.BAD_SHAPE

@@ -104,7 +104,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         zero_stages=(0, 1) if zero == "both" else (int(zero),),
         sequence_parallel={"both": (False, True), "on": (True,),
                            "off": (False,)}[sequence_parallel_choice],
-        memory_budget=None if memory_budget == "capacity" else memory_budget, tie_band=tie_band, top=top, prune=not exhaustive,
+        memory_budget=None if memory_budget == "capacity" else memory_budget,
+        tie_band=tie_band, top=top, prune=not exhaustive,
         jobs=jobs, dask=dask,
         execution=load_execution(execution) if execution else None)
     try:

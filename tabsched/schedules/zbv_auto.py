@@ -28,6 +28,11 @@ which their runtime uses for the ``zb`` memory setup). The steps, per device:
 3. The ``W`` s left over close each order. A run is repeated with the idle
    time each device reached as its allowance, while that lowers the largest.
 
+One run is compiled (``tabsched._build.v_heuristic_run``: a plan builds zbv-auto
+for each cost model it simulates, and the run was two thirds of that in Python);
+its plain-Python twin, ``tabsched._reference.VPlanner``, is the test oracle, and
+the property tests check both give the same orders and idle times to the bit.
+
 The generator runs the four settings, simulates each order with tabsched
 under the same costs, adds the three fixed V orders (ZB-V's handcrafted one,
 V-Half and V-Min) as candidates, and keeps the best by ``objective`` (as in
@@ -50,10 +55,9 @@ Orders a setting cannot complete within the limit (the authors' code asserts
 there) are dropped; if no candidate fits, the generator says so.
 """
 
-from collections import deque
-
 import numpy as np
 
+from tabsched._build import INFEASIBLE, NO_CONVERGENCE, OUT_OF_MEMORY, v_heuristic_run
 from tabsched.costs import CostModel
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.layout import from_order_arrays
@@ -62,8 +66,8 @@ from tabsched.schedules._common import DEVICES, MICROBATCHES
 from tabsched.schedules._registry import Family, Parameter, register
 from tabsched.schedules.zb_auto import (OBJECTIVES, _TOLERANCE, _span, budget_room,
                                         limit_count, probed_durations)
-from tabsched.schedules.zbv import check_two_chunks, v_stages
-from tabsched.table import FORWARD, INPUT_GRAD, KIND_CODES, WEIGHT_GRAD, ScheduleTable
+from tabsched.schedules.zbv import check_two_chunks
+from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
 
 __all__ = ["SETUPS", "VProfile", "measure_v", "v_heuristic_orders", "build"]
 
@@ -158,229 +162,74 @@ def measure_v(costs, devices, stage_layers=None, limit=None, memory_budget=None)
     return VProfile(per_kind, delay, activation, float(costs.input_grad_release), room)
 
 
-class _VPlanner:
-    """One run of the V heuristic: per device the ops placed, their times and memory.
-
-    Keys of a device's counters: ``"F0"``, ``"F1"`` (forwards of chunk 0 and
-    1), ``"I1"``, ``"I0"`` (input-grads of chunk 1, which come first, and of
-    chunk 0). Times are the heuristic's estimate; tabsched simulates the result.
-    """
-
-    def __init__(self, profile, microbatches, allowance=None):
-        self.profile = profile
-        self.microbatches = microbatches
-        p = profile.num_devices
-        self.count = [{"F0": 0, "F1": 0, "I1": 0, "I0": 0} for _ in range(p)]
-        self.free_at = [0.0] * p
-        self.idle = [0.0] * p
-        self.memory = [0.0] * p
-        self.pending = [deque() for _ in range(p)]
-        self.end = {}
-        self.orders = [[] for _ in range(p)]
-        self.allowance = allowance
-        # the profile's numbers as Python lists and the limits ``fits`` compares with,
-        # computed once: the heuristic reads them hundreds of thousands of times (the
-        # same values, so the same arithmetic)
-        self._stages = [{key: v_stages(p, device)[int(key[1])]
-                         for key in ("F0", "F1", "I0", "I1")} for device in range(p)]
-        self._last = 2 * p - 1
-        self._duration = {kind: [float(value) for value in values]
-                          for kind, values in profile.duration.items()}
-        self._delay = {kind: [float(value) for value in values]
-                       for kind, values in profile.delay.items()}
-        self._activation = [float(value) for value in profile.activation]
-        self._limit = [room + _TOLERANCE * max(1.0, abs(room)) for room in profile.room]
-
-    def stage(self, device, key):
-        return self._stages[device][key]
-
-    def largest_idle(self, device):
-        largest = max(self.idle)
-        if self.allowance is not None:
-            largest = max(largest, max(self.allowance) - self.allowance[device])
-        return largest
-
-    def arrival(self, kind, stage, microbatch):
-        """When ``kind`` of ``microbatch`` on ``stage`` has its input, or None if not yet."""
-        last = self._last
-        if kind == "F":
-            if stage == 0:
-                return 0.0
-            producer = ("F", stage - 1, microbatch)
-        else:
-            producer = ("F", last, microbatch) if stage == last else \
-                ("I", stage + 1, microbatch)
-        end = self.end.get(producer)
-        if end is None:
-            return None
-        return end + self._delay[kind][stage]
-
-    def fits(self, device, amount):
-        return self.memory[device] + amount <= self._limit[device]
-
-    def _place(self, device, kind, stage, microbatch, start):
-        if self.count[device]["F0"] > 0:
-            self.idle[device] += start - self.free_at[device]
-        end = start + self._duration[kind][stage]
-        self.end[kind, stage, microbatch] = self.free_at[device] = end
-        self.orders[device].append((kind, stage, microbatch))
-
-    def put(self, device, key):
-        kind, stage = key[0], self.stage(device, key)
-        microbatch = self.count[device][key]
-        if microbatch >= self.microbatches:
-            raise _Infeasible(f"{key} exhausted on device {device}")
-        ready = self.arrival(kind, stage, microbatch)
-        if ready is None:
-            raise _Infeasible(f"{key} {microbatch} on device {device} before its input")
-        activation = self._activation[stage]
-        change = activation if kind == "F" else -self.profile.release * activation
-        if not self.fits(device, change):
-            raise _Infeasible(f"memory of device {device}")
-        self._place(device, kind, stage, microbatch, max(self.free_at[device], ready))
-        self.memory[device] += change
-        self.count[device][key] += 1
-        if kind == "I":
-            self.pending[device].append((stage, microbatch))
-
-    def put_weight(self, device):
-        stage, microbatch = self.pending[device].popleft()
-        self._place(device, "W", stage, microbatch, self.free_at[device])
-        self.memory[device] -= (1.0 - self.profile.release) * self._activation[stage]
-
-    def make_room(self, device, amount):
-        while not self.fits(device, amount):
-            if not self.pending[device]:
-                raise _Infeasible(f"memory of device {device}")
-            self.put_weight(device)
-
-    def fill_weights(self, device, key, overrun):
-        """``W`` s into the wait for ``key``'s input; ``overrun``: may one more run past it."""
-        kind, stage = key[0], self.stage(device, key)
-        last = self.profile.num_devices - 1
-        # the input comes from another device: F0 and I1 from device d-1, F1 and I0 from d+1
-        if (device == 0 and key in ("F0", "I1")) or (device == last and key in ("F1", "I0")):
-            return
-        arrival = self.arrival(kind, stage, self.count[device][key])
-        if arrival is None:
-            return
-        pending = self.pending[device]
-        weight = self._duration["W"]
-        while pending and arrival >= self.free_at[device] + weight[pending[0][0]]:
-            self.put_weight(device)
-        if pending and overrun and \
-                arrival - self.free_at[device] > self.largest_idle(device) - self.idle[device]:
-            self.put_weight(device)
-
-    def warm_up(self):
-        p, m = self.profile.num_devices, self.microbatches
-        for device in range(p):
-            self.put(device, "F0")
-        for device in range(p - 1, -1, -1):
-            if device < p - 1:
-                arrival = self.arrival("F", self.stage(device, "F1"), 0)
-                forward = self.profile.duration["F"][device]
-                reserve = self.profile.activation[device] * (2 + 2 * device)
-                while (self.fits(device, reserve)
-                       and self.free_at[device] + forward <= arrival
-                       and self.count[device]["F0"] < m
-                       and all(self.fits(j, self.profile.activation[j]) for j in range(device))):
-                    for j in range(device + 1):
-                        self.put(j, "F0")
-            self.put(device, "F1")
-        turn = 0
-        guard = 4 * p * m + 8
-        for device in range(1, p):
-            mine, previous = self.count[device], self.count[device - 1]
-            while (mine["F0"] + mine["F1"] < previous["F0"] + previous["F1"]
-                   or mine["F1"] <= previous["F1"] < m):
-                guard -= 1
-                if guard < 0:
-                    raise TabschedError(f"internal error: {NAME} warm-up does not converge")
-                key = f"F{turn}"
-                for j in range(p - 1, device - 1, -1):
-                    if self.count[j][key] < m:
-                        self.put(j, key)
-                turn = 1 - turn
-
-    def backward_key(self, device):
-        count = self.count[device]
-        if count["I0"] >= count["I1"]:
-            return "I1"
-        if device == self.profile.num_devices - 1:
-            return "I0"
-        ready = self.arrival("I", self.stage(device, "I0"), count["I0"]) is not None
-        return "I0" if ready or count["I1"] >= self.microbatches else "I1"
-
-    def forward_key(self, device):
-        count, m = self.count[device], self.microbatches
-        if count["F1"] >= m:
-            return None
-        if count["F1"] >= count["F0"]:
-            return "F0"
-        if device == self.profile.num_devices - 1:
-            return "F1"
-        if self.arrival("F", self.stage(device, "F1"), count["F1"]) is not None:
-            return "F1"
-        if count["F0"] < m and (device == 0 or self.arrival(
-                "F", self.stage(device, "F0"), count["F0"]) is not None):
-            return "F0"
-        return None
-
-    def round(self, fill_forward, fill_backward):
-        p = self.profile.num_devices
-        keys = [self.backward_key(device) for device in range(p)]
-        order = [(d, "I0") for d in range(p - 1, -1, -1) if keys[d] == "I0"] + \
-                [(d, "I1") for d in range(p) if keys[d] == "I1"]
-        for device, key in order:
-            self.fill_weights(device, key, overrun=key == "I0" or fill_backward)
-            self.put(device, key)
-        for device in range(p):
-            key = self.forward_key(device)
-            if key is None:
-                continue
-            self.make_room(device, self.profile.activation[self.stage(device, key)])
-            self.fill_weights(device, key, overrun=fill_forward)
-            self.put(device, key)
-
-    def run(self, fill_forward, fill_backward):
-        self.warm_up()
-        for _ in range(2 * self.microbatches):
-            self.round(fill_forward, fill_backward)
-        for device in range(self.profile.num_devices):
-            while self.pending[device]:
-                self.put_weight(device)
-        return self
+def _profile_arrays(profile):
+    """The profile as the compiled heuristic reads it: durations (F, I, W) and delays
+    (F, I) per stage, activations, the release and each device's limit (its room with
+    the tolerance)."""
+    duration = np.ascontiguousarray([profile.duration[kind] for kind in "FIW"],
+                                    dtype=np.float64)
+    delay = np.ascontiguousarray([profile.delay[kind] for kind in "FI"], dtype=np.float64)
+    activation = np.ascontiguousarray(profile.activation, dtype=np.float64)
+    limit = np.array([room + _TOLERANCE * max(1.0, abs(room)) for room in profile.room],
+                     dtype=np.float64)
+    return duration, delay, activation, float(profile.release), limit
 
 
-def v_heuristic_orders(profile, microbatches, fill_forward, fill_backward):
-    """Per-device orders ``(kind, stage, microbatch)`` of one setting, or None if it fails.
+def v_heuristic_orders(profile, microbatches, fill_forward, fill_backward, *, run=None):
+    """The orders of one setting, or None if it fails: ``(kind, stage, microbatch,
+    length)``, device ``d``'s order from ``d * 6 * microbatches`` (kinds 0 F, 1 I, 2 W;
+    ``length[d]`` of them), as ``tabsched._build.v_heuristic_run`` writes them.
 
     The run is repeated with the previous run's idle times as allowances while
-    that lowers the largest (at most ``_MAX_REFINEMENTS`` times).
+    that lowers the largest (at most ``_MAX_REFINEMENTS`` times). ``run``: the one
+    run (default the compiled ``v_heuristic_run``; the tests pass its plain-Python
+    twin, ``tabsched._reference.v_heuristic_run``).
     """
-    best, allowance = None, None
+    run = v_heuristic_run if run is None else run
+    duration, delay, activation, release, limit = _profile_arrays(profile)
+    p, per_device = profile.num_devices, 6 * microbatches
+    best, best_largest, allowance = None, None, None
     for _ in range(_MAX_REFINEMENTS):
-        try:
-            planner = _VPlanner(profile, microbatches, allowance).run(fill_forward,
-                                                                     fill_backward)
-        except _Infeasible:
+        idle = np.zeros(p)
+        orders = (np.zeros(p * per_device, dtype=np.int8),
+                  np.zeros(p * per_device, dtype=np.int32),
+                  np.zeros(p * per_device, dtype=np.int32), np.zeros(p, dtype=np.int32))
+        status = run(duration, delay, activation, release, limit, allowance, microbatches,
+                     fill_forward, fill_backward, idle, *orders)
+        if status == INFEASIBLE:
             break
-        largest = max(planner.idle)
-        if best is not None and largest >= max(best.idle):
+        if status == NO_CONVERGENCE:
+            raise TabschedError(f"internal error: {NAME} warm-up does not converge")
+        if status == OUT_OF_MEMORY:
+            raise TabschedError(f"{NAME}: out of memory for the heuristic's scratch at "
+                                f"devices={p}, microbatches={microbatches}")
+        if status != 0:
+            raise TabschedError(f"internal error: {NAME} heuristic status {status}")
+        largest = float(idle.max())
+        if best is not None and largest >= best_largest:
             break
-        best, allowance = planner, list(planner.idle)
-    return None if best is None else best.orders
+        best, best_largest, allowance = orders, largest, idle
+    return best
+
+
+#: The table's kind codes of the heuristic's kinds 0 (F), 1 (I), 2 (W).
+_V_KIND_CODES = np.array([FORWARD, INPUT_GRAD, WEIGHT_GRAD], dtype=np.int64)
 
 
 def _table(orders, devices, microbatches, stage_layers, params):
-    """The table of per-device orders, as ``OrderBuilder`` lays it out (its columns
-    built in one pass: a candidate holds hundreds of thousands of operations)."""
-    ops = [(device, position, KIND_CODES[kind], stage, microbatch)
-           for device, order in enumerate(orders)
-           for position, (kind, stage, microbatch) in enumerate(order)]
-    columns = np.array(ops, dtype=np.int64).reshape(-1, 5)
-    return from_order_arrays(*(np.ascontiguousarray(column) for column in columns.T),
+    """The table of the heuristic's orders (``v_heuristic_orders``), as ``OrderBuilder``
+    lays it out (its columns built at once: a candidate holds hundreds of thousands of
+    operations)."""
+    kind, stage, microbatch, length = orders
+    per_device = 6 * microbatches
+    length = length.astype(np.int64)
+    device = np.repeat(np.arange(devices, dtype=np.int64), length)
+    position = np.arange(len(device), dtype=np.int64) - np.repeat(
+        np.cumsum(length) - length, length)
+    taken = device * per_device + position
+    return from_order_arrays(device, position, _V_KIND_CODES[kind[taken]],
+                             stage[taken].astype(np.int64),
+                             microbatch[taken].astype(np.int64),
                              num_devices=devices, num_stages=2 * devices,
                              num_microbatches=microbatches, stage_layers=stage_layers,
                              family=NAME, params=params)
