@@ -291,11 +291,15 @@ def build(devices, microbatches, costs, chunks=2, setup="zb", memory_limit=None,
         params["memory_budget"] = memory_budget
     if objective != "makespan":
         params["objective"] = objective
-    candidates = []
+    candidates, seen = [], set()
     for fill_backward in (True, False):
         for fill_forward in (True, False):
             orders = v_heuristic_orders(profile, microbatches, fill_forward, fill_backward)
-            if orders is not None:
+            # settings often give the same order: simulated once, under the first's name
+            # (a later one with the same score would not replace it)
+            key = None if orders is None else b"".join(array.tobytes() for array in orders)
+            if orders is not None and key not in seen:
+                seen.add(key)
                 described = ",".join(name for name, on in (("fill-I", fill_backward),
                                                            ("fill-F", fill_forward)) if on)
                 candidates.append((described or "plain", orders))
