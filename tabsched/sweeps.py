@@ -37,7 +37,6 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tabsched._extras import require
 from tabsched._untrusted import shown_value
 from tabsched._memo import memo
 from tabsched.compare import (describe_lengths, generate_spec, grad_sync_for,
@@ -50,6 +49,7 @@ from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
 from tabsched.files import read_text
+from tabsched.parallel import run_dask, run_forked
 from tabsched.table import cut, shown
 from tabsched.throughput import iteration_work, throughput
 
@@ -57,8 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 __all__ = ["sweep", "SweepResult", "SweepTask", "grid_tasks", "run_task", "run_sweep", "COLUMNS",
-           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv", "row_execution", "EXECUTION_COLUMNS",
-           "run_parallel"]
+           "SYSTEM_GRID", "rows_to_csv", "read_sweep_csv", "row_execution", "EXECUTION_COLUMNS"]
 
 #: The tabular paper's 3x3 grid of systems: network (rows) x compute (columns).
 SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", "fast")
@@ -474,7 +473,7 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
             progress(done, len(tasks), done_configs)
 
     if dask is not None:
-        _run_dask(tasks, dask, jobs, record)
+        run_dask(run_task, tasks, dask, jobs, record)
     elif jobs == 1 or len(tasks) <= 1:
         for index, task in enumerate(tasks):
             record(index, run_task(task), index + 1)
@@ -487,7 +486,7 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
                                * (tasks[index].microbatches or 0))
         import multiprocessing     # (~9 ms to import: only for local processes)
         if "fork" in multiprocessing.get_all_start_methods():
-            _run_forked(tasks, largest_first, jobs, record)
+            run_forked(run_task, tasks, largest_first, jobs, record)
             return [row for rows in results for row in rows]
         from concurrent.futures import ProcessPoolExecutor
         # small chunks: tasks differ a hundredfold in cost, and a worker left with a
@@ -499,138 +498,6 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
             for count, (index, rows) in enumerate(zip(largest_first, done), 1):
                 record(index, rows, count)
     return [row for rows in results for row in rows]
-
-
-def run_parallel(function, tasks, *, jobs=1, dask=None, record):
-    """``record(index, function(tasks[index]), done)`` for every task, run the way a sweep
-    runs its tasks: here, on ``jobs`` local processes (this one and ``jobs - 1`` forked
-    from it, each taking the next task from a shared counter, in the order given) or on
-    Dask (``dask`` as in :func:`run_sweep`). ``function`` and the tasks must be picklable
-    for Dask; forked processes inherit this one's memos. Used by ``tabsched.plan``.
-    """
-    tasks = list(tasks)
-    if jobs < 1:
-        raise InvalidParameterError(f"jobs must be >= 1, not {jobs}")
-    if dask is not None:
-        _run_dask(tasks, dask, jobs, record, run=function)
-    elif jobs == 1 or len(tasks) <= 1:
-        for index, task in enumerate(tasks):
-            record(index, function(task), index + 1)
-    else:
-        _run_forked(tasks, list(range(len(tasks))), jobs, record, run=function)
-
-
-def _run_forked(tasks, order, jobs, record, run=None):
-    """Run ``tasks`` in ``order`` here and on ``jobs - 1`` processes forked from here.
-
-    Every process takes the next task from one shared counter, so the long tasks
-    (first in ``order``) spread and no process idles while another has several
-    left. This process works too: it holds the presets and cost models the forked
-    ones inherit, and it spares a worker's start and the round trips of a pool
-    (whose workers wait between tasks for the next to be handed over). The forked
-    processes send each task's rows as they finish; they are recorded between this
-    process's own tasks. A forked process that fails raises here.
-    """
-    import multiprocessing
-    import pickle
-    import queue
-    run = run_task if run is None else run
-    context = multiprocessing.get_context("fork")
-    counter = context.Value("l", 0)
-    finished = context.Queue()
-
-    def take():
-        with counter.get_lock():
-            position = counter.value
-            counter.value = position + 1
-        return order[position] if position < len(order) else None
-
-    def work(worker):   # in a forked process; its last message says it ended, and how
-        try:
-            while (index := take()) is not None:
-                finished.put((index, run(tasks[index])))
-        except BaseException as error:  # noqa: BLE001 - raised again in the parent
-            try:
-                pickle.dumps(error)
-            except Exception:   # noqa: BLE001 - an error that cannot travel as it is
-                error = RuntimeError(f"{type(error).__name__}: {error}")
-            finished.put((None, (worker, error)))
-        else:
-            finished.put((None, (worker, None)))
-
-    done = 0
-    children = [context.Process(target=work, args=(worker,), daemon=True)
-                for worker in range(jobs - 1)]
-    ended = set()
-
-    def receive(timeout):
-        nonlocal done
-        try:
-            index, rows = finished.get(timeout=timeout)
-        except queue.Empty:
-            return False
-        if index is None:
-            worker, error = rows
-            ended.add(worker)
-            if error is not None:
-                raise error
-        else:
-            done += 1
-            record(index, rows, done)
-        return True
-
-    try:
-        for child in children:
-            child.start()
-        while (index := take()) is not None:
-            rows = run(tasks[index])
-            done += 1
-            record(index, rows, done)
-            while receive(0):       # what the others finished meanwhile
-                pass
-        while len(ended) < len(children):
-            gone = [worker for worker, child in enumerate(children)
-                    if child.exitcode is not None and worker not in ended]
-            # a process that exited has sent all it will: if its last message is not
-            # in transit either, it died in the middle of a task
-            if not receive(0.1) and gone and not receive(0.1):
-                raise TabschedError(f"a sweep worker process died (exit status "
-                                    f"{children[gone[0]].exitcode}); run with -j 1 to "
-                                    f"see why")
-    finally:
-        for child in children:
-            if child.is_alive():
-                child.terminate()
-            child.join()
-
-
-def _run_dask(tasks, dask, jobs, record, run=None):
-    run = run_task if run is None else run
-    distributed = require("distributed", "dask", "--dask")
-    Client, LocalCluster, as_completed = (distributed.Client, distributed.LocalCluster,
-                                          distributed.as_completed)
-    owned = []
-    if isinstance(dask, Client):
-        client = dask
-    elif dask == "local":
-        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, dashboard_address=None)
-        client = Client(cluster)
-        owned = [client, cluster]
-    else:
-        try:
-            client = Client(dask, timeout="10s")
-        except (OSError, TimeoutError) as error:
-            raise InvalidParameterError(f"--dask {dask}: cannot reach the scheduler "
-                                        f"({error})") from None
-        owned = [client]
-    try:
-        futures = client.map(run, tasks, pure=False)
-        index_of = {future.key: index for index, future in enumerate(futures)}
-        for done, future in enumerate(as_completed(futures), 1):
-            record(index_of[future.key], future.result(), done)
-    finally:
-        for resource in owned:
-            resource.close()
 
 
 def _cell(value):

@@ -195,7 +195,7 @@ def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
     with pytest.raises(ValueError, match="a bug at"):
         run_sweep(small_grid, jobs=2)
     monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("exit"))
-    with pytest.raises(TabschedError, match=r"a sweep worker process died \(exit status 3\)"):
+    with pytest.raises(TabschedError, match=r"a worker process died \(exit status 3\)"):
         run_sweep(small_grid, jobs=2)
 
 

@@ -17,7 +17,7 @@ that share a table (family, pipeline depth, layer split, microbatch count) share
 lowering and one kernel call, with a cost model each. A cost-driven family
 (``zb-auto``, ``zbv-auto``) builds one table per cost model, for the memory budget.
 With ``jobs > 1`` or Dask the tables are grouped into tasks of about
-:data:`TASK_SECONDS` of work each and run in rounds (:func:`tabsched.sweeps.run_parallel`),
+:data:`TASK_SECONDS` of work each and run in rounds (:func:`tabsched.parallel.run_parallel`),
 the threshold updated between rounds.
 """
 
@@ -342,7 +342,6 @@ def cost_driven_table(layout, microbatches, costs, budget):
 
 def _simulate_job(model, system, budget, job):
     layout = job.layout
-    params = layout.generate_params(job.microbatches)
     models = [run_costs(model, system, run) for run in job.executions]
     if layout.cost_driven:
         outcomes = []
@@ -497,7 +496,7 @@ def _run(batch, model, system, budget, jobs, dask, outcomes, counts):
         for index, task in enumerate(tasks):
             record(index, simulate(task), index + 1)
     else:
-        from tabsched.sweeps import run_parallel
+        from tabsched.parallel import run_parallel
         run_parallel(simulate, tasks, jobs=jobs, dask=dask, record=record)
     flat = [outcome for result in results for outcome in result]
     for (job, chosen), job_outcomes in zip(batch, flat):
