@@ -262,3 +262,17 @@ def test_compare_and_eval_on_a_system_without_a_memory_check_nothing(cli, tmp_pa
     code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "8", "--model", "paper-128l",
                        "--system", str(path))
     assert code == 0 and "device memory" not in out and "throughput    " in out
+
+
+def test_compare_says_when_ranks_differ_only_by_a_tie(cli):
+    # gpipe and 1f1b tie at the formula and table levels; at the simulation level gpipe
+    # goes over the 80 GB and ranks after 1f1b: a rank differs, no order is reversed
+    code, out, _ = cli("compare", "gpipe", "1f1b", "-p", "8", "-m", "64", "--model",
+                       "gpt3-175b", "--system", "dgx-a100", "-t", "8", "--sequence-parallel",
+                       "--global-batch", "64")
+    assert code == 0
+    lines = out.splitlines()
+    gpipe = next(line for line in lines if line.startswith("gpipe"))
+    assert gpipe.rstrip().endswith("*")
+    assert lines[-1] == ("no two families in opposite orders at two levels; * marks a rank "
+                         "that differs where one level ties families another orders")

@@ -195,6 +195,11 @@ def compare_command(families, devices, microbatches, model, system, global_batch
         click.echo(f"* rankings disagree ({'; '.join(levels)}): "
                    + ", ".join(f"{x} vs {y} ({a}/{b})" for a, b, x, y in pairs[:6])
                    + (" ..." if len(pairs) > 6 else ""))
+    elif any(row.disagrees for row in rows if not row.error):
+        # ranks differ, but no two families are in opposite orders: one level ties what
+        # another orders (a family over the device's memory ranks after those that fit)
+        click.echo("no two families in opposite orders at two levels; * marks a rank that "
+                   "differs where one level ties families another orders")
     else:
         click.echo("rankings agree at every level")
 
