@@ -13,23 +13,43 @@ from tabsched.exceptions import InvalidParameterError, TabschedError
 __all__ = ["run_parallel", "run_forked", "run_dask"]
 
 
-def run_parallel(function, tasks, *, jobs=1, dask=None, record):
+def run_parallel(function, tasks, *, jobs=1, dask=None, record, order=None, warm=None):
     """``record(index, function(tasks[index]), done)`` for every task: here, on ``jobs``
     local processes (this one and ``jobs - 1`` forked from it, each taking the next task
-    from a shared counter, in the order given) or on Dask (``dask``: a scheduler
-    address, ``"local"`` or a Client; the ``dask`` extra). ``function`` and the tasks
-    must be picklable for Dask; forked processes inherit this one's memos.
+    from a shared counter) or on Dask (``dask``: a scheduler address, ``"local"`` or a
+    Client; the ``dask`` extra). ``function`` and the tasks must be picklable for Dask
+    and where processes cannot fork; forked processes inherit this one's memos.
+
+    ``order``: the order local processes take the tasks in (default as given; a sweep
+    puts its largest tables first); ``warm()``: run once before any process forks, so
+    that each inherits what it builds (a sweep's presets and cost models). Serially
+    the tasks run as given.
     """
     tasks = list(tasks)
     if jobs < 1:
         raise InvalidParameterError(f"jobs must be >= 1, not {jobs}")
     if dask is not None:
         run_dask(function, tasks, dask, jobs, record)
-    elif jobs == 1 or len(tasks) <= 1:
+        return
+    if jobs == 1 or len(tasks) <= 1:
         for index, task in enumerate(tasks):
             record(index, function(task), index + 1)
-    else:
-        run_forked(function, tasks, list(range(len(tasks))), jobs, record)
+        return
+    if warm is not None:
+        warm()
+    order = list(range(len(tasks))) if order is None else list(order)
+    import multiprocessing     # (~9 ms to import: only for local processes)
+    if "fork" in multiprocessing.get_all_start_methods():
+        run_forked(function, tasks, order, jobs, record)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    # small chunks: tasks differ a hundredfold in cost, and a worker left with a long
+    # chunk at the end keeps the others idle (one round trip costs well under a task)
+    chunk = max(1, len(tasks) // (64 * jobs))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = pool.map(function, [tasks[index] for index in order], chunksize=chunk)
+        for count, (index, result) in enumerate(zip(order, done), 1):
+            record(index, result, count)
 
 
 def run_forked(run, tasks, order, jobs, record):

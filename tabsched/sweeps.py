@@ -49,7 +49,7 @@ from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
 from tabsched.files import read_text
-from tabsched.parallel import run_dask, run_forked
+from tabsched.parallel import run_parallel
 from tabsched.table import cut, shown
 from tabsched.throughput import iteration_work, throughput
 
@@ -460,8 +460,6 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         Called as ``progress(tasks_done, tasks_total, configurations_done)``.
     """
     tasks = list(tasks)
-    if jobs < 1:
-        raise InvalidParameterError(f"jobs must be >= 1, not {jobs}")
     results = [None] * len(tasks)
     done_configs = 0
 
@@ -472,31 +470,14 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         if progress is not None:
             progress(done, len(tasks), done_configs)
 
-    if dask is not None:
-        run_dask(run_task, tasks, dask, jobs, record)
-    elif jobs == 1 or len(tasks) <= 1:
-        for index, task in enumerate(tasks):
-            record(index, run_task(task), index + 1)
-    else:
-        _warm(tasks)    # forked workers inherit the parsed presets and built cost models
-        # the largest tables first (operations grow with devices x microbatches), so
-        # that no worker starts a long task when the others are nearly done
-        largest_first = sorted(range(len(tasks)),
-                               key=lambda index: -tasks[index].devices
-                               * (tasks[index].microbatches or 0))
-        import multiprocessing     # (~9 ms to import: only for local processes)
-        if "fork" in multiprocessing.get_all_start_methods():
-            run_forked(run_task, tasks, largest_first, jobs, record)
-            return [row for rows in results for row in rows]
-        from concurrent.futures import ProcessPoolExecutor
-        # small chunks: tasks differ a hundredfold in cost, and a worker left with a
-        # long chunk at the end keeps the other idle (one round trip costs well under
-        # a typical task)
-        chunk = max(1, len(tasks) // (64 * jobs))
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            done = pool.map(run_task, [tasks[index] for index in largest_first], chunksize=chunk)
-            for count, (index, rows) in enumerate(zip(largest_first, done), 1):
-                record(index, rows, count)
+    # the largest tables first (operations grow with devices x microbatches), so that
+    # no worker starts a long task when the others are nearly done; forked workers
+    # inherit the parsed presets and built cost models
+    largest_first = sorted(range(len(tasks)),
+                           key=lambda index: -tasks[index].devices
+                           * (tasks[index].microbatches or 0))
+    run_parallel(run_task, tasks, jobs=jobs, dask=dask, record=record, order=largest_first,
+                 warm=lambda: _warm(tasks))
     return [row for rows in results for row in rows]
 
 
