@@ -426,10 +426,11 @@ class LoweredSchedule:
         index = node - self.nodes(kind).start      # its place among the nodes of its kind
         if kind == CELL:
             return self.describe_cell(node)[0]
-        if kind == TRANSFER:
-            t = self.transfers
-            return (f"{self.table.op(int(t.producer[index]))} d{int(t.src[index])}"
-                    f"->d{int(t.dst[index])}")
+        if kind == TRANSFER:    # one transfer's ends, not every transfer's (src, dst)
+            t, device = self.transfers, self.table.device
+            producer, consumer = int(t.producer[index]), int(t.consumer[index])
+            return (f"{self.table.op(producer)} d{int(device[producer])}"
+                    f"->d{int(device[consumer])}")
         if kind == SYNC:
             return f"grad sync stage {int(self.sync_stage[index])}"
         if kind == OPTIMIZER:

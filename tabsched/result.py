@@ -37,7 +37,7 @@ from tabsched import engine
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.execution import Execution
 from tabsched.memory import MemoryViolation, memory_events, memory_violations
-from tabsched.nodes import CELL, TRANSFER
+from tabsched.nodes import CELL, KINDS, TRANSFER
 from tabsched.table import ScheduleTable
 
 __all__ = ["Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation", "Summary"]
@@ -252,31 +252,59 @@ class Result:
             node = int(self._binding[node])
         return nodes[::-1]
 
+    def critical_counts(self):
+        """How many nodes of each kind the critical path holds, by the label its steps
+        carry (``{"op": 12, "transfer": 11, "optimizer": 1}``), without building the
+        steps: what a summary line needs of a path of millions of operations."""
+        nodes = np.asarray(self.critical_nodes(), dtype=np.int64)
+        kinds = np.searchsorted(self._lowered.kind_bounds, nodes, side="right") - 1
+        counts = np.bincount(kinds, minlength=len(KINDS))
+        return {("op" if KINDS[k] == CELL else KINDS[k].label): int(count)
+                for k, count in enumerate(counts.tolist()) if count}
+
     @property
     def critical_path(self):
         """Operations and transfers, in time order, that decided the makespan.
 
         Walks back from the node that ends last: each node's start was set by the
         predecessor that ended last (or by the previous user of a link it waited for).
+        Linear in the path's length: the kinds, times and operations of its nodes are
+        looked up at once, and a cell's text from its neighbours in the table's arrays.
         """
-        lowered = self._lowered
+        lowered, table = self._lowered, self.table
+        nodes = np.asarray(self.critical_nodes(), dtype=np.int64)
+        if len(nodes) == 0:
+            return []
+        starts = self._node_start[nodes].tolist()
+        ends = (self._node_start[nodes] + self._node_durations[nodes]).tolist()
+        kinds = (np.searchsorted(lowered.kind_bounds, nodes, side="right") - 1).tolist()
+        cells, transfer_ids = lowered.nodes(CELL), lowered.nodes(TRANSFER)
+        # each cell node's first operation (cell_of_op is sorted), each transfer's ends
+        ops = np.searchsorted(lowered.cell_of_op, nodes.astype(lowered.cell_of_op.dtype))
+        in_transfers = (nodes >= transfer_ids.start) & (nodes < transfer_ids.stop)
+        k = np.where(in_transfers, nodes - transfer_ids.start, 0)
+        transfers = lowered.transfers
+        src = table.device[transfers.producer[k]] if len(transfers) else np.zeros_like(k)
+        dst = table.device[transfers.consumer[k]] if len(transfers) else np.zeros_like(k)
+        ops, src, dst = ops.tolist(), src.tolist(), dst.tolist()
+        device_of = table.device.tolist()
         steps = []
-        for node in self.critical_nodes():
-            start = float(self._node_start[node])
-            end = start + float(self._node_durations[node])
-            kind = lowered.kind_of(node)
-            label = lowered.describe_node(node)
-            if kind == CELL:
-                steps.append(PathStep(label, start, end, device=lowered.describe_cell(node)[1]))
+        for i, node in enumerate(nodes.tolist()):
+            kind = KINDS[kinds[i]]
+            if cells.start <= node < cells.stop:
+                steps.append(PathStep(table.cell_text(ops[i]), starts[i], ends[i],
+                                      device=device_of[ops[i]]))
             elif kind == TRANSFER:
-                k = node - lowered.nodes(TRANSFER).start
-                link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
-                steps.append(PathStep(label, start, end, link=link, kind="transfer"))
+                producer = int(transfers.producer[node - transfer_ids.start])
+                label = f"{table.op(producer)} d{src[i]}->d{dst[i]}"
+                steps.append(PathStep(label, starts[i], ends[i], link=(src[i], dst[i]),
+                                      kind="transfer"))
             elif kind.on_device:
-                steps.append(PathStep(label, start, end, kind=kind.label,
-                                      device=int(lowered.node_device[node])))
+                steps.append(PathStep(lowered.describe_node(node), starts[i], ends[i],
+                                      kind=kind.label, device=int(lowered.node_device[node])))
             else:
-                steps.append(PathStep(label, start, end, kind=kind.label))
+                steps.append(PathStep(lowered.describe_node(node), starts[i], ends[i],
+                                      kind=kind.label))
         return steps
 
     @property

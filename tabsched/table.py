@@ -302,11 +302,19 @@ class ScheduleTable:
         return Op(KINDS[self.kind[index]], int(self.stage[index]), int(self.microbatch[index]))
 
     def cell_text(self, index):
-        """Text of the cell that holds operation ``index`` (an overlap shows all parts)."""
-        same = np.flatnonzero((self.device == self.device[index]) & (self.slot == self.slot[index]))
-        if len(same) == 1:
+        """Text of the cell that holds operation ``index`` (an overlap shows all parts).
+
+        The arrays are sorted by device and slot, so the parts of a cell are neighbours:
+        the cell is found by looking either side of ``index``, not through the table."""
+        device, slot, last = self.device[index], self.slot[index], len(self.device) - 1
+        first = end = int(index)
+        while first > 0 and self.device[first - 1] == device and self.slot[first - 1] == slot:
+            first -= 1
+        while end < last and self.device[end + 1] == device and self.slot[end + 1] == slot:
+            end += 1
+        if first == end:
             return str(self.op(index))
-        return str(Overlap(tuple(self.op(i) for i in same)))
+        return str(Overlap(tuple(self.op(i) for i in range(first, end + 1))))
 
     @property
     def rows(self):

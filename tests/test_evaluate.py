@@ -158,6 +158,52 @@ def test_critical_path_is_a_chain_that_ends_at_the_makespan():
     assert any(step.is_transfer and step.link == (1, 0) for step in path)
 
 
+def _path_one_node_at_a_time(result):
+    """The critical path as the lowering describes each node on its own (the oracle)."""
+    from tabsched.nodes import CELL, TRANSFER
+    lowered, steps = result._lowered, []
+    for node in result.critical_nodes():
+        start = float(result._node_start[node])
+        end = start + float(result._node_durations[node])
+        kind, label = lowered.kind_of(node), lowered.describe_node(node)
+        if kind == CELL:
+            steps.append((label, start, end, lowered.describe_cell(node)[1], None, "op"))
+        elif kind == TRANSFER:
+            k = node - lowered.nodes(TRANSFER).start
+            link = (int(lowered.transfers.src[k]), int(lowered.transfers.dst[k]))
+            steps.append((label, start, end, None, link, "transfer"))
+        else:
+            steps.append((label, start, end,
+                          int(lowered.node_device[node]) if kind.on_device else None, None,
+                          kind.label))
+    return steps
+
+
+@pytest.mark.parametrize("family, params, costs", [
+    ("1f1b", {"devices": 4, "microbatches": 8}, StageCosts(1.0, comm=0.5)),
+    ("dualpipev", {"devices": 4, "microbatches": 8}, StageCosts(1.0, comm=0.25)),
+    ("chimera", {"devices": 4, "microbatches": 8}, StageCosts(1.0, comm=0.1)),
+    ("interleaved-1f1b", {"devices": 4, "microbatches": 8, "chunks": 2}, UnitCosts()),
+])
+def test_critical_path_steps_are_what_each_node_describes(family, params, costs):
+    """The path built at once (kinds, times and operations looked up together, overlapped
+    cells from their neighbours) holds what describing each node on its own gives."""
+    result = evaluate(generate(family, **params), costs)
+    found = [(s.label, s.start, s.end, s.device, s.link, s.kind) for s in result.critical_path]
+    assert found == _path_one_node_at_a_time(result)
+
+
+def test_critical_counts_are_the_steps_kinds():
+    from collections import Counter
+    result = evaluate(generate("1f1b", devices=4, microbatches=8), StageCosts(1.0, comm=0.5))
+    assert result.critical_counts() == dict(Counter(s.kind for s in result.critical_path)) \
+        == {"op": 22, "transfer": 16}
+    table = ScheduleTable([["0F0", "0B0", None, None], [None, None, "0F1", "0B1"]])
+    tail = evaluate(table, UnitCosts(sync=2, optimizer=1), grad_sync="replicas",
+                    optimizer=True)
+    assert tail.critical_counts() == {"op": 2, "sync": 1, "optimizer": 1}
+
+
 def test_links_report_transfers_and_busy_time():
     result = evaluate(generate("gpipe", devices=3, microbatches=4), StageCosts(1.0, comm=0.25))
     links = {(link.src, link.dst): link for link in result.links}

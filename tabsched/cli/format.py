@@ -128,9 +128,9 @@ def summary(result):
         if bounds is not None:
             lines.append(f"formula peak  {bounds[0]} .. {bounds[1]} per device "
                          f"({formula.get('activation_unit')})")
-    path = result.critical_path
-    ops = sum(1 for step in path if step.kind == "op")
-    lines.append(f"critical path {ops} ops, {len(path) - ops} transfers")
+    counts = result.critical_counts()
+    ops = counts.get("op", 0)
+    lines.append(f"critical path {ops} ops, {sum(counts.values()) - ops} transfers")
     header = ["device", "busy", "idle", "warm-up", "inside", "cool-down",
               f"peak memory ({result.memory_unit})"]
     body = [[f"d{d.device}", format_number(d.busy), format_number(d.idle), format_number(d.warmup),
