@@ -171,8 +171,10 @@ def kernel_seconds(model, system, placement, kernels, samples):
     work = kernels.work(samples)
     nbytes = work["read"] + work["written"]
     tokens = samples[None, :] * model.sequence
+    measured = (None if system.gemm_efficiency is None
+                else system.gemm_efficiency_of(kernels.gemm_shapes(samples)))
     seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
-                                   work["outputs"]) + system.launch_latency)
+                                   work["outputs"], measured) + system.launch_latency)
     for index in np.flatnonzero(kernels.collective):
         seconds[index] = group_time(kernels.kinds[index], work["message"][index],
                                     placement.group(kernels.groups[index]), system)
@@ -237,8 +239,9 @@ def kernel_report(costs, part="layer", samples=None):
     recompute forward ``R``, ``I``, ``W``): ``phase``, ``name``, ``class``,
     ``flops``, ``bytes_read``, ``bytes_written`` (a collective's message in
     ``bytes_read``), ``bound`` (``compute``, ``memory``, ``network``),
-    ``efficiency`` (of the binding resource; for a matrix kernel the table's
-    value times its wave quantization), ``seconds`` (its own, before any
+    ``efficiency`` (of the binding resource; for a matrix kernel the
+    ``compute_efficiency`` value times its wave quantization, or the GEMM table's
+    value where the system's table covers the kernel), ``seconds`` (its own, before any
     hiding), ``beside`` (the kernel a collective runs beside, or None).
     """
     if part not in PARTS:
@@ -253,6 +256,8 @@ def kernel_report(costs, part="layer", samples=None):
         seconds, work = kernel_seconds(costs.model, system, costs.placement, kernels,
                                         np.array([samples]))
         tokens = samples * costs.model.sequence
+        measured = (None if system.gemm_efficiency is None else
+                    system.gemm_efficiency_of(kernels.gemm_shapes(np.array([samples]))))
         for index, kernel in enumerate(kernels.kernels):
             flops = float(work["flops"][index, 0])
             read, written = float(work["read"][index, 0]), float(work["written"][index, 0])
@@ -265,6 +270,8 @@ def kernel_report(costs, part="layer", samples=None):
             else:
                 e_c = float(system.compute_efficiency_at(tokens, flops)
                             * system.wave_efficiency(work["outputs"][index, 0]))
+                if measured is not None and not np.isnan(measured[index, 0]):
+                    e_c = float(measured[index, 0])
                 e_m = float(system.memory_efficiency_at(read + written))
                 compute = flops / (system.peak_flops * e_c) if kernel.cls == "matrix" else 0.0
                 memory = (read + written) / (system.memory_bandwidth * e_m)
