@@ -27,6 +27,7 @@ The package holds the seam and what the models stand on:
   kernel, efficiency tables, wave quantization, links);
 * :mod:`~tabsched.costs.gemm` -- measured GEMM efficiency by shape
   (``GemmTable``, a system's ``gemm_efficiency``) and the GEMM sweep CSV reader;
+  :mod:`~tabsched.costs.system_import` turns a sweep into a system TOML;
 * :mod:`~tabsched.costs.collectives` -- ring all-reduce, reduce-scatter and
   all-gather, used by tensor and data parallelism and replica syncs alike;
 * :mod:`~tabsched.costs.units` -- quantities with units (``80GB``, ``2us``);

@@ -365,7 +365,7 @@ def read_sweep(path, *, peak_flops=None, dtype=None):
         line = text_[:text_.index("\x00")].count("\n") + 1
         raise InvalidParameterError(f"{path}: line {line} contains a NUL byte; a CSV is "
                                     f"expected")
-    reader = csv.reader(io.StringIO(text_, newline=""))
+    reader = csv.reader(io.StringIO(text_, newline=""), strict=True)
     try:
         header = next(reader, None)
         if header is None:
