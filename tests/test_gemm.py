@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tabsched import InvalidParameterError, ModelCosts, System, load_system
-from tabsched.costs.gemm import (MAX_POINTS, GemmTable, kernel_efficiency, read_sweep,
-                                 table_toml)
+from tabsched.costs.gemm import (MAX_POINTS, MAX_SCATTERED_POINTS, GemmTable,
+                                 kernel_efficiency, read_sweep, table_toml)
 from tabsched.costs.kernels import MATRIX, KernelTable, layer_kernels, output_kernels
 from tabsched.costs.transformer import TransformerModel, model_presets
 from tabsched.execution import Execution
@@ -303,7 +303,8 @@ GOOD = [[1024, 1024, 1024, 0.5], [2048, 2048, 2048, 0.7]]
     ({"source": "s"}, r"give exactly one of points .* not neither"),
     ({"source": "s", "points": GOOD, "seconds": GOOD}, r"not points and seconds"),
     ({"source": "s", "points": 3}, r"gemm_efficiency.points must be an array"),
-    ({"source": "s", "points": GOOD[:1]}, r"has 1 point; a table needs at least 2"),
+    ({"source": "s", "points": GOOD[:1]}, r"^gemm_efficiency.points has 1 point; a table "
+                                           r"needs at least 2"),
     ({"source": "s", "points": []}, r"has 0 points; a table needs at least 2"),
     ({"source": "s", "points": [GOOD[0], GOOD[0]]}, r"has 1 distinct shape"),
     ({"source": "s", "points": [[1, 2, 3]] + GOOD}, r"points\[0\] must be a row \[m, n, k, "
@@ -344,5 +345,24 @@ def test_the_points_are_bounded_before_they_are_read():
         small_system(gemm_efficiency={"source": "s", "points": rows})
 
 
+def test_scattered_tables_are_bounded_tighter_than_grids():
+    grid = [[m, n, k, 0.5] for m in range(1, 23) for n in range(1, 23) for k in range(1, 21)]
+    assert len(grid) <= MAX_POINTS and small_system(
+        gemm_efficiency={"source": "s", "points": grid}).gemm_efficiency.grid
+    with pytest.raises(InvalidParameterError, match=f"gemm_efficiency.points: {len(grid) - 1} points are scattered .* "
+                                                    f"at most {MAX_SCATTERED_POINTS} "
+                                                    f"\\(a grid {MAX_POINTS}\\)"):
+        small_system(gemm_efficiency={"source": "s", "points": grid[1:]})
+
+
 def test_agreeing_duplicates_are_one_point():
     assert len(table(GOOD + [GOOD[0]]).points) == 2
+
+
+def test_the_memoised_prices_agree_with_the_kernel_report():
+    """part_times reads the products' shapes from a memo, the report builds them: the same
+    seconds either way."""
+    from tabsched.table import FORWARD
+    costs = ModelCosts(GPT, qkv_point_system(0.3), Execution(tensor_parallel=4))
+    forward = sum(row["seconds"] for row in costs.kernel_report() if row["phase"] == "F")
+    assert costs.part_times((1.0,))["layer"][FORWARD][0] == pytest.approx(forward, rel=1e-14)

@@ -22,7 +22,8 @@ What is refused (only what cannot be physically true)
     An efficiency above 1 (a product faster than the peak: the message says by
     how much) or <= 0, a time <= 0 or not finite, a dimension that is not a
     positive integer, the same shape twice with different values, fewer than
-    :data:`MIN_POINTS` points, more than :data:`MAX_POINTS`. The efficiency is
+    :data:`MIN_POINTS` points, more than :data:`MAX_POINTS` (on a grid) or
+    :data:`MAX_SCATTERED_POINTS` (scattered). The efficiency is
     *not* required to grow with any dimension: wave quantization makes it dip
     where the output tiles fill one more wave than the SMs hold (NVIDIA, "Matrix
     Multiplication Background User's Guide", section 3.2).
@@ -69,14 +70,17 @@ import numpy as np
 from tabsched._untrusted import integer, number, shown_value, text
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["GemmTable", "MIN_POINTS", "MAX_POINTS", "MAX_DIMENSION", "SECONDS_RANGE",
+__all__ = ["GemmTable", "MIN_POINTS", "MAX_POINTS", "MAX_SCATTERED_POINTS", "MAX_DIMENSION", "SECONDS_RANGE",
            "REACH_RANGE", "kernel_efficiency", "read_sweep", "table_toml", "MAX_CSV_BYTES"]
 
 #: Fewest points: one point is a constant, which ``compute_efficiency`` already says.
 MIN_POINTS = 2
-#: Most points: a sweep of 21 values per dimension is 9,261; the scattered rule holds a
-#: (shapes x points) array, so this bounds its memory (about 10 MB for 150 shapes).
+#: Most points: a grid of 21 values per dimension is 9,261 (its lookup does not grow with
+#: the points: about 0.1 ms for a layer's kernels at four sizes).
 MAX_POINTS = 10_000
+#: Most scattered points: their rule weighs every point for every shape, about 2.7 ms for a
+#: layer's kernels at four microbatch sizes with 2,048 points (measured on one core).
+MAX_SCATTERED_POINTS = 2048
 #: Largest dimension: 2**31 - 1, cuBLAS' int32 sizes.
 MAX_DIMENSION = 2**31 - 1
 #: A measured time from 1 ps to 1 day.
@@ -119,6 +123,12 @@ class GemmTable:
         grid = (all(len(axis) >= 2 for axis in axes)
                 and len(self.points) == len(axes[0]) * len(axes[1]) * len(axes[2]))
         object.__setattr__(self, "grid", grid)
+        if not grid and len(self.points) > MAX_SCATTERED_POINTS:
+            raise InvalidParameterError(
+                f"{len(self.points)} points are scattered (not every "
+                f"combination of their m, n and k values), and a scattered table may hold "
+                f"at most {MAX_SCATTERED_POINTS} (a grid {MAX_POINTS}): complete the grid or "
+                f"thin the points")
         if grid:   # points sorted by (m, n, k): the values reshape into the grid
             cube = values.reshape(len(axes[0]), len(axes[1]), len(axes[2]))
             object.__setattr__(self, "_axes", tuple(axes))
@@ -186,7 +196,11 @@ class GemmTable:
                                         f"{MAX_POINTS} are allowed")
         points = [_point(f"{name}.{key}[{index}]", row, key, peak_flops)
                   for index, row in enumerate(rows)]
-        return cls(_merged(points, f"{name}.{key}"), source, dtype, reach)
+        merged = _merged(points, f"{name}.{key}")
+        try:
+            return cls(merged, source, dtype, reach)
+        except InvalidParameterError as error:
+            raise InvalidParameterError(f"{name}.{key}: {error}") from None
 
     def to_value(self):
         """The TOML table (``points`` rows) that :meth:`from_value` reads back."""
@@ -305,24 +319,24 @@ def kernel_efficiency(table, shapes):
     """Each kernel's table efficiency from its products' shapes, NaN where not covered.
 
     ``shapes``: an array ``(kernels, slots, 4, sizes)`` of ``m, n, k, batch`` per
-    product slot (batch 0: an empty slot), as
-    :meth:`tabsched.costs.kernels.KernelTable.gemm_shapes` gives it. A kernel is
-    covered when it has a product and the table covers every one; its efficiency
-    is then ``sum(flops_i) / sum(flops_i / e_i)``.
+    product slot (batch 0: an empty slot; a kernel's products fill its first
+    slots), as :meth:`tabsched.costs.kernels.KernelTable.gemm_shapes` gives it. A
+    kernel is covered when it has a product and the table covers every one; its
+    efficiency is then ``sum(flops_i) / sum(flops_i / e_i)``, and with one product
+    that product's value as it is. Only the products are looked up.
     """
     m, n, k, batch = shapes[:, :, 0], shapes[:, :, 1], shapes[:, :, 2], shapes[:, :, 3]
     used = batch > 0
-    efficiency = table.efficiency(np.where(used, m, 1.0), np.where(used, n, 1.0),
-                                  np.where(used, k, 1.0))
-    flops = 2.0 * m * n * k * batch
+    efficiency = np.full(used.shape, np.nan)
+    if used.any():
+        efficiency[used] = table.efficiency(m[used], n[used], k[used])
+    if shapes.shape[1] == 1:
+        return efficiency[:, 0]
+    flops = np.where(used, 2.0 * m * n * k * batch, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        seconds = np.where(used, flops / efficiency, 0.0).sum(axis=1)
-        total = np.where(used, flops, 0.0).sum(axis=1)
-        result = total / seconds
-    single = used.sum(axis=1) == 1   # one product: its value as it is (f / (f / e) may round)
-    result = np.where(single, np.where(used, efficiency, 0.0).sum(axis=1), result)
-    covered = used.any(axis=1) & ~(used & np.isnan(efficiency)).any(axis=1)
-    return np.where(covered, result, np.nan)
+        # an uncovered product is NaN, and so is the sum it is in
+        combined = flops.sum(axis=1) / np.where(used, flops / efficiency, 0.0).sum(axis=1)
+    return np.where(used[:, 1:].any(axis=1), combined, efficiency[:, 0])
 
 
 # ---------------------------------------------------------------- a user's GEMM sweep

@@ -183,17 +183,28 @@ class KernelTable:
         return {field: coefficient[:, :1] + coefficient[:, 1:] * samples[None, :]
                 for field, coefficient in self._coefficients.items()}
 
-    def gemm_shapes(self, samples):
-        """``(kernels, slots, 4, sizes)``: ``m, n, k, batch`` of each kernel's products
-        (:attr:`Kernel.gemms`; ``slots`` the most any kernel has, batch 0 in an unused
-        slot). Built on demand: only a system with a GEMM table asks."""
+    def gemm_coefficients(self):
+        """``(kernels, slots, 4, 2)``: the ``(fixed, per_sample)`` pairs of ``m, n, k,
+        batch`` of each kernel's products (:attr:`Kernel.gemms`; ``slots`` the most any
+        kernel has, zeros in an unused slot). Built on demand: only a system with a GEMM
+        table asks (:func:`tabsched.costs.model_work.gemm_coefficients` remembers it)."""
+        where = [(index, slot) for index, kernel in enumerate(self.kernels)
+                 for slot in range(len(kernel.gemms))]
+        slots = 1 + max((slot for _, slot in where), default=0)
+        coefficients = np.zeros((len(self.kernels), slots, 4, 2))
+        if where:
+            index, slot = np.array(where).T
+            coefficients[index, slot] = [gemm for kernel in self.kernels for gemm in kernel.gemms]
+        return coefficients
+
+    def gemm_shapes(self, samples, coefficients=None):
+        """``(kernels, slots, 4, sizes)``: ``m, n, k, batch`` of each kernel's products for
+        microbatches of ``samples`` (batch 0 in an unused slot), from ``coefficients``
+        (:meth:`gemm_coefficients`, built here if not given)."""
         samples = np.atleast_1d(np.asarray(samples, dtype=np.float64))
-        slots = max((len(kernel.gemms) for kernel in self.kernels), default=0)
-        coefficients = np.zeros((len(self.kernels), max(slots, 1), 4, 2))
-        for index, kernel in enumerate(self.kernels):
-            for slot, gemm in enumerate(kernel.gemms):
-                coefficients[index, slot] = gemm
-        return (coefficients[..., :1] + coefficients[..., 1:] * samples)
+        if coefficients is None:
+            coefficients = self.gemm_coefficients()
+        return coefficients[..., :1] + coefficients[..., 1:] * samples
 
 
 # ---------------------------------------------------------------- builders
