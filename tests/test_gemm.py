@@ -276,6 +276,21 @@ def test_seconds_become_efficiency_against_the_peak():
     assert system.gemm_efficiency.points[0][3] == pytest.approx(0.5, rel=1e-15)
 
 
+def test_a_table_of_times_follows_the_peak_of_its_system():
+    system = small_system(gemm_efficiency={"source": "s", "seconds": [
+        [1024, 1024, 1024, 2 * 1024**3 / 50e12], [2048, 2048, 2048, 1.0]]})
+    faster = system.replace(peak_flops="200TFLOP/s")
+    assert faster.gemm_efficiency.points[0][3] == pytest.approx(0.25, rel=1e-15)
+    assert faster.gemm_efficiency.seconds == system.gemm_efficiency.seconds
+    assert faster.summary()["gemm_efficiency"]["seconds"][1] == [2048, 2048, 2048, 1.0]
+    with pytest.raises(InvalidParameterError, match=r"seconds\[0\]: 1024x1024x1024 .* 2x the "
+                                                    r"system's peak_flops 2.5e\+13"):
+        system.replace(peak_flops="25TFLOP/s")
+    # a table of efficiencies is what it says, whatever the peak
+    points = qkv_point_system()
+    assert points.replace(peak_flops="200TFLOP/s").gemm_efficiency is points.gemm_efficiency
+
+
 def test_a_system_file_with_a_table_loads(tmp_path):
     path = tmp_path / "mine.toml"
     path.write_text('peak_flops = "100TFLOP/s"\nmemory_bandwidth = "1TB/s"\n'

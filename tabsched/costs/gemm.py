@@ -106,13 +106,19 @@ class GemmTable:
     reach : float
     grid : bool
         True when the points form a rectilinear grid (trilinear rule).
+    seconds : tuple of (m, n, k, seconds) or None
+        The times the points were derived from (a ``seconds`` table), and
+        ``peak_flops`` the peak they were divided by: a system with another peak
+        derives its efficiencies from the times again.
     """
 
-    __slots__ = ("points", "source", "dtype", "reach", "grid", "_hash", "_axes", "_values",
-                 "_coordinates")
+    __slots__ = ("points", "source", "dtype", "reach", "grid", "seconds", "peak_flops", "_hash",
+                 "_axes", "_values", "_coordinates")
 
-    def __init__(self, points, source, dtype="", reach=1.0):
+    def __init__(self, points, source, dtype="", reach=1.0, seconds=None, peak_flops=None):
         object.__setattr__(self, "points", tuple(points))
+        object.__setattr__(self, "seconds", None if seconds is None else tuple(seconds))
+        object.__setattr__(self, "peak_flops", peak_flops)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "reach", float(reach))
@@ -139,7 +145,8 @@ class GemmTable:
         object.__setattr__(self, "_coordinates", logs)
         for array in (values, logs, *axes):
             array.flags.writeable = False
-        object.__setattr__(self, "_hash", hash((self.points, source, dtype, self.reach)))
+        object.__setattr__(self, "_hash", hash((self.points, source, dtype, self.reach,
+                                                self.seconds, peak_flops)))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"GemmTable is immutable: cannot set {name}")
@@ -151,8 +158,8 @@ class GemmTable:
         if not isinstance(other, GemmTable):
             return NotImplemented
         return (self._hash == other._hash and self.points == other.points
-                and (self.source, self.dtype, self.reach)
-                == (other.source, other.dtype, other.reach))
+                and (self.source, self.dtype, self.reach, self.seconds, self.peak_flops)
+                == (other.source, other.dtype, other.reach, other.seconds, other.peak_flops))
 
     def __repr__(self):
         return (f"GemmTable({len(self.points)} points, {'grid' if self.grid else 'scattered'}"
@@ -162,9 +169,12 @@ class GemmTable:
     @classmethod
     def from_value(cls, value, peak_flops, name="gemm_efficiency"):
         """A table from a TOML table (a dict) or a :class:`GemmTable`; one line naming the key
-        for anything wrong. ``peak_flops`` turns ``seconds`` into efficiency."""
+        for anything wrong. ``peak_flops`` turns ``seconds`` into efficiency (a table of
+        times made for another peak is derived again for this one)."""
         if isinstance(value, GemmTable):
-            return value
+            if value.seconds is None or value.peak_flops == peak_flops:
+                return value
+            value = value.to_value()
         if not isinstance(value, dict):
             raise InvalidParameterError(f"{name} must be a table with source and points (or "
                                         f"seconds), not {shown_value(value)}")
@@ -194,22 +204,31 @@ class GemmTable:
         if len(rows) > MAX_POINTS:
             raise InvalidParameterError(f"{name}.{key} has {len(rows)} rows; at most "
                                         f"{MAX_POINTS} are allowed")
-        points = [_point(f"{name}.{key}[{index}]", row, key, peak_flops)
-                  for index, row in enumerate(rows)]
-        merged = _merged(points, f"{name}.{key}")
+        checked = [_point(f"{name}.{key}[{index}]", row, key, peak_flops)
+                   for index, row in enumerate(rows)]
+        merged = _merged([point[:4] for point in checked], f"{name}.{key}")
+        seconds = None
+        if key == "seconds":
+            times = {point[:3]: point[4] for point in checked}
+            seconds = [(m, n, k, times[m, n, k]) for m, n, k, _ in merged]
         try:
-            return cls(merged, source, dtype, reach)
+            return cls(merged, source, dtype, reach, seconds,
+                       peak_flops if key == "seconds" else None)
         except InvalidParameterError as error:
             raise InvalidParameterError(f"{name}.{key}: {error}") from None
 
     def to_value(self):
-        """The TOML table (``points`` rows) that :meth:`from_value` reads back."""
+        """The TOML table that :meth:`from_value` reads back (``seconds`` rows for a table
+        of times, else ``points``)."""
         value = {"source": self.source}
         if self.dtype:
             value["dtype"] = self.dtype
         if self.reach != 1.0:
             value["reach"] = self.reach
-        value["points"] = [list(point) for point in self.points]
+        if self.seconds is not None:
+            value["seconds"] = [list(row) for row in self.seconds]
+        else:
+            value["points"] = [list(point) for point in self.points]
         return value
 
     # ------------------------------------------------------------ lookup
@@ -265,13 +284,15 @@ def _last(key):
 
 
 def _point(where, row, key, peak_flops):
-    """One checked ``(m, n, k, efficiency)`` from a ``points`` or ``seconds`` row."""
+    """One checked ``(m, n, k, efficiency, seconds)`` from a ``points`` or ``seconds`` row
+    (``seconds`` None for a ``points`` row)."""
     if not isinstance(row, (list, tuple)) or len(row) != 4:
         raise InvalidParameterError(f"{where} must be a row [m, n, k, {_last(key)}], not "
                                     f"{shown_value(row)}")
     m, n, k = (integer(f"{where} {label}", dim, 1, MAX_DIMENSION)
                for label, dim in zip("mnk", row[:3]))
     flops = 2.0 * m * n * k
+    seconds = None
     if key == "seconds":
         seconds = number(f"{where} seconds", row[3], *SECONDS_RANGE, positive=True)
         efficiency = flops / (seconds * peak_flops)
@@ -289,7 +310,7 @@ def _point(where, row, key, peak_flops):
         if efficiency <= 0.0:
             raise InvalidParameterError(f"{where}: efficiency must be in (0, 1], not "
                                         f"{shown_value(row[3])}")
-    return (m, n, k, efficiency)
+    return (m, n, k, efficiency, seconds)
 
 
 def _merged(points, where):
