@@ -265,6 +265,9 @@ def test_a_system_with_a_table_is_hashable_and_equal_to_itself_rebuilt():
     assert first.replace(name="x").gemm_efficiency is first.gemm_efficiency
     with pytest.raises(AttributeError, match="immutable"):
         first.gemm_efficiency.source = "changed"
+    grid = table(grid_points(np.full(27, 0.5)))
+    with pytest.raises(ValueError, match="read-only"):
+        grid._values[0, 0, 0] = 0.9   # what the lookups read cannot be changed either
     summary = first.summary()["gemm_efficiency"]
     assert summary["source"] == "test" and summary["points"][0] == [2048, 768, 1024, 0.5]
     assert small_system().summary()["gemm_efficiency"] is None

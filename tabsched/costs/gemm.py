@@ -143,7 +143,7 @@ class GemmTable:
             object.__setattr__(self, "_axes", None)
             object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_coordinates", logs)
-        for array in (values, logs, *axes):
+        for array in (values, self._values, logs, *axes):   # the grid's cube is a view
             array.flags.writeable = False
         object.__setattr__(self, "_hash", hash((self.points, source, dtype, self.reach,
                                                 self.seconds, peak_flops)))
