@@ -33,6 +33,7 @@ COMMANDS = {
     "megatron": ("megatron", "megatron_command"),
     "execution": ("execution", "execution_command"),
     "plan": ("plan", "plan_command"),
+    "system": ("system", "system_group"),
 }
 
 

@@ -25,6 +25,9 @@ The package holds the seam and what the models stand on:
   tier its collectives cross;
 * :mod:`~tabsched.costs.system` -- the system description (a roofline per
   kernel, efficiency tables, wave quantization, links);
+* :mod:`~tabsched.costs.gemm` -- measured GEMM efficiency by shape
+  (``GemmTable``, a system's ``gemm_efficiency``) and the GEMM sweep CSV reader;
+  :mod:`~tabsched.costs.system_import` turns a sweep into a system TOML;
 * :mod:`~tabsched.costs.collectives` -- ring all-reduce, reduce-scatter and
   all-gather, used by tensor and data parallelism and replica syncs alike;
 * :mod:`~tabsched.costs.units` -- quantities with units (``80GB``, ``2us``);
@@ -32,6 +35,7 @@ The package holds the seam and what the models stand on:
 """
 
 from tabsched.costs.base import CostModel, StageCosts, UnitCosts
+from tabsched.costs.gemm import GemmTable
 from tabsched.costs.model_costs import ModelCosts
 from tabsched.costs.system import System, load_system, system_presets
 from tabsched.costs.transformer import TransformerModel, load_model, model_presets
@@ -41,4 +45,4 @@ from tabsched.execution import Execution, Parallelism
 __all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "Execution", "Parallelism",
            "TransformerModel",
            "load_model", "model_presets", "System", "load_system", "system_presets",
-           "parse_quantity", "format_quantity"]
+           "parse_quantity", "format_quantity", "GemmTable"]

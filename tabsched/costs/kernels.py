@@ -127,6 +127,15 @@ class Kernel:
     that group crosses), and ``hides_behind`` names the kernel it runs beside
     when both are in one operation (Megatron-LM launches it asynchronously
     before that kernel).
+
+    A matrix kernel's ``gemms`` are the matrix products it runs, as a system's
+    GEMM table reads them (:mod:`tabsched.costs.gemm`): each ``(m, n, k,
+    batch)`` of ``(fixed, per_sample)`` pairs, for one tensor rank (the
+    dimensions after tensor parallelism, as the product really runs), ``C[m, n]
+    = A[m, k] @ B[k, n]``, ``batch`` products of that shape (attention's
+    per-head products: ``b*a/t``), so that the kernel's FLOPs are the sum of
+    ``2*m*n*k*batch``. Empty for a kernel that is not a product of matrices
+    (FlashAttention's fused kernel).
     """
 
     name: str
@@ -139,6 +148,7 @@ class Kernel:
     outputs: tuple = (0.0, 0.0)
     hides_behind: str | None = None
     group: str | None = None
+    gemms: tuple = ()
 
     def at(self, samples):
         """``(flops, read, written, message)`` for microbatches of ``samples`` samples."""
@@ -173,6 +183,29 @@ class KernelTable:
         return {field: coefficient[:, :1] + coefficient[:, 1:] * samples[None, :]
                 for field, coefficient in self._coefficients.items()}
 
+    def gemm_coefficients(self):
+        """``(kernels, slots, 4, 2)``: the ``(fixed, per_sample)`` pairs of ``m, n, k,
+        batch`` of each kernel's products (:attr:`Kernel.gemms`; ``slots`` the most any
+        kernel has, zeros in an unused slot). Built on demand: only a system with a GEMM
+        table asks (:func:`tabsched.costs.model_work.gemm_coefficients` remembers it)."""
+        where = [(index, slot) for index, kernel in enumerate(self.kernels)
+                 for slot in range(len(kernel.gemms))]
+        slots = 1 + max((slot for _, slot in where), default=0)
+        coefficients = np.zeros((len(self.kernels), slots, 4, 2))
+        if where:
+            index, slot = np.array(where).T
+            coefficients[index, slot] = [gemm for kernel in self.kernels for gemm in kernel.gemms]
+        return coefficients
+
+    def gemm_shapes(self, samples, coefficients=None):
+        """``(kernels, slots, 4, sizes)``: ``m, n, k, batch`` of each kernel's products for
+        microbatches of ``samples`` (batch 0 in an unused slot), from ``coefficients``
+        (:meth:`gemm_coefficients`, built here if not given)."""
+        samples = np.atleast_1d(np.asarray(samples, dtype=np.float64))
+        if coefficients is None:
+            coefficients = self.gemm_coefficients()
+        return coefficients[..., :1] + coefficients[..., 1:] * samples
+
 
 # ---------------------------------------------------------------- builders
 _SERIAL = Execution()
@@ -190,13 +223,29 @@ def _shape(model, parallel):
         sp=parallel.sequence_parallel, flash=parallel.flash), parallel
 
 
-def _matrix(name, flops, weights, reads, writes, element):
+def _matrix(name, flops, weights, reads, writes, element, gemms=()):
     """A matrix product: ``flops``, ``reads`` and ``writes`` per sample; ``weights`` bytes once.
 
-    Its output has ``writes / element`` elements.
+    Its output has ``writes / element`` elements; ``gemms`` are its products' shapes
+    (:func:`_rows`, :func:`_heads`).
     """
     return Kernel(name, MATRIX, (0.0, flops), (weights, reads), (0.0, writes),
-                  outputs=(0.0, writes / element))
+                  outputs=(0.0, writes / element), gemms=tuple(gemms))
+
+
+def _rows(s, n, k):
+    """One product over a microbatch's tokens: ``m = s*b`` rows, ``n`` and ``k`` fixed."""
+    return ((0.0, s), (n, 0.0), (k, 0.0), (1.0, 0.0))
+
+
+def _weights(m, n, s):
+    """A weight gradient ``m x n``: its contraction runs over the ``k = s*b`` tokens."""
+    return ((m, 0.0), (n, 0.0), (0.0, s), (1.0, 0.0))
+
+
+def _heads(count, m, n, k):
+    """``count`` products per sample (one per attention head of the rank) of ``m x n x k``."""
+    return ((m, 0.0), (n, 0.0), (k, 0.0), (0.0, count))
 
 
 def _vector(name, reads, writes):
@@ -222,15 +271,17 @@ def _forward(x, norm_name):
                        d * sn * h + m * sn * h)
     kernels = [_vector(f"{norm_name}1", d * sn * h, d * sn * h), *gather,
                _matrix("qkv", 2 * s * h * (h + 2 * hk) / t, d * h * (h + 2 * hk) / t,
-                       d * s * h, d * s * (h + 2 * hk) / t, d)]
+                       d * s * h, d * s * (h + 2 * hk) / t, d, [_rows(s, (h + 2 * hk) / t, h)])]
     kernels += attention_forward(x)
-    kernels += [_matrix("out_proj", 2 * s * h * h / t, d * h * h / t, d * s * h / t, d * s * h, d),
+    kernels += [_matrix("out_proj", 2 * s * h * h / t, d * h * h / t, d * s * h / t, d * s * h, d,
+                        [_rows(s, h, h / t)]),
                 combine, residual,
                 _vector(f"{norm_name}2", d * sn * h, d * sn * h), *gather,
                 _matrix("mlp_up", 2 * s * h * k * f / t, d * h * k * f / t, d * s * h,
-                        d * s * k * f / t, d),
+                        d * s * k * f / t, d, [_rows(s, k * f / t, h)]),
                 _vector("activation", d * s * k * f / t, d * s * f / t),
-                _matrix("mlp_down", 2 * s * f * h / t, d * f * h / t, d * s * f / t, d * s * h, d),
+                _matrix("mlp_down", 2 * s * f * h / t, d * f * h / t, d * s * f / t, d * s * h, d,
+                        [_rows(s, h, f / t)]),
                 combine, residual]
     return kernels
 
@@ -248,12 +299,15 @@ def attention_forward(x):
         return [_matrix("flash_attention", 4 * s * s * h / t, 0.0, d * s * (h + 2 * hk) / t,
                         d * s * h / t, d)]
     scores = d * a * s * s / t
-    kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d),
+    heads, width = a / t, h / a          # the rank's query heads, and one head's width
+    kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d,
+                       [_heads(heads, s, s, width)]),
                _vector("softmax", scores, scores)]
     if m:
         kernels.append(_vector("attention_dropout", scores, scores + m * a * s * s / t))
     kernels.append(_matrix("attention_over_values", 2 * s * s * h / t, 0.0,
-                           scores + d * s * hk / t, d * s * h / t, d))
+                           scores + d * s * hk / t, d * s * h / t, d,
+                           [_heads(heads, s, width, s)]))
     return kernels
 
 
@@ -274,29 +328,33 @@ def _input_grad(x, norm_name):
                 _vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
     kernels = [dropout_bwd, *gather,
                _matrix("mlp_down_dgrad", 2 * s * f * h / t, d * f * h / t, d * s * h,
-                       d * s * f / t, d),
+                       d * s * f / t, d, [_rows(s, f / t, h)]),
                _vector("activation_bwd", d * s * f / t + d * s * k * f / t, d * s * k * f / t),
                *_input_gather(x, "mlp_up_dgrad"),
                _matrix("mlp_up_dgrad", 2 * s * k * f * h / t, d * h * k * f / t,
-                       d * s * k * f / t, d * s * h, d),
+                       d * s * k * f / t, d * s * h, d, [_rows(s, h, k * f / t)]),
                _backward_combine(x, "mlp_up_wgrad"), norm_bwd[0], dropout_bwd, *gather,
                _matrix("out_proj_dgrad", 2 * s * h * h / t, d * h * h / t, d * s * h,
-                       d * s * h / t, d)]
+                       d * s * h / t, d, [_rows(s, h / t, h)])]
     if x["flash"]:
         kernels.append(_matrix("flash_attention_bwd", 8 * s * s * h / t, 0.0,
                                d * s * (3 * h + 2 * hk) / t, d * s * (h + 2 * hk) / t, d))
     else:
         scores = d * a * s * s / t
+        heads, width = a / t, h / a
+        # dP = dO @ V^T (s x s, over a head's width) and dV = P^T @ dO (s x width, over s)
         kernels.append(_matrix("attention_over_values_bwd", 4 * s * s * h / t, 0.0,
-                               d * s * (h + hk) / t + scores, scores + d * s * hk / t, d))
+                               d * s * (h + hk) / t + scores, scores + d * s * hk / t, d,
+                               [_heads(heads, s, s, width), _heads(heads, s, width, s)]))
         if m:
             kernels.append(_vector("attention_dropout_bwd", scores + m * a * s * s / t, scores))
         kernels += [_vector("softmax_bwd", 2 * scores, scores),
+                    # dQ = dS @ K and dK = dS^T @ Q: two products of s x width over s
                     _matrix("scores_bwd", 4 * s * s * h / t, 0.0, scores + d * s * (h + hk) / t,
-                            d * s * (h + hk) / t, d)]
+                            d * s * (h + hk) / t, d, [_heads(2 * heads, s, width, s)])]
     kernels += [*_input_gather(x, "qkv_dgrad"),
                 _matrix("qkv_dgrad", 2 * s * (h + 2 * hk) * h / t, d * h * (h + 2 * hk) / t,
-                        d * s * (h + 2 * hk) / t, d * s * h, d),
+                        d * s * (h + 2 * hk) / t, d * s * h, d, [_rows(s, h, (h + 2 * hk) / t)]),
                 _backward_combine(x, "qkv_wgrad"), norm_bwd[1]]
     return kernels
 
@@ -320,9 +378,11 @@ def _weight_grad(x):
     h, s, d, g, t, hk, f, k = x["h"], x["s"], x["d"], x["g"], x["t"], x["hk"], x["f"], x["k"]
 
     def wgrad(name, rows, cols, inputs, grads):
+        # dW = X^T @ dY: the rank's inputs x its output gradients, over the tokens
         params = rows * cols / t
         return Kernel(name, MATRIX, (0.0, 2 * s * params), (g * params, d * s * (inputs + grads)),
-                      (g * params, 0.0), outputs=(params, 0.0))
+                      (g * params, 0.0), outputs=(params, 0.0),
+                      gemms=(_weights(inputs, grads, s),))
     return [wgrad("mlp_down_wgrad", f, h, f / t, h), wgrad("mlp_up_wgrad", h, k * f, h, k * f / t),
             wgrad("out_proj_wgrad", h, h, h / t, h),
             wgrad("qkv_wgrad", h, h + 2 * hk, h, (h + 2 * hk) / t)]
@@ -387,17 +447,19 @@ def output_kernels(model, parallel=None):
     norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
     gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
     forward = [_vector(f"final_{norm}", d * sn * h, d * sn * h), *gather,
-               _matrix("logits", 2 * s * h * V / t, d * V * h / t, d * s * h, d * s * V / t, d),
+               _matrix("logits", 2 * s * h * V / t, d * V * h / t, d * s * h, d * s * V / t, d,
+                       [_rows(s, V / t, h)]),
                *_cross_entropy(x)]
     backward = [_vector("cross_entropy_bwd", 4 * s * V / t, 4 * s * V / t),
                 *([_vector("logits_grad_to_half", 4 * s * V / t, d * s * V / t)]
                   if d != 4 else []),
                 *_input_gather(x, "logits_dgrad"),
                 _matrix("logits_dgrad", 2 * s * V * h / t, d * V * h / t, d * s * V / t,
-                        d * s * h, d),
+                        d * s * h, d, [_rows(s, h, V / t)]),
                 _backward_combine(x, "logits_wgrad"),
                 _vector(f"final_{norm}_bwd", 3 * d * sn * h, d * sn * h)]
     params = V * h / t
     weight = [Kernel("logits_wgrad", MATRIX, (0.0, 2 * s * params),
-                     (g * params, d * s * (h + V / t)), (g * params, 0.0), outputs=(params, 0.0))]
+                     (g * params, d * s * (h + V / t)), (g * params, 0.0), outputs=(params, 0.0),
+                     gemms=(_weights(h, V / t, s),))]
     return {"F": forward, "I": backward, "W": weight, "R": []}

@@ -24,7 +24,7 @@ from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 __all__ = ["PARTS", "KIND_PHASES", "kernel_tables", "all_kernels", "link_matrices", "ring_all_reduce",
            "table_shape", "stage_layers", "microbatch_samples", "check_int64",
            "stage_parameters", "kernel_seconds", "part_times", "priced_part", "present",
-           "end_stages", "kernel_report"]
+           "end_stages", "kernel_report", "gemm_coefficients"]
 
 INT64_MAX = 2**63 - 1
 PARTS = ("layer", "embedding", "output")
@@ -164,15 +164,27 @@ def stage_parameters(model, num_stages, split):
     return np.array([each[kind] for kind in kinds], dtype=np.int64)
 
 
-def kernel_seconds(model, system, placement, kernels, samples):
+@memo(limit=64)
+def gemm_coefficients(model, parallel):
+    """The products' shapes of ``all_kernels(model, parallel)``
+    (:meth:`KernelTable.gemm_coefficients`): what a system with a GEMM table reads, the
+    same for every such system."""
+    return all_kernels(model, parallel)[0].gemm_coefficients()
+
+
+def kernel_seconds(model, system, placement, kernels, samples, coefficients=None):
     """``(seconds, work)`` per kernel and size: each kernel's roofline plus the launch
-    latency, each collective a ring over its group as the placement puts it."""
+    latency, each collective a ring over its group as the placement puts it; a matrix
+    kernel at the system's GEMM table's efficiency where the table covers its products
+    (``coefficients``: the kernels' :meth:`KernelTable.gemm_coefficients`, if known)."""
     samples = np.asarray(samples, dtype=np.float64)
     work = kernels.work(samples)
     nbytes = work["read"] + work["written"]
     tokens = samples[None, :] * model.sequence
+    measured = (None if system.gemm_efficiency is None else
+                system.gemm_efficiency_of(kernels.gemm_shapes(samples, coefficients)))
     seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
-                                   work["outputs"]) + system.launch_latency)
+                                   work["outputs"], measured) + system.launch_latency)
     for index in np.flatnonzero(kernels.collective):
         seconds[index] = group_time(kernels.kinds[index], work["message"][index],
                                     placement.group(kernels.groups[index]), system)
@@ -184,9 +196,12 @@ def part_times(model, system, placement, samples):
     """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
     microbatches of ``samples`` (a tuple); see :meth:`ModelCosts.part_times`."""
     result = {}
-    everything, plan = all_kernels(model, priced_part(placement.execution))
+    priced = priced_part(placement.execution)
+    everything, plan = all_kernels(model, priced)
+    coefficients = (None if system.gemm_efficiency is None
+                    else gemm_coefficients(model, priced))
     every_seconds = kernel_seconds(model, system, placement, everything,
-                                    np.asarray(samples, dtype=np.float64))[0]
+                                    np.asarray(samples, dtype=np.float64), coefficients)[0]
     for part in PARTS:
         times = np.zeros((4, len(samples)))
         for kind, rows, hides in plan[part]:
@@ -237,8 +252,9 @@ def kernel_report(costs, part="layer", samples=None):
     recompute forward ``R``, ``I``, ``W``): ``phase``, ``name``, ``class``,
     ``flops``, ``bytes_read``, ``bytes_written`` (a collective's message in
     ``bytes_read``), ``bound`` (``compute``, ``memory``, ``network``),
-    ``efficiency`` (of the binding resource; for a matrix kernel the table's
-    value times its wave quantization), ``seconds`` (its own, before any
+    ``efficiency`` (of the binding resource; for a matrix kernel the
+    ``compute_efficiency`` value times its wave quantization, or the GEMM table's
+    value where the system's table covers the kernel), ``seconds`` (its own, before any
     hiding), ``beside`` (the kernel a collective runs beside, or None).
     """
     if part not in PARTS:
@@ -253,6 +269,8 @@ def kernel_report(costs, part="layer", samples=None):
         seconds, work = kernel_seconds(costs.model, system, costs.placement, kernels,
                                         np.array([samples]))
         tokens = samples * costs.model.sequence
+        measured = (None if system.gemm_efficiency is None else
+                    system.gemm_efficiency_of(kernels.gemm_shapes(np.array([samples]))))
         for index, kernel in enumerate(kernels.kernels):
             flops = float(work["flops"][index, 0])
             read, written = float(work["read"][index, 0]), float(work["written"][index, 0])
@@ -265,6 +283,8 @@ def kernel_report(costs, part="layer", samples=None):
             else:
                 e_c = float(system.compute_efficiency_at(tokens, flops)
                             * system.wave_efficiency(work["outputs"][index, 0]))
+                if measured is not None and not np.isnan(measured[index, 0]):
+                    e_c = float(measured[index, 0])
                 e_m = float(system.memory_efficiency_at(read + written))
                 compute = flops / (system.peak_flops * e_c) if kernel.cls == "matrix" else 0.0
                 memory = (read + written) / (system.memory_bandwidth * e_m)

@@ -23,6 +23,12 @@ Efficiency as a function of kernel size
     in addition follow a saturating curve in the tokens ``T`` of their
     operation, ``T / (T + half_efficiency_tokens)`` (Hockney's ``n_1/2``; the
     default, 0, is flat), so half a microbatch costs more than half.
+Measured GEMM efficiency by shape (``gemm_efficiency``)
+    A table of measured ``(m, n, k)`` points with its ``source``
+    (:mod:`tabsched.costs.gemm`): a matrix kernel whose products the table
+    covers takes the table's efficiency, read in log2 over the shape; every
+    other kernel, and every kernel of a system without one, is priced by
+    ``compute_efficiency`` as above.
 Wave quantization of matrix kernels (``matrix_wave``)
     A GPU computes a matrix product in tiles of its output, one tile per
     streaming multiprocessor at a time; the last wave of tiles leaves SMs idle
@@ -77,6 +83,7 @@ import numpy as np
 
 from tabsched.costs import _presets
 from tabsched.costs.collectives import ring_time
+from tabsched.costs.gemm import GemmTable, kernel_efficiency
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import CONTENTION_MODES
 from tabsched.table import MAX_ID
@@ -88,7 +95,7 @@ _REQUIRED = ("peak_flops", "memory_bandwidth", "devices_per_node", "intra_node_b
 _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency",
              "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
-             "link_overrides", "node_overrides", "name")
+             "link_overrides", "node_overrides", "name", "gemm_efficiency")
 _QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
                "intra_node_bandwidth": "B/s", "inter_node_bandwidth": "B/s",
                "intra_node_latency": "s", "inter_node_latency": "s", "launch_latency": "s",
@@ -287,6 +294,12 @@ class System:
     matrix_wave : float
         Output elements one wave of tiles covers (SMs x tile); 0: no wave
         quantization (default).
+    gemm_efficiency : GemmTable or dict, optional
+        Measured GEMM efficiency over ``(m, n, k)`` with its ``source``
+        (:mod:`tabsched.costs.gemm`; a TOML table ``[gemm_efficiency]``), for
+        the one dtype ``peak_flops`` describes; the matrix kernels it covers
+        take its value, the others ``compute_efficiency`` (default None: no
+        table).
     memory_capacity : float or str, optional
         Memory of one device: every result says which devices go over it
         (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
@@ -317,6 +330,7 @@ class System:
     node_overrides: tuple = field(default=())
     name: str = "custom"
     description: str = ""
+    gemm_efficiency: GemmTable | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -331,6 +345,8 @@ class System:
         set_("compute_efficiency", _efficiency("compute_efficiency", self.compute_efficiency,
                                                "FLOP"))
         set_("memory_efficiency", _efficiency("memory_efficiency", self.memory_efficiency, "B"))
+        if self.gemm_efficiency is not None:
+            set_("gemm_efficiency", GemmTable.from_value(self.gemm_efficiency, self.peak_flops))
         for key in ("intra_node_efficiency", "inter_node_efficiency"):
             set_(key, _fraction(key, getattr(self, key)))
         set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave,
@@ -450,24 +466,37 @@ class System:
         waves = outputs / self.matrix_wave
         return np.divide(waves, waves + 0.5, out=np.ones(outputs.shape), where=waves > 0)
 
-    def kernel_times(self, matrix, flops, nbytes, tokens, outputs=None):
+    def kernel_times(self, matrix, flops, nbytes, tokens, outputs=None, measured=None):
         """Roofline seconds of kernels, without launch latency (arrays broadcast together).
 
         ``matrix``: True for matrix kernels (``peak_flops`` at the matrix
         efficiency of their FLOPs and tokens, and of the waves their
         ``outputs`` elements fill), False for vector kernels (timed by their
         bytes alone); the memory term is ``nbytes / (memory_bandwidth *
-        memory_efficiency(nbytes))`` for both.
+        memory_efficiency(nbytes))`` for both. ``measured``: the GEMM table's
+        efficiency of each kernel (:meth:`gemm_efficiency_of`), NaN where the
+        table does not cover it; where it is a number it replaces the matrix
+        efficiency, wave quantization included.
         """
         flops = np.asarray(flops, dtype=np.float64)
         nbytes = np.asarray(nbytes, dtype=np.float64)
         rate = self.peak_flops * self.compute_efficiency_at(tokens, flops)
         if outputs is not None:
             rate = rate * self.wave_efficiency(outputs)
+        if measured is not None:
+            rate = np.where(np.isnan(measured), rate, self.peak_flops * measured)
         compute = np.divide(flops, rate, out=np.zeros(np.broadcast(flops, rate).shape),
                             where=(flops > 0) & np.asarray(matrix))
         memory = nbytes / (self.memory_bandwidth * self.memory_efficiency_at(nbytes))
         return np.maximum(compute, memory)
+
+    def gemm_efficiency_of(self, shapes):
+        """The GEMM table's efficiency of kernels whose products have ``shapes``
+        (``(kernels, slots, 4, sizes)``, :meth:`KernelTable.gemm_shapes`): ``(kernels,
+        sizes)``, NaN where not covered; None for a system without a table."""
+        if self.gemm_efficiency is None:
+            return None
+        return kernel_efficiency(self.gemm_efficiency, shapes)
 
     def compute_time(self, flops, nbytes, tokens):
         """Roofline time of single matrix kernels of ``flops`` and ``nbytes``, plus launch.
@@ -582,7 +611,9 @@ class System:
                 "intra_node_efficiency": self.intra_node_efficiency,
                 "inter_node_efficiency": self.inter_node_efficiency,
                 "launch_latency": self.launch_latency,
-                "contention": self.contention, "description": self.description}
+                "contention": self.contention, "description": self.description,
+                "gemm_efficiency": (None if self.gemm_efficiency is None
+                                    else self.gemm_efficiency.to_value())}
 
 
 
@@ -596,7 +627,8 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     ``half_efficiency_tokens``, ``matrix_wave``, ``intra_node_efficiency``,
     ``inter_node_efficiency``, ``launch_latency``,
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
-    and ``node_overrides`` (arrays of tables), ``description``.
+    and ``node_overrides`` (arrays of tables), ``gemm_efficiency`` (a table: see
+    :mod:`tabsched.costs.gemm`), ``description``.
 
     >>> load_system("dgx-h100").devices_per_node
     8

@@ -1,0 +1,51 @@
+"""``tabsched system import KIND FILE``: a user's microbenchmarks into a system TOML.
+
+A group, so that each kind of microbenchmark output is one subcommand of
+``import`` (``gemm`` now; ``nccl-tests`` next) and other system commands can sit
+beside ``import``.
+"""
+
+import click
+
+from tabsched.cli.format import translate_errors
+
+
+@click.group("system")
+def system_group():
+    """Describe a system from measurements: system import gemm FILE.csv."""
+
+
+@system_group.group("import")
+def import_group():
+    """Turn microbenchmark output into a system TOML (gemm: a GEMM sweep CSV)."""
+
+
+@import_group.command("gemm")
+@click.argument("csv_file", metavar="FILE.csv", type=click.Path(dir_okay=False))
+@click.option("--source", required=True,
+              help="Where the measurements come from (GPU, software, date): the table's "
+                   "required source.")
+@click.option("--system", "base", metavar="NAME|FILE.toml",
+              help="The base system (a preset or a TOML file): the output is it with the "
+                   "table added, and no row may beat its peak_flops. Without it, the table "
+                   "alone is printed.")
+@click.option("--dtype", help="Take the rows of this dtype (a CSV with a dtype column may "
+                              "hold several; a system's table holds one).")
+@click.option("--out", "-o", metavar="FILE.toml",
+              help="Write the TOML here (atomically: an existing file is replaced only once "
+                   "the new one is complete) instead of printing it.")
+@translate_errors
+def import_gemm_command(csv_file, source, base, dtype, out):
+    """A GEMM sweep (CSV with a header m,n,k,seconds and optionally dtype) as a system's
+    gemm_efficiency table: one row per measured product C[m,n] = A[m,k] @ B[k,n], its
+    time in seconds (e.g. the median of the runs)."""
+    from tabsched.costs.system_import import gemm_system_toml
+    from tabsched.files import atomic_write, check_output_path
+    if out is not None:
+        check_output_path(out, suffixes=(".toml",), what="system file")
+    toml = gemm_system_toml(csv_file, source, base, dtype)
+    if out is None:
+        click.echo(toml, nl=False)
+        return
+    atomic_write(out, toml)
+    click.echo(f"wrote {out}", err=True)
