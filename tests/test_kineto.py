@@ -323,3 +323,90 @@ def test_eval_replays_a_trace(cli, tmp_path):
     assert "note          ignored 4 profiled operations not in the table (--replay-partial)" in out
     code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "1", "--replay-partial")
     assert (code, err) == (1, "Error: --replay-partial needs --replay FILE\n")
+
+
+@given(events=st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 500)), max_size=400),
+       queries=st.lists(st.tuples(st.integers(-10, 1010), st.integers(0, 600), st.booleans()),
+                        min_size=1, max_size=30))
+def test_latest_end_is_the_largest_end_of_the_events_in_the_range(events, queries):
+    """The block maxima answer what a scan of every event answers (the replay asks it once
+    per receive and per operation: a scan made long actions quadratic)."""
+    from tabsched.formats.kineto import _LatestEnd
+    events = sorted(events)
+    starts = [float(start) for start, _ in events]
+    ends = [float(start + length) for start, length in events]
+    index = _LatestEnd(starts, ends)
+    for begin, width, closed in queries:
+        end = begin + width
+        inside = [e for s, e in zip(starts, ends) if begin <= s and (s <= end if closed
+                                                                       else s < end)]
+        assert index.latest(begin, end, closed=closed) == (max(inside) if inside else None)
+
+
+@given(seed=st.integers(0, 2**32 - 1), count=st.sampled_from([1, 63, 64, 65, 1000, 5000]))
+def test_latest_end_over_many_blocks(seed, count):
+    """Every width of range over thousands of events (the sparse table's every row)."""
+    from tabsched.formats.kineto import _LatestEnd
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 10 * count, count)).astype(float)
+    ends = starts + rng.integers(0, 50, count)
+    index = _LatestEnd(starts.tolist(), ends)
+    for _ in range(20):
+        begin, end = np.sort(rng.integers(-5, 10 * count + 5, 2)).astype(float)
+        closed = bool(rng.integers(2))
+        mask = (starts >= begin) & ((starts <= end) if closed else (starts < end))
+        assert index.latest(begin, end, closed=closed) == (
+            float(ends[mask].max()) if mask.any() else None)
+
+
+def long_actions(count):
+    """RECV and operation actions that span much of the trace (as asynchronous receives
+    can): each receive's window holds many recv events and each operation much work."""
+    events = []
+    for i in range(count):
+        t = 100 * i
+        events += [span(f"PP:1RECV_F{i}", t, 100 * count), span("gloo:recv", t + 2, 48),
+                   span(f"PP:1F{i}", t + 10, 70 * count), span("aten::linear", t + 51, 20)]
+    return trace(*events)
+
+
+def test_long_actions_are_matched_as_a_scan_of_every_event_matches_them(monkeypatch):
+    """The replay with the block index gives what scanning every event gives (the way it
+    was matched before, quadratic in long actions: bench/bench_paths.py times both)."""
+    from tabsched.formats import kineto
+    fast = profile_from_trace(long_actions(300))
+
+    def scan(index, begin, end, *, closed):
+        inside = [e for s, e in zip(index.starts, index.ends.tolist())
+                  if begin <= s and (s <= end if closed else s < end)]
+        return max(inside) if inside else None
+    monkeypatch.setattr(kineto._LatestEnd, "latest", scan)
+    slow = profile_from_trace(long_actions(300))
+    assert fast.measurements == slow.measurements and fast.waited == slow.waited > 0
+
+
+@pytest.mark.parametrize("where", [10, 15, 30, 60])
+def test_a_corrupt_gzip_trace_is_one_line(tmp_path, where):
+    data = bytearray(gzip.compress(json.dumps(trace(*[span(f"PP:0F{i}", 10 * i, 5)
+                                                      for i in range(200)])).encode()))
+    data[where:where + 8] = b"\x00\xff" * 4
+    path = tmp_path / "run.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidParameterError, match=r"run\.json\.gz: cannot read: "):
+        read_kineto(path)
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_read_whole(tmp_path, monkeypatch):
+    from tabsched.formats import kineto
+    monkeypatch.setattr(kineto, "_GZIP_FLOOR", 1 << 20)     # the bomb need not be large
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b"[" + b"0.0," * (2 << 20) + b"0]"))
+    assert path.stat().st_size * kineto.GZIP_RATIO < 8 << 20
+    with pytest.raises(InvalidParameterError, match=r"bomb\.json\.gz: expands more than "
+                                                    r"100x its compressed size"):
+        read_kineto(path)
+    # the same bytes uncompressed are bounded by max_bytes alone (and are no trace)
+    plain = tmp_path / "bomb.json"
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    with pytest.raises(InvalidParameterError, match="larger than 1000 bytes"):
+        read_kineto(plain, max_bytes=1000)

@@ -80,9 +80,12 @@ import json
 import math
 import os
 import re
-from bisect import bisect_right
+import zlib
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tabsched.cells import KINDS, Action, Op, Overlap, is_overlap_pair, parse_pp_label
 from tabsched.exceptions import InvalidParameterError
@@ -158,20 +161,37 @@ def trace_files(path):
     return [source]
 
 
+#: The most a gzipped trace may expand, as a multiple of its compressed size (or
+#: :data:`_GZIP_FLOOR`, whichever is more): profiler traces compress about 10-30x (a
+#: synthetic trace of identical steps, bench/bench_paths.py's, 30x), a gzip bomb of
+#: repeated bytes about 1000x. A trace that expands further is refused before it is
+#: read whole; decompress it yourself and ``max_bytes`` alone bounds it.
+GZIP_RATIO = 100
+_GZIP_FLOOR = 16 * 2**20
+
+
 def _load(path, max_bytes):
-    """The parsed JSON of one trace file, its size checked before it is read whole."""
+    """The parsed JSON of one trace file, its size checked before it is read whole (a
+    gzipped one's expansion too, :data:`GZIP_RATIO`)."""
+    limit = max_bytes
     try:
         if path.endswith(".gz"):
+            limit = min(max_bytes, max(GZIP_RATIO * os.path.getsize(path), _GZIP_FLOOR))
             with gzip.open(path, "rb") as handle:
-                raw = handle.read(max_bytes + 1)
+                raw = handle.read(limit + 1)
         else:
             if os.path.getsize(path) > max_bytes:
                 raise InvalidParameterError(f"{path}: larger than {max_bytes} bytes (max_bytes)")
             with open(path, "rb") as handle:
                 raw = handle.read(max_bytes + 1)
-    except (OSError, EOFError, gzip.BadGzipFile) as error:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as error:
         reason = getattr(error, "strerror", None) or str(error) or type(error).__name__
         raise InvalidParameterError(f"{path}: cannot read: {reason}") from None
+    if limit < len(raw) and limit < max_bytes:
+        raise InvalidParameterError(
+            f"{path}: expands more than {GZIP_RATIO}x its compressed size (profiler traces "
+            f"compress 10-30x): refused before it is read whole; if it is a trace, "
+            f"decompress it and read the .json")
     if len(raw) > max_bytes:
         raise InvalidParameterError(f"{path}: larger than {max_bytes} bytes (max_bytes)")
     try:
@@ -298,6 +318,68 @@ class _Occurrence:
     iteration: int = 0
 
 
+#: Events per block of :class:`_LatestEnd`: a query reads at most two partial blocks.
+_BLOCK = 64
+
+
+class _LatestEnd:
+    """The latest end among events whose start lies in a range of times.
+
+    ``starts`` (sorted) and ``ends`` are one thread's events of one sort (the receives,
+    or the other work nested in an action). A query finds its events' positions by
+    bisection and their largest end from the maxima of blocks of :data:`_BLOCK` events
+    (a sparse table over the blocks, ``log2`` rows of a few entries per block) plus at
+    most two partial blocks: a replay asks once per receive and per operation, so each
+    costs about ``_BLOCK`` steps, not the events of a long action (it was quadratic).
+    """
+
+    def __init__(self, starts, ends):
+        self.starts = starts
+        count = len(ends)
+        padded = np.full(-(-count // _BLOCK) * _BLOCK, -np.inf)
+        padded[:count] = ends
+        self.ends = padded
+        rows = [padded.reshape(-1, _BLOCK).max(axis=1) if count else padded]
+        blocks, width = len(rows[0]), 1
+        while 2 * width <= blocks:      # row k: the maxima of 2**k blocks from each one
+            last = rows[-1]
+            rows.append(np.maximum(last[:-width], last[width:]))
+            width *= 2
+        self.rows = rows
+
+    def latest(self, begin, end, *, closed):
+        """The largest end of the events starting in ``[begin, end]`` (``closed``) or
+        ``[begin, end)``, or None if none does."""
+        lo = bisect_left(self.starts, begin)
+        hi = (bisect_right if closed else bisect_left)(self.starts, end)
+        if lo >= hi:
+            return None
+        first, last = -(-lo // _BLOCK), hi // _BLOCK     # the whole blocks inside
+        if first >= last:
+            return float(self.ends[lo:hi].max())
+        level = (last - first).bit_length() - 1
+        row = self.rows[level]
+        best = max(row[first], row[last - (1 << level)])
+        if lo < first * _BLOCK:
+            best = max(best, self.ends[lo:first * _BLOCK].max())
+        if last * _BLOCK < hi:
+            best = max(best, self.ends[last * _BLOCK:hi].max())
+        return float(best)
+
+
+def _thread_index(thread_events):
+    """``(receives, work)`` of one thread's events sorted by start: the ``recv`` events,
+    and the others that are not ``PP:`` actions (the work nested in an operation)."""
+    receives, work = ([], []), ([], [])
+    for _, _, name, _, start, end in thread_events:
+        if name.startswith(_PREFIX):
+            continue
+        into = receives if _RECV_EVENT.search(name) else work
+        into[0].append(start)
+        into[1].append(end)
+    return _LatestEnd(*receives), _LatestEnd(*work)
+
+
 class _Reading:
     """Measurements gathered over files; overlapped steps are split at the end."""
 
@@ -329,11 +411,11 @@ class _Reading:
                 actions.append((kind, value, event))
         for thread_events in by_thread.values():
             thread_events.sort(key=lambda event: event[4])
-        starts = {thread: [event[4] for event in thread_events]
-                  for thread, thread_events in by_thread.items()}
+        index = {thread: _thread_index(thread_events)
+                 for thread, thread_events in by_thread.items()}
         arrivals = defaultdict(list)  # (thread, direction, stage, microbatch) -> [(start, end)]
         if not gpu:
-            self._arrivals(actions, by_thread, starts, arrivals)
+            self._arrivals(actions, index, arrivals)
         recv_posted = any(kind == "recv" for kind, _, _ in actions)
         if recv_posted and not gpu and not arrivals:
             self.notes.append(f"{source}: no recv events inside the RECV actions; waits for "
@@ -341,8 +423,7 @@ class _Reading:
         occurrences, others = [], []
         for kind, value, event in actions:
             if kind == "op":
-                occurrences.append(self._measure(value, event, source, by_thread, starts,
-                                                 arrivals))
+                occurrences.append(self._measure(value, event, source, index, arrivals))
                 continue
             action = value if kind == "skip" else "RECV_" + value[0]
             self.skipped[action] += 1
@@ -392,55 +473,41 @@ class _Reading:
                 self.unattached += seconds
 
     @staticmethod
-    def _arrivals(actions, by_thread, starts, arrivals):
-        """When each RECV's data was there: the end of the recv events it posted."""
+    def _arrivals(actions, index, arrivals):
+        """When each RECV's data was there: the end of the recv events it posted (those
+        of its thread that start while it runs)."""
         for kind, value, event in actions:
             if kind != "recv":
                 continue
             _, thread, _, _, start, end = event
-            events, begins = by_thread[thread], starts[thread]
-            arrived = None
-            for position in range(max(bisect_right(begins, start) - 1, 0), len(events)):
-                other = events[position]
-                if other[4] > end:
-                    break
-                if other[4] >= start and other is not event \
-                        and not other[2].startswith(_PREFIX) and _RECV_EVENT.search(other[2]):
-                    arrived = other[5] if arrived is None else max(arrived, other[5])
+            arrived = index[thread][0].latest(start, end, closed=True)
             if arrived is not None:
                 arrivals[(thread,) + value].append((start, arrived))
         for entries in arrivals.values():
             entries.sort()
 
-    def _measure(self, parts, event, source, by_thread, starts, arrivals):
-        index, thread, name, _, start, end = event
+    def _measure(self, parts, event, source, index, arrivals):
+        position, thread, name, _, start, end = event
         waited = 0.0
         for kind, stage, microbatch in parts:
             received = arrivals.get((thread, "F" if kind == "F" else "B", stage, microbatch))
             if not received or kind == "W":
                 continue
-            position = bisect_right(received, (start, math.inf)) - 1
-            if position < 0:
+            at = bisect_right(received, (start, math.inf)) - 1
+            if at < 0:
                 continue
-            arrived = received[position][1]
+            arrived = received[at][1]
             if not start < arrived < end:
                 continue
-            # the wait began where the last event nested before the arrival ended;
-            # none if a nested event was running when the input arrived
-            began = start
-            events, begins = by_thread[thread], starts[thread]
-            for position in range(max(bisect_right(begins, start) - 1, 0), len(events)):
-                other = events[position]
-                if other[4] >= arrived:
-                    break
-                if other is event or other[4] < start or other[2].startswith(_PREFIX) \
-                        or _RECV_EVENT.search(other[2]):
-                    continue
-                began = max(began, min(other[5], arrived))
+            # the wait began where the last work nested before the arrival ended (the
+            # latest end among the work that started in the operation before it); none
+            # if nested work was running when the input arrived
+            latest = index[thread][1].latest(start, arrived, closed=False)
+            began = start if latest is None else max(start, min(latest, arrived))
             waited += arrived - began
         self.waited += waited / _PER_SECOND
         for part in parts:
-            self.origins.setdefault(_label(part), (source, index))
+            self.origins.setdefault(_label(part), (source, position))
         return _Occurrence(tuple(parts), max(end - start - waited, 0.0) / _PER_SECOND,
                            thread, start)
 
