@@ -152,7 +152,7 @@ def run_dask(run, tasks, dask, jobs, record):
     else:
         try:
             client = Client(dask, timeout="10s")
-        except (OSError, TimeoutError) as error:
+        except (OSError, TimeoutError, ValueError, TypeError) as error:   # a bad address too
             raise InvalidParameterError(f"--dask {dask}: cannot reach the scheduler "
                                         f"({error})") from None
         owned = [client]

@@ -174,3 +174,31 @@ def test_bad_family_input_is_one_line_and_exit_1(cli, argv, message):
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and err.startswith("Error: ")
     assert message in err
+
+
+@pytest.mark.parametrize("param, message", [
+    ("costs=1", "--param costs=1: costs is not a family parameter here: the options describe "
+                "the costs (--model and --system, or the slot lengths)"),
+    ("p2p=1", "--param p2p=1: p2p is not a family parameter here: use --p2p"),
+    ("torch_legacy=1", "--param torch_legacy=1: torch_legacy is not a family parameter here: "
+                       "use --torch-legacy"),
+    ("schedule=x", "--param schedule=x: schedule is not a family parameter here: the "
+                   "SCHEDULE argument names the family or the table file"),
+])
+def test_a_param_the_command_sets_itself_is_one_line(cli, param, message):
+    code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "4", "--param", param)
+    assert code == 1 and err.strip() == f"Error: {message}"
+
+
+def test_param_memory_budget_is_the_memory_budget(cli):
+    """The README's other spelling of --memory-budget (for zb-auto): the same table."""
+    common = ("eval", "zb-auto", "-p", "8", "-m", "32", "--model", "paper-128l", "--system",
+              "slow_nw_mid_cp", "--recompute", "full", "--json")
+    code, by_param, _ = cli(*common, "--param", "memory_budget=80GB")
+    assert code == 0
+    code, by_option, _ = cli(*common, "--memory-budget", "80GB")
+    assert code == 0 and by_param == by_option
+    code, _, err = cli(*common, "--param", "memory_budget=80GB", "--memory-budget", "80GB")
+    assert code == 1 and "the memory budget is given twice (--memory-budget)" in err
+    code, _, err = cli("show", "1f1b", "-p", "2", "-m", "2", "--param", "memory_budget=1")
+    assert code == 1 and "--param memory_budget=1: this command takes no memory budget" in err

@@ -276,3 +276,24 @@ def test_compare_says_when_ranks_differ_only_by_a_tie(cli):
     assert gpipe.rstrip().endswith("*")
     assert lines[-1] == ("no two families in opposite orders at two levels; * marks a rank "
                          "that differs where one level ties families another orders")
+
+
+@pytest.mark.parametrize("metric", ["family", "spec", "devices"])
+def test_plot_sweep_refuses_a_configuration_column_as_the_metric(cli, tmp_path, metric):
+    csv = tmp_path / "sweep.csv"
+    code, _, _ = cli("sweep", "1f1b", "gpipe", "-p", "2", "-m", "4,8", "-o", str(csv))
+    assert code == 0
+    code, _, err = cli("plot", "sweep", str(csv), "--metric", metric, "-o",
+                       str(tmp_path / "p.png"))
+    assert code == 1 and f"--metric '{metric}' is a configuration column, not a metric; " \
+        "numeric columns: formula_bubble_ratio" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_a_dask_address_that_is_no_address_is_one_line(cli, tmp_path):
+    pytest.importorskip("distributed")
+    for argv in (["sweep", "1f1b", "-p", "2", "-m", "4", "--dask", "nonsense"],
+                 ["study", "tabular-paper", "-o", str(tmp_path / "st"), "--dask", "nonsense"]):
+        code, _, err = cli(*argv)
+        assert code == 1 and "--dask nonsense: cannot reach the scheduler (" in err
+    assert not (tmp_path / "st").exists()

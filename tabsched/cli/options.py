@@ -122,6 +122,14 @@ NAMED_PARAMETERS = ("devices", "microbatches", "chunks", "waves", "variant", "pi
 LAYER_PARAMETERS = ("stage_layers", "stage_layers_ratio", "layers")
 
 
+#: Names the command line sets itself, which ``--param`` cannot: what sets each.
+SET_BY_THE_COMMAND = {
+    "costs": "the options describe the costs (--model and --system, or the slot lengths)",
+    "schedule": "the SCHEDULE argument names the family or the table file",
+    "p2p": "use --p2p", "torch_legacy": "use --torch-legacy",
+}
+
+
 def schedule_options(command):
     """Options that pick a table: a family's parameters (a FILE ignores them).
 
@@ -154,6 +162,18 @@ def schedule_options(command):
         params = {name: kwargs.pop(name) for name in names}
         for text in kwargs.pop("extra_params"):
             name, value = parse_param(text)
+            if name == "memory_budget":     # the README's other spelling of --memory-budget
+                if "memory_budget" not in kwargs:
+                    raise click.ClickException(f"--param {text}: this command takes no "
+                                               f"memory budget")
+                if kwargs["memory_budget"] is not None:
+                    raise click.ClickException(f"--param {text}: the memory budget is given "
+                                               f"twice (--memory-budget)")
+                kwargs["memory_budget"] = str(value)
+                continue
+            if name in SET_BY_THE_COMMAND:
+                raise click.ClickException(f"--param {text}: {name} is not a family parameter "
+                                           f"here: {SET_BY_THE_COMMAND[name]}")
             if params.get(name) is not None:
                 raise click.ClickException(f"--param {text}: {name} is given twice")
             params[name] = value

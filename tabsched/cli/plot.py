@@ -93,10 +93,12 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
     from tabsched.plot import check_picture_path, sweep_plot
     from tabsched.sweeps import COLUMNS, read_sweep_csv
     check_picture_path(out)
-    if metric not in COLUMNS:
-        raise click.ClickException(f"--metric {metric!r} is not a sweep column; numeric columns: "
-                                   + ", ".join(c for c in COLUMNS if c.startswith(
-                                       ("formula_", "table_", "simulation_"))))
+    numeric = [c for c in COLUMNS if c.startswith(("formula_", "table_", "simulation_"))]
+    if metric not in numeric:
+        what = ("a configuration column, not a metric" if metric in COLUMNS
+                else "not a sweep column")
+        raise click.ClickException(f"--metric {metric!r} is {what}; numeric columns: "
+                                   + ", ".join(numeric))
     sweep_plot(read_sweep_csv(csv_file), out, devices=devices, metric=metric, logx=logx,
                logy=logy, capacity=capacity)
     click.echo(f"wrote {out}", err=True)
