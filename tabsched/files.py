@@ -50,18 +50,35 @@ def read_text(path, *, expected="this is not a schedule file", error=InvalidSche
     return text
 
 
-def check_output_path(path, *, suffixes=None, what="output"):
+def check_output_path(path, *, suffixes=None, what="output", inputs=()):
     """Refuse, before any work, an output file that cannot be written.
 
     The folder must exist and be writable, the path must not be a folder, and
-    its suffix, if ``suffixes`` is given, one of them. Raises ``OutputError``.
+    its suffix, if ``suffixes`` is given, one of them. A path that is a symbolic
+    link, or exists and is not a regular file (a FIFO, a device), is refused: the
+    atomic write would replace the link or the special file with a plain file, which
+    is never what was meant. So is a path that names one of the command's
+    ``inputs`` (the same file, by any name): the input would be gone before it was
+    read whole. Raises ``OutputError``.
     """
     path = os.fspath(path)
     if suffixes is not None and suffix(path) not in suffixes:
         raise OutputError(f"{path}: the {what} must end in {', '.join(suffixes)}, not "
                           f"{suffix(path) or 'no suffix'}")
+    if os.path.islink(path):
+        raise OutputError(f"{path}: is a symbolic link; writing would replace the link with "
+                          f"a file: give the path it points to, or another")
     if os.path.isdir(path):
         raise OutputError(f"{path}: is a folder; give the {what} file's name")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise OutputError(f"{path}: exists and is not a regular file (a FIFO or a device); "
+                          f"writing would replace it: give another path")
+    for source in inputs:
+        if source is None or not os.path.isfile(source) or not os.path.exists(path):
+            continue
+        if os.path.samefile(path, source):
+            raise OutputError(f"{path}: is also this command's input ({os.fspath(source)}); "
+                              f"write the {what} elsewhere")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise OutputError(f"{path}: the folder {folder} does not exist")

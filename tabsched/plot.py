@@ -78,13 +78,14 @@ def _figure(width, height):
                                                           layout="constrained")
 
 
-def check_picture_path(path):
-    """Refuse, before drawing, a picture path with another suffix or in no folder."""
+def check_picture_path(path, inputs=()):
+    """Refuse, before drawing, a picture path with another suffix or in no folder (or one
+    that names an input, ``inputs``: ``files.check_output_path``)."""
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in PICTURE_SUFFIXES:
         raise InvalidParameterError(f"{path}: pictures are written as "
                                     f"{', '.join(PICTURE_SUFFIXES)}, not {suffix or 'no suffix'}")
-    check_output_path(path)
+    check_output_path(path, inputs=inputs)
     return suffix
 
 

@@ -200,3 +200,68 @@ def test_output_paths_are_checked_before_the_work(cli, tmp_path, monkeypatch):
         assert (code, err) == (1, f"Error: {message}\n") or (
             code == 1 and err.startswith(f"Error: {message}") and err.count("\n") == 1), err
     assert existing.read_text() == PREVIOUS
+
+
+# ------------------------------------------------- outputs that would replace the wrong file
+@pytest.fixture
+def table_file(tmp_path):
+    path = tmp_path / "t.json"
+    write_table(generate("1f1b", devices=2, microbatches=2), path)
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["trace", "{t}", "-o", "{t}"],
+    ["convert", "{t}", "{t}"],
+])
+def test_an_output_that_is_the_commands_input_is_refused(cli, table_file, argv):
+    before = table_file.read_bytes()
+    code, _, err = cli(*[part.format(t=table_file) for part in argv])
+    assert code == 1 and "is also this command's input" in err
+    assert table_file.read_bytes() == before
+
+
+def test_an_execution_file_is_not_written_over_by_the_execution_it_describes(cli, tmp_path):
+    path = tmp_path / "run.toml"
+    code, _, _ = cli("execution", "-t", "2", "-o", str(path))
+    assert code == 0
+    before = path.read_bytes()
+    code, _, err = cli("execution", "--execution", str(path), "-t", "4", "-o", str(path))
+    assert code == 1 and "is also this command's input" in err
+    assert path.read_bytes() == before
+
+
+def test_an_output_that_names_the_input_through_a_link_or_another_name(cli, table_file):
+    other_name = table_file.parent / "." / table_file.name
+    code, _, err = cli("trace", str(table_file), "-o", str(other_name))
+    assert code == 1 and "is also this command's input" in err
+    hard = table_file.parent / "hard.json"
+    os.link(table_file, hard)
+    code, _, err = cli("trace", str(hard), "-o", str(table_file))
+    assert code == 1 and "is also this command's input" in err
+
+
+def test_a_symbolic_link_or_a_fifo_is_never_replaced_by_a_plain_file(cli, table_file, tmp_path):
+    link = tmp_path / "link.json"
+    link.symlink_to(table_file)
+    code, _, err = cli("trace", str(table_file), "-o", str(link))
+    assert code == 1 and "is a symbolic link; writing would replace the link" in err
+    assert link.is_symlink()
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    code, _, err = cli("convert", str(table_file), str(fifo))
+    assert code == 1 and "exists and is not a regular file (a FIFO or a device)" in err
+    assert not fifo.is_file() and fifo.exists()
+
+
+def test_system_import_does_not_write_over_its_csv_or_base(cli, tmp_path):
+    csv = tmp_path / "gemm.csv"
+    csv.write_text("m,n,k,seconds\n2048,12288,12288,2.3586e-3\n8192,8192,8192,3.9614e-3\n")
+    base = tmp_path / "base.toml"
+    code, text, _ = cli("system", "import", "gemm", str(csv), "--system", "dgx-a100",
+                        "--source", "two points")
+    assert code == 0
+    base.write_text(text)
+    code, _, err = cli("system", "import", "gemm", str(csv), "--system", str(base),
+                       "--source", "two points", "-o", str(base))
+    assert code == 1 and "is also this command's input" in err

@@ -64,7 +64,7 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                 f"--out {out_path}: write the adapted table as .json, which keeps the "
                 f"microbatch sizes a split gives and the table's metadata; a CSV cannot hold "
                 f"them (`tabsched convert adapted.json adapted.csv` says what it would drop)")
-        check_output_path(out_path)
+        check_output_path(out_path, inputs=(schedule, variation_params.get("replay")))
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")

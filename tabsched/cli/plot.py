@@ -33,7 +33,7 @@ def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers,
                        time_range):
     """A Gantt chart of SCHEDULE: a lane per device and per link, the critical path outlined."""
     from tabsched.plot import check_picture_path, gantt
-    check_picture_path(out)
+    check_picture_path(out, inputs=(schedule,))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     span = None if time_range is None else _parse_time_range(time_range, result.time_unit)
@@ -65,7 +65,7 @@ def _parse_time_range(text, time_unit):
 def plot_memory_command(schedule, schedule_params, evaluation, out):
     """Memory over time per device of SCHEDULE, with --memory-budget as a line."""
     from tabsched.plot import check_picture_path, memory_plot
-    check_picture_path(out)
+    check_picture_path(out, inputs=(schedule,))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     memory_plot(result, out)
@@ -92,7 +92,7 @@ def plot_sweep_command(csv_file, out, devices, metric, logx, logy, capacity):
     """
     from tabsched.plot import check_picture_path, sweep_plot
     from tabsched.sweeps import COLUMNS, read_sweep_csv
-    check_picture_path(out)
+    check_picture_path(out, inputs=(csv_file,))
     numeric = [c for c in COLUMNS if c.startswith(("formula_", "table_", "simulation_"))]
     if metric not in numeric:
         what = ("a configuration column, not a metric" if metric in COLUMNS
@@ -114,7 +114,7 @@ def trace_command(schedule, schedule_params, evaluation, out):
     """Export one simulated iteration of SCHEDULE as a Perfetto / Chrome trace."""
     from tabsched.files import check_output_path
     from tabsched.formats.perfetto import write_trace
-    check_output_path(out)
+    check_output_path(out, inputs=(schedule,))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     write_trace(result, out)

@@ -42,7 +42,8 @@ def import_gemm_command(csv_file, source, base, dtype, out):
     from tabsched.costs.system_import import gemm_system_toml
     from tabsched.files import atomic_write, check_output_path
     if out is not None:
-        check_output_path(out, suffixes=(".toml",), what="system file")
+        check_output_path(out, suffixes=(".toml",), what="system file",
+                          inputs=(csv_file, base))
     toml = gemm_system_toml(csv_file, source, base, dtype)
     if out is None:
         click.echo(toml, nl=False)

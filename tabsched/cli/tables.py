@@ -139,7 +139,7 @@ def convert_command(schedule, output, schedule_params, out, target, drop_metadat
     if output is None:
         raise click.UsageError("convert needs OUTPUT (or -o FILE; '-' for stdout)")
     if output != "-":
-        check_output_path(output)
+        check_output_path(output, inputs=(schedule,))
     table, torch_schedule = load_with_torch(schedule, torch_legacy, p2p, **schedule_params)
     if target is None:
         target = (find_format(output, role="dumps") or get_format("csv")).name
