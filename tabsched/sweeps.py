@@ -143,6 +143,11 @@ def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
         raise InvalidParameterError(f"execution must be an Execution, not "
                                     f"{type(execution).__name__}")
     base = Execution() if execution is None else execution
+    devices = _integers("devices", devices)
+    if microbatches is not None:
+        microbatches = _integers("microbatches", microbatches)
+    if global_batch is not None:
+        (global_batch,) = _integers("global_batch", (global_batch,), one=True)
     lengths = slot_lengths(lengths)
     parallel = dict(parallel or {})
     axes = {}
@@ -157,8 +162,6 @@ def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
     parallel = tuple(sorted(parallel.items()))
     specs = [parse_spec(spec).label for spec in specs]   # fail early on a bad spec
     batch = base.global_batch if global_batch is None else global_batch
-    if microbatches is not None and not len(microbatches):
-        raise InvalidParameterError("sweep: microbatches is empty")
     if microbatches is None:
         if batch is None or (microbatch_size is None and base.microbatch_size is None):
             raise InvalidParameterError(
@@ -169,7 +172,7 @@ def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
             f"sweep: give two of microbatches, microbatch_size and global_batch {batch}: "
             f"the third follows (global batch = data_parallel x microbatches x microbatch "
             f"size)")
-    for name, values in (("devices", devices), ("models", models), ("systems", systems)):
+    for name, values in (("models", models), ("systems", systems)):
         if not values:
             raise InvalidParameterError(f"sweep: {name} is empty")
     # a misspelt model or system is a mistake, not a configuration to skip
@@ -195,11 +198,25 @@ def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
     return tasks
 
 
+def _integers(name, values, one=False):
+    """``values`` (one or a list) as a tuple of integers >= 1, refusing the rest by name:
+    4.5 microbatches are not 4 (a float or a text is never rounded or parsed here)."""
+    values = (values,) if isinstance(values, (str, numbers.Number)) else tuple(values)
+    if not values:
+        raise InvalidParameterError(f"sweep: {name} is empty")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise InvalidParameterError(f"sweep: {name} must be "
+                                        f"{'an integer' if one else 'integers'} >= 1, not "
+                                        f"{shown_value(value)}")
+    return tuple(int(value) for value in values)
+
+
 def _axis(name, values):
     """The values of one of the execution's axes: ``(None,)`` when not given."""
     if values is None:
         return (None,)
-    values = (values,) if isinstance(values, (str, numbers.Integral)) else tuple(values)
+    values = (values,) if isinstance(values, (str, numbers.Number)) else tuple(values)
     if not values:
         raise InvalidParameterError(f"sweep: {name} is empty")
     for value in values:
@@ -207,9 +224,8 @@ def _axis(name, values):
             if value not in RECOMPUTE_MODES:
                 raise InvalidParameterError(f"sweep: recompute {shown_value(value)} is not one "
                                             f"of {', '.join(RECOMPUTE_MODES)}")
-        elif isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise InvalidParameterError(f"sweep: {name} must be integers >= 1, not "
-                                        f"{shown_value(value)}")
+        else:
+            _integers(name, (value,))
     return values
 
 

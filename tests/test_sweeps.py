@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -353,3 +354,31 @@ def test_a_system_that_states_no_memory_leaves_the_memory_columns_empty(tmp_path
     assert rows[0]["status"] == "ok" and rows[0]["memory_capacity_bytes"] is None
     assert rows[0]["simulation_fits"] is None and rows[0]["simulation_over_capacity_bytes"] is None
     assert rows[0]["simulation_mfu"] > 0
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (([2], [4.5]), "sweep: microbatches must be integers >= 1, not 4.5"),
+    (([2], 4.5), "sweep: microbatches must be integers >= 1, not 4.5"),
+    ((["2"], [4]), "sweep: devices must be integers >= 1, not '2'"),
+    (([2.0], [4]), "sweep: devices must be integers >= 1, not 2.0"),
+    (([2], [True]), "sweep: microbatches must be integers >= 1, not True"),
+    (([], [4]), "sweep: devices is empty"),
+])
+def test_sweep_refuses_what_is_not_a_whole_count(arguments, message):
+    """4.5 microbatches used to run 4: a count that is not an integer is refused by name."""
+    from tabsched.sweeps import sweep
+    with pytest.raises(InvalidParameterError, match=re.escape(message)):
+        sweep(["1f1b"], *arguments, systems=["dgx-a100"])
+
+
+def test_sweep_refuses_a_global_batch_or_microbatch_size_that_is_not_whole():
+    from tabsched.sweeps import sweep
+    with pytest.raises(InvalidParameterError, match=re.escape(
+            "sweep: global_batch must be an integer >= 1, not 8.0")):
+        sweep(["1f1b"], [2], [4], global_batch=8.0, systems=["dgx-a100"])
+    with pytest.raises(InvalidParameterError, match=re.escape(
+            "sweep: microbatch_size must be integers >= 1, not 2.5")):
+        sweep(["1f1b"], [2], models=["gpt3-175b"], systems=["dgx-a100"], global_batch=8,
+              microbatch_size=2.5)
+    # one integer for a list is that list
+    assert len(sweep(["1f1b"], 2, 4, systems=["dgx-a100"])) == 1
