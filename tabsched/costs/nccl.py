@@ -476,10 +476,18 @@ def _row(where, words, header):
             raise InvalidParameterError(f"{where}: #wrong is {wrong} ({place}): the "
                                         f"collective gave wrong results, so the measurement "
                                         f"is invalid")
-    word = words[header["busbw"]]
-    # GB/s to B/s by the text, so that 129.74 becomes 129740000000.0, not 129.74 * 1e9
-    busbw = float(word + "e9") if "e" not in word.lower() else busbw * 1e9
-    return size, time * 1e-6, busbw
+    # us to s and GB/s to B/s by the text, so that 129.74 GB/s is 129740000000.0, not
+    # 129.74 * 1e9 = 129740000000.00002
+    return size, _scaled(words[header["time"]], time, 6), _scaled(words[header["busbw"]],
+                                                                   busbw, -9)
+
+
+def _scaled(word, value, places):
+    """``value`` (read from ``word``) divided by ``10**places``, from the text when it has
+    no exponent."""
+    if "e" in word.lower():
+        return value / 10.0**places
+    return float(f"{word}e{-places}")
 
 
 def _value(where, column, word):
