@@ -234,11 +234,24 @@ def test_the_collective_comes_from_the_file_its_name_or_the_flag(cli, tmp_path):
     assert code == 0 and 'collective = "all_gather"' in out
 
 
-def test_a_second_host_makes_the_tier_network(cli, tmp_path):
-    head = [line.replace("dgxa100 device  7", "  node02 device  7") for line in NCCL_HEAD]
-    code, out, _ = cli("system", "import", "nccl-tests", str(nccl_file(tmp_path, GOOD_ROWS,
-                                                                        head=head)))
-    assert code == 0 and 'tier = "network"' in out
+def on_two_hosts(head, moved=(4, 5, 6, 7)):
+    return [line.replace("dgxa100", " node02") if any(f"Rank  {rank} " in line
+                                                      for rank in moved) else line
+            for line in head]
+
+
+def test_a_second_host_makes_the_tier_network_with_its_ranks_per_node(cli, tmp_path):
+    path = nccl_file(tmp_path, GOOD_ROWS, head=on_two_hosts(NCCL_HEAD))
+    code, out, _ = cli("system", "import", "nccl-tests", str(path))
+    assert code == 0 and 'tier = "network"\nranks = 8\nper_node = 4\n' in out
+    table = CollectiveTables.from_value(tomllib.loads(out)["collective_bandwidth"]).tables[0]
+    assert table.key() == ("all_reduce", "network", 8, 4)
+
+
+def test_ranks_spread_unevenly_over_hosts_are_refused(cli_error, tmp_path):
+    path = nccl_file(tmp_path, GOOD_ROWS, head=on_two_hosts(NCCL_HEAD, moved=(7,)))
+    assert "its ranks are spread unevenly over the hosts (dgxa100 7, node02 1); tabsched " \
+        "places groups evenly over nodes" in cli_error("system", "import", "nccl-tests", path)
 
 
 def test_an_old_table_without_root_and_unchecked_rows_read(cli, tmp_path):

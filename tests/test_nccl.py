@@ -85,6 +85,15 @@ def test_outside_the_table_the_ring_prices_to_the_bit():
         "all_reduce", 1.0, 8, bandwidth, latency)
 
 
+def test_a_network_table_covers_only_groups_spread_as_it_was_measured():
+    system = with_tables(load_system("dgx-a100"), [entry(tier="network", ranks=16, per_node=8)])
+    two_nodes = GroupSpan("data", 16, 1, 8, 2)     # 8 members on each of 2 nodes: every NIC
+    one_each = GroupSpan("data", 16, 8, 1, 16)     # 1 member on each of 16 nodes: one NIC
+    assert group_time("all_reduce", 2.0**20, two_nodes, system) == 2.0**20 * 1.875 / 20e9
+    assert group_time("all_reduce", 2.0**20, one_each, system) == group_time(
+        "all_reduce", 2.0**20, one_each, load_system("dgx-a100"))
+
+
 def test_a_mixed_array_takes_each_rule_where_it_holds():
     plain, measured = load_system("dgx-a100"), load_system(EXAMPLE)
     sizes = np.array([2.0**10, 2.0**20, 2.0**36])
@@ -226,8 +235,15 @@ def entry(**changes):
                                         r"the row before \(1.07374e\+09 B\)"),
     ([entry(busbw=[GOOD[0], GOOD[0]])], r"busbw\[1\]: size 1.04858e\+06 B does not grow"),
     ([entry(busbw=[[1, 2, 3], GOOD[1]])], r"busbw\[0\] must be a row \[bytes, B/s\]"),
-    ([entry(), entry()], r"collective_bandwidth\[1\]: all_reduce on tier node at 8 ranks is "
-                         r"also collective_bandwidth\[0\]"),
+    ([entry(), entry()], r"collective_bandwidth\[1\]: all_reduce on tier node at 8 ranks \(8 "
+                         r"per node\) is also collective_bandwidth\[0\]"),
+    ([entry(tier="network", ranks=16)], r"collective_bandwidth\[0\]: missing key 'per_node' "
+                                        r"\(how many of the 16 ranks share each node\)"),
+    ([entry(tier="network", ranks=16, per_node=16)], r"per_node 16 does not spread 16 ranks "
+                                                     r"evenly over two or more nodes"),
+    ([entry(tier="network", ranks=16, per_node=3)], r"per_node 3 does not spread 16 ranks"),
+    ([entry(per_node=4)], r"collective_bandwidth\[0\].per_node: inside a node every rank "
+                          r"shares it \(per_node is ranks, 8\), not 4"),
 ])
 def test_bad_tables_are_one_line_naming_the_key(value, message):
     with pytest.raises(InvalidParameterError, match=message) as error:
@@ -250,8 +266,8 @@ def test_a_system_file_with_tables_loads(tmp_path):
                     'devices_per_node = 8\nintra_node_bandwidth = "100GB/s"\n'
                     'intra_node_latency = "1us"\ninter_node_bandwidth = "10GB/s"\n'
                     'inter_node_latency = "10us"\n\n[[collective_bandwidth]]\n'
-                    'collective = "reduce_scatter"\ntier = "network"\nranks = 16\n'
+                    'collective = "reduce_scatter"\ntier = "network"\nranks = 16\nper_node = 8\n'
                     'source = "my cluster"\nbusbw = [[1048576, 5e9], [1073741824, 40e9]]\n')
     system = load_system(path)
-    assert system.collective_bandwidth.table("reduce_scatter", "network", 16).source == \
+    assert system.collective_bandwidth.table("reduce_scatter", "network", 16, 8).source == \
         "my cluster"

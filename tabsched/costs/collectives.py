@@ -75,7 +75,7 @@ def group_time(collective, nbytes, group, system):
     (:meth:`~tabsched.costs.system.System.tier_link`): inside a node when every
     member shares one, else between nodes, each member on its own network port.
     Where the system has a measured table of this collective on this tier at
-    this group size that covers ``nbytes`` (:mod:`tabsched.costs.nccl`), the
+    this group size and members per node that covers ``nbytes`` (:mod:`tabsched.costs.nccl`), the
     time is nccl-tests' bus bandwidth inverted, ``nbytes * factor / busbw``;
     every other entry is the ring's, to the bit.
 
@@ -89,7 +89,7 @@ def group_time(collective, nbytes, group, system):
     ring = ring_time(collective, nbytes, group.size, bandwidth, latency)
     tables = system.collective_bandwidth
     table = (None if tables is None or group.size < 2
-             else tables.table(collective, group.tier, group.size))
+             else tables.table(collective, group.tier, group.size, group.per_node))
     if table is None:
         return ring
     busbw = table.bus_bandwidth(nbytes)

@@ -14,13 +14,17 @@ The table (TOML: the system's array ``[[collective_bandwidth]]``, one entry per 
     :mod:`tabsched.costs.collectives` prices), ``tier`` (``node``: the group shares
     a node; ``network``: it crosses nodes; see
     :attr:`tabsched.costs.placement.GroupSpan.tier`), ``ranks`` (the group size it
-    was measured at), ``source`` (required: where the numbers come from) and
+    was measured at), on the ``network`` tier ``per_node`` (how many of the ranks
+    shared each node: 16 ranks as 2 nodes of 8 drive every NIC of a node, 16 ranks
+    one per node drive one; inside a node it is ``ranks``), ``source`` (required:
+    where the numbers come from) and
     ``busbw = [[bytes, B/s], ...]``, sizes strictly increasing, at least
     :data:`MIN_POINTS` and at most :data:`MAX_POINTS`. Two entries may not share
-    ``(collective, tier, ranks)``.
+    ``(collective, tier, ranks, per_node)``.
 How a collective is priced
     A collective of ``nbytes`` over a group of ``n`` members on tier ``T`` is
-    *covered* when the system has the table ``(collective, T, n)`` and
+    *covered* when the system has the table ``(collective, T, n, per_node)`` of
+    the group's span (:class:`~tabsched.costs.placement.GroupSpan`) and
     ``busbw[0].bytes <= nbytes <= busbw[-1].bytes``. Then its time is
     ``nbytes * factor(n) / busbw(nbytes)``, the inverse of nccl-tests'
     definition: at a table point, the time nccl-tests measured. Between two
@@ -56,7 +60,8 @@ from tabsched._untrusted import integer, number, shown_value, text
 from tabsched.exceptions import InvalidParameterError
 
 __all__ = ["CollectiveTables", "CollectiveTable", "bus_factor", "TABLE_COLLECTIVES",
-           "MIN_POINTS", "MAX_POINTS", "MAX_TABLES", "MAX_RANKS", "SIZE_RANGE", "tables_toml"]
+           "MIN_POINTS", "MAX_POINTS", "MAX_TABLES", "MAX_RANKS", "SIZE_RANGE", "tables_toml",
+           "NcclTestsRun", "read_nccl_tests", "MAX_OUTPUT_BYTES", "MAX_FILES", "PROGRAMS"]
 
 #: The collectives a table may hold: those :mod:`tabsched.costs.collectives` prices.
 TABLE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
@@ -74,7 +79,7 @@ MAX_RANKS = 2**20
 SIZE_RANGE = (1.0, 2.0**40)
 #: A bus bandwidth from 1 B/s to 1 PB/s (the system's bandwidth range).
 BUSBW_RANGE = (1.0, 1e15)
-KEYS = ("collective", "tier", "ranks", "source", "busbw")
+KEYS = ("collective", "tier", "ranks", "per_node", "source", "busbw")
 MAX_SOURCE = 500
 
 
@@ -89,16 +94,18 @@ def bus_factor(collective, ranks):
 
 
 class CollectiveTable:
-    """One measured table: ``(collective, tier, ranks)``, sizes and bus bandwidths."""
+    """One measured table: ``(collective, tier, ranks, per_node)``, sizes and bus
+    bandwidths (``per_node`` is ``ranks`` on the node tier)."""
 
-    __slots__ = ("collective", "tier", "ranks", "source", "points", "_sizes", "_logs",
-                 "_busbw")
+    __slots__ = ("collective", "tier", "ranks", "per_node", "source", "points", "_sizes",
+                 "_logs", "_busbw")
 
-    def __init__(self, collective, tier, ranks, source, points):
+    def __init__(self, collective, tier, ranks, per_node, source, points):
         set_ = object.__setattr__
         set_(self, "collective", collective)
         set_(self, "tier", tier)
         set_(self, "ranks", int(ranks))
+        set_(self, "per_node", int(per_node))
         set_(self, "source", source)
         set_(self, "points", tuple((float(size), float(busbw)) for size, busbw in points))
         sizes = np.array([size for size, _ in self.points])
@@ -111,10 +118,10 @@ class CollectiveTable:
         raise AttributeError(f"CollectiveTable is immutable: cannot set {name}")
 
     def key(self):
-        return (self.collective, self.tier, self.ranks)
+        return (self.collective, self.tier, self.ranks, self.per_node)
 
     def _identity(self):
-        return (self.collective, self.tier, self.ranks, self.source, self.points)
+        return (*self.key(), self.source, self.points)
 
     def __eq__(self, other):
         if not isinstance(other, CollectiveTable):
@@ -125,7 +132,8 @@ class CollectiveTable:
         return hash(self._identity())
 
     def __repr__(self):
-        return (f"CollectiveTable({self.collective}, {self.tier}, {self.ranks} ranks, "
+        return (f"CollectiveTable({self.collective}, {self.tier}, {self.ranks} ranks "
+                f"({self.per_node} per node), "
                 f"{len(self.points)} points, source={self.source!r})")
 
     def bus_bandwidth(self, nbytes):
@@ -145,12 +153,16 @@ class CollectiveTable:
         return np.where(covered, value, np.nan)
 
     def to_value(self):
-        return {"collective": self.collective, "tier": self.tier, "ranks": self.ranks,
-                "source": self.source, "busbw": [list(point) for point in self.points]}
+        value = {"collective": self.collective, "tier": self.tier, "ranks": self.ranks}
+        if self.tier == "network":
+            value["per_node"] = self.per_node
+        return {**value, "source": self.source,
+                "busbw": [list(point) for point in self.points]}
 
 
 class CollectiveTables:
-    """A system's measured tables, by ``(collective, tier, ranks)``; see the module docstring.
+    """A system's measured tables, by ``(collective, tier, ranks, per_node)``; see the module
+    docstring.
 
     Immutable and hashable (a system holding it stays a memo key).
     """
@@ -176,13 +188,16 @@ class CollectiveTables:
     def __repr__(self):
         return f"CollectiveTables({len(self.tables)} tables)"
 
-    def table(self, collective, tier, ranks):
-        """The table of ``(collective, tier, ranks)``, or None."""
-        return self._by_key.get((collective, tier, int(ranks)))
+    def table(self, collective, tier, ranks, per_node=None):
+        """The table of ``(collective, tier, ranks, per_node)`` (``per_node`` defaults to
+        ``ranks``, a group inside a node), or None."""
+        ranks = int(ranks)
+        return self._by_key.get((collective, tier, ranks,
+                                 ranks if per_node is None else int(per_node)))
 
-    def bus_bandwidth(self, collective, tier, ranks, nbytes):
+    def bus_bandwidth(self, collective, tier, ranks, nbytes, per_node=None):
         """Bus bandwidth at ``nbytes``, NaN where no table covers it."""
-        table = self.table(collective, tier, ranks)
+        table = self.table(collective, tier, ranks, per_node)
         if table is None:
             return np.full(np.shape(nbytes), np.nan)
         return table.bus_bandwidth(nbytes)
@@ -208,8 +223,9 @@ class CollectiveTables:
             if table.key() in seen:
                 raise InvalidParameterError(
                     f"{name}[{index}]: {table.collective} on tier {table.tier} at "
-                    f"{table.ranks} ranks is also {name}[{seen[table.key()]}] (give one "
-                    f"table per collective, tier and group size)")
+                    f"{table.ranks} ranks ({table.per_node} per node) is also "
+                    f"{name}[{seen[table.key()]}] (give one table per collective, tier and "
+                    f"group)")
             seen[table.key()] = index
             tables.append(table)
         return cls(tables)
@@ -229,7 +245,7 @@ def _table(where, entry):
         raise InvalidParameterError(f"{where}: unknown key {shown_value(unknown[0])} "
                                     f"(expected {', '.join(KEYS)})")
     for key in KEYS:
-        if key not in entry:
+        if key not in entry and key != "per_node":
             hint = " (say where the numbers come from)" if key == "source" else ""
             raise InvalidParameterError(f"{where}: missing key {key!r}{hint}")
     collective = entry["collective"]
@@ -241,6 +257,20 @@ def _table(where, entry):
         raise InvalidParameterError(f"{where}.tier {shown_value(tier)} is not one of "
                                     f"{', '.join(TIERS)} (inside a node, between nodes)")
     ranks = integer(f"{where}.ranks", entry["ranks"], 2, MAX_RANKS)
+    if tier == "node":
+        if "per_node" in entry and entry["per_node"] != ranks:
+            raise InvalidParameterError(f"{where}.per_node: inside a node every rank shares "
+                                        f"it (per_node is ranks, {ranks}), not "
+                                        f"{shown_value(entry['per_node'])}")
+        per_node = ranks
+    else:
+        if "per_node" not in entry:
+            raise InvalidParameterError(f"{where}: missing key 'per_node' (how many of the "
+                                        f"{ranks} ranks share each node)")
+        per_node = integer(f"{where}.per_node", entry["per_node"], 1, ranks)
+        if ranks % per_node or per_node == ranks:
+            raise InvalidParameterError(f"{where}.per_node {per_node} does not spread "
+                                        f"{ranks} ranks evenly over two or more nodes")
     source = text(f"{where}.source", entry["source"], MAX_SOURCE)
     if not source.strip():
         raise InvalidParameterError(f"{where}.source is empty (say where the numbers come "
@@ -269,7 +299,7 @@ def _table(where, entry):
                                         f"before ({points[-1][0]:g} B); list the sizes in "
                                         f"increasing order, each once")
         points.append((size, busbw))
-    return CollectiveTable(collective, tier, ranks, source, points)
+    return CollectiveTable(collective, tier, ranks, per_node, source, points)
 
 
 def tables_toml(tables):
@@ -279,6 +309,7 @@ def tables_toml(tables):
     for table in tables:
         lines += ["[[collective_bandwidth]]", f'collective = "{table.collective}"',
                   f'tier = "{table.tier}"', f"ranks = {table.ranks}",
+                  *([f"per_node = {table.per_node}"] if table.tier == "network" else []),
                   f"source = {json.dumps(table.source, ensure_ascii=False)}",
                   "busbw = [   # [bytes, bus bandwidth in B/s]"]
         lines += [f"  [{_plain(size)}, {busbw!r}]," for size, busbw in table.points]

@@ -15,9 +15,10 @@ kind, each with its own reader:
     nccl-tests' text output (:func:`tabsched.costs.nccl.read_nccl_tests`: one
     run of ``all_reduce_perf``, ``all_gather_perf`` or ``reduce_scatter_perf``
     per file) becomes ``[[collective_bandwidth]]`` tables, one per collective,
-    tier and rank count; files of the same one are merged by size (a size in two
-    files must have one bandwidth). The tier is ``node`` when every rank runs on
-    one host, else ``network``.
+    tier, rank count and ranks per host; files of the same one are merged by size
+    (a size in two files must have one bandwidth). The tier is ``node`` when every
+    rank runs on one host, else ``network``, with the ranks per host as
+    ``per_node`` (the hosts must hold equally many).
 
 The result is checked by loading it as a system before it is returned, so a
 written file always loads.
@@ -123,7 +124,13 @@ def nccl_tables(paths, source=None, tier=None, collective=None):
             raise InvalidParameterError(
                 f"{path}: its {run.ranks} ranks run on {hosts} host{'s' if hosts != 1 else ''}, "
                 f"so the tier is {found}, not {tier} (--tier)")
-        key = (run.collective, found, run.ranks)
+        per_host = {host: run.hosts.count(host) for host in run.hosts}
+        if len(set(per_host.values())) != 1:
+            raise InvalidParameterError(
+                f"{path}: its ranks are spread unevenly over the hosts "
+                f"({', '.join(f'{host} {count}' for host, count in per_host.items())}); "
+                f"tabsched places groups evenly over nodes")
+        key = (run.collective, found, run.ranks, run.ranks // hosts)
         points = merged.setdefault(key, {})
         for line, size, busbw in run.rows:
             if size in points and points[size][0] != busbw:
