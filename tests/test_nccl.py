@@ -271,3 +271,31 @@ def test_a_system_file_with_tables_loads(tmp_path):
     system = load_system(path)
     assert system.collective_bandwidth.table("reduce_scatter", "network", 16, 8).source == \
         "my cluster"
+
+
+# ------------------------------------------------------------------ the nccl-tests reader
+FIXTURE_LINES = (DATA / "nccl-all-reduce-a100.txt").read_text().splitlines()
+TOKENS = st.one_of(st.sampled_from(["0", "-1", "nan", "inf", "1e400", "N/A", "#", "", "x",
+                                    "99999999999999999999", "0.00", "Rank", "size", "on"]),
+                   st.text(max_size=12))
+
+
+@given(st.lists(st.tuples(st.integers(0, len(FIXTURE_LINES) - 1), st.integers(0, 30), TOKENS),
+                min_size=1, max_size=6))
+def test_a_mangled_output_reads_or_is_one_line_error(tmp_path_factory, edits):
+    from tabsched.costs.nccl import read_nccl_tests
+    lines = list(FIXTURE_LINES)
+    for line, word, token in edits:
+        words = lines[line].split(" ")
+        words[word % len(words)] = token
+        lines[line] = " ".join(words)
+    path = tmp_path_factory.mktemp("mangled") / "all_reduce_perf.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    try:
+        run = read_nccl_tests(path)
+    except InvalidParameterError as error:
+        assert "\n" not in str(error) and str(error).startswith(f"{path}: ")
+        return
+    sizes = [size for _, size, _ in run.rows]
+    assert run.ranks >= 2 and sizes == sorted(sizes)
+    assert all(0 < busbw < math.inf for _, _, busbw in run.rows)
