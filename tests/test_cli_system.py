@@ -250,7 +250,7 @@ def test_a_second_host_makes_the_tier_network_with_its_ranks_per_node(cli, tmp_p
 
 def test_ranks_spread_unevenly_over_hosts_are_refused(cli_error, tmp_path):
     path = nccl_file(tmp_path, GOOD_ROWS, head=on_two_hosts(NCCL_HEAD, moved=(7,)))
-    assert "its ranks are spread unevenly over the hosts (dgxa100 7, node02 1); tabsched " \
+    assert "its ranks are spread unevenly over the hosts ('dgxa100' 7, 'node02' 1); tabsched " \
         "places groups evenly over nodes" in cli_error("system", "import", "nccl-tests", path)
 
 

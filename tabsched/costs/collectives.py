@@ -75,9 +75,10 @@ def group_time(collective, nbytes, group, system):
     (:meth:`~tabsched.costs.system.System.tier_link`): inside a node when every
     member shares one, else between nodes, each member on its own network port.
     Where the system has a measured table of this collective on this tier at
-    this group size and members per node that covers ``nbytes`` (:mod:`tabsched.costs.nccl`), the
-    time is nccl-tests' bus bandwidth inverted, ``nbytes * factor / busbw``;
-    every other entry is the ring's, to the bit.
+    this group size and members per node that covers ``nbytes``
+    (:mod:`tabsched.costs.nccl`), the time is nccl-tests' bus bandwidth
+    inverted, ``nbytes * factor / busbw``; every other entry is the ring's, to
+    the bit.
 
     >>> from tabsched.costs.placement import GroupSpan
     >>> from tabsched.costs.system import load_system

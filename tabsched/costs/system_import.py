@@ -26,7 +26,9 @@ written file always loads.
 
 import math
 import os
+from collections import Counter
 
+from tabsched._untrusted import shown_value
 from tabsched.costs import _presets
 from tabsched.costs.gemm import GemmTable, read_sweep, table_toml
 from tabsched.costs.nccl import (MAX_FILES, MIN_POINTS, CollectiveTable, read_nccl_tests,
@@ -124,12 +126,14 @@ def nccl_tables(paths, source=None, tier=None, collective=None):
             raise InvalidParameterError(
                 f"{path}: its {run.ranks} ranks run on {hosts} host{'s' if hosts != 1 else ''}, "
                 f"so the tier is {found}, not {tier} (--tier)")
-        per_host = {host: run.hosts.count(host) for host in run.hosts}
-        if len(set(per_host.values())) != 1:
+        per_host = Counter(run.hosts)
+        first, *others = per_host.items()
+        uneven = next((other for other in others if other[1] != first[1]), None)
+        if uneven is not None:
             raise InvalidParameterError(
-                f"{path}: its ranks are spread unevenly over the hosts "
-                f"({', '.join(f'{host} {count}' for host, count in per_host.items())}); "
-                f"tabsched places groups evenly over nodes")
+                f"{path}: its ranks are spread unevenly over the hosts ({shown_value(first[0])} "
+                f"{first[1]}, {shown_value(uneven[0])} {uneven[1]}); tabsched places groups "
+                f"evenly over nodes")
         key = (run.collective, found, run.ranks, run.ranks // hosts)
         points = merged.setdefault(key, {})
         for line, size, busbw in run.rows:
