@@ -28,8 +28,12 @@ The package holds the seam and what the models stand on:
 * :mod:`~tabsched.costs.gemm` -- measured GEMM efficiency by shape
   (``GemmTable``, a system's ``gemm_efficiency``) and the GEMM sweep CSV reader;
   :mod:`~tabsched.costs.system_import` turns a sweep into a system TOML;
+* :mod:`~tabsched.costs.nccl` -- measured collective bus bandwidth by collective,
+  tier, ranks and size (``CollectiveTables``, a system's ``collective_bandwidth``)
+  and the reader of nccl-tests' output, which ``system_import`` turns into tables;
 * :mod:`~tabsched.costs.collectives` -- ring all-reduce, reduce-scatter and
-  all-gather, used by tensor and data parallelism and replica syncs alike;
+  all-gather, used by tensor and data parallelism and replica syncs alike, or a
+  measured table's bus bandwidth where one covers a group's collective;
 * :mod:`~tabsched.costs.units` -- quantities with units (``80GB``, ``2us``);
 * ``_presets`` and ``presets/`` -- the built-in TOML presets (package data).
 """
@@ -37,6 +41,7 @@ The package holds the seam and what the models stand on:
 from tabsched.costs.base import CostModel, StageCosts, UnitCosts
 from tabsched.costs.gemm import GemmTable
 from tabsched.costs.model_costs import ModelCosts
+from tabsched.costs.nccl import CollectiveTables
 from tabsched.costs.system import System, load_system, system_presets
 from tabsched.costs.transformer import TransformerModel, load_model, model_presets
 from tabsched.costs.units import format_quantity, parse_quantity
@@ -45,4 +50,4 @@ from tabsched.execution import Execution, Parallelism
 __all__ = ["CostModel", "UnitCosts", "StageCosts", "ModelCosts", "Execution", "Parallelism",
            "TransformerModel",
            "load_model", "model_presets", "System", "load_system", "system_presets",
-           "parse_quantity", "format_quantity", "GemmTable"]
+           "parse_quantity", "format_quantity", "GemmTable", "CollectiveTables"]

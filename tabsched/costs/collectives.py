@@ -36,6 +36,7 @@ equals the link bandwidth in these formulas (nccl-tests, ``doc/PERFORMANCE.md``)
 
 import numpy as np
 
+from tabsched.costs.nccl import bus_factor
 from tabsched.exceptions import InvalidParameterError
 
 __all__ = ["COLLECTIVES", "ring_steps", "ring_time", "group_time"]
@@ -73,6 +74,11 @@ def group_time(collective, nbytes, group, system):
     slowest link is the system's link of the tier the group crosses
     (:meth:`~tabsched.costs.system.System.tier_link`): inside a node when every
     member shares one, else between nodes, each member on its own network port.
+    Where the system has a measured table of this collective on this tier at
+    this group size and members per node that covers ``nbytes``
+    (:mod:`tabsched.costs.nccl`), the time is nccl-tests' bus bandwidth
+    inverted, ``nbytes * factor / busbw``; every other entry is the ring's, to
+    the bit.
 
     >>> from tabsched.costs.placement import GroupSpan
     >>> from tabsched.costs.system import load_system
@@ -81,4 +87,17 @@ def group_time(collective, nbytes, group, system):
     True
     """
     bandwidth, latency = system.tier_link(group.tier)
-    return ring_time(collective, nbytes, group.size, bandwidth, latency)
+    ring = ring_time(collective, nbytes, group.size, bandwidth, latency)
+    tables = system.collective_bandwidth
+    table = (None if tables is None or group.size < 2
+             else tables.table(collective, group.tier, group.size, group.per_node))
+    if table is None:
+        return ring
+    busbw = table.bus_bandwidth(nbytes)
+    if np.isnan(busbw).all():
+        return ring
+    nbytes = np.asarray(nbytes, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        measured = nbytes * bus_factor(collective, group.size) / busbw
+    time = np.where(np.isnan(busbw), ring, measured)
+    return time if np.ndim(time) else float(time)

@@ -52,7 +52,9 @@ Transfers (Hockney)
     applies to an overridden bandwidth too.
 Collectives
     Ring all-reduce, reduce-scatter and all-gather
-    (:mod:`tabsched.costs.collectives`) on the slowest link of the ring.
+    (:mod:`tabsched.costs.collectives`) on the slowest link of the ring, or,
+    where ``collective_bandwidth`` has a measured table that covers one, at its
+    bus bandwidth (:mod:`tabsched.costs.nccl`).
 Contention
     ``none``: transfers never wait for each other; ``link``: each directed
     device pair is a FIFO; ``nic``: transfers between nodes also share the
@@ -84,6 +86,7 @@ import numpy as np
 from tabsched.costs import _presets
 from tabsched.costs.collectives import ring_time
 from tabsched.costs.gemm import GemmTable, kernel_efficiency
+from tabsched.costs.nccl import CollectiveTables
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import CONTENTION_MODES
 from tabsched.table import MAX_ID
@@ -95,7 +98,8 @@ _REQUIRED = ("peak_flops", "memory_bandwidth", "devices_per_node", "intra_node_b
 _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency",
              "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
-             "link_overrides", "node_overrides", "name", "gemm_efficiency")
+             "link_overrides", "node_overrides", "name", "gemm_efficiency",
+             "collective_bandwidth")
 _QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
                "intra_node_bandwidth": "B/s", "inter_node_bandwidth": "B/s",
                "intra_node_latency": "s", "inter_node_latency": "s", "launch_latency": "s",
@@ -300,6 +304,12 @@ class System:
         the one dtype ``peak_flops`` describes; the matrix kernels it covers
         take its value, the others ``compute_efficiency`` (default None: no
         table).
+    collective_bandwidth : CollectiveTables or list of dicts, optional
+        Measured bus bandwidth of collectives by collective, tier, group size
+        and message size, each table with its ``source``
+        (:mod:`tabsched.costs.nccl`; TOML ``[[collective_bandwidth]]``
+        entries); the collectives they cover take their bandwidth, the others
+        the ring on the tier's link (default None: no tables).
     memory_capacity : float or str, optional
         Memory of one device: every result says which devices go over it
         (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
@@ -331,6 +341,7 @@ class System:
     name: str = "custom"
     description: str = ""
     gemm_efficiency: GemmTable | None = None
+    collective_bandwidth: CollectiveTables | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -347,6 +358,8 @@ class System:
         set_("memory_efficiency", _efficiency("memory_efficiency", self.memory_efficiency, "B"))
         if self.gemm_efficiency is not None:
             set_("gemm_efficiency", GemmTable.from_value(self.gemm_efficiency, self.peak_flops))
+        if self.collective_bandwidth is not None:
+            set_("collective_bandwidth", CollectiveTables.from_value(self.collective_bandwidth))
         for key in ("intra_node_efficiency", "inter_node_efficiency"):
             set_(key, _fraction(key, getattr(self, key)))
         set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave,
@@ -613,7 +626,9 @@ class System:
                 "launch_latency": self.launch_latency,
                 "contention": self.contention, "description": self.description,
                 "gemm_efficiency": (None if self.gemm_efficiency is None
-                                    else self.gemm_efficiency.to_value())}
+                                    else self.gemm_efficiency.to_value()),
+                "collective_bandwidth": (None if self.collective_bandwidth is None
+                                         else self.collective_bandwidth.to_value())}
 
 
 
@@ -628,7 +643,8 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     ``inter_node_efficiency``, ``launch_latency``,
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
     and ``node_overrides`` (arrays of tables), ``gemm_efficiency`` (a table: see
-    :mod:`tabsched.costs.gemm`), ``description``.
+    :mod:`tabsched.costs.gemm`), ``collective_bandwidth`` (an array of tables: see
+    :mod:`tabsched.costs.nccl`), ``description``.
 
     >>> load_system("dgx-h100").devices_per_node
     8

@@ -3,7 +3,7 @@
 A user measures their own cluster in an afternoon and hands tabsched the output;
 each kind of output becomes a table of a system TOML, the system it describes
 being a base system (a preset or a file) with the table added. One function per
-kind (``gemm`` now; ``nccl-tests`` is the next, with its own reader):
+kind, each with its own reader:
 
 ``gemm``
     A GEMM sweep CSV (:func:`tabsched.costs.gemm.read_sweep`: columns ``m, n, k,
@@ -11,6 +11,14 @@ kind (``gemm`` now; ``nccl-tests`` is the next, with its own reader):
     the times kept as measured (``seconds`` rows) so that the file says what was
     measured; the efficiency is derived against the system's ``peak_flops`` when
     it is loaded (:mod:`tabsched.costs.gemm`).
+``nccl-tests``
+    nccl-tests' text output (:func:`tabsched.costs.nccl.read_nccl_tests`: one
+    run of ``all_reduce_perf``, ``all_gather_perf`` or ``reduce_scatter_perf``
+    per file) becomes ``[[collective_bandwidth]]`` tables, one per collective,
+    tier, rank count and ranks per host; files of the same one are merged by size
+    (a size in two files must have one bandwidth). The tier is ``node`` when every
+    rank runs on one host, else ``network``, with the ranks per host as
+    ``per_node`` (the hosts must hold equally many).
 
 The result is checked by loading it as a system before it is returned, so a
 written file always loads.
@@ -18,24 +26,28 @@ written file always loads.
 
 import math
 import os
+from collections import Counter
 
+from tabsched._untrusted import shown_value
 from tabsched.costs import _presets
 from tabsched.costs.gemm import GemmTable, read_sweep, table_toml
+from tabsched.costs.nccl import (MAX_FILES, MIN_POINTS, CollectiveTable, read_nccl_tests,
+                                 tables_toml)
 from tabsched.costs.system import _OPTIONAL, _REQUIRED, System, load_system
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["gemm_system_toml", "IMPORT_KINDS"]
+__all__ = ["gemm_system_toml", "nccl_system_toml", "IMPORT_KINDS"]
 
 #: What ``tabsched system import`` reads (one entry, one function, per kind).
-IMPORT_KINDS = ("gemm",)
+IMPORT_KINDS = ("gemm", "nccl-tests")
 
 
-def _base_text(reference):
+def _base_text(reference, key="gemm_efficiency"):
     """The TOML text of the base system ``reference`` (a preset name or a file)."""
     reference = os.fspath(reference)
     data, source = _presets.load(reference, "system")   # refuses what is not a system
-    if "gemm_efficiency" in data:
-        raise InvalidParameterError(f"{source}: already has a gemm_efficiency table; remove it "
+    if key in data:
+        raise InvalidParameterError(f"{source}: already has a {key} table; remove it "
                                     f"from the base system first (a system holds one)")
     presets = _presets.preset_index()["system"]
     if not _presets.is_file_reference(reference):
@@ -77,12 +89,93 @@ def gemm_system_toml(csv_path, source, system=None, dtype=None):
             f"# Added by tabsched system import gemm from {os.path.basename(csv_path)}: the "
             f"efficiency of each\n# shape is 2*m*n*k / (seconds * peak_flops).\n"
             + table_toml(rows, source, label))
-    data = _presets.parse(toml.encode("utf-8"), os.fspath(csv_path), "system")
-    _presets.check_keys(data, _REQUIRED, _OPTIONAL, os.fspath(csv_path))
+    _check_loads(toml, system, os.fspath(csv_path))
+    return toml
+
+
+def _check_loads(toml, system, where):
+    """Raise, naming ``where``, unless ``toml`` loads as a system."""
+    data = _presets.parse(toml.encode("utf-8"), where, "system")
+    _presets.check_keys(data, _REQUIRED, _OPTIONAL, where)
     fields = {key: value for key, value in data.items() if key != "kind"}
     fields.setdefault("name", os.fspath(system))
     try:
         System(**fields)
     except InvalidParameterError as error:
-        raise InvalidParameterError(f"{os.fspath(csv_path)}: {error}") from None
+        raise InvalidParameterError(f"{where}: {error}") from None
+
+
+def nccl_tables(paths, source=None, tier=None, collective=None):
+    """``CollectiveTable`` s of nccl-tests outputs ``paths`` (see the module docstring).
+
+    ``tier`` states the tier (it must agree with the hosts the ranks run on);
+    ``source`` is every table's source, by default the files' names and nccl-tests
+    version.
+    """
+    paths = [os.fspath(path) for path in paths]
+    if not paths:
+        raise InvalidParameterError("no nccl-tests output given")
+    if len(paths) > MAX_FILES:
+        raise InvalidParameterError(f"{len(paths)} files; at most {MAX_FILES} are read at once")
+    merged, labels = {}, {}
+    for path in paths:
+        run = read_nccl_tests(path, collective=collective)
+        hosts = len(set(run.hosts))
+        found = "node" if hosts == 1 else "network"
+        if tier is not None and tier != found:
+            raise InvalidParameterError(
+                f"{path}: its {run.ranks} ranks run on {hosts} host{'s' if hosts != 1 else ''}, "
+                f"so the tier is {found}, not {tier} (--tier)")
+        per_host = Counter(run.hosts)
+        first, *others = per_host.items()
+        uneven = next((other for other in others if other[1] != first[1]), None)
+        if uneven is not None:
+            raise InvalidParameterError(
+                f"{path}: its ranks are spread unevenly over the hosts ({shown_value(first[0])} "
+                f"{first[1]}, {shown_value(uneven[0])} {uneven[1]}); tabsched places groups "
+                f"evenly over nodes")
+        key = (run.collective, found, run.ranks, run.ranks // hosts)
+        points = merged.setdefault(key, {})
+        for line, size, busbw in run.rows:
+            if size in points and points[size][0] != busbw:
+                other = points[size]
+                raise InvalidParameterError(
+                    f"{path}: line {line}: size {size:g} B is also in {other[1]} line "
+                    f"{other[2]}, with {other[0] / 1e9:g} GB/s against {busbw / 1e9:g} GB/s "
+                    f"here (one bandwidth per size: give one of the runs)")
+            points.setdefault(size, (busbw, path, line))
+        labels.setdefault(key, []).append(
+            os.path.basename(path) + (f" (nccl-tests {run.version})" if run.version else ""))
+    tables = []
+    for key, points in merged.items():
+        if len(points) < MIN_POINTS:
+            raise InvalidParameterError(f"{paths[0]}: {key[0]} at {key[2]} ranks has "
+                                        f"{len(points)} size; a table needs at least "
+                                        f"{MIN_POINTS}")
+        said = source or "nccl-tests output " + ", ".join(labels[key])
+        tables.append(CollectiveTable(*key, said, sorted((size, value[0]) for size, value
+                                                         in points.items())))
+    return tables
+
+
+def nccl_system_toml(paths, source=None, system=None, tier=None, collective=None):
+    """The TOML of ``system`` with the nccl-tests outputs ``paths`` added as its
+    ``[[collective_bandwidth]]`` tables; without ``system``, the tables alone."""
+    from tabsched.costs.nccl import CollectiveTables
+    tables = nccl_tables(paths, source, tier, collective)
+    where = os.fspath(list(paths)[0])
+    try:   # each table's own checks, with the file named
+        CollectiveTables.from_value([table.to_value() for table in tables])
+    except InvalidParameterError as error:
+        raise InvalidParameterError(f"{where}: {error}") from None
+    if system is None:
+        return tables_toml(tables)
+    load_system(system)
+    text = _base_text(system, "collective_bandwidth")
+    names = ", ".join(os.path.basename(os.fspath(path)) for path in paths)
+    toml = (text.rstrip("\n") + "\n\n"
+            f"# Added by tabsched system import nccl-tests from {names}: the out-of-place "
+            f"bus bandwidth\n# of each size (nccl-tests' busbw; time = bytes * factor / "
+            f"busbw).\n" + tables_toml(tables))
+    _check_loads(toml, system, where)
     return toml
