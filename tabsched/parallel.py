@@ -150,6 +150,7 @@ def run_dask(run, tasks, dask, jobs, record):
         client = Client(cluster)
         owned = [client, cluster]
     else:
+        _check_address(distributed, dask)
         try:
             client = Client(dask, timeout="10s")
         except (OSError, TimeoutError, ValueError, TypeError) as error:   # a bad address too
@@ -164,3 +165,23 @@ def run_dask(run, tasks, dask, jobs, record):
     finally:
         for resource in owned:
             resource.close()
+
+
+def _check_address(distributed, dask):
+    """Refuse a scheduler address that names no host and port before any connection
+    (``Client`` would start its event loop thread first: under load, that fails on its
+    own and says nothing about the address)."""
+    if not isinstance(dask, str):
+        raise InvalidParameterError(f"--dask: a scheduler address, 'local' or a Client, not "
+                                    f"{type(dask).__name__}")
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:     # another layout of distributed: Client says what is wrong
+        return
+    try:
+        protocol, location = parse_address(dask)
+        if protocol in ("tcp", "tls", "ucx", "ws", "wss"):
+            parse_host_port(location)
+    except (ValueError, TypeError) as error:
+        raise InvalidParameterError(f"--dask {dask}: cannot reach the scheduler "
+                                    f"({error})") from None

@@ -31,6 +31,7 @@ import csv
 import io
 import itertools
 import json
+import math
 import numbers
 import operator
 import os
@@ -694,6 +695,13 @@ def read_sweep_csv(path):
                         raise InvalidParameterError(
                             f"{source}: line {line}, column {cut(key)}: {shown(value)} is "
                             f"not a number") from None
+                    # a sweep writes finite numbers, and every time, size, ratio, count
+                    # and rate it writes is >= 0: anything else is not what a sweep
+                    # wrote (a plot would draw it without a word)
+                    if not math.isfinite(row[key]) or row[key] < 0:
+                        raise InvalidParameterError(
+                            f"{source}: line {line}, column {cut(key)}: {shown(value)} is "
+                            f"not a finite number >= 0, as a sweep writes it")
             rows.append(row)
     except csv.Error as error:
         raise InvalidParameterError(f"{source}: line {reader.line_num}: not valid CSV: "

@@ -273,6 +273,15 @@ def test_a_spec_cannot_repeat_what_the_command_sets(cli_error):
     (b"spec,devices,microbatches,system,simulation_makespan_s\r\ngpipe,four,8,x,1\r\n",
      r'line 2, column devices: "four" is not a number'),
     (b"a,b\r\n", r"not a sweep CSV \(no column 'spec'\)"),
+    # what no sweep writes, and a plot would draw without a word
+    (b"spec,devices,microbatches,system,simulation_makespan_s\r\ngpipe,4,8,x,nan\r\n",
+     r'line 2, column simulation_makespan_s: "nan" is not a finite number >= 0'),
+    (b"spec,devices,microbatches,system,simulation_makespan_s\r\ngpipe,4,8,x,inf\r\n",
+     r'line 2, column simulation_makespan_s: "inf" is not a finite number >= 0'),
+    (b"spec,devices,microbatches,system,simulation_makespan_s\r\ngpipe,4,8,x,-3\r\n",
+     r'line 2, column simulation_makespan_s: "-3" is not a finite number >= 0'),
+    (b"spec,devices,microbatches,system,simulation_makespan_s\r\ngpipe,-4,8,x,1\r\n",
+     r'line 2, column devices: "-4" is not a finite number >= 0'),
 ])
 def test_sweep_csv_reader(cli_error, tmp_path, content, message):
     path = write(tmp_path, "sweep.csv", content)
