@@ -3,7 +3,8 @@
 Each shell block of README.md is read line by line (a trailing backslash continues
 a line); the lines that start with ``tabsched`` or ``python`` run with ``bash -c`` in
 one scratch folder, so a command may use the files an earlier one wrote, and the
-README's ``examples/`` and ``bench/`` are reachable there. A command must exit 0,
+README's ``examples/``, ``bench/`` and ``tests/data/`` (the example measurements the
+README imports) are reachable there, as in a checkout. A command must exit 0,
 unless its comment names the status it documents (``exit 3``, ``refused``).
 
 Left out, with the reason printed: installing packages, the test suite itself (CI has
@@ -78,7 +79,8 @@ def main():
     except ImportError:
         have_torch = False
     scratch = tempfile.mkdtemp(prefix="readme-")
-    for folder in ("examples", "bench"):
+    for folder in ("examples", "bench", os.path.join("tests", "data")):
+        os.makedirs(os.path.dirname(os.path.join(scratch, folder)), exist_ok=True)
         os.symlink(os.path.join(ROOT, folder), os.path.join(scratch, folder))
     failures, ran, skipped = [], 0, 0
     for number, command, comment in found:
