@@ -67,8 +67,9 @@ MODES = {"full": ("full recompute", "full", False),
 #: The published reference: Calculon (Isaev et al. 2023) on the same eight runs.
 BEST_KNOWN = {"model": "Calculon (Isaev et al. 2023)", "mean": 0.0365, "max": 0.0887}
 
-#: The issue's target for tabsched.
-TARGET = {"mean": 0.03, "max": 0.06}
+#: The target for tabsched (issue 22): mean |error| <= 3%, max <= 5%, and no systematic
+#: sign (mean signed error within +-1.5%).
+TARGET = {"mean": 0.03, "max": 0.05, "signed": 0.015}
 
 #: Korthikanti et al. 2022, Table 4: one transformer layer of the 22B model (t = 8,
 #: microbatch 4), measured: (recompute, sequence parallel, forward ms, backward ms). An
@@ -76,12 +77,14 @@ TARGET = {"mean": 0.03, "max": 0.06}
 TABLE4 = (("none", False, 7.7, 11.9), ("none", True, 7.2, 11.8), ("full", False, 7.7, 19.5),
           ("selective", False, 7.7, 13.2), ("selective", True, 7.2, 13.1))
 
-#: tabsched's errors on Table 5 before the audit of issue 11's follow-up (same
-#: dgx-a100), per (model, mode): the report shows what each correction changed.
-PREVIOUS_ERRORS = {("megatron-22b", "full"): -0.0153, ("megatron-22b", "selective"): -0.0422,
-                   ("gpt3-175b", "full"): 0.0150, ("gpt3-175b", "selective"): -0.0104,
-                   ("turing-530b", "full"): 0.0420, ("turing-530b", "selective"): 0.0152,
-                   ("megatron-1t", "full"): 0.0681, ("megatron-1t", "selective"): 0.0621}
+#: The errors of the previous dgx-a100 description (one flat matrix efficiency 0.728 for
+#: every product, 0.667 of NVLink for every collective, BabelStream's 0.846 of the memory,
+#: 1 us per launch, free overlap), per (model, mode): the report shows what the description
+#: rebuilt from measurements changed.
+PREVIOUS_ERRORS = {("megatron-22b", "full"): -0.0108, ("megatron-22b", "selective"): -0.0364,
+                   ("gpt3-175b", "full"): 0.0209, ("gpt3-175b", "selective"): -0.0083,
+                   ("turing-530b", "full"): 0.0554, ("turing-530b", "selective"): 0.0178,
+                   ("megatron-1t", "full"): 0.0731, ("megatron-1t", "selective"): 0.0646}
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ class MegatronStudy:
     layer_times: list = field(default_factory=list)
     implied_efficiency: list = field(default_factory=list)
     data_parallel: tuple = (0.0, 0.0)
+    signed_error: float | None = None
 
     @property
     def configurations(self):
@@ -182,21 +186,46 @@ class MegatronStudy:
 
 
 def _sensitivity(system):
-    """Mean and max |error| when the two least certain inputs of the system change."""
+    """Mean, max and mean signed error when the least certain inputs of the system change."""
     base = load_system(system)
     variants = [("as shipped", base)]
-    if base.matrix_wave:
+    gemm = base.gemm_efficiency
+    if gemm is not None and gemm.scale != 1.0:
+        variants.append((f"GEMM table as measured, a burst (no sustained factor {gemm.scale:.3f})",
+                         base.replace(gemm_efficiency=_rescaled(gemm, 1.0))))
+    if gemm is not None:
+        variants.append(("no GEMM table: one flat efficiency "
+                         f"{_flat(base.compute_efficiency)} for every product",
+                         base.replace(gemm_efficiency=None)))
+    if base.overlap_slowdown:
+        variants.append(("free overlap (no slowdown beside a collective)",
+                         base.replace(overlap_slowdown=0.0)))
+    if base.collective_bandwidth is not None:
+        variants.append(("no NCCL tables: the ring at intra_node_efficiency "
+                         f"{base.intra_node_efficiency:.3g}",
+                         base.replace(collective_bandwidth=None)))
+    if base.matrix_wave and gemm is None:
         variants.append(("without wave quantization", base.replace(matrix_wave=0.0)))
-    if base.name == "dgx-a100":
-        variants.append(("burst matmul efficiency 0.859 (no sustained factor)",
-                         base.replace(compute_efficiency=0.859)))
-        variants.append(("burst 0.859, without wave quantization",
-                         base.replace(compute_efficiency=0.859, matrix_wave=0.0)))
     rows = []
     for label, variant in variants:
-        found = np.abs(errors(predict(system=variant)))
-        rows.append((label, float(found.mean()), float(found.max())))
+        found = np.asarray(errors(predict(system=variant)))
+        rows.append((label, float(np.abs(found).mean()), float(np.abs(found).max()),
+                     float(found.mean())))
     return rows
+
+
+def _flat(value):
+    return f"{value:.3f}" if not isinstance(value, tuple) else "curve"
+
+
+def _rescaled(gemm, scale):
+    """``gemm`` with its sustained factor ``scale`` (1: as measured)."""
+    value = gemm.to_value()
+    value.pop("scale", None)
+    value.pop("scale_source", None)
+    if scale != 1.0:
+        value.update(scale=scale, scale_source=gemm.scale_source or "a variant")
+    return value
 
 
 def table4_layer_times(system="dgx-a100"):
@@ -217,24 +246,34 @@ def table4_layer_times(system="dgx-a100"):
 
 
 def implied_matrix_efficiency(system="dgx-a100", runs=None):
-    """The flat matrix efficiency at which each run's prediction equals its measurement.
+    """The factor on the matrix products' efficiency at which each run's prediction equals
+    its measurement.
 
-    A diagnostic, not an input: the iteration time is close to ``A + B / e`` in
-    the matrix efficiency ``e`` (waves kept), so two evaluations give ``A`` and
-    ``B``. Returns ``[(run, e)]``; ``e`` is None for a system whose matrix
-    efficiency is a table.
+    A diagnostic, not an input: the iteration time is close to ``A + B / e`` in the
+    matrix efficiency ``e``, so two evaluations give ``A`` and ``B``. ``e`` is the GEMM
+    table's sustained factor (``scale``) when the system has a table, else the flat
+    ``compute_efficiency``. Returns ``[(run, e)]``; ``e`` is None where it cannot be read
+    (an efficiency curve, or a run the products do not move).
     """
     system = load_system(system)
     runs = table5_runs() if runs is None else runs
-    base = system.compute_efficiency
-    if isinstance(base, tuple):
+    if system.gemm_efficiency is not None:
+        base = system.gemm_efficiency.scale
+        other_value = min(1.0, base * 1.1)
+        other = system.replace(gemm_efficiency=_rescaled(system.gemm_efficiency, other_value))
+    else:
+        base = system.compute_efficiency
+        if isinstance(base, tuple):
+            return [(run, None) for run in runs]
+        other_value = min(1.0, base * 1.1)
+        other = system.replace(compute_efficiency=other_value)
+    if other_value == base:
         return [(run, None) for run in runs]
-    other = system.replace(compute_efficiency=min(1.0, base * 1.1))
     found = []
     for run in runs:
         at_base = evaluate(run.table(), run.costs(system), formula=False).makespan
         at_other = evaluate(run.table(), run.costs(other), formula=False).makespan
-        slope = (at_base - at_other) / (1.0 / base - 1.0 / other.compute_efficiency)
+        slope = (at_base - at_other) / (1.0 / base - 1.0 / other_value)
         constant = at_base - slope / base
         found.append((run, slope / (run.measured - constant)
                       if run.measured > constant and slope > 0 else None))
@@ -325,15 +364,20 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
                      "model_tflops_per_gpu": result.throughput.model_flops_per_gpu / 1e12,
                      "mfu": result.throughput.mfu, "hfu": result.throughput.hfu})
     mean, largest = float(np.abs(found).mean()), float(np.abs(found).max())
-    met = mean <= TARGET["mean"] and largest <= TARGET["max"]
+    signed = float(np.mean(found))
+    met = (mean <= TARGET["mean"] and largest <= TARGET["max"]
+           and abs(signed) <= TARGET["signed"])
     beats = mean < BEST_KNOWN["mean"] and largest < BEST_KNOWN["max"]
     verdict = "reproduced" if met else "partly reproduced" if beats else "not reproduced"
     claim = (f"Table 5 of Korthikanti et al. 2022 within mean |error| <= "
-             f"{TARGET['mean']:.0%} and max <= {TARGET['max']:.0%} on one {system}")
-    evidence = [f"mean |error| {mean:.2%}, max {largest:.2%} over {len(rows)} runs "
+             f"{TARGET['mean']:.0%}, max <= {TARGET['max']:.0%} and mean signed error within "
+             f"+-{TARGET['signed']:.1%} on one {system}")
+    evidence = [f"mean |error| {mean:.2%}, max {largest:.2%}, mean signed {signed:+.2%} over "
+                f"{len(rows)} runs "
                 f"({BEST_KNOWN['model']}: {BEST_KNOWN['mean']:.2%} and {BEST_KNOWN['max']:.2%})"]
     study = MegatronStudy("megatron-recompute", rows, claim, verdict, evidence, seconds, [],
-                          mean, largest, sensitivity, layer_times, implied, data_parallel)
+                          mean, largest, sensitivity, layer_times, implied, data_parallel,
+                          signed)
     make_output_folder(out_dir)
     table_path = os.path.join(out_dir, "table5.csv")
     atomic_write(table_path, _csv(rows), newline="")
@@ -392,8 +436,10 @@ def markdown_report(study, system):
             f"{selective['predicted_s']:.2f} | {selective['error']:+.2%} |")
     lines += [
         "",
-        f"**Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}.** The target is "
-        f"mean <= {TARGET['mean']:.0%} and max <= {TARGET['max']:.0%}; the best-known "
+        f"**Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}, mean signed "
+        f"{study.signed_error:+.2%}.** The target is mean <= {TARGET['mean']:.0%}, max <= "
+        f"{TARGET['max']:.0%} and a mean signed error within +-{TARGET['signed']:.1%}; the "
+        f"best-known "
         f"analytical model, {BEST_KNOWN['model']}, reaches {BEST_KNOWN['mean']:.2%} and "
         f"{BEST_KNOWN['max']:.2%} on this table. "
         + ("The target is met." if study.verdict == "reproduced" else
@@ -407,7 +453,17 @@ def markdown_report(study, system):
         "",
         "- Every layer as Megatron-LM's kernels (matrix products, fused softmax, fused "
         "bias-GeLU, fused bias-dropout-add, LayerNorm, dropouts), each timed by its own "
-        "roofline plus a launch latency; eager attention (the runs predate FlashAttention).",
+        "roofline plus a launch latency; eager attention (the runs predate FlashAttention). "
+        "The system's numbers are measurements (`tabsched presets --show dgx-a100` cites "
+        "each): every matrix product at the efficiency of its own shape (m, n, k per tensor "
+        "rank), read from LLMCompass' A100 matmul times with the host's 27 us per call taken "
+        "off and the sustained factor 0.848 on; element-wise kernels at RRZE's STREAM SCALE "
+        "bandwidth (0.852 of peak); 2.6 us per launch (RRZE's back-to-back launches); every "
+        "8-GPU all-reduce at the bus bandwidth vTrain's nccl-tests rows give for its size "
+        "(reduce-scatter and all-gather as the halves of NCCL's ring).",
+        "- A product beside a collective runs 18.9% slower while the collective runs (Lee et "
+        "al. 2025, measured on A100 and H100: NCCL's kernels take SMs and memory bandwidth "
+        "from it).",
         "- Tensor parallelism t = 8 on NVLink: the forward's all-reduces (reduce-scatters and "
         "all-gathers with sequence parallelism) exposed; the backward's all-reduce "
         "(reduce-scatter) after each column-parallel product beside its weight gradient, and "
@@ -431,8 +487,8 @@ def markdown_report(study, system):
         "data-parallel all-reduce.",
         "",
         "Left out: data loading, logging and other host work per iteration; the memory "
-        "allocator; the slowdown of a product that shares the GPU with an overlapped "
-        "collective.",
+        "allocator; a GEMM library's choice of a different kernel for the transposed "
+        "layouts of the backward (the measured table is of forward products).",
         "",
         "## Audit of the model against Megatron-LM and A100 measurements",
         "",
@@ -454,15 +510,20 @@ def markdown_report(study, system):
         "even split of layers, so the last stage also holds the output layer | as run | right |",
         "| tensor-parallel collectives | exposed in the forward and the recompute, overlapped "
         "with the weight gradient in the backward (section 6.2) | as run | right |",
-        "| NVLink bus bandwidth | 0.667 x 300 GB/s is the peak busbw of an 8-GPU HGX A100 "
-        "board over a sweep up to 1 GB (nccl-tests#149, an HPE Apollo 6500, not a DGX A100); "
-        "the 50-105 MB messages here may reach less | kept | no DGX A100 figure at these sizes "
-        "found |",
-        "| matrix efficiency | 0.859 of peak is the best A100 matmul found (a burst); the 0.848 "
-        "'all 8 GPUs busy' factor is measured on H200, not A100 | 0.728, flat in size, "
-        "wave-quantized | kept, not A100-sourced; see below |",
-        "| memory efficiency | BabelStream Triad on A100-SXM4-80GB | 0.846 for every "
-        "vector kernel | kept |",
+        "| NVLink bus bandwidth | vTrain's nccl-tests rows, 8 A100 over NVSwitch: 198.5 GB/s "
+        "on average over the 40-112 MiB of these runs' messages | the measured table, by size "
+        "| measured (was 0.667 x 300 GB/s for every size) |",
+        "| matrix efficiency | LLMCompass' A100 matmul times over shape: 0.78 of peak at 69 "
+        "GFLOP to 0.94 at 4.4 TFLOP (a burst on one GPU, host time included); the 0.848 "
+        "'all 8 GPUs busy' factor is measured on H200, not A100 | the table, host time off, "
+        "times 0.848 | measured but for the sustained factor (was 0.728 flat) |",
+        "| memory efficiency | RRZE gpu-stream SCALE, A100 80GB: 1,737 of 2,039 GB/s | 0.852 "
+        "for every vector kernel | measured (was BabelStream's 0.846, a source not re-read) |",
+        "| launch | RRZE gpu-small-kernels: 2.6 us per back-to-back launch in a stream | 2.6 us "
+        "| measured (was 1 us, a V100 blog figure) |",
+        "| overlap | a computation beside a collective is 18.9% slower on average (Lee et al. "
+        "2025, A100/H100) | the backward's products beside the tensor-parallel collectives "
+        "| measured (was free) |",
         f"| data-parallel all-reduce (not in Table 5: d = 1) | section 6.3: the 530B run "
         f"with d = 8 takes {study.data_parallel[0]:.2f} s longer, not overlapped | a ring "
         f"all-reduce of fp16 gradients on one 200 Gb/s port per GPU: "
@@ -484,9 +545,13 @@ def markdown_report(study, system):
                      + f" | {row['error']:+.2%} |")
     lines += [
         "",
-        "Each correction is a mechanism Megatron-LM runs, with its source, not a constant "
-        "moved towards Table 5. Together they add time: the 22B runs come closer, the larger "
-        "ones move further off (before: mean |error| 3.38%, max 6.81%).",
+        "'Before' is the previous `dgx-a100` (one flat matrix efficiency, one NVLink "
+        "efficiency, free overlap: mean |error| 3.59%, max 7.31%, mean signed +2.20%); 'after' "
+        "is the description rebuilt from the measurements above. No number in it was chosen "
+        "by looking at these iteration times. The shape-dependent products move the large "
+        "models down (their products are 3-4x larger and measure faster), which removes the "
+        "size trend of the errors; what remains has one sign, too fast, and the per-layer "
+        "check below shows where.",
         "",
         "## Per-layer check: Table 4",
         "",
@@ -502,13 +567,18 @@ def markdown_report(study, system):
                      f"{backward * 1e3:.1f} | {predicted_b * 1e3:.2f} "
                      f"({predicted_b / backward - 1:+.1%}) |")
     worst = max(abs((f + b) / (mf + mb) - 1.0) for _, _, mf, f, mb, b in study.layer_times)
+    forward_error = np.mean([f / mf - 1.0 for _, _, mf, f, _, _ in study.layer_times])
+    backward_error = np.mean([b / mb - 1.0 for _, _, _, _, mb, b in study.layer_times])
     lines += [
         "",
-        f"The layer is right to a few percent in every configuration: forwards slightly slow, "
-        f"backwards slightly fast, forward + backward within {worst:.1%}. The selective recomputation costs "
-        "less in tabsched than measured (1.3 ms): its softmax and dropout passes are timed at "
-        "the streaming bandwidth, and the attention products with a head dimension of 96 at "
-        "the flat matrix efficiency.",
+        f"The forward is right within a few percent (mean {forward_error:+.1%}); the backward "
+        f"is fast by {-backward_error:.1%} on average, and forward + backward within "
+        f"{worst:.1%}. The backward's products are priced at the efficiency of their shapes "
+        f"in a table measured on forward products (`torch.matmul` of row-major operands); the "
+        f"backward multiplies transposed operands (the data gradient `dY W^T`, the weight "
+        f"gradient `X^T dY` with the tokens as the contraction dimension), which cuBLAS runs "
+        f"with other kernels, and no public A100 measurement of those layouts was found. "
+        f"The backward's gap is most of what remains in Table 5 below.",
         "",
         "## Where the remaining error comes from",
         "",
@@ -526,55 +596,50 @@ def markdown_report(study, system):
         f"The error is a trend with model size, not scatter: the 22B runs come out "
         f"{small[0]:+.1%} / {small[1]:+.1%}, the 1T runs {large[0]:+.1%} / {large[1]:+.1%}.",
         "",
-        f"- **The 22B runs** (p = 1, one microbatch of 4, a 1.1 s iteration): the layer agrees "
-        f"with Table 4 ({layer_error:+.1%} for the selective + sequence parallel layer), so "
-        f"most of what is missing is outside the layers. The measured iteration less 48 "
-        f"layers at Table 4's time leaves {rest[0]:.3f} s; tabsched's embedding, output "
-        f"layer, loss and end-of-iteration step take {rest[1]:.3f} s. The difference is the "
-        f"host work of an iteration (data loading and its broadcast to the tensor ranks, the "
-        f"loss averaging, timers, Python between the kernels), which a 1.1 s iteration feels "
-        f"and a 70 s one does not.",
+        f"- **The 22B runs** (p = 1, one microbatch of 4, a 1.1 s iteration): the layer is "
+        f"{layer_error:+.1%} off Table 4 (the selective + sequence parallel layer). The "
+        f"measured iteration less 48 layers at Table 4's time leaves {rest[0]:.3f} s; "
+        f"tabsched's embedding, output layer, loss and end-of-iteration step take "
+        f"{rest[1]:.3f} s; the difference is the host work of an iteration (data loading and "
+        f"its broadcast to the tensor ranks, the loss averaging, timers), which a 1.1 s "
+        f"iteration feels and a 70 s one does not.",
         f"- **The 1T runs** have a last stage that holds two layers and the output layer: "
         f"{imbalance:.1%} more work per microbatch than a middle stage, which sets the pace "
         f"of every microbatch in 1F1B's steady state and so adds about {imbalance_share:.1%} "
         f"to the iteration (Megatron-LM splits the layers evenly, so the real run has that "
-        f"imbalance too). The 1T error is about that much: for the measured times, the 1T "
-        f"layers must run faster in the real run than tabsched's flat matrix efficiency "
-        f"lets them.",
-        "- **One efficiency for every product.** tabsched times every full wave of a matrix "
-        "product at 0.728 of peak whatever its size; the 22B's products (K = 768 to 8192 per "
-        "rank) and the 1T's (K = 2048 to 25600, 4x the FLOPs) get nearly the same efficiency, "
-        "and the same wave losses (their outputs per rank are alike). The measurements imply "
-        "otherwise: the flat efficiency at which each run's prediction equals its "
+        f"imbalance too).",
+        "- **The sustained factor** is the one input not measured on an A100. The factor on "
+        "the measured products' efficiency at which each run's prediction equals its "
         "measurement is",
         "",
-        "| model | mode | implied matrix efficiency |",
+        "| model | mode | implied factor on the products' efficiency |",
         "|---|---|---|",
     ]
     lines += [f"| {model} | {mode} | " + ("-" if value is None else f"{value:.3f}") + " |"
               for model, mode, value in study.implied_efficiency]
+    implied = [value for _, _, value in study.implied_efficiency if value is not None]
     lines += [
         "",
-        "The implied efficiency rises with the size of the products. A curve of A100 matmul throughput against "
-        "the products' size (M, N, K per tensor rank) under a busy node would replace the "
-        "flat value; no public A100 table of that kind was found to cite, and fitting one to "
-        "this table would make the study measure nothing. The flat value itself rests on an "
-        "H200 ratio (all 8 GPUs busy vs one), not an A100 measurement.",
+        (f"The implied factor still rises with the model, from {implied[0]:.3f} to "
+         f"{implied[-1]:.3f}: with each product priced by its measured shape, the smaller "
+         f"models' layers (the 22B's products are 77-309 GFLOP per rank, the 1T's 336-1342) "
+         f"still come out faster than measured, as the per-layer check finds for the 22B's "
+         f"backward." if len(implied) >= 2 else
+         "The implied factor could not be read for these runs."),
         "",
-        "The two least certain inputs, changed (the same eight runs):",
+        "The least certain inputs, changed (the same eight runs):",
         "",
-        "| dgx-a100 variant | mean abs error | max abs error |",
-        "|---|---|---|",
+        "| dgx-a100 variant | mean abs error | max abs error | mean signed error |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {label} | {mean:.2%} | {largest:.2%} |" for label, mean, largest in
-              study.sensitivity]
+    lines += [f"| {label} | {mean:.2%} | {largest:.2%} | {signed:+.2%} |"
+              for label, mean, largest, signed in study.sensitivity]
     lines += [
         "",
-        "How the system description came about: with the burst efficiency alone (0.859, "
-        "no waves) every run came out 12-20% fast, uniformly; the node-wide sustained factor "
-        "and the wave quantization were then added because both are documented, measured "
-        "effects that the burst figure leaves out, and both were kept as their sources give "
-        "them. No constant was fitted to this table.",
+        "How the system description came about: every number is a datasheet's or a "
+        "microbenchmark's, each cited in the preset, and the variants above show what each "
+        "of the measured tables and effects does to the eight runs. No constant was fitted "
+        "to this table.",
         "",
         "## Files",
         "",

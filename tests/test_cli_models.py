@@ -164,8 +164,8 @@ def test_eval_says_when_a_device_goes_over_the_systems_memory(cli):
 def test_eval_prints_and_writes_the_throughput(cli):
     code, out, _ = cli(*EVAL, "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "8")
     line = next(line for line in out.splitlines() if line.startswith("throughput"))
-    assert line == ("throughput    8.25 k tokens/s, 129 per GPU (64 GPUs); per GPU 139 TFLOP/s "
-                    "model, 140 TFLOP/s hardware; MFU 44.5%, HFU 44.9%")
+    assert line == ("throughput    8.66 k tokens/s, 135 per GPU (64 GPUs); per GPU 146 TFLOP/s "
+                    "model, 147 TFLOP/s hardware; MFU 46.7%, HFU 47.1%")
     code, out, _ = cli(*EVAL, "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "8",
                        "--json")
     data = json.loads(out)

@@ -16,6 +16,7 @@ from tabsched.costs.nccl import MAX_POINTS as NCCL_MAX_POINTS
 from tabsched.costs.system_import import MAX_FILES, gemm_system_toml, nccl_system_toml
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
+PLAIN = DATA / "a100-plain.toml"
 SWEEP = "m,n,k,seconds\n1024,1024,1024,2e-5\n2048,2048,2048,1e-4\n"
 
 
@@ -28,16 +29,42 @@ def write(tmp_path, text, name="sweep.csv"):
 def test_import_adds_the_table_to_the_base_system(cli, tmp_path):
     out = tmp_path / "mine.toml"
     code, _, err = cli("system", "import", "gemm", str(write(tmp_path, SWEEP)), "--system",
-                       "dgx-a100", "--source", "my node, 2026-12-01", "-o", str(out))
+                       str(PLAIN), "--source", "my node, 2026-12-01", "-o", str(out))
     assert code == 0 and f"wrote {out}" in err
     text = out.read_text()
-    assert text.startswith(preset_index()["system"]["dgx-a100"].rstrip("\n"))
+    assert text.startswith(PLAIN.read_text().rstrip("\n"))
     system = load_system(out)
     assert system.gemm_efficiency.source == "my node, 2026-12-01"
     assert system.gemm_efficiency.points[0] == (1024, 1024, 1024,
                                                 2 * 1024**3 / (2e-5 * 312e12))
-    base = load_system("dgx-a100")
+    base = load_system(PLAIN)
     assert system.replace(gemm_efficiency=None, name=base.name) == base
+
+
+def test_import_replaces_the_table_of_a_base_that_has_one(cli, tmp_path):
+    out = tmp_path / "mine.toml"
+    code, _, err = cli("system", "import", "gemm", str(write(tmp_path, SWEEP)), "--system",
+                       "dgx-a100", "--source", "my node, 2026-12-01", "-o", str(out))
+    assert code == 0 and f"wrote {out}" in err
+    text = out.read_text()
+    assert text.count("[gemm_efficiency]\n") == 1 and "It replaces the base system's table." in text
+    base, system = load_system("dgx-a100"), load_system(out)
+    assert system.gemm_efficiency.source == "my node, 2026-12-01"
+    # everything else is the preset's, its comments included
+    assert system.replace(gemm_efficiency=base.gemm_efficiency, name=base.name) == base
+    assert text.startswith(preset_index()["system"]["dgx-a100"].split("[gemm_efficiency]")[0]
+                           .rstrip("\n"))
+
+
+def test_a_table_that_cannot_be_cut_out_is_refused(cli, tmp_path):
+    base = tmp_path / "inline.toml"
+    base.write_text(PLAIN.read_text() + 'gemm_efficiency = {source = "x", points = '
+                    '[[1024, 1024, 1024, 0.5], [2048, 2048, 2048, 0.6]]}\n')
+    code, _, err = cli("system", "import", "gemm", str(write(tmp_path, SWEEP)), "--system",
+                       str(base), "--source", "s")
+    assert code == 1 and err == (f"Error: {base}: its gemm_efficiency table cannot be replaced "
+                                 f"in place (write it as a [gemm_efficiency] section, or remove "
+                                 f"it from the base system first)\n")
 
 
 def test_import_without_a_system_prints_the_table(cli, tmp_path):
@@ -49,7 +76,7 @@ def test_import_without_a_system_prints_the_table(cli, tmp_path):
 
 def test_the_example_system_is_what_the_import_writes():
     source = load_system(DATA / "a100-llmcompass.toml").gemm_efficiency.source
-    assert gemm_system_toml(DATA / "a100-llmcompass-gemm.csv", source, "dgx-a100") == \
+    assert gemm_system_toml(DATA / "a100-llmcompass-gemm.csv", source, str(PLAIN)) == \
         (DATA / "a100-llmcompass.toml").read_text()
 
 
@@ -139,10 +166,10 @@ def test_bad_bases_and_sources(cli, tmp_path):
     with_table = tmp_path / "with.toml"
     cli("system", "import", "gemm", sweep, "--source", "s", "--system", "dgx-a100", "-o",
         str(with_table))
-    code, _, err = cli("system", "import", "gemm", sweep, "--source", "s", "--system",
-                       str(with_table))
-    assert code == 1 and err == (f"Error: {with_table}: already has a gemm_efficiency table; "
-                                 f"remove it from the base system first (a system holds one)\n")
+    code, again, _ = cli("system", "import", "gemm", sweep, "--source", "t", "--system",
+                         str(with_table))   # a second import replaces the first's table
+    assert code == 0 and again.count("[gemm_efficiency]\n") == 1
+    assert tomllib.loads(again)["gemm_efficiency"]["source"] == "t"
     code, _, err = cli("system", "import", "gemm", sweep, "--source", " ")
     assert code == 1 and "gemm_efficiency.source is empty" in err
     code, _, err = cli("system", "import", "gemm", sweep)
@@ -183,14 +210,29 @@ GOOD_ROWS = [nccl_row(1048576, "92.79", "19.78"), nccl_row(2097152, "93.25", "39
 
 def test_nccl_import_adds_the_tables_to_the_base_system(cli, tmp_path):
     out = tmp_path / "mine.toml"
-    code, _, err = cli("system", "import", "nccl-tests", str(NCCL), "--system", "dgx-a100",
+    code, _, err = cli("system", "import", "nccl-tests", str(NCCL), "--system", str(PLAIN),
                        "--source", "my node", "-o", str(out))
     assert code == 0 and f"wrote {out}" in err
-    assert out.read_text().startswith(preset_index()["system"]["dgx-a100"].rstrip("\n"))
+    assert out.read_text().startswith(PLAIN.read_text().rstrip("\n"))
     system = load_system(out)
     table = system.collective_bandwidth.table("all_reduce", "node", 8)
     assert table.source == "my node" and table.points[0] == (1048576.0, 19.78e9)
-    assert system.replace(collective_bandwidth=None, name="dgx-a100") == load_system("dgx-a100")
+    assert system.replace(collective_bandwidth=None, name=str(PLAIN)) == load_system(PLAIN)
+
+
+def test_nccl_import_replaces_only_the_base_tables_it_measures(cli, tmp_path):
+    out = tmp_path / "mine.toml"
+    code, _, _ = cli("system", "import", "nccl-tests", str(NCCL), "--system", "dgx-a100",
+                     "--source", "my node", "-o", str(out))
+    assert code == 0
+    text = out.read_text()
+    assert "They replace 1 of the base system's tables" in text
+    base, system = load_system("dgx-a100"), load_system(out)
+    assert system.collective_bandwidth.table("all_reduce", "node", 8).source == "my node"
+    for collective in ("reduce_scatter", "all_gather"):   # the preset's, as they were
+        assert (system.collective_bandwidth.table(collective, "node", 8)
+                == base.collective_bandwidth.table(collective, "node", 8))
+    assert len(system.collective_bandwidth.tables) == len(base.collective_bandwidth.tables)
 
 
 def test_nccl_import_without_a_system_prints_the_tables(cli, tmp_path):
@@ -204,7 +246,7 @@ def test_nccl_import_without_a_system_prints_the_tables(cli, tmp_path):
 
 def test_the_nccl_example_system_is_what_the_import_writes():
     source = load_system(DATA / "a100-vtrain-nccl.toml").collective_bandwidth.tables[0].source
-    assert nccl_system_toml([NCCL], source, "dgx-a100") == \
+    assert nccl_system_toml([NCCL], source, str(PLAIN)) == \
         (DATA / "a100-vtrain-nccl.toml").read_text()
 
 
@@ -382,8 +424,10 @@ def test_bad_nccl_files_and_flags(cli_error, cli, tmp_path):
     with_tables = tmp_path / "with.toml"
     cli("system", "import", "nccl-tests", str(path), "--system", "dgx-a100", "-o",
         str(with_tables))
-    assert "already has a collective_bandwidth table; remove it from the base system first" \
-        in cli_error("system", "import", "nccl-tests", path, "--system", with_tables)
+    code, again, _ = cli("system", "import", "nccl-tests", str(path), "--source", "t",
+                         "--system", str(with_tables))   # replaces the table it measures again
+    assert code == 0 and [entry["source"] for entry in tomllib.loads(again)[
+        "collective_bandwidth"] if entry["collective"] == "all_reduce"] == ["t"]
     assert "the system file must end in .toml, not .txt" in cli_error(
         "system", "import", "nccl-tests", path, "-o", tmp_path / "out.txt")
     other = nccl_file(tmp_path, [nccl_row(1048576, "92.00", "19.95"), GOOD_ROWS[1]],

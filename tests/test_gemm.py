@@ -17,6 +17,8 @@ from tabsched.costs.transformer import TransformerModel, model_presets
 from tabsched.execution import Execution
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
+#: dgx-a100's numbers without its measured tables: what the examples add a table to.
+PLAIN = DATA / "a100-plain.toml"
 
 #: PrincetonUniversity/LLMCompass ae/figure5/ab/real_hardware/matmul_A100.csv @
 #: 2e015fd2ee750e6cad8d7152df52551e5b41ef20 (Zhang et al., "LLMCompass", ISCA 2024, Figure 5
@@ -384,3 +386,44 @@ def test_the_memoised_prices_agree_with_the_kernel_report():
     costs = ModelCosts(GPT, qkv_point_system(0.3), Execution(tensor_parallel=4))
     forward = sum(row["seconds"] for row in costs.kernel_report() if row["phase"] == "F")
     assert costs.part_times((1.0,))["layer"][FORWARD][0] == pytest.approx(forward, rel=1e-14)
+
+
+# ------------------------------------------------- host overhead and the sustained factor
+def test_the_overhead_comes_off_every_time_and_the_scale_multiplies_every_efficiency():
+    times = [[1024, 1024, 1024, 3e-5], [4096, 4096, 4096, 6e-4]]
+    plain = GemmTable.from_value({"source": "s", "seconds": times}, 312e12)
+    kernel = GemmTable.from_value({"source": "s", "seconds": times, "overhead": "10us"}, 312e12)
+    scaled = GemmTable.from_value({"source": "s", "seconds": times, "overhead": 1e-5,
+                                   "scale": 0.5, "scale_source": "half", "reach": 2}, 312e12)
+    for (m, n, k, seconds), (_, _, _, e) in zip(times, kernel.points):
+        assert e == 2.0 * m * n * k / ((seconds - 1e-5) * 312e12)
+    assert kernel.seconds == plain.seconds           # the times stay as measured
+    assert np.all(kernel.efficiency([1024, 4096], [1024, 4096], [1024, 4096])
+                  > plain.efficiency([1024, 4096], [1024, 4096], [1024, 4096]))
+    assert np.array_equal(scaled.efficiency([1024, 4096], [1024, 4096], [1024, 4096]),
+                          0.5 * kernel.efficiency([1024, 4096], [1024, 4096], [1024, 4096]))
+    assert 0 < scaled.efficiency(2048, 2048, 2048) < 0.5
+    again = GemmTable.from_value(scaled.to_value(), 312e12)
+    assert again == scaled and hash(again) == hash(scaled)
+    assert scaled != kernel and kernel != plain
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"overhead": "30us"}, r"gemm_efficiency\.seconds\[0\]: 1024x1024x1024 took 3e-05 s, not "
+                           r"more than the table's overhead 3e-05 s"),
+    ({"overhead": -1}, r"gemm_efficiency\.overhead"),
+    ({"scale": 0.9}, r"gemm_efficiency: scale needs scale_source"),
+    ({"scale": 1.5, "scale_source": "x"}, r"gemm_efficiency\.scale"),
+    ({"scale": 0, "scale_source": "x"}, r"gemm_efficiency\.scale must be > 0"),
+    ({"scale_source": "x"}, r"gemm_efficiency: scale_source without scale"),
+])
+def test_bad_overheads_and_scales_are_one_line_naming_the_key(extra, message):
+    value = {"source": "s", "seconds": [[1024, 1024, 1024, 3e-5], [4096, 4096, 4096, 6e-4]]}
+    with pytest.raises(InvalidParameterError, match=message):
+        GemmTable.from_value({**value, **extra}, 312e12)
+
+
+def test_an_overhead_goes_with_times_only():
+    with pytest.raises(InvalidParameterError, match="overhead goes with seconds rows"):
+        GemmTable.from_value({"source": "s", "overhead": 1e-6, "points": [
+            [1024, 1024, 1024, 0.5], [2048, 2048, 2048, 0.6]]}, 312e12)

@@ -18,6 +18,8 @@ from tabsched.costs.transformer import TransformerModel
 from tabsched.execution import Execution
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
+#: dgx-a100's numbers without its measured tables: what the examples add a table to.
+PLAIN = DATA / "a100-plain.toml"
 EXAMPLE = DATA / "a100-vtrain-nccl.toml"
 
 #: VIA-Research/vTrain trace/a100/AR_GPU8_1M_1024M_LUT @
@@ -56,7 +58,7 @@ def test_the_example_pins_the_vtrain_measurements():
         assert points[size] == float(f"{gbps!r}e9")   # the printed GB/s, as B/s
         # and the bus bandwidth is nccl-tests' of the measured time, to its rounding
         assert points[size] == pytest.approx(size / (time_ns * 1e-9) * 1.75, rel=5e-4)
-    assert system.replace(collective_bandwidth=None, name="dgx-a100") == load_system("dgx-a100")
+    assert system.replace(collective_bandwidth=None, name=str(PLAIN)) == load_system(PLAIN)
 
 
 def test_a_collective_at_a_table_point_takes_exactly_its_bus_bandwidth():
@@ -69,7 +71,7 @@ def test_a_collective_at_a_table_point_takes_exactly_its_bus_bandwidth():
 
 
 def test_outside_the_table_the_ring_prices_to_the_bit():
-    plain, measured = load_system("dgx-a100"), load_system(EXAMPLE)
+    plain, measured = load_system(PLAIN), load_system(EXAMPLE)
     sizes = np.array([1.0, 2**20 - 1, 2**30 + 1, 2**34])   # below and above the table
     cases = [("all_reduce", TENSOR8, sizes), ("all_gather", TENSOR8, 2.0**24),
              ("reduce_scatter", TENSOR8, 2.0**24),
@@ -86,16 +88,16 @@ def test_outside_the_table_the_ring_prices_to_the_bit():
 
 
 def test_a_network_table_covers_only_groups_spread_as_it_was_measured():
-    system = with_tables(load_system("dgx-a100"), [entry(tier="network", ranks=16, per_node=8)])
+    system = with_tables(load_system(PLAIN), [entry(tier="network", ranks=16, per_node=8)])
     two_nodes = GroupSpan("data", 16, 1, 8, 2)     # 8 members on each of 2 nodes: every NIC
     one_each = GroupSpan("data", 16, 8, 1, 16)     # 1 member on each of 16 nodes: one NIC
     assert group_time("all_reduce", 2.0**20, two_nodes, system) == 2.0**20 * 1.875 / 20e9
     assert group_time("all_reduce", 2.0**20, one_each, system) == group_time(
-        "all_reduce", 2.0**20, one_each, load_system("dgx-a100"))
+        "all_reduce", 2.0**20, one_each, load_system(PLAIN))
 
 
 def test_a_mixed_array_takes_each_rule_where_it_holds():
-    plain, measured = load_system("dgx-a100"), load_system(EXAMPLE)
+    plain, measured = load_system(PLAIN), load_system(EXAMPLE)
     sizes = np.array([2.0**10, 2.0**20, 2.0**36])
     old = group_time("all_reduce", sizes, TENSOR8, plain)
     new = group_time("all_reduce", sizes, TENSOR8, measured)
@@ -114,7 +116,7 @@ def test_the_bus_factors_are_nccl_tests():
     # * (n-1)/n for all-gather and reduce-scatter
     assert bus_factor("all_reduce", 8) == 1.75 and bus_factor("all_reduce", 2) == 1.0
     assert bus_factor("all_gather", 8) == bus_factor("reduce_scatter", 8) == 0.875
-    system = with_tables(load_system("dgx-a100"), [
+    system = with_tables(load_system(PLAIN), [
         {"collective": name, "tier": "node", "ranks": 4, "source": "t",
          "busbw": [[2**20, 100e9], [2**30, 100e9]]} for name in ("all_gather", "reduce_scatter")])
     group = GroupSpan("tensor", 4, 1, 4, 1)
@@ -132,7 +134,7 @@ def test_time_is_monotone_in_size_when_the_measured_times_are(steps, where):
     for step, part in steps:
         rows.append([size, size * 1.75 / time])
         size, time = size * 2**step, time * 2**(step * part)
-    system = with_tables(load_system("dgx-a100"), tables({"busbw": rows}))
+    system = with_tables(load_system(PLAIN), tables({"busbw": rows}))
     low, high = math.log2(rows[0][0]), math.log2(rows[-1][0])
     sizes = np.sort(2.0 ** (low + np.array(where) * (high - low)))
     sizes = np.clip(sizes, rows[0][0], rows[-1][0])
@@ -166,7 +168,7 @@ def test_a_rising_bandwidth_may_make_a_larger_message_faster_as_measured():
 
 # ------------------------------------------------------------------ through the cost model
 def test_only_the_covered_collectives_change_in_the_kernel_report():
-    plain, measured = load_system("dgx-a100"), load_system(EXAMPLE)
+    plain, measured = load_system(PLAIN), load_system(EXAMPLE)
     run = Execution(tensor_parallel=8)
     old = ModelCosts(GPT, plain, run).kernel_report()
     new = ModelCosts(GPT, measured, run).kernel_report()
@@ -183,10 +185,10 @@ def test_a_table_changes_the_makespan_through_the_memoised_path():
     import tabsched
     run = tabsched.generate("1f1b", devices=2, microbatches=4)
     times = [tabsched.evaluate(run, ModelCosts(GPT, system, Execution(tensor_parallel=8)))
-             .makespan for system in (load_system("dgx-a100"), load_system(EXAMPLE))]
+             .makespan for system in (load_system(PLAIN), load_system(EXAMPLE))]
     assert times[0] != times[1]
     untouched = [tabsched.evaluate(run, ModelCosts(GPT, system, Execution())).makespan
-                 for system in (load_system("dgx-a100"), load_system(EXAMPLE))]
+                 for system in (load_system(PLAIN), load_system(EXAMPLE))]
     assert untouched[0] == untouched[1]
 
 
@@ -201,7 +203,7 @@ def test_a_system_with_tables_is_hashable_and_equal_to_itself_rebuilt():
     summary = first.summary()["collective_bandwidth"]
     assert summary[0]["busbw"][0] == [1048576.0, 19.78e9]
     assert with_tables(first, summary) == first
-    assert load_system("dgx-a100").summary()["collective_bandwidth"] is None
+    assert load_system(PLAIN).summary()["collective_bandwidth"] is None
 
 
 # ------------------------------------------------------------------ what is refused
@@ -247,7 +249,7 @@ def entry(**changes):
 ])
 def test_bad_tables_are_one_line_naming_the_key(value, message):
     with pytest.raises(InvalidParameterError, match=message) as error:
-        with_tables(load_system("dgx-a100"), value)
+        with_tables(load_system(PLAIN), value)
     assert "\n" not in str(error.value)
 
 

@@ -31,16 +31,18 @@ def test_the_eight_runs_of_table5():
 
 
 def test_table5_errors_are_what_tabsched_reaches(study):
-    """Asserted at the errors reached: mean 3.59%, max 7.31% on one dgx-a100 (3.38% and 6.81%
-    before the audit's corrections, which all add time Megatron-LM spends). The issue's
-    target (mean <= 3%, max <= 6%) is not met; the best-known model's 3.65% and 8.87% are
-    beaten, the mean narrowly. The study's report says where the rest comes from."""
-    assert study.mean_error <= 0.0362 and study.max_error <= 0.0735
-    assert study.mean_error < BEST_KNOWN["mean"] and study.max_error < BEST_KNOWN["max"]
+    """Asserted at the errors reached on the dgx-a100 rebuilt from measurements: mean 4.23%,
+    max 8.14%, mean signed -1.94% (the previous description, one flat matrix efficiency:
+    3.59%, 7.31%, +2.20%). The target (mean <= 3%, max <= 5%, signed within +-1.5%) is not
+    met, nor is the best-known model's mean (3.65%); its max (8.87%) is. The report says
+    where the rest comes from: the 22B layer's backward (Table 4)."""
+    assert study.mean_error <= 0.0425 and study.max_error <= 0.0815
+    assert abs(study.signed_error) <= 0.0195
+    assert study.max_error < BEST_KNOWN["max"]
     assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
-    assert study.verdict == "partly reproduced"
+    assert study.verdict == "not reproduced"
     for row in study.rows:
-        assert abs(row["error"]) < 0.075, row["model"]
+        assert abs(row["error"]) < 0.082, row["model"]
     # full recomputation costs more than selective + sequence parallelism, as measured
     by_model = {}
     for row in study.rows:
@@ -52,23 +54,24 @@ def test_table5_errors_are_what_tabsched_reaches(study):
 
 def test_one_layer_of_the_22b_model_is_korthikanti_table4(study):
     """Table 4 (measured, one layer, five configurations) is independent of Table 5: each
-    pass within 7%, forward + backward within 3.5%, full recomputation's extra forward and
-    the sequence-parallel forward's saving in the measured direction."""
+    forward within 5%, each backward within 12% (fast: the report's finding), forward +
+    backward within 8%, full recomputation's extra forward and the sequence-parallel
+    forward's saving in the measured direction."""
     assert [(recompute, sp) for recompute, sp, *_ in study.layer_times] == \
         [(recompute, sp) for recompute, sp, _, _ in TABLE4]
     for recompute, sp, forward, predicted_f, backward, predicted_b in study.layer_times:
-        assert predicted_f == pytest.approx(forward, rel=0.07), (recompute, sp)
-        assert predicted_b == pytest.approx(backward, rel=0.07), (recompute, sp)
-        assert predicted_f + predicted_b == pytest.approx(forward + backward, rel=0.035)
+        assert predicted_f == pytest.approx(forward, rel=0.05), (recompute, sp)
+        assert backward * 0.88 < predicted_b < backward, (recompute, sp)
+        assert predicted_f + predicted_b == pytest.approx(forward + backward, rel=0.08)
     times = {(recompute, sp): (f, b) for recompute, sp, _, f, _, b in study.layer_times}
     assert times[("none", True)][0] < times[("none", False)][0]          # SP: 7.2 < 7.7 ms
     assert times[("full", False)][1] - times[("none", False)][1] == pytest.approx(
-        19.5e-3 - 11.9e-3, rel=0.05)                                    # the recompute, 7.6 ms
+        19.5e-3 - 11.9e-3, rel=0.06)                                    # the recompute, 7.6 ms
 
 
 def test_the_implied_matrix_efficiency_rises_with_model_size(study):
-    """The diagnostic behind the report's explanation: the flat matrix efficiency that would
-    make each run exact grows with the products' size, which one flat value cannot follow."""
+    """The diagnostic behind the report's explanation: the factor on the measured GEMM
+    table's efficiencies that would make each run exact still grows with the model."""
     implied = {}
     for model, _, value in study.implied_efficiency:
         implied.setdefault(model, []).append(value)
@@ -103,16 +106,16 @@ def test_the_study_writes_its_table_and_report(study):
     assert "| gpt3-175b | 64 | 8 | 8 | 3 | 64 | 1 | 18.13 |" in text
     assert f"Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}" in text
     assert "## Where the remaining error comes from" in text
-    assert "without wave quantization" in text            # the sensitivity table
+    assert "no GEMM table: one flat efficiency 0.728" in text     # the sensitivity table
     for section in ("## Audit of the model", "## Corrections in this revision",
-                    "## Per-layer check: Table 4", "implied matrix efficiency"):
+                    "## Per-layer check: Table 4", "implied factor on the products"):
         assert section in text
-    assert "| megatron-1t | full | +6.81% |" in text         # before the corrections
+    assert "| megatron-1t | full | +7.31% |" in text         # the previous description
 
 
 def test_the_cli_runs_the_study_and_each_row(cli, tmp_path, study):
     code, out, err = cli("study", "megatron-recompute", "-o", str(tmp_path))
-    assert code == 0 and out.startswith("1. partly reproduced: Table 5 of Korthikanti")
+    assert code == 0 and out.startswith("1. not reproduced: Table 5 of Korthikanti")
     assert (tmp_path / "report.md").exists() and (tmp_path / "table5.csv").exists()
     row = study.rows[1]                                    # megatron-22b, selective
     argv = shlex.split(row["command"])[1:] + ["--json"]

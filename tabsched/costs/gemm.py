@@ -17,7 +17,17 @@ The table (TOML, the system's key ``gemm_efficiency``)
     were measured in. A system has one ``peak_flops`` and a model one element
     size today, so a system holds one table, for the dtype its peak describes;
     the label is kept and shown, not matched. ``reach`` (optional, octaves,
-    default 1): see the scattered rule below.
+    default 1): see the scattered rule below. ``overhead`` (optional, with
+    ``seconds`` only; seconds or a text such as ``"27us"``): a fixed time every
+    measured call includes beside its kernel (the host's launch, Python and
+    synchronize around a wall-clock timing), taken off each time before its
+    efficiency is derived, since in training kernels are queued ahead of the GPU
+    and the host's time per call hides; a time that is not longer than it is
+    refused. ``scale`` (optional, in (0, 1], default 1) with ``scale_source``
+    (required with it): a factor on every efficiency, for a table measured in
+    conditions the system does not run in (a short burst on one idle GPU,
+    where training holds every GPU of a node busy for hours at a lower clock);
+    the points and times stay as their source gives them.
 What is refused (only what cannot be physically true)
     An efficiency above 1 (a product faster than the peak: the message says by
     how much) or <= 0, a time <= 0 or not finite, a dimension that is not a
@@ -88,7 +98,7 @@ SECONDS_RANGE = (1e-12, 86400.0)
 #: The scattered rule's reach in octaves (0 < reach <= 64).
 REACH_RANGE = (0.0, 64.0)
 #: The keys of the TOML table.
-KEYS = ("source", "points", "seconds", "dtype", "reach")
+KEYS = ("source", "points", "seconds", "dtype", "reach", "overhead", "scale", "scale_source")
 MAX_SOURCE = 500
 
 
@@ -113,9 +123,13 @@ class GemmTable:
     """
 
     __slots__ = ("points", "source", "dtype", "reach", "grid", "seconds", "peak_flops", "_hash",
-                 "_axes", "_values", "_coordinates")
+                 "_axes", "_values", "_coordinates", "overhead", "scale", "scale_source")
 
-    def __init__(self, points, source, dtype="", reach=1.0, seconds=None, peak_flops=None):
+    def __init__(self, points, source, dtype="", reach=1.0, seconds=None, peak_flops=None,
+                 overhead=0.0, scale=1.0, scale_source=""):
+        object.__setattr__(self, "overhead", float(overhead))
+        object.__setattr__(self, "scale", float(scale))
+        object.__setattr__(self, "scale_source", scale_source)
         object.__setattr__(self, "points", tuple(points))
         object.__setattr__(self, "seconds", None if seconds is None else tuple(seconds))
         object.__setattr__(self, "peak_flops", peak_flops)
@@ -123,7 +137,7 @@ class GemmTable:
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "reach", float(reach))
         shapes = np.array([point[:3] for point in self.points], dtype=np.float64)
-        values = np.array([point[3] for point in self.points], dtype=np.float64)
+        values = np.array([point[3] for point in self.points], dtype=np.float64) * self.scale
         logs = np.log2(shapes)
         axes = [np.unique(logs[:, axis]) for axis in range(3)]
         grid = (all(len(axis) >= 2 for axis in axes)
@@ -146,10 +160,17 @@ class GemmTable:
         for array in (values, self._values, logs, *axes):   # the grid's cube is a view
             array.flags.writeable = False
         object.__setattr__(self, "_hash", hash((self.points, source, dtype, self.reach,
-                                                self.seconds, peak_flops)))
+                                                self.seconds, peak_flops, self.overhead,
+                                                self.scale, scale_source)))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"GemmTable is immutable: cannot set {name}")
+
+    def __reduce__(self):
+        """Pickled as its constructor's arguments (worker processes and Dask rebuild it;
+        its hash is computed again there, where string hashes differ)."""
+        return (GemmTable, (self.points, self.source, self.dtype, self.reach, self.seconds,
+                            self.peak_flops, self.overhead, self.scale, self.scale_source))
 
     def __hash__(self):
         return self._hash   # computed once: a sweep's memos hash the system at every call
@@ -158,8 +179,10 @@ class GemmTable:
         if not isinstance(other, GemmTable):
             return NotImplemented
         return (self._hash == other._hash and self.points == other.points
-                and (self.source, self.dtype, self.reach, self.seconds, self.peak_flops)
-                == (other.source, other.dtype, other.reach, other.seconds, other.peak_flops))
+                and (self.source, self.dtype, self.reach, self.seconds, self.peak_flops,
+                     self.overhead, self.scale, self.scale_source)
+                == (other.source, other.dtype, other.reach, other.seconds, other.peak_flops,
+                    other.overhead, other.scale, other.scale_source))
 
     def __repr__(self):
         return (f"GemmTable({len(self.points)} points, {'grid' if self.grid else 'scattered'}"
@@ -191,12 +214,26 @@ class GemmTable:
                                         f"from)")
         dtype = text(f"{name}.dtype", value.get("dtype", ""), 32)
         reach = number(f"{name}.reach", value.get("reach", 1.0), *REACH_RANGE, positive=True)
+        scale = number(f"{name}.scale", value.get("scale", 1.0), 0.0, 1.0, positive=True)
+        scale_source = text(f"{name}.scale_source", value.get("scale_source", ""), MAX_SOURCE)
+        if "scale" in value and not scale_source.strip():
+            raise InvalidParameterError(f"{name}: scale needs scale_source (say why the "
+                                        f"measured efficiencies are scaled, and from where)")
+        if "scale_source" in value and "scale" not in value:
+            raise InvalidParameterError(f"{name}: scale_source without scale")
         given = [key for key in ("points", "seconds") if key in value]
         if len(given) != 1:
             raise InvalidParameterError(f"{name}: give exactly one of points ([m, n, k, "
                                         f"efficiency] rows) and seconds ([m, n, k, seconds] "
                                         f"rows), not {' and '.join(given) or 'neither'}")
         key = given[0]
+        overhead = 0.0
+        if "overhead" in value:
+            if key != "seconds":
+                raise InvalidParameterError(f"{name}.overhead goes with seconds rows (a time "
+                                            f"taken off each measured time), not with points")
+            overhead = number(f"{name}.overhead", value["overhead"], 0.0, SECONDS_RANGE[1],
+                              unit="s")
         rows = value[key]
         if not isinstance(rows, (list, tuple)):
             raise InvalidParameterError(f"{name}.{key} must be an array of [m, n, k, "
@@ -204,7 +241,7 @@ class GemmTable:
         if len(rows) > MAX_POINTS:
             raise InvalidParameterError(f"{name}.{key} has {len(rows)} rows; at most "
                                         f"{MAX_POINTS} are allowed")
-        checked = [_point(f"{name}.{key}[{index}]", row, key, peak_flops)
+        checked = [_point(f"{name}.{key}[{index}]", row, key, peak_flops, overhead)
                    for index, row in enumerate(rows)]
         merged = _merged([point[:4] for point in checked], f"{name}.{key}")
         seconds = None
@@ -213,7 +250,7 @@ class GemmTable:
             seconds = [(m, n, k, times[m, n, k]) for m, n, k, _ in merged]
         try:
             return cls(merged, source, dtype, reach, seconds,
-                       peak_flops if key == "seconds" else None)
+                       peak_flops if key == "seconds" else None, overhead, scale, scale_source)
         except InvalidParameterError as error:
             raise InvalidParameterError(f"{name}.{key}: {error}") from None
 
@@ -225,6 +262,11 @@ class GemmTable:
             value["dtype"] = self.dtype
         if self.reach != 1.0:
             value["reach"] = self.reach
+        if self.overhead:
+            value["overhead"] = self.overhead
+        if self.scale != 1.0:
+            value["scale"] = self.scale
+            value["scale_source"] = self.scale_source
         if self.seconds is not None:
             value["seconds"] = [list(row) for row in self.seconds]
         else:
@@ -283,7 +325,7 @@ def _last(key):
     return "efficiency" if key == "points" else "seconds"
 
 
-def _point(where, row, key, peak_flops):
+def _point(where, row, key, peak_flops, overhead=0.0):
     """One checked ``(m, n, k, efficiency, seconds)`` from a ``points`` or ``seconds`` row
     (``seconds`` None for a ``points`` row)."""
     if not isinstance(row, (list, tuple)) or len(row) != 4:
@@ -295,7 +337,11 @@ def _point(where, row, key, peak_flops):
     seconds = None
     if key == "seconds":
         seconds = number(f"{where} seconds", row[3], *SECONDS_RANGE, positive=True)
-        efficiency = flops / (seconds * peak_flops)
+        if seconds <= overhead:
+            raise InvalidParameterError(
+                f"{where}: {m}x{n}x{k} took {seconds:g} s, not more than the table's overhead "
+                f"{overhead:g} s: the overhead must be less than every measured time")
+        efficiency = flops / ((seconds - overhead) * peak_flops)
         if efficiency > 1.0:
             raise InvalidParameterError(
                 f"{where}: {m}x{n}x{k} in {seconds:g} s is {flops / seconds:.4g} FLOP/s, "

@@ -191,6 +191,20 @@ def kernel_seconds(model, system, placement, kernels, samples, coefficients=None
     return seconds, work
 
 
+def hidden_cost(collective, kernel, slowdown):
+    """What a collective of ``collective`` seconds adds beside a kernel of ``kernel``
+    seconds that it slows ``1 + slowdown`` times while it runs (``System.overlap_slowdown``):
+    the pair lasts ``max(C, P + C * s / (1 + s))``, so it adds
+    ``max(C - P, C * s / (1 + s))``; ``s = 0`` is the free overlap ``max(C - P, 0)``.
+
+    >>> [float(hidden_cost(c, p, s)) for c, p, s in ((1.0, 3.0, 0.25), (1.0, 3.0, 0.0), (3.0, 1.0, 0.25))]
+    [0.2, 0.0, 2.0]
+    """
+    if slowdown == 0:
+        return np.maximum(collective - kernel, 0.0)
+    return np.maximum(collective - kernel, collective * (slowdown / (1.0 + slowdown)))
+
+
 @memo(limit=4096)
 def part_times(model, system, placement, samples):
     """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
@@ -207,7 +221,7 @@ def part_times(model, system, placement, samples):
         for kind, rows, hides in plan[part]:
             cost = every_seconds[rows]
             for index, partner in hides:
-                cost[index] = np.maximum(cost[index] - cost[partner], 0.0)
+                cost[index] = hidden_cost(cost[index], cost[partner], system.overlap_slowdown)
             times[kind] = cost.sum(axis=0)
         result[part] = times
     return result

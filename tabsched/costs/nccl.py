@@ -117,6 +117,11 @@ class CollectiveTable:
     def __setattr__(self, name, value):
         raise AttributeError(f"CollectiveTable is immutable: cannot set {name}")
 
+    def __reduce__(self):
+        """Pickled as its constructor's arguments (worker processes and Dask rebuild it)."""
+        return (CollectiveTable, (self.collective, self.tier, self.ranks, self.per_node,
+                                  self.source, self.points))
+
     def key(self):
         return (self.collective, self.tier, self.ranks, self.per_node)
 
@@ -176,6 +181,9 @@ class CollectiveTables:
 
     def __setattr__(self, name, value):
         raise AttributeError(f"CollectiveTables is immutable: cannot set {name}")
+
+    def __reduce__(self):
+        return (CollectiveTables, (self.tables,))
 
     def __eq__(self, other):
         if not isinstance(other, CollectiveTables):

@@ -55,6 +55,14 @@ Collectives
     (:mod:`tabsched.costs.collectives`) on the slowest link of the ring, or,
     where ``collective_bandwidth`` has a measured table that covers one, at its
     bus bandwidth (:mod:`tabsched.costs.nccl`).
+Compute beside a collective (``overlap_slowdown``)
+    A collective that runs beside a kernel (Megatron-LM's tensor-parallel
+    all-reduce beside the weight gradient) takes SMs and memory bandwidth from
+    it: while the collective runs, the kernel progresses ``1 + s`` times slower
+    (``s = overlap_slowdown``, default 0). With the collective's time ``C`` and
+    the kernel's ``P`` alone, the pair lasts ``max(C, P + C * s / (1 + s))``: the
+    kernel finishes under the collective, or the collective ends first and the
+    kernel runs the rest of its work at full speed.
 Contention
     ``none``: transfers never wait for each other; ``link``: each directed
     device pair is a FIFO; ``nic``: transfers between nodes also share the
@@ -99,7 +107,7 @@ _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency"
              "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
              "link_overrides", "node_overrides", "name", "gemm_efficiency",
-             "collective_bandwidth")
+             "collective_bandwidth", "overlap_slowdown")
 _QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
                "intra_node_bandwidth": "B/s", "inter_node_bandwidth": "B/s",
                "intra_node_latency": "s", "inter_node_latency": "s", "launch_latency": "s",
@@ -137,6 +145,9 @@ PEAK_FLOPS_RANGE = (1e6, 1e18)
 LATENCY_RANGE = (0.0, 3600.0)
 #: Fixed cost of one kernel, s: a CUDA launch costs about 1-5 us; one second is 10^5 that.
 LAUNCH_LATENCY_RANGE = (0.0, 1.0)
+#: A kernel at most 11x slower beside a collective (measured: 1.19x on average, 1.4x at most;
+#: Lee et al. 2025, arXiv 2507.03114).
+OVERLAP_SLOWDOWN_RANGE = (0.0, 10.0)
 #: Memory of one device, B: from 1 kB to 1 PB (5,000x the 192 GB of a B200).
 MEMORY_CAPACITY_RANGE = (1e3, 1e15)
 #: An efficiency is a part of a peak: below 1e-6 the peak, not the efficiency, is wrong.
@@ -310,6 +321,9 @@ class System:
         (:mod:`tabsched.costs.nccl`; TOML ``[[collective_bandwidth]]``
         entries); the collectives they cover take their bandwidth, the others
         the ring on the tier's link (default None: no tables).
+    overlap_slowdown : float
+        How much slower a kernel runs while a collective runs beside it (0 to
+        10; default 0; module docstring).
     memory_capacity : float or str, optional
         Memory of one device: every result says which devices go over it
         (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
@@ -342,6 +356,7 @@ class System:
     description: str = ""
     gemm_efficiency: GemmTable | None = None
     collective_bandwidth: CollectiveTables | None = None
+    overlap_slowdown: float = 0.0
 
     def __post_init__(self):
         def set_(key, value):
@@ -362,6 +377,8 @@ class System:
             set_("collective_bandwidth", CollectiveTables.from_value(self.collective_bandwidth))
         for key in ("intra_node_efficiency", "inter_node_efficiency"):
             set_(key, _fraction(key, getattr(self, key)))
+        set_("overlap_slowdown", _non_negative("overlap_slowdown", self.overlap_slowdown,
+                                               bounds=OVERLAP_SLOWDOWN_RANGE))
         set_("matrix_wave", _non_negative("matrix_wave", self.matrix_wave,
                                           bounds=MATRIX_WAVE_RANGE))
         if 0 < self.matrix_wave < 1:   # 1e-313 would make every product infinitely many waves
@@ -624,6 +641,7 @@ class System:
                 "intra_node_efficiency": self.intra_node_efficiency,
                 "inter_node_efficiency": self.inter_node_efficiency,
                 "launch_latency": self.launch_latency,
+                "overlap_slowdown": self.overlap_slowdown,
                 "contention": self.contention, "description": self.description,
                 "gemm_efficiency": (None if self.gemm_efficiency is None
                                     else self.gemm_efficiency.to_value()),
@@ -640,7 +658,7 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     ``inter_node_latency``; optional: ``compute_efficiency`` and
     ``memory_efficiency`` (numbers or tables),
     ``half_efficiency_tokens``, ``matrix_wave``, ``intra_node_efficiency``,
-    ``inter_node_efficiency``, ``launch_latency``,
+    ``inter_node_efficiency``, ``launch_latency``, ``overlap_slowdown``,
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
     and ``node_overrides`` (arrays of tables), ``gemm_efficiency`` (a table: see
     :mod:`tabsched.costs.gemm`), ``collective_bandwidth`` (an array of tables: see

@@ -26,6 +26,8 @@ written file always loads.
 
 import math
 import os
+import re
+import tomllib
 from collections import Counter
 
 from tabsched._untrusted import shown_value
@@ -42,18 +44,82 @@ __all__ = ["gemm_system_toml", "nccl_system_toml", "IMPORT_KINDS"]
 IMPORT_KINDS = ("gemm", "nccl-tests")
 
 
-def _base_text(reference, key="gemm_efficiency"):
-    """The TOML text of the base system ``reference`` (a preset name or a file)."""
+def _base_text(reference, key="gemm_efficiency", replaced=None):
+    """The TOML text of the base system ``reference`` (a preset name or a file), and what
+    of it the import replaces.
+
+    The base's own ``key`` table (``gemm_efficiency``), or its ``collective_bandwidth``
+    entries for which ``replaced(entry)`` is true (the same collective, tier, ranks and
+    ranks per node as an imported one), are cut out of the text: the import's table takes
+    their place, and the rest of the file (its comments included) stays as it is.
+    Returns ``(text, cut)``, ``cut`` the number of tables cut. A cut is made on the text's
+    table headers and checked by parsing: where the text cannot be cut so that exactly
+    those tables go (a table written inline, say), the import is refused, naming the key.
+    """
     reference = os.fspath(reference)
     data, source = _presets.load(reference, "system")   # refuses what is not a system
-    if key in data:
-        raise InvalidParameterError(f"{source}: already has a {key} table; remove it "
-                                    f"from the base system first (a system holds one)")
     presets = _presets.preset_index()["system"]
     if not _presets.is_file_reference(reference):
-        return presets[reference]
-    with open(reference, "rb") as stream:   # load() has read it: it is UTF-8 and bounded
-        return stream.read(_presets.MAX_FILE_BYTES).decode("utf-8-sig")
+        text = presets[reference]
+    else:
+        with open(reference, "rb") as stream:   # load() has read it: it is UTF-8 and bounded
+            text = stream.read(_presets.MAX_FILE_BYTES).decode("utf-8-sig")
+    if key not in data:
+        return text, 0
+    if replaced is None:
+        drop = [True]
+        kept = {name: value for name, value in data.items() if name != key}
+    else:
+        entries = data[key] if isinstance(data[key], list) else []
+        drop = [bool(replaced(entry)) for entry in entries]
+        kept = dict(data)
+        kept[key] = [entry for entry, cut in zip(entries, drop) if not cut]
+        if not kept[key]:
+            del kept[key]
+    if not any(drop):
+        return text, 0
+    cut_text = _cut_tables(text, key, drop)
+    try:
+        again = None if cut_text is None else tomllib.loads(cut_text)
+    except tomllib.TOMLDecodeError:
+        again = None
+    if again != kept:
+        raise InvalidParameterError(f"{source}: its {key} table cannot be replaced in place "
+                                    f"(write it as a [{key}] section, or remove it from the "
+                                    f"base system first)")
+    return cut_text, sum(drop)
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _cut_tables(text, key, drop):
+    """``text`` without the ``[key]`` section (``drop == [True]``) or the ``[[key]]``
+    entries whose ``drop`` is true, each with the comment lines just above its header;
+    None where the headers do not match ``drop``."""
+    lines = text.splitlines(keepends=True)
+    heads = [(index, match.group(2).strip()) for index, line in enumerate(lines)
+             if (match := _HEADER.match(line))]
+    spans, count = [], 0
+    for position, (index, name) in enumerate(heads):
+        if name != key and not name.startswith(key + "."):
+            continue
+        if name != key:
+            return None   # a sub-table of the key: not cut by header alone
+        if count >= len(drop):
+            return None
+        end = heads[position + 1][0] if position + 1 < len(heads) else len(lines)
+        if drop[count]:
+            start = index
+            while start > 0 and lines[start - 1].lstrip().startswith("#"):
+                start -= 1
+            spans.append((start, end))
+        count += 1
+    if count != len(drop):
+        return None
+    keep = [line for number, line in enumerate(lines)
+            if not any(start <= number < end for start, end in spans)]
+    return "".join(keep)
 
 
 def gemm_system_toml(csv_path, source, system=None, dtype=None):
@@ -84,10 +150,11 @@ def gemm_system_toml(csv_path, source, system=None, dtype=None):
         return table_toml(rows, source, label)
     base = load_system(system)
     rows, label = read_sweep(csv_path, peak_flops=base.peak_flops, dtype=dtype)
-    text = _base_text(system)
+    text, cut = _base_text(system)
+    replaced = " It replaces the base system's table." if cut else ""
     toml = (text.rstrip("\n") + "\n\n"
             f"# Added by tabsched system import gemm from {os.path.basename(csv_path)}: the "
-            f"efficiency of each\n# shape is 2*m*n*k / (seconds * peak_flops).\n"
+            f"efficiency of each\n# shape is 2*m*n*k / (seconds * peak_flops).{replaced}\n"
             + table_toml(rows, source, label))
     _check_loads(toml, system, os.fspath(csv_path))
     return toml
@@ -103,6 +170,17 @@ def _check_loads(toml, system, where):
         System(**fields)
     except InvalidParameterError as error:
         raise InvalidParameterError(f"{where}: {error}") from None
+
+
+def _entry_key(entry):
+    """``(collective, tier, ranks, per_node)`` of a base system's table as its TOML gives
+    it (``per_node`` is ``ranks`` on the node tier), or None for an entry that is not one."""
+    if not isinstance(entry, dict):
+        return None
+    ranks = entry.get("ranks")
+    tier = entry.get("tier")
+    per_node = entry.get("per_node", ranks if tier == "node" else None)
+    return (entry.get("collective"), tier, ranks, per_node)
 
 
 def nccl_tables(paths, source=None, tier=None, collective=None):
@@ -171,11 +249,15 @@ def nccl_system_toml(paths, source=None, system=None, tier=None, collective=None
     if system is None:
         return tables_toml(tables)
     load_system(system)
-    text = _base_text(system, "collective_bandwidth")
+    keys = {table.key() for table in tables}
+    text, cut = _base_text(system, "collective_bandwidth",
+                           lambda entry: _entry_key(entry) in keys)
     names = ", ".join(os.path.basename(os.fspath(path)) for path in paths)
+    replaced = (f"\n# They replace {cut} of the base system's tables (the same collective, tier "
+                f"and ranks)." if cut else "")
     toml = (text.rstrip("\n") + "\n\n"
             f"# Added by tabsched system import nccl-tests from {names}: the out-of-place "
             f"bus bandwidth\n# of each size (nccl-tests' busbw; time = bytes * factor / "
-            f"busbw).\n" + tables_toml(tables))
+            f"busbw).{replaced}\n" + tables_toml(tables))
     _check_loads(toml, system, where)
     return toml
