@@ -4,7 +4,11 @@
 mid_nw_mid_cp. Prints, measured in this run, the end-to-end time of
 ``evaluate()`` and of cost assignment alone (``node_durations``) under each
 cost model, and their ratios. The target (issue 3): ModelCosts end to end
-within 1.5x of UnitCosts on the same DAG. Not collected by pytest.
+within 1.5x of UnitCosts on the same DAG. Then the measured tables (issue 22):
+``evaluate()`` of megatron-1t (128 layers) at t = 8 on ``dgx-a100`` (its GEMM table over shape and
+its NCCL tables) against the same system without them, every memo cleared before
+each run so that the tables' lookups are timed; target <= 1.5x. Not collected by
+pytest.
 
     python bench/bench_costs.py [--devices 64] [--microbatches 4096] [--repeat 3]
 """
@@ -14,6 +18,7 @@ import argparse
 from _timing import best_of
 
 import tabsched
+from tabsched import _memo
 from tabsched.lower import lower
 
 
@@ -58,6 +63,28 @@ def main():
               f"{model_time * 1e3:8.1f} ms   ratio {model_time / unit_time:5.2f}x "
               f"(target <= 1.5x)")
         print(f"  makespan         {unit_span:g} slots; {span:.4g} s")
+    measured_tables(table, args.repeat)
+
+
+def measured_tables(table, repeat):
+    """evaluate() on dgx-a100 with and without its measured tables, cold memos."""
+    rich = tabsched.load_system("dgx-a100")
+    plain = rich.replace(gemm_efficiency=None, collective_bandwidth=None)
+    times = {}
+    for label, system in (("without tables", plain), ("with tables", rich)):
+        costs = tabsched.ModelCosts("megatron-1t", system, tensor_parallel=8,
+                                    sequence_parallel=True)
+
+        def run():
+            _memo.clear()
+            return tabsched.evaluate(table, costs, formula=False)
+        times[label] = best_of(repeat, run)
+    (plain_time, plain_result), (rich_time, rich_result) = times.values()
+    print("measured tables (megatron-1t, t = 8, dgx-a100, memos cleared before each run):")
+    print(f"  evaluate()       without {plain_time * 1e3:8.1f} ms   with {rich_time * 1e3:8.1f} ms"
+          f"   ratio {rich_time / plain_time:5.2f}x (target <= 1.5x)")
+    print(f"  makespan         {plain_result.makespan:.4g} s without, "
+          f"{rich_result.makespan:.4g} s with")
 
 
 if __name__ == "__main__":
