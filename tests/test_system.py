@@ -402,3 +402,34 @@ def test_the_overlap_slowdown_lengthens_the_backward_only():
 def test_a_bad_overlap_slowdown_names_the_key(value, message):
     with pytest.raises(InvalidParameterError, match=message):
         load_system("dgx-a100").replace(overlap_slowdown=value)
+
+
+#: XLA's sm_90 tables as the project's measurement notes hold them (m, n, k, FLOP/s) and
+#: (collective, MiB, g1x8 B/s, g2x4 B/s, g4x2 B/s): corners and middles of each.
+XLA_SM90_GEMM = [(256, 256, 256, 6721641025641), (256, 512, 4096, 93077481276005),
+                 (4096, 4096, 1024, 685221329929802), (4096, 4096, 4096, 780193877565849)]
+XLA_SM90_COLLECTIVES = [("all_reduce", 1, 20189772027, 24129602356, 50027480916),
+                        ("all_reduce", 2048, 229968237690, 201566254276, 250289469463),
+                        ("all_gather", 64, 314227150134, 342671895424, 416680309954),
+                        ("reduce_scatter", 512, 358832552668, 360350874178, 365819545593)]
+
+
+def test_dgx_h100_tables_are_their_sources_values():
+    h100 = load_system("dgx-h100")
+    gemm = h100.gemm_efficiency
+    assert gemm.grid and len(gemm.points) == 125 and "default_matmul_perf_table" in gemm.source
+    assert gemm.scale == pytest.approx(698.6 / 823.9, abs=5e-4) and gemm.overhead == 0.0
+    by_shape = {point[:3]: point[3] for point in gemm.points}
+    for m, n, k, flops in XLA_SM90_GEMM:
+        assert by_shape[m, n, k] == pytest.approx(flops / 989e12, rel=1e-15)
+        assert gemm.efficiency(m, n, k) == pytest.approx(flops / 989e12 * gemm.scale, rel=1e-12)
+    assert np.isnan(gemm.efficiency(8192, 4096, 4096))     # outside the grid: the flat value
+    tables = h100.collective_bandwidth
+    assert len(tables.tables) == 9
+    for collective, mib, *groups in XLA_SM90_COLLECTIVES:
+        for ranks, algbw in zip((8, 4, 2), groups):
+            factor = (2 if collective == "all_reduce" else 1) * (ranks - 1) / ranks
+            table = tables.table(collective, "node", ranks)
+            assert dict(table.points)[mib * 2.0**20] == pytest.approx(algbw * factor, rel=1e-5)
+    assert (h100.memory_efficiency, h100.launch_latency, h100.overlap_slowdown) == \
+        (pytest.approx(1704 / 2000, abs=5e-4), pytest.approx(65536 / 27e9, rel=0.02), 0.189)
