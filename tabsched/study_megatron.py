@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tabsched.costs import ModelCosts, load_model, load_system
+from tabsched.calibration import TERMS, iteration_terms, part_terms
+from tabsched.costs import ModelCosts, load_system
 from tabsched.evaluate import evaluate
 from tabsched.files import atomic_write, check_output_folder, make_output_folder
 from tabsched.schedules import generate
@@ -179,6 +180,8 @@ class MegatronStudy:
     implied_efficiency: list = field(default_factory=list)
     data_parallel: tuple = (0.0, 0.0)
     signed_error: float | None = None
+    terms: list = field(default_factory=list)
+    layer_terms: list = field(default_factory=list)
 
     @property
     def configurations(self):
@@ -245,6 +248,23 @@ def table4_layer_times(system="dgx-a100"):
     return rows
 
 
+def table4_terms(system="dgx-a100"):
+    """What makes up tabsched's Table 4 layer: ``[(label, seconds, {term: seconds})]`` for
+    the forward and the backward (with its recompute) of each configuration."""
+    system = load_system(system)
+    rows = []
+    for recompute, sequence_parallel, _, _ in TABLE4:
+        costs = ModelCosts("megatron-22b", system, microbatch_size=4, recompute=recompute,
+                           tensor_parallel=8, sequence_parallel=sequence_parallel)
+        terms = part_terms(costs, "layer", 4.0)
+        label = f"{recompute}{' + SP' if sequence_parallel else ''}"
+        for kind, name in ((0, "forward"), (1, "backward")):
+            found = dict.fromkeys(TERMS, 0.0)
+            found.update(terms[kind])
+            rows.append((f"{label}, {name}", sum(found.values()), found))
+    return rows
+
+
 def implied_matrix_efficiency(system="dgx-a100", runs=None):
     """The factor on the matrix products' efficiency at which each run's prediction equals
     its measurement.
@@ -305,33 +325,6 @@ def data_parallel_check(system="dgx-a100"):
     return DATA_PARALLEL_530B["measured"] - run.measured, several - single
 
 
-def _outside_the_layers(study):
-    """The 22B selective run's time outside its layers, measured (via Table 4) and predicted.
-
-    Returns ``((measured, predicted), layer error)``: the iteration less 48 layers at
-    Table 4's (or tabsched's) selective + sequence-parallel layer time.
-    """
-    row = next(row for row in study.rows
-               if row["model"] == "megatron-22b" and row["mode"] == "selective")
-    _, _, forward, predicted_f, backward, predicted_b = next(
-        layer for layer in study.layer_times if layer[0] == "selective" and layer[1])
-    layers = load_model("megatron-22b").layers
-    measured = row["measured_s"] - layers * (forward + backward)
-    predicted = row["predicted_s"] - layers * (predicted_f + predicted_b)
-    return (measured, predicted), (predicted_f + predicted_b) / (forward + backward) - 1.0
-
-
-def _imbalance(system):
-    """How much more F + B the last stage of the 1T selective run costs than a middle one."""
-    run = next(run for run in table5_runs()
-               if run.model == "megatron-1t" and run.mode == "selective")
-    table, costs = run.table(), run.costs(load_system(system))
-    durations = costs.op_durations(table)
-    work = [sum(durations[(table.stage == stage) & (table.kind == kind)][0] for kind in (0, 1))
-            for stage in (table.num_stages // 2, table.num_stages - 1)]
-    return work[1] / work[0] - 1.0
-
-
 def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     """Predict Table 5 on ``system`` and write ``table5.csv`` and ``report.md`` into ``out_dir``."""
     check_output_folder(out_dir)   # before the work, not after it
@@ -343,6 +336,10 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     layer_times = table4_layer_times(system)
     implied = [(run.model, run.mode, value) for run, value in implied_matrix_efficiency(system)]
     data_parallel = data_parallel_check(system)
+    terms = [(f"{run.model} {run.mode}", result.makespan,
+              iteration_terms(run.table(), run.costs(system), result))
+             for run, result in predictions]
+    layer_terms = table4_terms(system)
     if progress is not None:
         progress(2, 2, len(predictions))
     seconds = time.perf_counter() - began
@@ -377,12 +374,13 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
                 f"({BEST_KNOWN['model']}: {BEST_KNOWN['mean']:.2%} and {BEST_KNOWN['max']:.2%})"]
     study = MegatronStudy("megatron-recompute", rows, claim, verdict, evidence, seconds, [],
                           mean, largest, sensitivity, layer_times, implied, data_parallel,
-                          signed)
+                          signed, terms, layer_terms)
     make_output_folder(out_dir)
     table_path = os.path.join(out_dir, "table5.csv")
     atomic_write(table_path, _csv(rows), newline="")
     report_path = os.path.join(out_dir, "report.md")
     study.files = [table_path, report_path]
+    from tabsched.study_megatron_report import markdown_report
     atomic_write(report_path, markdown_report(study, system))
     return study
 
@@ -407,244 +405,3 @@ def _cell(value):
     if value is None:
         return ""
     return repr(value) if isinstance(value, float) else str(value)
-
-
-def markdown_report(study, system):
-    """The study's report: measured vs predicted, the errors, what is modelled, why they remain."""
-    by_model = {}
-    for row in study.rows:
-        by_model.setdefault(row["model"], {})[row["mode"]] = row
-    lines = [
-        "# Study: megatron-recompute",
-        "",
-        f"Korthikanti et al. 2022, Table 5: one training iteration of four GPT models with "
-        f"Megatron-LM on DGX A100 nodes, measured, against tabsched's prediction on one "
-        f"`{system}` description (the same for all eight runs). Times in seconds; error = "
-        f"predicted / measured - 1.",
-        "",
-        "| model | devices | t | p | interleaved chunks | global batch | microbatch | "
-        "full recompute (s) | predicted | error | selective + sequence parallel (s) | "
-        "predicted | error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for model, modes in by_model.items():
-        full, selective = modes["full"], modes["selective"]
-        lines.append(
-            f"| {model} | {full['gpus']} | {full['t']} | {full['p']} | {full['chunks']} | "
-            f"{full['global_batch']} | {full['microbatch']} | {full['measured_s']:.2f} | "
-            f"{full['predicted_s']:.2f} | {full['error']:+.2%} | {selective['measured_s']:.2f} | "
-            f"{selective['predicted_s']:.2f} | {selective['error']:+.2%} |")
-    lines += [
-        "",
-        f"**Mean |error| {study.mean_error:.2%}, max {study.max_error:.2%}, mean signed "
-        f"{study.signed_error:+.2%}.** The target is mean <= {TARGET['mean']:.0%}, max <= "
-        f"{TARGET['max']:.0%} and a mean signed error within +-{TARGET['signed']:.1%}; the "
-        f"best-known "
-        f"analytical model, {BEST_KNOWN['model']}, reaches {BEST_KNOWN['mean']:.2%} and "
-        f"{BEST_KNOWN['max']:.2%} on this table. "
-        + ("The target is met." if study.verdict == "reproduced" else
-           "The target is not met: see below where the error comes from."),
-        "",
-        "Each row's `tabsched eval` command line is in `table5.csv` (column `command`), e.g.",
-        "",
-        f"    {study.rows[2]['command']}",
-        "",
-        "## What tabsched models",
-        "",
-        "- Every layer as Megatron-LM's kernels (matrix products, fused softmax, fused "
-        "bias-GeLU, fused bias-dropout-add, LayerNorm, dropouts), each timed by its own "
-        "roofline plus a launch latency; eager attention (the runs predate FlashAttention). "
-        "The system's numbers are measurements (`tabsched presets --show dgx-a100` cites "
-        "each): every matrix product at the efficiency of its own shape (m, n, k per tensor "
-        "rank), read from LLMCompass' A100 matmul times with the host's 27 us per call taken "
-        "off and the sustained factor 0.848 on; element-wise kernels at RRZE's STREAM SCALE "
-        "bandwidth (0.852 of peak); 2.6 us per launch (RRZE's back-to-back launches); every "
-        "8-GPU all-reduce at the bus bandwidth vTrain's nccl-tests rows give for its size "
-        "(reduce-scatter and all-gather as the halves of NCCL's ring).",
-        "- A product beside a collective runs 18.9% slower while the collective runs (Lee et "
-        "al. 2025, measured on A100 and H100: NCCL's kernels take SMs and memory bandwidth "
-        "from it).",
-        "- Tensor parallelism t = 8 on NVLink: the forward's all-reduces (reduce-scatters and "
-        "all-gathers with sequence parallelism) exposed; the backward's all-reduce "
-        "(reduce-scatter) after each column-parallel product beside its weight gradient, and "
-        "the re-gathered input beside the data gradient, as Megatron-LM launches them "
-        "asynchronously (`LinearWithGradAccumulationAndAsyncCommunication`).",
-        "- Full recomputation: a whole forward, collectives included, before each backward. "
-        "Selective: the attention core's forward again.",
-        "- The pipeline: 1F1B, or the interleaved schedule with 3 chunks, as tabsched's tables "
-        "(the interleaved schedule's extra transfers included); transfers of s*b*h/t per tensor "
-        "rank on InfiniBand, blocking the sender as Megatron-LM's `batch_isend_irecv` + "
-        "`synchronize` do; without sequence parallelism the receiving tensor ranks then "
-        "all-gather the whole tensor on NVLink (`gather_split_1d_tensor`).",
-        "- The output layer and the loss as Megatron-LM computes it: the logits GEMM, an fp32 "
-        "copy of the logits and one pass over them per step of the vocabulary-parallel cross "
-        "entropy (max, shift, exp, sum, normalize; backward: scale, cast), three small "
-        "all-reduces.",
-        "- The end of the iteration: the tied embedding's gradient all-reduce between the first "
-        "and the last stage; the gradient buffer divided by the data-parallel size (Megatron-LM "
-        "does it at d = 1 too); the optimizer step (54 bytes per parameter, the traffic of "
-        "Megatron-LM's mixed-precision Adam step) at the memory roofline. d = 1: no "
-        "data-parallel all-reduce.",
-        "",
-        "Left out: data loading, logging and other host work per iteration; the memory "
-        "allocator; a GEMM library's choice of a different kernel for the transposed "
-        "layouts of the backward (the measured table is of forward products).",
-        "",
-        "## Audit of the model against Megatron-LM and A100 measurements",
-        "",
-        "| mechanism | what Megatron-LM (2022) and the measurements say | tabsched | verdict |",
-        "|---|---|---|---|",
-        "| layer shapes | Table 3 and section 6: h, a, L as in the presets, s = 2048, "
-        "v = 51200, FFN 4h (appendix A) | the presets | right |",
-        "| per-layer time | Table 4 (22B, one layer, five configurations), below | within a few "
-        "% of each | right for the 22B layer |",
-        "| loss | `vocab_parallel_cross_entropy(output.float())`: fp32 copy, five passes, "
-        "backward scale and cast | was one pass reading fp16, writing fp32 | corrected |",
-        "| pipeline transfers | scatter-gather: 1/t per rank, then `gather_split_1d_tensor` "
-        "on the receiver (not with sequence parallelism) | the gather was missing | corrected |",
-        "| gradient buffer | `allreduce_gradients` divides it by d, also at d = 1 | missing | "
-        "corrected |",
-        "| tied embeddings at p = 1 | one copy (`word_embeddings_weight()`) | counted twice "
-        "in the optimizer step | corrected |",
-        "| interleaving, 1F1B, layer split | interleaved with 3 chunks for 175B and 530B; an "
-        "even split of layers, so the last stage also holds the output layer | as run | right |",
-        "| tensor-parallel collectives | exposed in the forward and the recompute, overlapped "
-        "with the weight gradient in the backward (section 6.2) | as run | right |",
-        "| NVLink bus bandwidth | vTrain's nccl-tests rows, 8 A100 over NVSwitch: 198.5 GB/s "
-        "on average over the 40-112 MiB of these runs' messages | the measured table, by size "
-        "| measured (was 0.667 x 300 GB/s for every size) |",
-        "| matrix efficiency | LLMCompass' A100 matmul times over shape: 0.78 of peak at 69 "
-        "GFLOP to 0.94 at 4.4 TFLOP (a burst on one GPU, host time included); the 0.848 "
-        "'all 8 GPUs busy' factor is measured on H200, not A100 | the table, host time off, "
-        "times 0.848 | measured but for the sustained factor (was 0.728 flat) |",
-        "| memory efficiency | RRZE gpu-stream SCALE, A100 80GB: 1,737 of 2,039 GB/s | 0.852 "
-        "for every vector kernel | measured (was BabelStream's 0.846, a source not re-read) |",
-        "| launch | RRZE gpu-small-kernels: 2.6 us per back-to-back launch in a stream | 2.6 us "
-        "| measured (was 1 us, a V100 blog figure) |",
-        "| overlap | a computation beside a collective is 18.9% slower on average (Lee et al. "
-        "2025, A100/H100) | the backward's products beside the tensor-parallel collectives "
-        "| measured (was free) |",
-        f"| data-parallel all-reduce (not in Table 5: d = 1) | section 6.3: the 530B run "
-        f"with d = 8 takes {study.data_parallel[0]:.2f} s longer, not overlapped | a ring "
-        f"all-reduce of fp16 gradients on one 200 Gb/s port per GPU: "
-        f"{study.data_parallel[1]:.2f} s longer | too fast by "
-        f"{study.data_parallel[0] - study.data_parallel[1]:.1f} s; not used by the "
-        f"eight runs |",
-        "",
-        "## Corrections in this revision",
-        "",
-        "Errors before and after the corrections above (same `" + system + "`):",
-        "",
-        "| model | mode | before | after |",
-        "|---|---|---|---|",
-    ]
-    for row in study.rows:
-        before = PREVIOUS_ERRORS.get((row["model"], row["mode"]))
-        lines.append(f"| {row['model']} | {row['mode']} | "
-                     + ("-" if before is None else f"{before:+.2%}")
-                     + f" | {row['error']:+.2%} |")
-    lines += [
-        "",
-        "'Before' is the previous `dgx-a100` (one flat matrix efficiency, one NVLink "
-        "efficiency, free overlap: mean |error| 3.59%, max 7.31%, mean signed +2.20%); 'after' "
-        "is the description rebuilt from the measurements above. No number in it was chosen "
-        "by looking at these iteration times. The shape-dependent products move the large "
-        "models down (their products are 3-4x larger and measure faster), which removes the "
-        "size trend of the errors; what remains has one sign, too fast, and the per-layer "
-        "check below shows where.",
-        "",
-        "## Per-layer check: Table 4",
-        "",
-        "Korthikanti et al. also measured one layer of the 22B model (t = 8, microbatch 4) "
-        "alone. tabsched's layer, as in the runs above:",
-        "",
-        "| recompute | sequence parallel | forward (ms) | tabsched | backward (ms) | tabsched |",
-        "|---|---|---|---|---|---|",
-    ]
-    for recompute, sp, forward, predicted_f, backward, predicted_b in study.layer_times:
-        lines.append(f"| {recompute} | {'yes' if sp else 'no'} | {forward * 1e3:.1f} | "
-                     f"{predicted_f * 1e3:.2f} ({predicted_f / forward - 1:+.1%}) | "
-                     f"{backward * 1e3:.1f} | {predicted_b * 1e3:.2f} "
-                     f"({predicted_b / backward - 1:+.1%}) |")
-    worst = max(abs((f + b) / (mf + mb) - 1.0) for _, _, mf, f, mb, b in study.layer_times)
-    forward_error = np.mean([f / mf - 1.0 for _, _, mf, f, _, _ in study.layer_times])
-    backward_error = np.mean([b / mb - 1.0 for _, _, _, _, mb, b in study.layer_times])
-    lines += [
-        "",
-        f"The forward is right within a few percent (mean {forward_error:+.1%}); the backward "
-        f"is fast by {-backward_error:.1%} on average, and forward + backward within "
-        f"{worst:.1%}. The backward's products are priced at the efficiency of their shapes "
-        f"in a table measured on forward products (`torch.matmul` of row-major operands); the "
-        f"backward multiplies transposed operands (the data gradient `dY W^T`, the weight "
-        f"gradient `X^T dY` with the tokens as the contraction dimension), which cuBLAS runs "
-        f"with other kernels, and no public A100 measurement of those layouts was found. "
-        f"The backward's gap is most of what remains in Table 5 below.",
-        "",
-        "## Where the remaining error comes from",
-        "",
-    ]
-    errors_by_model = {model: [modes[mode]["error"] for mode in ("full", "selective")]
-                       for model, modes in by_model.items()}
-    small = errors_by_model.get("megatron-22b", [0.0, 0.0])
-    large = errors_by_model.get("megatron-1t", [0.0, 0.0])
-    rest, layer_error = _outside_the_layers(study)
-    imbalance = _imbalance(system)
-    one_t = next(run for run in table5_runs() if run.model == "megatron-1t")
-    imbalance_share = (imbalance * (one_t.microbatches - 1)
-                       / (one_t.microbatches + one_t.pipeline - 1))
-    lines += [
-        f"The error is a trend with model size, not scatter: the 22B runs come out "
-        f"{small[0]:+.1%} / {small[1]:+.1%}, the 1T runs {large[0]:+.1%} / {large[1]:+.1%}.",
-        "",
-        f"- **The 22B runs** (p = 1, one microbatch of 4, a 1.1 s iteration): the layer is "
-        f"{layer_error:+.1%} off Table 4 (the selective + sequence parallel layer). The "
-        f"measured iteration less 48 layers at Table 4's time leaves {rest[0]:.3f} s; "
-        f"tabsched's embedding, output layer, loss and end-of-iteration step take "
-        f"{rest[1]:.3f} s; the difference is the host work of an iteration (data loading and "
-        f"its broadcast to the tensor ranks, the loss averaging, timers), which a 1.1 s "
-        f"iteration feels and a 70 s one does not.",
-        f"- **The 1T runs** have a last stage that holds two layers and the output layer: "
-        f"{imbalance:.1%} more work per microbatch than a middle stage, which sets the pace "
-        f"of every microbatch in 1F1B's steady state and so adds about {imbalance_share:.1%} "
-        f"to the iteration (Megatron-LM splits the layers evenly, so the real run has that "
-        f"imbalance too).",
-        "- **The sustained factor** is the one input not measured on an A100. The factor on "
-        "the measured products' efficiency at which each run's prediction equals its "
-        "measurement is",
-        "",
-        "| model | mode | implied factor on the products' efficiency |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {model} | {mode} | " + ("-" if value is None else f"{value:.3f}") + " |"
-              for model, mode, value in study.implied_efficiency]
-    implied = [value for _, _, value in study.implied_efficiency if value is not None]
-    lines += [
-        "",
-        (f"The implied factor still rises with the model, from {implied[0]:.3f} to "
-         f"{implied[-1]:.3f}: with each product priced by its measured shape, the smaller "
-         f"models' layers (the 22B's products are 77-309 GFLOP per rank, the 1T's 336-1342) "
-         f"still come out faster than measured, as the per-layer check finds for the 22B's "
-         f"backward." if len(implied) >= 2 else
-         "The implied factor could not be read for these runs."),
-        "",
-        "The least certain inputs, changed (the same eight runs):",
-        "",
-        "| dgx-a100 variant | mean abs error | max abs error | mean signed error |",
-        "|---|---|---|---|",
-    ]
-    lines += [f"| {label} | {mean:.2%} | {largest:.2%} | {signed:+.2%} |"
-              for label, mean, largest, signed in study.sensitivity]
-    lines += [
-        "",
-        "How the system description came about: every number is a datasheet's or a "
-        "microbenchmark's, each cited in the preset, and the variants above show what each "
-        "of the measured tables and effects does to the eight runs. No constant was fitted "
-        "to this table.",
-        "",
-        "## Files",
-        "",
-        "- `table5.csv`: one row per run (measured, predicted, error, bubble ratio, command)",
-        "- `report.md`",
-        "",
-    ]
-    return "\n".join(lines)

@@ -111,6 +111,13 @@ def test_the_study_writes_its_table_and_report(study):
                     "## Per-layer check: Table 4", "implied factor on the products"):
         assert section in text
     assert "| megatron-1t | full | +7.31% |" in text         # the previous description
+    # what each prediction is made of: a row per run, its terms adding up to its time
+    assert "## What each prediction is made of" in text
+    assert len(study.terms) == 8 and len(study.layer_terms) == 10
+    for (label, span, terms), row in zip(study.terms, study.rows):
+        assert label == f"{row['model']} {row['mode']}" and span == row["predicted_s"]
+        assert sum(terms.values()) == pytest.approx(span, rel=1e-12)
+        assert f"| {label} | {span:.3g} |" in text
 
 
 def test_the_cli_runs_the_study_and_each_row(cli, tmp_path, study):
