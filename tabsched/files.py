@@ -113,6 +113,51 @@ def make_output_folder(path):
         raise OutputError(f"{path}: cannot make this folder: {error.strerror}") from None
 
 
+class staged_folder:
+    """Write a folder's files as one unit: ``with staged_folder(out) as stage:`` writes into
+    ``stage`` (a hidden folder inside ``out``); only when the block ends without an error
+    is each file moved over its namesake in ``out`` (``os.replace``, one by one, every
+    file complete before the first moves); on any error, SIGINT and SIGTERM included, the
+    stage is removed and ``out`` holds what it held before.
+
+    ``stage.final(name)`` is the path a file will have in ``out``; ``stage.path(name)``
+    the path to write it at now.
+    """
+
+    def __init__(self, out_dir):
+        self.out_dir = os.fspath(out_dir)
+        self.stage = None
+
+    def __enter__(self):
+        make_output_folder(self.out_dir)
+        try:
+            self.stage = tempfile.mkdtemp(prefix=".tabsched-", suffix=".tmp", dir=self.out_dir)
+        except OSError as error:
+            raise OutputError(f"{self.out_dir}: cannot write into this folder: "
+                              f"{error.strerror or error}") from None
+        return self
+
+    def path(self, name):
+        return os.path.join(self.stage, name)
+
+    def final(self, name):
+        return os.path.join(self.out_dir, name)
+
+    def __exit__(self, kind, value, trace):
+        import shutil
+        try:
+            if kind is None:
+                for name in sorted(os.listdir(self.stage)):
+                    try:
+                        os.replace(self.path(name), self.final(name))
+                    except OSError as error:
+                        raise OutputError(f"{self.final(name)}: cannot write: "
+                                          f"{error.strerror or error}") from None
+        finally:
+            shutil.rmtree(self.stage, ignore_errors=True)
+        return False
+
+
 def _new_file_mode(path):
     """The mode a file at ``path`` gets: that of the file it replaces, else 0666 less umask."""
     try:

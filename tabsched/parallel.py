@@ -7,6 +7,8 @@ callback that receives each result as it comes (in any order) and a count of the
 tasks done.
 """
 
+import os
+
 from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError, TabschedError
 
@@ -66,6 +68,7 @@ def run_forked(run, tasks, order, jobs, record):
     import multiprocessing
     import pickle
     import queue
+    import signal
     context = multiprocessing.get_context("fork")
     counter = context.Value("l", 0)
     finished = context.Queue()
@@ -76,9 +79,16 @@ def run_forked(run, tasks, order, jobs, record):
             counter.value = position + 1
         return order[position] if position < len(order) else None
 
+    parent = os.getpid()
+
     def work(worker):   # in a forked process; its last message says it ended, and how
+        # the parent's terminate() ends it at once (the parent's SIGTERM handler, which
+        # the fork inherited, would run its finally clauses instead); and it stops taking
+        # tasks when the parent is gone (killed, say), instead of working on alone
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent handles ^C for both
         try:
-            while (index := take()) is not None:
+            while os.getppid() == parent and (index := take()) is not None:
                 finished.put((index, run(tasks[index])))
         except BaseException as error:  # noqa: BLE001 - raised again in the parent
             try:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tabsched.compare import describe_lengths, slot_lengths
 from tabsched.exceptions import UnknownNameError
-from tabsched.files import atomic_write, check_output_folder, make_output_folder
+from tabsched.files import atomic_write, check_output_folder, staged_folder
 from tabsched.study_megatron import run_megatron_study
 from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep
 
@@ -103,24 +103,25 @@ def run_study(name, out_dir, *, jobs=1, dask=None, global_batch=None, progress=N
     rows = run_sweep(tasks, jobs=jobs, dask=dask, progress=progress)
     seconds = time.perf_counter() - began
     findings = tabular_paper_findings(rows)
-    make_output_folder(out_dir)
     files = []
+    # the folder is written as one unit: a failure part-way (or SIGTERM) leaves the
+    # previous sweep, figures and report together, not a new CSV beside an old report
+    with staged_folder(out_dir) as stage:
 
-    def path(name):
-        full = os.path.join(out_dir, name)
-        files.append(full)
-        return full
+        def path(name):
+            files.append(stage.final(name))
+            return stage.path(name)
 
-    atomic_write(path("sweep.csv"), rows_to_csv(rows), newline="")
-    from tabsched.plot import sweep_plot
-    for devices in setup["devices"]:
-        sweep_plot(rows, path(f"iteration_time_S{devices}.png"), devices=devices)
-        sweep_plot(rows, path(f"peak_memory_S{devices}.png"), devices=devices,
-                   metric="simulation_peak_memory_bytes",
-                   title=f"{setup['model']}, {devices} devices: peak memory of the fullest "
-                         f"device vs microbatches")
-    report = StudyReport(name, rows, findings, seconds, files)
-    atomic_write(path("report.md"), markdown_report(report, setup, jobs=jobs, dask=dask))
+        atomic_write(path("sweep.csv"), rows_to_csv(rows), newline="")
+        from tabsched.plot import sweep_plot
+        for devices in setup["devices"]:
+            sweep_plot(rows, path(f"iteration_time_S{devices}.png"), devices=devices)
+            sweep_plot(rows, path(f"peak_memory_S{devices}.png"), devices=devices,
+                       metric="simulation_peak_memory_bytes",
+                       title=f"{setup['model']}, {devices} devices: peak memory of the "
+                             f"fullest device vs microbatches")
+        report = StudyReport(name, rows, findings, seconds, files)
+        atomic_write(path("report.md"), markdown_report(report, setup, jobs=jobs, dask=dask))
     return report
 
 

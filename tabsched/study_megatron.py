@@ -35,7 +35,6 @@ allocator, and interference between overlapped communication and compute.
 'tabsched eval interleaved-1f1b -p 8 -m 64 --chunks 3 --model gpt3-175b --system dgx-a100 -t 8 --microbatch-size 1 --recompute full --optimizer --blocking-sends'
 """
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -44,7 +43,7 @@ import numpy as np
 from tabsched.calibration import TERMS, iteration_terms, part_terms
 from tabsched.costs import ModelCosts, load_system
 from tabsched.evaluate import evaluate
-from tabsched.files import atomic_write, check_output_folder, make_output_folder
+from tabsched.files import atomic_write, check_output_folder, staged_folder
 from tabsched.schedules import generate
 
 __all__ = ["TABLE5", "TABLE4", "Table5Run", "table5_runs", "predict", "run_megatron_study",
@@ -375,13 +374,11 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     study = MegatronStudy("megatron-recompute", rows, claim, verdict, evidence, seconds, [],
                           mean, largest, sensitivity, layer_times, implied, data_parallel,
                           signed, terms, layer_terms)
-    make_output_folder(out_dir)
-    table_path = os.path.join(out_dir, "table5.csv")
-    atomic_write(table_path, _csv(rows), newline="")
-    report_path = os.path.join(out_dir, "report.md")
-    study.files = [table_path, report_path]
     from tabsched.study_megatron_report import markdown_report
-    atomic_write(report_path, markdown_report(study, system))
+    with staged_folder(out_dir) as stage:   # both files, or neither
+        study.files = [stage.final("table5.csv"), stage.final("report.md")]
+        atomic_write(stage.path("table5.csv"), _csv(rows), newline="")
+        atomic_write(stage.path("report.md"), markdown_report(study, system))
     return study
 
 

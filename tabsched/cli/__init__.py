@@ -85,10 +85,48 @@ def cli():
 cli.commands = LazyCommands(COMMANDS)
 
 
+class Terminated(BaseException):
+    """SIGTERM (or SIGHUP) arrived: raised where the program is, so that every ``finally``
+    runs on the way out -- a half-written file's temporary removed
+    (:func:`tabsched.files.atomic_write`), forked workers stopped
+    (:func:`tabsched.parallel.run_forked`) -- as SIGINT's KeyboardInterrupt does. A
+    BaseException, so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _on_termination():
+    """Turn SIGTERM and SIGHUP into :class:`Terminated` while the command runs (only where
+    their handlers are the default: a program that embeds the CLI keeps its own)."""
+    import signal
+    installed = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is signal.SIG_DFL:
+            try:
+                installed[number] = signal.signal(number, _terminated)
+            except ValueError:   # not the main thread: leave the default
+                pass
+    return installed
+
+
 def main(argv=None):
-    """Entry point: exit 0, or 1 with one ``Error:`` line, 2 on usage errors, 3 over budget."""
+    """Entry point: exit 0, or 1 with one ``Error:`` line, 2 on usage errors, 3 over budget;
+    128 + the signal's number when SIGTERM or SIGHUP stops it (after cleaning up)."""
+    import signal
+    installed = _on_termination()
     try:
         cli.main(args=argv, prog_name="tabsched", standalone_mode=False)
+    except Terminated as stop:
+        click.echo(f"Error: stopped by {signal.Signals(stop.signum).name}; no output was "
+                   f"left half-written", err=True)
+        sys.exit(128 + stop.signum)
     except click.exceptions.Abort:
         click.echo("Error: aborted", err=True)
         sys.exit(EXIT_FAILURE)
@@ -103,4 +141,7 @@ def main(argv=None):
         sys.exit(error.exit_code)
     except BrokenPipeError:
         sys.exit(EXIT_FAILURE)
+    finally:
+        for number, previous in installed.items():
+            signal.signal(number, previous)
     sys.exit(EXIT_OK)
