@@ -352,8 +352,8 @@ class Execution:
         must be whole microbatches on every replica. On a system, the GPUs of one
         pipeline rank (``t * cp * d``), and those of its tensor and context groups
         (``t * cp``), must fill nodes or share one evenly (Megatron-LM places ranks
-        tensor first, then context, data, pipeline), and a tensor group must share a
-        node.
+        tensor first, then context, data, pipeline), and so must a tensor group (one
+        across nodes is priced on the network: :mod:`tabsched.costs.collectives`).
         """
         t, cp = self.tensor_parallel, self.context_parallel
         if t > 1:
@@ -374,11 +374,12 @@ class Execution:
                           else model.microbatch_size)
         if system is not None:
             node = self.node_size(system)
-            if t > node:
+            if t > node and t % node:
                 raise InvalidParameterError(
                     f"tensor_parallel {t} is larger than a node of system {system.name} "
-                    f"({node} devices): a tensor group must share a node")
-            if node % t:
+                    f"({node} devices) but does not fill whole nodes: a tensor group "
+                    f"would straddle nodes")
+            if t <= node and node % t:
                 raise InvalidParameterError(
                     f"tensor_parallel {t} does not divide the {node} devices of a node of "
                     f"system {system.name}: tensor groups would straddle nodes")

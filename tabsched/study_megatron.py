@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tabsched.calibration import TERMS, iteration_terms, part_terms
-from tabsched.costs import ModelCosts, load_system
+from tabsched.costs import ModelCosts, load_model, load_system
 from tabsched.evaluate import evaluate
 from tabsched.files import atomic_write, check_output_folder, staged_folder
 from tabsched.schedules import generate
+from tabsched.study_megatron_report import BEST_KNOWN, TARGET, markdown_report
 
 __all__ = ["TABLE5", "TABLE4", "Table5Run", "table5_runs", "predict", "run_megatron_study",
            "MegatronStudy", "table4_layer_times", "implied_matrix_efficiency",
@@ -64,27 +65,11 @@ TABLE5 = (
 MODES = {"full": ("full recompute", "full", False),
          "selective": ("selective + sequence parallel", "selective", True)}
 
-#: The published reference: Calculon (Isaev et al. 2023) on the same eight runs.
-BEST_KNOWN = {"model": "Calculon (Isaev et al. 2023)", "mean": 0.0365, "max": 0.0887}
-
-#: The target for tabsched (issue 22): mean |error| <= 3%, max <= 5%, and no systematic
-#: sign (mean signed error within +-1.5%).
-TARGET = {"mean": 0.03, "max": 0.05, "signed": 0.015}
-
 #: Korthikanti et al. 2022, Table 4: one transformer layer of the 22B model (t = 8,
 #: microbatch 4), measured: (recompute, sequence parallel, forward ms, backward ms). An
 #: independent check of the per-layer times, beside the end-to-end iterations of Table 5.
 TABLE4 = (("none", False, 7.7, 11.9), ("none", True, 7.2, 11.8), ("full", False, 7.7, 19.5),
           ("selective", False, 7.7, 13.2), ("selective", True, 7.2, 13.1))
-
-#: The errors of the previous dgx-a100 description (one flat matrix efficiency 0.728 for
-#: every product, 0.667 of NVLink for every collective, BabelStream's 0.846 of the memory,
-#: 1 us per launch, free overlap), per (model, mode): the report shows what the description
-#: rebuilt from measurements changed.
-PREVIOUS_ERRORS = {("megatron-22b", "full"): -0.0108, ("megatron-22b", "selective"): -0.0364,
-                   ("gpt3-175b", "full"): 0.0209, ("gpt3-175b", "selective"): -0.0083,
-                   ("turing-530b", "full"): 0.0554, ("turing-530b", "selective"): 0.0178,
-                   ("megatron-1t", "full"): 0.0731, ("megatron-1t", "selective"): 0.0646}
 
 
 @dataclass(frozen=True)
@@ -181,6 +166,8 @@ class MegatronStudy:
     signed_error: float | None = None
     terms: list = field(default_factory=list)
     layer_terms: list = field(default_factory=list)
+    outside_layers: tuple = ((0.0, 0.0), 0.0)
+    imbalance: tuple = (0.0, 0, 0)
 
     @property
     def configurations(self):
@@ -324,6 +311,33 @@ def data_parallel_check(system="dgx-a100"):
     return DATA_PARALLEL_530B["measured"] - run.measured, several - single
 
 
+def _outside_the_layers(study):
+    """The 22B selective run's time outside its layers, measured (via Table 4) and predicted.
+
+    Returns ``((measured, predicted), layer error)``: the iteration less 48 layers at
+    Table 4's (or tabsched's) selective + sequence-parallel layer time.
+    """
+    row = next(row for row in study.rows
+               if row["model"] == "megatron-22b" and row["mode"] == "selective")
+    _, _, forward, predicted_f, backward, predicted_b = next(
+        layer for layer in study.layer_times if layer[0] == "selective" and layer[1])
+    layers = load_model("megatron-22b").layers
+    measured = row["measured_s"] - layers * (forward + backward)
+    predicted = row["predicted_s"] - layers * (predicted_f + predicted_b)
+    return (measured, predicted), (predicted_f + predicted_b) / (forward + backward) - 1.0
+
+
+def _imbalance(system):
+    """How much more F + B the last stage of the 1T selective run costs than a middle one."""
+    run = next(run for run in table5_runs()
+               if run.model == "megatron-1t" and run.mode == "selective")
+    table, costs = run.table(), run.costs(load_system(system))
+    durations = costs.op_durations(table)
+    work = [sum(durations[(table.stage == stage) & (table.kind == kind)][0] for kind in (0, 1))
+            for stage in (table.num_stages // 2, table.num_stages - 1)]
+    return work[1] / work[0] - 1.0
+
+
 def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     """Predict Table 5 on ``system`` and write ``table5.csv`` and ``report.md`` into ``out_dir``."""
     check_output_folder(out_dir)   # before the work, not after it
@@ -374,7 +388,9 @@ def run_megatron_study(out_dir, *, system="dgx-a100", progress=None):
     study = MegatronStudy("megatron-recompute", rows, claim, verdict, evidence, seconds, [],
                           mean, largest, sensitivity, layer_times, implied, data_parallel,
                           signed, terms, layer_terms)
-    from tabsched.study_megatron_report import markdown_report
+    study.outside_layers = _outside_the_layers(study)
+    run_1t = next(run for run in table5_runs() if run.model == "megatron-1t")
+    study.imbalance = (_imbalance(system), run_1t.microbatches, run_1t.pipeline)
     with staged_folder(out_dir) as stage:   # both files, or neither
         study.files = [stage.final("table5.csv"), stage.final("report.md")]
         atomic_write(stage.path("table5.csv"), _csv(rows), newline="")

@@ -38,8 +38,9 @@ def test_costs_json_totals_are_the_operation_times(cli):
 @pytest.mark.parametrize("argv,message", [
     (["-t", "5"], "Error: --tensor-parallel/-t 5 does not divide hidden 12288 of model "
                   "gpt3-175b"),
-    (["-t", "16"], "Error: --tensor-parallel/-t 16 is larger than a node of system dgx-a100 "
-                   "(8 devices): a tensor group must share a node"),
+    (["-t", "12"], "Error: --tensor-parallel/-t 12 is larger than a node of system dgx-a100 "
+                   "(8 devices) but does not fill whole nodes: a tensor group would straddle "
+                   "nodes"),
     (["-d", "0"], "Error: --data-parallel/-d must be >= 1, not 0"),
     (["-t", "0"], "Error: --tensor-parallel/-t must be >= 1, not 0"),
     (["--sequence-parallel"], "Error: --sequence-parallel needs --tensor-parallel/-t > 1"),
@@ -109,3 +110,33 @@ def test_study_slot_lengths_and_their_errors(cli, tmp_path):
                                         "tabular-paper")
     code, _, err = cli("compare", "gpipe", "-p", "4", "-m", "8", "--b", "-1")
     assert code == 1 and err == "Error: b must be finite and >= 0, not -1.0\n"
+
+
+def test_a_tensor_group_across_nodes_runs_on_the_network(cli, tmp_path):
+    """t = 16 on 8-GPU DGX A100 nodes: its collectives cross nodes, so a slower network
+    makes the iteration slower, and a faster one never slower."""
+    from tabsched.costs._presets import preset_index
+    text = preset_index()["system"]["dgx-a100"]
+    makespans = []
+    for port in ("12.5GB/s", "25GB/s", "100GB/s"):
+        path = tmp_path / f"a100-{port.replace('/', '')}.toml"
+        path.write_text(text.replace('inter_node_bandwidth = "25GB/s"',
+                                     f'inter_node_bandwidth = "{port}"'))
+        code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "4", "--model", "gpt3-175b",
+                             "--system", str(path), "-t", "16", "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["execution"]["tensor_parallel"] == 16
+        makespans.append(data["makespan"])
+    assert makespans[0] > makespans[1] > makespans[2]
+
+
+def test_a_bad_nic_count_in_a_system_file_is_one_line(cli, tmp_path):
+    from tabsched.costs._presets import preset_index
+    path = tmp_path / "cluster.toml"
+    path.write_text(preset_index()["system"]["dgx-a100"].replace("nics_per_node = 8",
+                                                                 "nics_per_node = 0"))
+    code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "4", "--model", "gpt3-175b",
+                         "--system", str(path), "-t", "16")
+    assert code == 1 and out == ""
+    assert err == f"Error: {path}: nics_per_node must be a positive integer, not 0\n"

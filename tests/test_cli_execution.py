@@ -65,9 +65,9 @@ def test_a_global_batch_gives_the_microbatches(cli, run_file):
                                        "not '4'"),
     ("tensor_parallel = 3\n", MODEL, "run.toml: tensor_parallel 3 does not divide hidden 4096 "
                                      "of model paper-128l"),
-    ("tensor_parallel = 16\n", MODEL, "run.toml: tensor_parallel 16 is larger than a node of "
-                                      "system dgx-h100 (8 devices): a tensor group must share "
-                                      "a node"),
+    ("tensor_parallel = 16\ndevices_per_node = 6\n", MODEL,
+     "run.toml: tensor_parallel 16 is larger than a node of system dgx-h100 (6 devices) but "
+     "does not fill whole nodes: a tensor group would straddle nodes"),
     ("tensor_parallel = 2\ndata_parallel = 3\n", MODEL,
      "the 6 devices of a pipeline rank (tensor x context x data parallel) neither divide "
      "nor fill the 8-device nodes of system dgx-h100"),

@@ -132,8 +132,10 @@ def test_bad_files_are_one_line_naming_the_file_and_key(tmp_path, text, suffix, 
     (dict(data_parallel=3, global_batch=12), None,
      r"global_batch 12 is not divisible by data_parallel 3 x microbatch_size 8 = 24"),
     (dict(tensor_parallel=8), "dgx-a100", None),
-    (dict(tensor_parallel=8, devices_per_node=4), "dgx-a100",
-     r"tensor_parallel 8 is larger than a node of system dgx-a100 \(4 devices\)"),
+    (dict(tensor_parallel=8, devices_per_node=4), "dgx-a100", None),   # two whole nodes
+    (dict(tensor_parallel=8, devices_per_node=3), "dgx-a100",
+     r"tensor_parallel 8 is larger than a node of system dgx-a100 \(3 devices\) but does not "
+     r"fill whole nodes"),
     (dict(tensor_parallel=2, data_parallel=3), "dgx-a100",
      r"the 6 devices of a pipeline rank .* neither divide nor fill the 8-device nodes"),
     (dict(tensor_parallel=2, data_parallel=8), "dgx-a100", None),

@@ -45,9 +45,11 @@ def test_tensor_parallel_must_divide_hidden_and_ffn_and_fit_a_node():
                                                     r"2"):
         Parallelism(tensor_parallel=4).check(model(kv_heads=2))
     with pytest.raises(InvalidParameterError, match=r"tensor_parallel 8 is larger than a node of "
-                                                    r"system custom \(4 devices\): a tensor "
-                                                    r"group must share a node"):
-        ModelCosts(model(), system(devices_per_node=4), tensor_parallel=8)
+                                                    r"system custom \(3 devices\) but does not "
+                                                    r"fill whole nodes"):
+        ModelCosts(model(), system(devices_per_node=3), tensor_parallel=8)
+    across = ModelCosts(model(), system(devices_per_node=4), tensor_parallel=8)
+    assert across.placement.group("tensor").tier == "network"
 
 
 def test_a_node_holds_fewer_pipeline_ranks_with_tensor_and_data_parallelism():

@@ -25,14 +25,14 @@ def ranks_of(run, node_size, pipeline):
     }
 
 
-@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.integers(1, 32),
+@given(st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from([1, 2, 4]), st.integers(1, 32),
        st.integers(1, 16), st.sampled_from([4, 8, 16, 72]))
 def test_every_span_counts_the_nodes_its_ranks_fall_on(t, cp, d, pipeline, node_size):
     run = Execution(tensor_parallel=t, context_parallel=cp, data_parallel=d,
                     devices_per_node=node_size)
     system = load_system("dgx-a100")
     try:
-        run.check(type("M", (), dict(hidden=1024, heads=8, kv_heads=8, ffn=4096, sequence=1024,
+        run.check(type("M", (), dict(hidden=1024, heads=32, kv_heads=32, ffn=4096, sequence=1024,
                                      microbatch_size=1, name="m"))(), system)
     except InvalidParameterError:
         return      # groups that straddle nodes unevenly are refused; nothing to place

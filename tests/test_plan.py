@@ -30,13 +30,14 @@ def _ranking(result):
        chosen=st.lists(st.sampled_from(NAMES), min_size=2, max_size=4, unique=True),
        budget=st.sampled_from(["3GB", "4GB", "6GB", "12GB"]), uneven=st.sampled_from([0, 1]),
        chunks=st.sampled_from([1, 2]), top=st.sampled_from([1, 3, 10]),
-       band=st.sampled_from([0.0, 0.01, TIE_BAND]))
+       band=st.sampled_from([0.0, 0.01, TIE_BAND]), cross_node=st.booleans())
 def test_every_pruning_rule_keeps_the_exhaustive_answer(gpus, global_batch, chosen, budget,
-                                                       uneven, chunks, top, band):
-    """On random small spaces, the memory bound, the time bound and both together give the
-    top rows (and ties) the exhaustive search gives, configuration for configuration."""
+                                                       uneven, chunks, top, band, cross_node):
+    """On random small spaces (tensor groups across nodes among them), the memory bound,
+    the time bound and both together give the top rows (and ties) the exhaustive search
+    gives, configuration for configuration."""
     options = dict(families=chosen, memory_budget=budget, uneven=uneven, max_chunks=chunks,
-                   top=top, tie_band=band)
+                   top=top, tie_band=band, cross_node=cross_node)
     try:
         exhaustive = plan(MODEL, SYSTEM, gpus, global_batch, prune=False, **options)
     except (InvalidParameterError, MemoryBudgetError) as error:
@@ -52,6 +53,18 @@ def test_every_pruning_rule_keeps_the_exhaustive_answer(gpus, global_batch, chos
         assert pruned.counts.simulated <= exhaustive.counts.simulated
         assert (pruned.counts.configurations, pruned.counts.refused) == (
             exhaustive.counts.configurations, exhaustive.counts.refused)
+
+
+def test_pruning_keeps_the_exhaustive_answer_with_tensor_groups_across_nodes():
+    """t = 16 on 8-GPU nodes (cross_node): the bounds still only drop what loses."""
+    options = dict(families=["1f1b", "interleaved-1f1b"], memory_budget="12GB", max_chunks=2,
+                   top=10, cross_node=True, tensor_parallel=[8, 16])
+    exhaustive = plan(MODEL, SYSTEM, 16, 16, prune=False, **{**options, "top": 400})
+    assert {row.configuration.execution.tensor_parallel for row in exhaustive.rows} == {8, 16}
+    pruned = plan(MODEL, SYSTEM, 16, 16, prune=True, **options)
+    assert _ranking(pruned) == _ranking(exhaustive)[:len(pruned.rows)]
+    assert pruned.counts.pruned_time > 0
+    assert plan(MODEL, SYSTEM, 16, 16, **{**options, "cross_node": False}).counts.splits == 2
 
 
 def test_memory_pruned_configurations_do_not_fit_when_simulated():

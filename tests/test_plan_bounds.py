@@ -43,7 +43,7 @@ def _bounds(layout, run, microbatches):
 
 
 @given(family=st.sampled_from(FAMILIES), devices=st.sampled_from([1, 2, 3, 4, 6, 8]),
-       tensor=st.sampled_from([1, 2, 4]), microbatches=st.sampled_from([1, 2, 3, 4, 6, 8, 12,
+       tensor=st.sampled_from([1, 2, 4, 16]), microbatches=st.sampled_from([1, 2, 3, 4, 6, 8, 12,
                                                                         16, 24]),
        size=st.sampled_from([1, 2]), recompute=st.sampled_from(["none", "selective", "full"]),
        parallel=st.booleans(), data=st.sampled_from([1, 2]), zero=st.booleans(),
@@ -151,7 +151,7 @@ def test_the_time_bound_is_the_flush_pipeline_without_communication():
 def test_the_bounds_cost_model_prices_operations_alike_at_every_data_degree():
     """bound_costs drops the data degree: the layers' collectives run over the tensor
     group, which sits on the same links at any data degree."""
-    for tensor, data in ((1, 4), (2, 4), (8, 1), (8, 16), (4, 64)):
+    for tensor, data in ((1, 4), (2, 4), (8, 1), (8, 16), (4, 64), (16, 1), (16, 4)):
         run = Execution(tensor_parallel=tensor, data_parallel=data, microbatch_size=2,
                         recompute="selective")
         own = ModelCosts(MODEL, SYSTEM, run).part_times(np.array([2.0]))

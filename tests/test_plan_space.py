@@ -47,6 +47,15 @@ def test_splits_refuse_with_reasons_and_keep_the_closest():
     assert {split.tensor for split in valid} == {1, 2, 4, 8}
     assert refusals.counts == {"tensor group larger than a node": 2,       # 16, 32
                                "tensor degree does not divide the model": 1}  # 64: heads 96
+    _, only = splits(model, system, 64, 64, tensor=[16])
+    assert only.closest_description == ("t=16: a tensor group larger than a 8-GPU node of "
+                                        "dgx-a100 (--cross-node-tensor considers it)")
+    across, refusals = splits(model, system, 64, 64, cross_node=True)
+    assert {split.tensor for split in across} == {1, 2, 4, 8, 16, 32}
+    assert set(across) > set(valid)
+    assert refusals.counts == {"tensor degree does not divide the model": 1}
+    _, refusals = splits(model, system, 96, 96, tensor=[12], cross_node=True)
+    assert refusals.counts == {"tensor group straddles nodes": 1}
     valid, refusals = splits(model, system, 64, 64, tensor=[3, 5])
     assert valid == []
     assert refusals.counts == {"tensor degree does not divide the GPUs": 2}

@@ -99,7 +99,7 @@ def test_sigterm_in_the_middle_of_a_write_leaves_the_old_file_and_no_temporary(t
 def test_a_study_that_fails_part_way_leaves_the_previous_folder_whole(tmp_path, monkeypatch):
     """The megatron study writes table5.csv and report.md as one unit: when the report
     fails after the table is written, the folder keeps the previous table and report."""
-    import tabsched.study_megatron_report as report_module
+    import tabsched.study_megatron as study_module
     from tabsched.study_megatron import run_megatron_study
     out = tmp_path / "study"
     out.mkdir()
@@ -108,7 +108,7 @@ def test_a_study_that_fails_part_way_leaves_the_previous_folder_whole(tmp_path, 
 
     def broken(study, system):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(report_module, "markdown_report", broken)
+    monkeypatch.setattr(study_module, "markdown_report", broken)
     with pytest.raises(OSError):
         run_megatron_study(out)
     assert (out / "table5.csv").read_text() == "previous table\n"

@@ -45,8 +45,9 @@ def _choices(flag, text, allowed):
 @click.option("--uneven", type=int,
               help="Most layers the first and last stage may hold fewer than a middle one "
                    "(default 3; 0: even splits only).")
-@click.option("--cross-node", is_flag=True,
-              help="Consider tensor groups across nodes (not priced yet: refused).")
+@click.option("--cross-node-tensor", "--cross-node", "cross_node", is_flag=True,
+              help="Also consider tensor groups larger than a node (whole nodes; their "
+                   "collectives run on the network).")
 @click.option("--memory-budget", metavar="SIZE",
               help="A device's memory, e.g. 80GB (default 'capacity': the system's "
                    "memory_capacity).")

@@ -6,8 +6,8 @@ a layer), data parallelism (the gradient all-reduce at the end of an
 iteration, the parameter all-gather after a sharded optimizer step) and the
 gradient sync of replicated stages (Chimera's replicas). A collective runs over
 one parallel group: :func:`group_time` prices it from where the group sits
-(:class:`~tabsched.costs.placement.GroupSpan`: inside a node, or across nodes)
-on the system's link of that tier.
+(:class:`~tabsched.costs.placement.GroupSpan`: inside a node, or across nodes
+with ``per_node`` members on each).
 
 ``n`` ranks hold ``nbytes`` each (all-reduce; the full buffer for
 reduce-scatter and all-gather). The ring algorithm (Patarasuk and Yuan 2009,
@@ -25,6 +25,49 @@ A step lasts as long as the slowest link of the ring needs, so ``bandwidth``
 and ``latency`` are the slowest link's (Hockney's model per step). One rank
 needs no communication: 0 s. NCCL's "bus bandwidth" is defined so that it
 equals the link bandwidth in these formulas (nccl-tests, ``doc/PERFORMANCE.md``).
+
+Groups across nodes: NCCL's multi-rail ring
+-------------------------------------------
+NCCL runs a collective over several *channels*, each a ring through every
+rank; across nodes each channel leaves a node through one NIC, and the graph
+search gives the channels different NICs (``src/graph/search.cc``; since
+NCCL 2.12 PXN lets a GPU reach another GPU's NIC over NVLink), so its
+tuning model takes the bus bandwidth as ``channels x per-channel speed``, the
+NICs' sum (``src/graph/tuning.cc``, ``ncclTopoTuneModel``). Write ``k`` for
+the group's members per node, ``N = n / k`` for its nodes, ``B`` for one
+port's bandwidth (``inter_node_bandwidth x inter_node_efficiency``) and ``r``
+for the ports per device (``nics_per_node / devices_per_node``, 1 by
+default). In an SPMD step every group of the dimension runs the same
+collective at once: the ``devices_per_node / k`` groups on a node share its
+ports evenly, so one group crosses each node boundary on ``k * r`` ports and
+the ring's bandwidth term is
+
+    ``steps/n * nbytes * max(1 / (k r B), (k-1)/k / B_nvlink)``.
+
+The second term is NVLink's share: of a member's ring traffic the part
+``(k-1)/k`` goes to a member on its own node. The latency term is NCCL's own
+(``tuning.cc``): the ring's steps that cross nodes, ``2(N-1)`` for an
+all-reduce and ``N-1`` for the other two, at the network's latency, the rest at
+NVLink's. With one member per node (``k = 1``) this is the ring on one port
+per member, as before; with four 200 Gb/s HDR ports on an 8-GPU node (``k = 8``,
+``r = 1/2``) it is a bus bandwidth of ``4 x 25 x 0.96 = 96`` GB/s, the
+91-96 GB/s nccl-tests#119 and nccl-tests#100 measure on such nodes
+(``../shared/data/gpu-measurements.md``, section 5).
+
+What NCCL's default does not do, and tabsched therefore prices as the ring:
+
+* A hierarchical all-reduce (reduce-scatter inside the node, an all-reduce of
+  ``nbytes / k`` per rail across nodes, all-gather inside the node) would cross
+  each node boundary with ``2(N-1)/N * nbytes`` instead of the ring's
+  ``2(n-1)/n * nbytes`` (half at ``N = 2``). NCCL runs that shape only as CollNet
+  (switches with SHARP) or NVLS-tree (NVLink SHARP), neither on a DGX A100;
+  Megatron-LM's and PyTorch's process groups call NCCL's ordinary collectives.
+* NCCL's tree (all-reduce only) is chosen by its tuner where its logarithmic
+  latency, ``2((k-1) L_nvlink + log2(N) L_net)``, wins; its bandwidth term,
+  ``2 nbytes / busbw`` with busbw capped at 80-110 GB/s (``tuning.cc``,
+  ``maxTreeBw``), is never below the ring's. For the messages of training (tens
+  of MB and more) the ring is NCCL's pick on the nodes tabsched models; for
+  small messages on many nodes tabsched overstates the latency.
 
 >>> round(ring_time("all_reduce", 8e9, 4, 10e9, 1e-5), 9)   # 2*3/4 * 8 GB / 10 GB/s + 6 * 10 us
 1.20006
@@ -68,26 +111,29 @@ def ring_time(collective, nbytes, ranks, bandwidth, latency):
 
 
 def group_time(collective, nbytes, group, system):
-    """Seconds of ``collective`` of ``nbytes`` over a parallel group, as a ring.
+    """Seconds of ``collective`` of ``nbytes`` over a parallel group.
 
-    ``group`` is a :class:`~tabsched.costs.placement.GroupSpan`; the ring's
-    slowest link is the system's link of the tier the group crosses
-    (:meth:`~tabsched.costs.system.System.tier_link`): inside a node when every
-    member shares one, else between nodes, each member on its own network port.
-    Where the system has a measured table of this collective on this tier at
-    this group size and members per node that covers ``nbytes``
-    (:mod:`tabsched.costs.nccl`), the time is nccl-tests' bus bandwidth
-    inverted, ``nbytes * factor / busbw``; every other entry is the ring's, to
-    the bit.
+    ``group`` is a :class:`~tabsched.costs.placement.GroupSpan`. Inside a node
+    it is a ring on the system's intra-node link; across nodes NCCL's
+    multi-rail ring (module docstring): one member per node runs on its share of
+    a port, several members per node on their node's ports and NVLink,
+    whichever is slower. Where the system has a measured table of this
+    collective on this tier at this group size and members per node that covers
+    ``nbytes`` (:mod:`tabsched.costs.nccl`), the time is nccl-tests' bus
+    bandwidth inverted, ``nbytes * factor / busbw``; every other entry is the
+    ring's, to the bit.
 
     >>> from tabsched.costs.placement import GroupSpan
     >>> from tabsched.costs.system import load_system
-    >>> inside = GroupSpan("tensor", 8, 1, 8, 1)
-    >>> group_time("all_reduce", 8e9, inside, load_system("dgx-a100")) > 0
-    True
+    >>> a100 = load_system("dgx-a100")
+    >>> one = GroupSpan("data", 2, 8, 1, 2)     # one member per node: one 24 GB/s port
+    >>> round(group_time("all_reduce", 1e9, one, a100) * 1e3, 3)   # 5 us + 1 GB / 24 GB/s
+    41.677
+    >>> eight = GroupSpan("data", 16, 1, 8, 2)  # eight per node: eight ports, 192 GB/s
+    >>> round(group_time("all_reduce", 1e9, eight, a100) * 1e3, 3)  # 2*5 + 28*2 us + 30/16 GB / 192 GB/s
+    9.832
     """
-    bandwidth, latency = system.tier_link(group.tier)
-    ring = ring_time(collective, nbytes, group.size, bandwidth, latency)
+    ring = _placed_ring(collective, nbytes, group, system)
     tables = system.collective_bandwidth
     table = (None if tables is None or group.size < 2
              else tables.table(collective, group.tier, group.size, group.per_node))
@@ -100,4 +146,25 @@ def group_time(collective, nbytes, group, system):
     with np.errstate(invalid="ignore"):
         measured = nbytes * bus_factor(collective, group.size) / busbw
     time = np.where(np.isnan(busbw), ring, measured)
+    return time if np.ndim(time) else float(time)
+
+
+def _placed_ring(collective, nbytes, group, system):
+    """The ring of ``group`` where it sits (module docstring), without measured tables."""
+    if group.tier == "node":
+        return ring_time(collective, nbytes, group.size, *system.tier_link("node"))
+    port, network_latency = system.tier_link("network")
+    members = group.per_node
+    ports = members * system.nics_per_device            # the group's ports on each node
+    if members == 1:
+        return ring_time(collective, nbytes, group.size, port * ports, network_latency)
+    steps = ring_steps(collective, group.size)
+    if steps == 0:
+        return np.zeros(np.shape(nbytes)) if np.ndim(nbytes) else 0.0
+    nvlink, nvlink_latency = system.tier_link("node")
+    crossing = ring_steps(collective, group.nodes)       # NCCL's nInterSteps
+    latency = crossing * network_latency + (steps - crossing) * nvlink_latency
+    seconds_per_byte = steps / group.size * max(1.0 / (port * ports),
+                                                (members - 1) / members / nvlink)
+    time = latency + np.asarray(nbytes, dtype=np.float64) * seconds_per_byte
     return time if np.ndim(time) else float(time)

@@ -41,8 +41,9 @@ class ModelCosts(CostModel):
     parallelism). An operation costs the sum over its kernels (the layers of
     its stage, plus the embedding on stage 0 and the output layer and loss on
     the last stage) of each kernel's roofline plus the launch latency, and of
-    the tensor-parallel collectives on the links inside a node (not overlapped
-    with compute). A transfer moves ``d*b*s*h`` bytes (the activation forward,
+    the tensor-parallel collectives over the tensor group where it sits (inside
+    a node, or across whole nodes: :mod:`tabsched.costs.collectives`; not
+    overlapped with compute). A transfer moves ``d*b*s*h`` bytes (the activation forward,
     its gradient backward), ``/t`` per tensor rank with scatter-gather or
     sequence parallelism, over the link between its two devices (with
     scatter-gather alone, plus the receivers' all-gather of the whole tensor

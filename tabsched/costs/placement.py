@@ -17,16 +17,17 @@ stage is the pipeline ranks of one table that hold it (Chimera's two pipelines).
 Every group therefore sits in one of two ways: inside one node (tier ``"node"``:
 NVLink or NVSwitch), or across ``size / per_node`` nodes with ``per_node`` of its
 members on each (tier ``"network"``). :meth:`Execution.check` makes sure groups
-tile nodes evenly. A collective over a group is priced from this span by
-:func:`tabsched.costs.collectives.group_time`; a pipeline transfer between two
-table devices crosses the network when they sit on different nodes, which is
-``pipeline_ranks_per_node`` apart.
+tile nodes evenly; a tensor group larger than a node fills whole nodes
+(``t = 16`` on 8-GPU nodes: ``per_node = 8`` on 2 nodes), and every group after
+it in the order then has one member per node. A collective over a group is
+priced from this span by :func:`tabsched.costs.collectives.group_time` (several
+members per node share their node's NICs: NCCL's multi-rail ring); a pipeline
+transfer between two table devices crosses the network when they sit on
+different nodes, which is ``pipeline_ranks_per_node`` apart (one, on its own
+node, once a pipeline rank's ``t * cp * d`` GPUs fill a node).
 
 >>> from tabsched.costs.system import load_system
 >>> from tabsched.execution import Execution
-
-if TYPE_CHECKING:
-    from tabsched.costs.system import System
 >>> placement = Placement(Execution(tensor_parallel=4, data_parallel=4), load_system("dgx-a100"))
 >>> placement.group("tensor")
 GroupSpan(name='tensor', size=4, stride=1, per_node=4, nodes=1)
@@ -34,6 +35,8 @@ GroupSpan(name='tensor', size=4, stride=1, per_node=4, nodes=1)
 GroupSpan(name='data', size=4, stride=4, per_node=2, nodes=2)
 >>> placement.group("data").tier, placement.pipeline_ranks_per_node
 ('network', 1)
+>>> Placement(Execution(tensor_parallel=16), load_system("dgx-a100")).group("tensor")
+GroupSpan(name='tensor', size=16, stride=1, per_node=8, nodes=2)
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency"
              "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
              "link_overrides", "node_overrides", "name", "gemm_efficiency",
-             "collective_bandwidth", "overlap_slowdown")
+             "collective_bandwidth", "overlap_slowdown", "nics_per_node")
 _QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
                "intra_node_bandwidth": "B/s", "inter_node_bandwidth": "B/s",
                "intra_node_latency": "s", "inter_node_latency": "s", "launch_latency": "s",
@@ -163,6 +163,9 @@ MATRIX_WAVE_RANGE = (0.0, 1e9)
 HALF_EFFICIENCY_TOKENS_RANGE = (0.0, 1e9)
 #: Devices in one node (one fast-link domain): an NVL72 rack has 72, NVL576 576.
 MAX_DEVICES_PER_NODE = 65536
+#: Network ports (NICs) of one node: a DGX has 8, an AWS p5 node 32 EFA adapters for its
+#: 8 GPUs; 64 per device of the largest node is far past any machine built.
+MAX_NICS_PER_NODE = 64 * MAX_DEVICES_PER_NODE
 #: Characters of a name (a file's path by default: Linux's PATH_MAX is 4096) and of a
 #: description (one line).
 MAX_NAME = 4096
@@ -324,6 +327,11 @@ class System:
     overlap_slowdown : float
         How much slower a kernel runs while a collective runs beside it (0 to
         10; default 0; module docstring).
+    nics_per_node : int, optional
+        Network ports (NICs) of one node, each of ``inter_node_bandwidth``
+        (default None: one per device, ``devices_per_node``). A collective
+        whose group has several members on each node spreads its channels over
+        the node's ports (:func:`tabsched.costs.collectives.group_time`).
     memory_capacity : float or str, optional
         Memory of one device: every result says which devices go over it
         (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
@@ -357,6 +365,7 @@ class System:
     gemm_efficiency: GemmTable | None = None
     collective_bandwidth: CollectiveTables | None = None
     overlap_slowdown: float = 0.0
+    nics_per_node: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -393,6 +402,9 @@ class System:
                                               MEMORY_CAPACITY_RANGE))
         set_("devices_per_node", _presets.integer("devices_per_node", self.devices_per_node, 1,
                                                   MAX_DEVICES_PER_NODE))
+        if self.nics_per_node is not None:
+            set_("nics_per_node", _presets.integer("nics_per_node", self.nics_per_node, 1,
+                                                   MAX_NICS_PER_NODE))
         if not isinstance(self.contention, str) or self.contention not in CONTENTION_MODES:
             raise InvalidParameterError(f"contention {_presets.shown_value(self.contention)} is "
                                         f"not one of {', '.join(CONTENTION_MODES)}")
@@ -609,14 +621,22 @@ class System:
     def tier_link(self, tier):
         """``(bandwidth, latency)`` a collective reaches on the slowest link of a tier.
 
-        ``"node"``: the group's devices share a node (NVLink); ``"network"``: the
-        ring crosses nodes (each device its own network port).
+        ``"node"``: the group's devices share a node (NVLink); ``"network"``: one
+        network port between nodes (how a group spreads over a node's ports is
+        :func:`tabsched.costs.collectives.group_time`'s).
         """
         if tier == "node":
             return self.intra_node_bandwidth * self.intra_node_efficiency, self.intra_node_latency
         if tier == "network":
             return self.inter_node_bandwidth * self.inter_node_efficiency, self.inter_node_latency
         raise InvalidParameterError(f"tier {tier!r} is not one of node, network")
+
+    @property
+    def nics_per_device(self) -> float:
+        """Network ports per device: ``nics_per_node / devices_per_node`` (1 by default)."""
+        if self.nics_per_node is None:
+            return 1.0
+        return self.nics_per_node / self.devices_per_node
 
     @staticmethod
     def ring_time(collective, nbytes, ranks, bandwidth, latency):
@@ -633,6 +653,7 @@ class System:
                 "memory_efficiency": plain(self.memory_efficiency),
                 "memory_capacity": self.memory_capacity,
                 "devices_per_node": self.devices_per_node,
+                "nics_per_node": self.nics_per_node,
                 "intra_node_bandwidth": self.intra_node_bandwidth,
                 "intra_node_latency": self.intra_node_latency,
                 "inter_node_bandwidth": self.inter_node_bandwidth,
@@ -658,7 +679,7 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     ``inter_node_latency``; optional: ``compute_efficiency`` and
     ``memory_efficiency`` (numbers or tables),
     ``half_efficiency_tokens``, ``matrix_wave``, ``intra_node_efficiency``,
-    ``inter_node_efficiency``, ``launch_latency``, ``overlap_slowdown``,
+    ``inter_node_efficiency``, ``launch_latency``, ``overlap_slowdown``, ``nics_per_node``,
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
     and ``node_overrides`` (arrays of tables), ``gemm_efficiency`` (a table: see
     :mod:`tabsched.costs.gemm`), ``collective_bandwidth`` (an array of tables: see

@@ -125,7 +125,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         Most layers the first and the last stage may hold fewer than a middle stage
         (0: even splits only; default :data:`~tabsched.plan.space.DEFAULT_UNEVEN`, 3).
     cross_node : bool
-        Consider tensor groups larger than a node (not priced yet: refused).
+        Consider tensor groups larger than a node, filling whole nodes (their
+        collectives priced on the network; default off).
     memory_budget : float or str, optional
         A device's memory (``"80GB"``); default the system's ``memory_capacity``.
     execution : Execution, optional

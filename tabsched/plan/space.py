@@ -13,8 +13,10 @@ under its reason, and the candidate that came closest is kept for the message
 when nothing is left):
 
 * a tensor degree divides ``N``, the hidden size, the heads, the key/value heads
-  and the MLP width, and a node (groups across nodes are not priced: the cost
-  model refuses them; ``cross_node`` is kept for when they are);
+  and the MLP width, and a node; with ``cross_node`` it may instead fill whole
+  nodes (its collectives then run on the network, NCCL's multi-rail ring:
+  :mod:`tabsched.costs.collectives`; off by default, as such groups are almost
+  never the fastest);
 * a data degree divides the global batch, and the ``t * d`` GPUs of a pipeline
   rank divide a node or fill whole nodes (:meth:`Execution.check`);
 * a layout's ``S`` stages fit the model's ``L`` layers: an even split needs ``S``
@@ -247,12 +249,12 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
         if t > node and not cross_node:
             refusals.record("tensor group larger than a node", 2, t - node,
                             f"t={t}: a tensor group larger than a {node}-GPU node of "
-                            f"{system.name}")
+                            f"{system.name} (--cross-node-tensor considers it)")
             continue
-        if t > node or node % t:
-            refusals.record("tensor group across nodes (not priced)", 2, t,
-                            f"t={t}: a tensor group across the {node}-GPU nodes of "
-                            f"{system.name}, which the cost model does not price yet")
+        if (t > node and t % node) or (t <= node and node % t):
+            refusals.record("tensor group straddles nodes", 2, t,
+                            f"t={t}: tensor groups would straddle the {node}-GPU nodes of "
+                            f"{system.name} (a group fills whole nodes or shares one)")
             continue
         for p in sorted(pipeline) if pipeline else divisors(gpus // t):
             if (gpus // t) % p:
