@@ -131,6 +131,16 @@ def test_the_cli_runs_the_study_and_each_row(cli, tmp_path, study):
     assert json.loads(out)["makespan"] == pytest.approx(row["predicted_s"], rel=1e-12)
 
 
+@pytest.mark.parametrize("option", [["--global-batch", "512"], ["-j", "2"], ["--dask", "local"]])
+def test_options_the_measured_runs_cannot_take_are_refused(cli, tmp_path, option):
+    code, out, err = cli("study", "megatron-recompute", "-o", str(tmp_path / "s"), *option)
+    shown = "-j/--jobs" if option[0] == "-j" else option[0]
+    assert code == 1 and out == "" and err == (
+        f"Error: {shown} does not apply to megatron-recompute: its eight runs are measured "
+        f"iterations at the paper's own global batch, evaluated serially in seconds\n")
+    assert not (tmp_path / "s").exists()
+
+
 def test_predict_takes_another_system():
     run = table5_runs()[:1]
     ((_, on_h100),) = predict(run, "dgx-h100")

@@ -344,6 +344,17 @@ def study_command(name, out, global_batch, jobs, dask, quiet, **options):
     from tabsched.compare import slot_lengths
     from tabsched.study import STUDIES, run_study
     lengths = _lengths(options)
+    if name == "megatron-recompute":
+        # its eight runs are measured ones: their batch is the paper's, and they take
+        # seconds serially; an option that would change nothing is refused, not ignored
+        given = [option for option, value in (("--global-batch", global_batch),
+                                              ("-j/--jobs", jobs != 1), ("--dask", dask))
+                 if value not in (None, False)]
+        if given:
+            raise click.ClickException(
+                f"{given[0]} does not apply to megatron-recompute: its eight runs are "
+                f"measured iterations at the paper's own global batch, evaluated serially "
+                f"in seconds")
     if lengths is not None:
         if name == "megatron-recompute":
             raise click.ClickException("--f/--b/--i/--w set the table level of "
