@@ -129,3 +129,20 @@ def test_lazy_commands_are_a_mapping():
     assert "list" not in commands and len(commands) == len(COMMANDS) - 1
     with pytest.raises(KeyError):
         del commands["list"]
+
+
+# ------------------------------------------- names a folder or file cannot hide (issue 24)
+def test_a_folder_or_file_named_like_a_family_or_preset_does_not_hide_it(cli, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "1f1b").mkdir()                          # a folder named like a family
+    (tmp_path / "dgx-a100").mkdir()                      # and one named like a preset
+    (tmp_path / "gpt3-175b").write_text("not a model\n")  # a file named like a preset
+    code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "4", "--model", "gpt3-175b",
+                         "--system", "dgx-a100", "-t", "8", "--stage-layers", "48,48")
+    assert code == 0 and err == "" and out.startswith("1f1b devices=2 microbatches=4")
+    # a path names the file, as the docstrings say
+    code, _, err = cli("eval", "./1f1b")
+    assert code == 1 and err.startswith("Error: ") and "1f1b" in err
+    code, _, err = cli("costs", "./gpt3-175b", "dgx-a100")
+    assert code == 1 and err.startswith("Error: ") and "gpt3-175b" in err

@@ -15,14 +15,24 @@ from tabsched.cli.options import (EXECUTION_FLAGS, LAYER_PARAMETERS, PARALLEL_FL
                                   PARALLEL_OPTIONS, _flag)
 from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
-from tabsched.exceptions import InvalidParameterError
+from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.execution import Execution, load_execution
 from tabsched.formats import TABLE_SUFFIXES, read_table
 from tabsched.schedules import describe_parameters, generate, get_family
 
 
 def is_table_file(schedule):
-    return os.path.splitext(schedule)[1].lower() in TABLE_SUFFIXES or os.path.exists(schedule)
+    """True if ``schedule`` names a table file, not a family: it ends in a table suffix,
+    or holds a path separator, or is an existing regular file that no family is called
+    (a folder named ``1f1b`` in the working directory does not hide the family, nor a
+    file of that name: ``./1f1b`` reads it)."""
+    if os.path.splitext(schedule)[1].lower() in TABLE_SUFFIXES or os.sep in schedule:
+        return True
+    try:
+        get_family(schedule)
+    except UnknownNameError:
+        return os.path.isfile(schedule)
+    return False
 
 
 COST_OPTIONS = "--f/--i/--w (and --comm) or --model/--system"

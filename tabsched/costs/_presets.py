@@ -51,9 +51,16 @@ def preset_index():
 
 
 def is_file_reference(reference):
-    """True if ``reference`` names a file rather than a preset."""
+    """True if ``reference`` names a file rather than a preset: it ends in ``.toml``, holds
+    a path separator, or is an existing regular file that no preset is called (a folder
+    or file named ``dgx-a100`` in the working directory does not hide the preset:
+    ``./dgx-a100`` reads the file)."""
     reference = os.fspath(reference)
-    return reference.lower().endswith(".toml") or os.sep in reference or os.path.exists(reference)
+    if reference.lower().endswith(".toml") or os.sep in reference:
+        return True
+    if any(reference in names for names in preset_index().values()):
+        return False
+    return os.path.isfile(reference)
 
 
 def load(reference, kind):
