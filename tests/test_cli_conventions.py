@@ -146,3 +146,38 @@ def test_a_folder_or_file_named_like_a_family_or_preset_does_not_hide_it(cli, tm
     assert code == 1 and err.startswith("Error: ") and "1f1b" in err
     code, _, err = cli("costs", "./gpt3-175b", "dgx-a100")
     assert code == 1 and err.startswith("Error: ") and "gpt3-175b" in err
+
+
+# ------------------------------------------ schedule options with a table file (issue 24)
+@pytest.mark.parametrize("option, flag", [(["-p", "4"], "--devices"),
+                                          (["-m", "8"], "--microbatches"),
+                                          (["--chunks", "2"], "--chunks"),
+                                          (["--param", "x=1"], "--param x=...")])
+def test_an_option_a_table_file_fixes_is_refused_naming_it(cli, tmp_path, option, flag):
+    table = tmp_path / "t.json"
+    assert cli("convert", "1f1b", str(table), "-p", "2", "-m", "4")[0] == 0
+    code, out, err = cli("eval", str(table), *option)
+    assert code == 1 and out == "" and err == (
+        f"Error: {table}: {flag} cannot apply to a table file (its cells fix its devices, "
+        f"microbatches and order); drop it, or give a family name instead of the file\n")
+
+
+def test_the_layer_split_applies_to_a_table_file(cli, tmp_path):
+    import json
+    table, out = tmp_path / "t.json", tmp_path / "o.json"
+    assert cli("convert", "1f1b", str(table), "-p", "2", "-m", "4")[0] == 0
+    assert cli("convert", str(table), str(out), "--stage-layers", "3,5")[0] == 0
+    assert json.loads(out.read_text())["stage_layers"] == [3, 5]
+    code, text, _ = cli("eval", str(table), "--model", "gpt3-175b", "--system", "dgx-a100",
+                        "-t", "8", "--stage-layers-ratio", "1:2", "--json")
+    assert code == 0
+    split = cli("eval", "1f1b", "-p", "2", "-m", "4", "--model", "gpt3-175b", "--system",
+                "dgx-a100", "-t", "8", "--stage-layers-ratio", "1:2", "--json")[1]
+    assert json.loads(text)["makespan"] == json.loads(split)["makespan"]
+    csv = tmp_path / "t.csv"                        # PyTorch's CSV takes the split too
+    assert cli("convert", "1f1b", str(csv), "-p", "2", "-m", "4")[0] == 0
+    code, text, _ = cli("eval", str(csv), "--model", "gpt3-175b", "--system", "dgx-a100",
+                        "-t", "8", "--stage-layers", "32,64", "--json")
+    assert code == 0 and json.loads(text)["makespan"] == json.loads(split)["makespan"]
+    code, _, err = cli("eval", str(table), "--stage-layers", "3,5,1")
+    assert code == 1 and "stage_layers has 3 entries but the table has 2 stages" in err

@@ -46,7 +46,7 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
     parameters say otherwise, within ``memory_budget``; other families ignore both.
     """
     if is_table_file(schedule):
-        return read_table(schedule)
+        return apply_to_file(schedule, read_table(schedule), params)
     family = get_family(schedule)
     accepted = set(family.parameter_names()) | set(LAYER_PARAMETERS)
     given = {key: value for key, value in params.items() if value is not None}
@@ -71,12 +71,45 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
     return generate(family.name, **given)
 
 
+def apply_to_file(schedule, table, params):
+    """``table`` (read from the file ``schedule``) with the options that can apply to a
+    file applied: the layer split (``--stage-layers``, or ``--stage-layers-ratio`` with
+    ``--layers`` or the model's), stored in the table as a family's would be. Every other
+    schedule option (``-p``, ``-m``, ``--chunks``, ``--waves``, ``--param`` ...) would be
+    ignored, since the file's cells fix them: it is refused, naming the option."""
+    given = {key: value for key, value in params.items()
+             if value is not None and key not in ("costs", "memory_budget")}
+    fixed = sorted(key for key in given if key not in LAYER_PARAMETERS)
+    if fixed:
+        flags = ", ".join(_flag(name) for name in fixed)
+        raise click.ClickException(
+            f"{schedule}: {flags} cannot apply to a table file (its cells fix its devices, "
+            f"microbatches and order); drop {'it' if len(fixed) == 1 else 'them'}, or give a "
+            f"family name instead of the file")
+    layers = {key: given[key] for key in LAYER_PARAMETERS if key in given}
+    if not layers:
+        return table
+    from tabsched.schedules._layers import resolve_stage_layers
+    if set(layers) == {"layers"}:   # the model's layers, with no split asked: the file's
+        return table
+    split = resolve_stage_layers(os.path.basename(schedule), table.num_stages,
+                                 stage_layers=layers.get("stage_layers"),
+                                 ratio=layers.get("stage_layers_ratio"),
+                                 layers=layers.get("layers"))
+    return table if split is None else table.replace(stage_layers=split)
+
+
 def load_with_torch(schedule, torch_legacy, p2p, **params):
     """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
     if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
+        import dataclasses
+
         from tabsched.formats.pytorch_csv import read_pytorch
         torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
-        return torch_schedule.table, torch_schedule
+        table = apply_to_file(schedule, torch_schedule.table, params)
+        if table is not torch_schedule.table:
+            torch_schedule = dataclasses.replace(torch_schedule, table=table)
+        return table, torch_schedule
     return load_schedule(schedule, **params), None
 
 
