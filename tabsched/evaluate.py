@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tabsched.formats import table_notes
 from tabsched import engine
 from tabsched.costs import CostModel, UnitCosts
 from tabsched.exceptions import InvalidParameterError
@@ -125,6 +126,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     start, _ = engine.run(lowered, durations)
     result = build_result(table, costs, lowered, start[0], None, durations,
                           lowered.contention)
+    result.notes.extend(table_notes(table))
     if formula:
         from tabsched.formulas import formula_level
         result.formula, note = formula_level(table, costs, lowered)
@@ -366,6 +368,7 @@ def evaluate_many(table, cost_models, *, execution=None, contention=None, grad_s
             costs = cost_models[index]
             result = build_result(table, costs, lowered, start[row], None, durations[row],
                                   mode)
+            result.notes.extend(table_notes(table))
             if formula:
                 from tabsched.formulas import formula_level
                 result.formula, note = formula_level(table, costs, lowered)

@@ -211,3 +211,43 @@ def test_every_reader_refuses_bad_input_with_its_one_line(reader, text, message)
     with pytest.raises((InvalidScheduleError, InvalidParameterError)) as refused:
         READERS[reader](text)
     assert str(refused.value) == message
+
+
+# ------------------------------------------- a stage on two devices, an unknown family (24)
+def test_a_stage_on_two_devices_is_refused_unless_a_replica_family_says_so(tmp_path):
+    import json
+
+    from tabsched import InvalidScheduleError, generate, read_table, write_table
+    chimera = generate("chimera", devices=4, microbatches=4)
+    path = tmp_path / "chimera.json"
+    write_table(chimera, path)
+    assert read_table(path).num_stages == chimera.num_stages      # tagged: its replicas
+    data = json.loads(path.read_text())
+    for family in (None, "1f1b", "my-own"):
+        data["family"] = family
+        if family is None:
+            data.pop("family")
+            data.pop("params", None)
+        path.write_text(json.dumps(data))
+        with pytest.raises(InvalidScheduleError, match=r"chimera\.json: stage 0 runs on "
+                           r"devices 0 and 3; only a table of a replica family \(bitpipe, "
+                           r"chimera, dualpipe\)"):
+            read_table(path)
+
+
+def test_a_family_tabsched_does_not_know_is_noted_in_the_result(tmp_path, cli):
+    import json
+
+    from tabsched import evaluate, generate, read_table, write_table
+    path = tmp_path / "t.json"
+    write_table(generate("1f1b", devices=2, microbatches=4), path)
+    data = json.loads(path.read_text())
+    data["family"] = "my-own-1f1b"
+    path.write_text(json.dumps(data))
+    result = evaluate(read_table(path))
+    assert any("family 'my-own-1f1b', which tabsched does not know" in note
+               for note in result.notes)
+    code, out, _ = cli("eval", str(path))
+    assert code == 0 and "note: the table says family 'my-own-1f1b'" in out
+    assert not any("does not know" in note
+                   for note in evaluate(generate("1f1b", devices=2, microbatches=4)).notes)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
 
 __all__ = ["Format", "FORMATS", "HOLDS", "get_format", "format_for", "find_format", "formats",
-           "read_table", "write_table", "TABLE_SUFFIXES"]
+           "read_table", "write_table", "TABLE_SUFFIXES", "check_placement", "table_notes"]
 
 #: What a format may hold.
 HOLDS = ("table", "profile", "result")
@@ -238,7 +238,69 @@ def read_table(path: str | os.PathLike[str], **options: Any) -> ScheduleTable:
     that holds its metadata ignores them.
     """
     chosen = format_for(path)
-    return chosen.reader()(path, **options) if chosen.cells_only else chosen.reader()(path)
+    table = chosen.reader()(path, **options) if chosen.cells_only else chosen.reader()(path)
+    check_placement(table, path)
+    return table
+
+
+def check_placement(table, where):
+    """Refuse a table read from ``where`` that runs a stage on two or more devices unless it
+    is tagged with a family that does (Chimera, BitPipe, DualPipe: their replicas, each
+    microbatch on one): torch.distributed.pipelining places each stage on one rank, and
+    an untagged table that does so is more often a typo than a replica.
+
+    >>> from tabsched import ScheduleTable
+    >>> table = ScheduleTable([["0F0", "0B0", None, None], [None, None, "0F1", "0B1"]])
+    >>> check_placement(table, "t.json")
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidScheduleError: t.json: stage 0 runs on devices 0 and 1; only a table of a replica family (bitpipe, chimera, dualpipe) places a stage on two devices, as torch.distributed.pipelining does not: give each stage one device, or tag the table with its family (a .json holds it; read_table(path, family=...) gives it to a .csv)
+    """
+    import numpy as np
+
+    from tabsched.exceptions import InvalidScheduleError, UnknownNameError
+    from tabsched.schedules import get_family
+    from tabsched.schedules._registry import families
+    if not len(table):
+        return
+    pairs = np.unique(np.stack([table.stage, table.device]), axis=1)
+    stages, counts = np.unique(pairs[0], return_counts=True)
+    shared = stages[counts > 1]
+    if not len(shared):
+        return
+    family = None
+    if table.family:
+        try:
+            family = get_family(table.family)
+        except UnknownNameError:
+            family = None
+    if family is not None and family.replicas:
+        return
+    stage = int(shared[0])
+    devices = pairs[1][pairs[0] == stage].tolist()
+    names = ", ".join(item.name for item in families() if item.replicas)
+    raise InvalidScheduleError(
+        f"{os.fspath(where)}: stage {stage} runs on devices "
+        f"{', '.join(map(str, devices[:-1]))} and {devices[-1]}; only a table of a replica "
+        f"family ({names}) places a stage on two devices, as torch.distributed.pipelining "
+        f"does not: give each stage one device, or tag the table with its family (a .json "
+        f"holds it; read_table(path, family=...) gives it to a .csv)")
+
+
+def table_notes(table):
+    """What a reader of a table's result should know about the table itself: a family tag
+    tabsched does not know (the table is evaluated as the cells it holds)."""
+    from tabsched.exceptions import UnknownNameError
+    from tabsched.schedules import get_family
+    if not table.family:
+        return []
+    try:
+        get_family(table.family)
+    except UnknownNameError:
+        return [f"the table says family {table.family[:100]!r}, which tabsched does not know: "
+                f"it is evaluated as the cells it holds, and family-level checks (formulas, "
+                f"Megatron-LM arguments) do not apply"]
+    return []
 
 
 def write_table(table: ScheduleTable, path: str | os.PathLike[str], *,

@@ -80,6 +80,10 @@ class Family:
     ``cost_driven`` marks a generator whose order depends on the costs: it
     takes the cost model as its ``costs`` parameter and the stage split as
     ``stage_layers`` (see the module docstring).
+    ``replicas`` marks a family that runs a stage on two or more devices (Chimera,
+    BitPipe and DualPipe keep two copies of the model, each microbatch on one): a table
+    read from a file may do so only when tagged with such a family, as
+    torch.distributed.pipelining places each stage on one rank.
     ``check(**params)`` raises the ``InvalidParameterError`` that ``build`` would
     raise for the same parameters, without building anything, and returns the
     number of stages the table would have; ``None`` when only building tells
@@ -97,6 +101,7 @@ class Family:
     chunks_per_device: int = 1
     cost_driven: bool = False
     check: object = None
+    replicas: bool = False
 
     def parameter_names(self):
         return [parameter.name for parameter in self.parameters]

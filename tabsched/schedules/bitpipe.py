@@ -105,6 +105,7 @@ FAMILY = register(Family(
     name="bitpipe",
     summary="bidirectional interleaved V-shaped pipelines, 4 chunks per device (BitPipe, 2024)",
     build=build,
+    replicas=True,
     check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES + "; a multiple of devices")),

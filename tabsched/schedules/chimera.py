@@ -203,6 +203,7 @@ FAMILY = register(Family(
     name="chimera",
     summary="bidirectional pipelines, two replicas per worker (Li & Hoefler, SC'21)",
     build=build,
+    replicas=True,
     check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES),

@@ -159,6 +159,7 @@ FAMILY = register(Family(
     name="dualpipe",
     summary="bidirectional, overlapped forward+backward pairs, split backward (DeepSeek-V3)",
     build=build,
+    replicas=True,
     check=validate,
     parameters=(Parameter("devices", help=DEVICES + "; even"),
                 Parameter("microbatches", help=MICROBATCHES + "; even, half per direction"),
