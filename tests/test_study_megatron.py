@@ -27,15 +27,16 @@ def test_the_eight_runs_of_table5():
     assert runs[6].family == "1f1b" and runs[6].microbatches == 512
     costs = runs[3].costs()
     assert costs.describe()["sequence_parallel"] and costs.model.recompute == "selective"
-    assert costs.optimizer_step and costs.blocking_sends
+    assert costs.optimizer_step and costs.p2p == "megatron-batched"
 
 
 def test_table5_errors_are_what_tabsched_reaches(study):
-    """Asserted at the errors reached: mean 3.59%, max 7.31% on one dgx-a100 (3.38% and 6.81%
+    """Asserted at the errors reached: mean 3.41%, max 7.31% on one dgx-a100, the sends as
+    Megatron-LM posts them (megatron-batched; 3.59% with blocking sends; 3.38% and 6.81%
     before the audit's corrections, which all add time Megatron-LM spends). The issue's
     target (mean <= 3%, max <= 6%) is not met; the best-known model's 3.65% and 8.87% are
     beaten, the mean narrowly. The study's report says where the rest comes from."""
-    assert study.mean_error <= 0.0362 and study.max_error <= 0.0735
+    assert study.mean_error <= 0.0343 and study.max_error <= 0.0735
     assert study.mean_error < BEST_KNOWN["mean"] and study.max_error < BEST_KNOWN["max"]
     assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
     assert study.verdict == "partly reproduced"
