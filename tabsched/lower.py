@@ -10,11 +10,8 @@ Edges (CSR, ``indptr`` / ``successors``)
     * ``F(s, m)`` -> ``B/I(s, m)``; ``B/I(s+1, m)`` -> ``B/I(s, m)`` (gradient);
       ``I(s, m)`` -> ``W(s, m)``;
     * a dependency across devices goes producer -> transfer -> consumer;
-    * ``p2p`` (:mod:`tabsched.p2p`): ``blocking`` (``blocking_sends``), a transfer
-      also precedes the next cell of the sending device; the runtimes' modes
-      (``megatron-batched``, ``megatron-overlap``, ``pytorch``) add the edges of
-      their calls: into a transfer from the cells after which both devices post
-      it, out of it to the cells that wait for it;
+    * ``p2p="blocking"``: a transfer also precedes the sender's next cell; the
+      runtimes' modes add the edges of their calls (:mod:`tabsched.p2p`);
     * ``transfer_after``: extra edges into transfer nodes, for schedules that
       place their communication themselves (PyTorch's compute_comms CSV).
 Tail (optional)
@@ -65,7 +62,7 @@ from tabsched.edges import (dependencies, node_resources, optimizer_edges, stage
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.execution import CONTENTION_MODES
 from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
-from tabsched.p2p import check_mode, p2p_edges
+from tabsched.p2p import p2p_edges, resolve_mode
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -463,8 +460,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     devices_per_node : int, optional
         Needed for ``"nic"``: devices ``k*n .. k*n+n-1`` form node ``k``.
     blocking_sends : bool
-        A transfer keeps its sender's compute stream busy until it ends: the
-        older spelling of ``p2p="blocking"``.
+        The older spelling of ``p2p="blocking"``.
     grad_sync : None, "replicas", "all" or iterable of int
         Stages that get a gradient-sync node: none; those held by two or more
         devices (Chimera's replicas); every stage (data parallelism); or a list.
@@ -480,11 +476,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         How the runtime posts and waits on transfers (:mod:`tabsched.p2p`); None:
         ``blocking`` with ``blocking_sends``, else ``free``.
     """
-    if p2p is None:
-        p2p = "blocking" if blocking_sends else "free"
-    elif check_mode(p2p) != "blocking" and blocking_sends:
-        raise InvalidParameterError(f"p2p {p2p!r} contradicts blocking_sends (the older "
-                                    f"spelling of p2p 'blocking')")
+    p2p = resolve_mode(p2p, blocking_sends)
     blocking_sends = p2p == "blocking"
     if contention not in CONTENTION_MODES:
         raise InvalidParameterError(

@@ -31,8 +31,9 @@ same for every mode:
       each steady (F, B) pair (``send_forward_backward_recv_forward_backward``),
       one after each cool-down B (``send_backward_recv_backward``); each batch
       sends what the computes before it produced and receives what the computes
-      up to the next batch need. Warm-up: ``(p - r - 1) * 2 + (v - 1) * p``
-      microbatch-chunks, capped at the total; when every forward is warm-up the
+      up to the next batch need. Warm-up: ``(p - r - 1) * 2 + (v - 1) * g``
+      microbatch-chunks (``g`` the microbatch group size, default ``p``), capped at
+      the total; when every forward is warm-up the
       first ``recv_backward`` is a call of its own.
 ``megatron-overlap``
     ``--overlap-p2p-communication`` (interleaved schedule only: Megatron-LM's
@@ -68,10 +69,10 @@ on the communicator of the whole group and so on one NCCL stream
 ``torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp``: ``isP2POp`` is false inside
 a batch, so the device's communicator is used, not a two-rank one).
 
-A table that is none of the schedules a runtime implements runs by the same
-rules applied to its rows (the warm-up inferred from the row where the
-runtime's count does not match it); such a table may deadlock in a mode (a
-cycle through transfers), which evaluation reports as for any table.
+A table that is none of the orders Megatron-LM's loops or PyTorch's
+``Schedule1F1B`` walk (each row: the runtime's warm-up count of forwards,
+alternating pairs, backwards) runs as ``PipelineScheduleMulti`` runs it, one
+waited batch per time step, which runs any valid table without deadlock.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ from tabsched.cells import FORWARD
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import P2P_MODES
 
-__all__ = ["P2P_MODES", "check_mode", "p2p_edges"]
+__all__ = ["P2P_MODES", "check_mode", "resolve_mode", "p2p_edges"]
 
 INDEX = np.int32
 NO_CELL = -1
@@ -94,6 +95,17 @@ def check_mode(mode, where="p2p"):
         shown = repr(mode) if isinstance(mode, str) else type(mode).__name__
         raise InvalidParameterError(f"{where} {shown} is not one of {', '.join(P2P_MODES)}")
     return mode
+
+
+def resolve_mode(p2p, blocking_sends):
+    """The mode ``lower`` runs: ``p2p``, else ``blocking`` with ``blocking_sends`` (its
+    older spelling), else ``free``; the two may not disagree."""
+    if p2p is None:
+        return "blocking" if blocking_sends else "free"
+    if check_mode(p2p) != "blocking" and blocking_sends:
+        raise InvalidParameterError(f"p2p {p2p!r} contradicts blocking_sends (the older "
+                                    f"spelling of p2p 'blocking')")
+    return p2p
 
 
 class _Row:
@@ -132,25 +144,6 @@ def _rows(table, cell_of_op, cell_device, transfer_producer, transfer_consumer, 
     return rows
 
 
-def _phases(forward, warmup, opens_with_forward=True):
-    """``(w, k)``: ``w`` warm-up forwards, then ``k`` alternating pairs (F B, or B F
-    when not ``opens_with_forward``), then backwards, for a row whose runtime's
-    warm-up count is ``warmup``: that count where the row has that shape, else
-    inferred from the row (its leading forwards, less the one that opens the
-    alternation when the runtime's steady state opens with a forward)."""
-    n, forwards = len(forward), sum(forward)
-    w = min(max(warmup, 0), forwards)
-    if n == 2 * forwards and _shaped(forward, w, forwards - w):
-        return w, forwards - w
-    lead = next((i for i, is_forward in enumerate(forward) if not is_forward), n)
-    w = lead - 1 if opens_with_forward and lead + 1 < n and forward[lead + 1] else lead
-    w = max(w, 0)
-    pairs = 0
-    while w + 2 * pairs + 1 < n and forward[w + 2 * pairs] != forward[w + 2 * pairs + 1]:
-        pairs += 1
-    return w, pairs
-
-
 def _shaped(forward, w, pairs):
     """Whether ``forward`` is ``w`` forwards, ``pairs`` alternating pairs, then backwards."""
     steady = forward[w:w + 2 * pairs]
@@ -182,13 +175,15 @@ class _Calls:
                 for t in self.row.receives[cell]]
 
 
-def _megatron_phases(forward, warmup):
-    """``(w, k)`` of a row of exactly the shape Megatron-LM's loops walk with warm-up
-    count ``warmup`` (capped at the forwards), else None."""
+def _runtime_phases(forward, warmup, opens_with_forward=True):
+    """``(w, k)`` of a row of exactly the shape a runtime's loops walk with warm-up count
+    ``warmup`` (capped at the forwards): ``w`` forwards, ``k`` alternating pairs opening
+    with a forward (Megatron-LM's F B) or a backward (PyTorch's 1B1F), backwards; else
+    None."""
     forwards = sum(forward)
     w = min(warmup, forwards)
     if len(forward) != 2 * forwards or not _shaped(forward, w, forwards - w) or (
-            forwards > w and not forward[w]):
+            forwards > w and forward[w] != opens_with_forward):
         return None
     return w, forwards - w
 
@@ -197,7 +192,7 @@ def _megatron_1f1b(row, rank, devices):
     """Calls of Megatron-LM's ``forward_backward_pipelining_without_interleaving``
     (None for a row not of its shape)."""
     calls, n = _Calls(row), len(row)
-    phases = _megatron_phases(row.forward, devices - rank - 1)
+    phases = _runtime_phases(row.forward, devices - rank - 1)
     if phases is None:
         return None
     w, pairs = phases
@@ -216,7 +211,7 @@ def _megatron_1f1b(row, rank, devices):
 def _groups(row, warmup):
     """Megatron's interleaved groups of cells: warm-up singles, (F, B) pairs, cool-down
     singles; with the warm-up and pair counts (None for a row not of its shape)."""
-    phases = _megatron_phases(row.forward, warmup)
+    phases = _runtime_phases(row.forward, warmup)
     if phases is None:
         return None, 0, 0
     w, pairs = phases
@@ -226,10 +221,18 @@ def _groups(row, warmup):
     return groups, w, pairs
 
 
-def _megatron_interleaved(row, rank, devices, chunks):
+def _group_size(table, devices):
+    """Megatron-LM's ``microbatch_group_size_per_vp_stage``: the table's ``group_size``,
+    else the pipeline depth (its default)."""
+    params = table.metadata.get("params") or {}
+    size = params.get("group_size") if isinstance(params, dict) else None
+    return size if isinstance(size, int) and size > 0 else devices
+
+
+def _megatron_interleaved(row, rank, devices, chunks, group):
     """Calls of Megatron-LM's ``forward_backward_pipelining_with_interleaving`` (no overlap)."""
     calls = _Calls(row)
-    groups, w, pairs = _groups(row, (devices - rank - 1) * 2 + (chunks - 1) * devices)
+    groups, w, pairs = _groups(row, (devices - rank - 1) * 2 + (chunks - 1) * group)
     if groups is None:
         return None
     calls.add(NO_CELL, calls.receives(*groups[0]), groups[0][0])
@@ -244,10 +247,10 @@ def _megatron_interleaved(row, rank, devices, chunks):
     return calls
 
 
-def _megatron_overlap(row, rank, devices, chunks):
+def _megatron_overlap(row, rank, devices, chunks, group):
     """Calls of the interleaved schedule with ``--overlap-p2p-communication``."""
     calls, n = _Calls(row), len(row)
-    phases = _megatron_phases(row.forward, (devices - rank - 1) * 2 + (chunks - 1) * devices)
+    phases = _runtime_phases(row.forward, (devices - rank - 1) * 2 + (chunks - 1) * group)
     if phases is None:
         return None
     w, pairs = phases
@@ -267,9 +270,13 @@ def _megatron_overlap(row, rank, devices, chunks):
 
 
 def _pytorch_1f1b(row, rank, devices):
-    """Calls of PyTorch's ``Schedule1F1B._step_microbatches``."""
+    """Calls of PyTorch's ``Schedule1F1B._step_microbatches`` (None for a row not of
+    its shape)."""
     calls, n = _Calls(row), len(row)
-    w, pairs = _phases(row.forward, devices - rank, opens_with_forward=False)
+    phases = _runtime_phases(row.forward, devices - rank, opens_with_forward=False)
+    if phases is None:
+        return None
+    w, pairs = phases
 
     def later(cell):            # a send waited after the next compute: before the one after
         return cell + 2 if cell + 2 < n else NO_CELL
@@ -345,14 +352,17 @@ def device_calls(table, mode, rows):
         if chunks == 1 and family == "gpipe":
             return [_pytorch_gpipe(row) for row in rows], True
         if chunks == 1 and family in ("1f1b", None):
-            return [_pytorch_1f1b(row, device, D) for device, row in enumerate(rows)], True
+            built = [_pytorch_1f1b(row, device, D) for device, row in enumerate(rows)]
+            if all(calls is not None for calls in built):
+                return built, True
     else:
         if chunks == 1:      # Megatron-LM turns --overlap-p2p-communication off here
             built = [_megatron_1f1b(row, device, D) for device, row in enumerate(rows)]
         elif mode == "megatron-overlap":
-            built = [_megatron_overlap(row, device, D, chunks) for device, row in enumerate(rows)]
+            built = [_megatron_overlap(row, device, D, chunks, _group_size(table, D))
+                     for device, row in enumerate(rows)]
         else:
-            built = [_megatron_interleaved(row, device, D, chunks)
+            built = [_megatron_interleaved(row, device, D, chunks, _group_size(table, D))
                      for device, row in enumerate(rows)]
         if all(calls is not None for calls in built):
             return built, mode == "megatron-batched" or chunks == 1

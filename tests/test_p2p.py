@@ -177,3 +177,59 @@ def test_the_cli_runs_each_mode_and_free_is_the_fastest(cli):
         assert code == 0
         spans[mode] = json.loads(out)["makespan"]
     assert min(spans.values()) == spans["free"] < spans["megatron-batched"]
+
+
+def _predecessors(lowered):
+    sources = np.repeat(np.arange(lowered.num_nodes), np.diff(lowered.indptr))
+    preds = {}
+    for source, target in zip(sources.tolist(), lowered.successors.tolist()):
+        preds.setdefault(target, set()).add(source)
+    return preds
+
+
+@pytest.mark.parametrize("devices, microbatches, chunks, group",
+                         [(4, 8, 2, None), (2, 4, 3, None), (4, 4, 2, None), (4, 12, 2, 6)])
+def test_megatron_interleaved_sends_a_forward_with_the_backward_after_it(devices, microbatches,
+                                                                           chunks, group):
+    """Without overlap, a steady (F, B) pair's outputs leave in one batch after the B
+    (send_forward_backward_recv_forward_backward); a warm-up F's output leaves right after
+    it; so does the last F of a device whose forwards are all warm-up (its first backward's
+    receive is a call of its own). With --overlap-p2p-communication, F's send is posted
+    right after F in every case."""
+    table = generate("interleaved-1f1b", devices=devices, microbatches=microbatches,
+                     chunks=chunks, group_size=group)
+    checked = 0
+    for mode, after_pair in (("megatron-batched", True), ("megatron-overlap", False)):
+        lowered = lower(table, p2p=mode)
+        preds = _predecessors(lowered)
+        first = lowered.nodes(TRANSFER).start
+        cells = lowered.cell_of_op
+        for index, producer in enumerate(lowered.transfers.producer.tolist()):
+            if table.op(producer).kind != "F":
+                continue
+            cell = int(cells[producer])
+            following = cell + 1
+            if following >= lowered.num_cells or \
+                    lowered.cell_device[following] != lowered.cell_device[cell]:
+                continue
+            row = [op for op in table.rows[int(lowered.cell_device[cell])] if op is not None]
+            kinds = "".join(op.kind for op in row)
+            all_warmup = kinds == "F" * kinds.count("F") + "B" * kinds.count("B")
+            pair = table.op(int(np.searchsorted(cells, following))).kind == "B" and \
+                not all_warmup
+            posted_after_next = following in preds[first + index]
+            assert posted_after_next == (pair and after_pair)
+            checked += pair
+    assert checked > 0
+
+
+def test_the_cli_blocking_sends_is_p2p_blocking_to_the_bit(cli):
+    common = ("eval", "interleaved", "-p", "4", "-m", "8", "--chunks", "2", "--model",
+              "paper-128l", "--system", "mid_nw_mid_cp", "--json")
+    code, old, _ = cli(*common, "--blocking-sends")
+    assert code == 0
+    code, new, _ = cli(*common, "--p2p", "blocking")
+    assert code == 0
+    assert json.loads(old)["makespan"] == json.loads(new)["makespan"]
+    code, free, _ = cli(*common)
+    assert json.loads(free)["makespan"] < json.loads(new)["makespan"]
