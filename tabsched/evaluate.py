@@ -60,7 +60,7 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
     when the data-parallel reduction overlaps the backwards, else none.
     """
     return lower(table, contention=costs.contention if contention is None else contention,
-                 devices_per_node=costs.devices_per_node, blocking_sends=costs.blocking_sends,
+                 devices_per_node=costs.devices_per_node, p2p=costs.p2p,
                  grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
                  optimizer=costs.optimizer_step if optimizer is None else optimizer,
                  transfer_after=transfer_after)
@@ -301,9 +301,9 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     for index, costs in enumerate(cost_models):
         key = _lowering_key(table, costs, contention, grad_sync, optimizer)
         groups.setdefault(key, []).append(index)
-    for (mode, per_node, blocking, sync, step), members in groups.items():
+    for (mode, per_node, p2p, sync, step), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
-                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+                        p2p=p2p, grad_sync=sync, optimizer=step)
         durations = _stacked_durations(lowered, [cost_models[index] for index in members])
         start, _ = engine.run(lowered, durations)
         yield lowered, mode, start, durations, members
@@ -336,7 +336,7 @@ def _lowering_key(table, costs, contention, grad_sync, optimizer):
     if sync is not None and not isinstance(sync, str):
         sync = tuple(sorted(int(stage) for stage in sync))
     return (costs.contention if contention is None else contention, costs.devices_per_node,
-            bool(costs.blocking_sends), sync,
+            costs.p2p, sync,
             bool(costs.optimizer_step if optimizer is None else optimizer))
 
 

@@ -34,8 +34,12 @@ Kernels and sends
     (Dao et al. 2022); ``scatter_gather``: pipeline transfers carry ``1/t``
     of the activation per tensor rank (Megatron-LM's
     ``--scatter-gather-tensors-in-pipeline``, on by default);
-    ``blocking_sends``: a transfer keeps its sender's compute stream busy
-    until it ends (``None``: the system's).
+    ``p2p``: how the runtime posts and waits on pipeline sends and receives
+    (:mod:`tabsched.p2p`: ``free``, ``blocking``, ``megatron-batched``,
+    ``megatron-overlap``, ``pytorch``; ``None``: ``blocking`` with
+    ``blocking_sends``, else ``free``); ``blocking_sends``: a transfer keeps its
+    sender's compute stream busy until it ends (``None``: the system's), the older
+    spelling of ``p2p = "blocking"``.
 The network
     ``contention``: ``none`` (transfers never wait for each other), ``link``
     (each directed device pair is a FIFO) or ``nic`` (transfers between nodes
@@ -92,6 +96,8 @@ __all__ = ["Execution", "load_execution", "Parallelism", "CONTENTION_MODES",
 
 #: How transfers share the network (see the module docstring).
 CONTENTION_MODES = ("none", "link", "nic")
+#: How a runtime posts and waits on pipeline transfers (:mod:`tabsched.p2p`).
+P2P_MODES = ("free", "blocking", "megatron-batched", "megatron-overlap", "pytorch")
 #: The attention kernels (``eager``: Megatron-LM without FlashAttention).
 ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
 #: Activation recomputation (Korthikanti et al. 2022, section 5).
@@ -188,6 +194,8 @@ class Execution:
     devices_per_node : int, optional
         GPUs per node; None: the system's.
     blocking_sends : bool, optional
+        Deprecated: ``p2p="blocking"``.
+    p2p : {"free", "blocking", "megatron-batched", "megatron-overlap", "pytorch"}, optional
     overlap_grad_reduce : bool
     grad_sync : None, "replicas", "all" or tuple of int
     optimizer_step : bool, optional
@@ -209,6 +217,7 @@ class Execution:
     contention: str | None = None
     devices_per_node: int | None = None
     blocking_sends: bool | None = None
+    p2p: str | None = None
     overlap_grad_reduce: bool = False
     grad_sync: str | tuple | None = None
     optimizer_step: bool | None = None
@@ -247,6 +256,12 @@ class Execution:
         if self.devices_per_node is not None:
             set_("devices_per_node", _untrusted.integer("devices_per_node",
                                                         self.devices_per_node, 1, MAX_NODE))
+        if self.p2p is not None:
+            _choice("p2p", self.p2p, P2P_MODES)
+            if self.blocking_sends and self.p2p != "blocking":
+                raise InvalidParameterError(
+                    f"p2p {self.p2p!r} contradicts blocking_sends = true (the older spelling "
+                    f"of p2p = 'blocking'); give one of them")
         set_("grad_sync", _grad_sync(self.grad_sync))
         if self.sequence_parallel and self.tensor_parallel == 1:
             raise InvalidParameterError("sequence_parallel needs tensor_parallel > 1 (it splits "
@@ -289,6 +304,14 @@ class Execution:
         return self.attention == "flash"
 
     @property
+    def p2p_mode(self) -> str:
+        """The pipeline sends' mode: ``p2p``, else ``blocking`` with ``blocking_sends``,
+        else ``free``."""
+        if self.p2p is not None:
+            return self.p2p
+        return "blocking" if self.blocking_sends else "free"
+
+    @property
     def optimizer_sharding(self) -> bool:
         """ZeRO stage 1 or more: the optimizer state divided over the data-parallel group."""
         return self.zero_stage >= 1
@@ -325,7 +348,8 @@ class Execution:
 
         The microbatch size and recompute come from the model, contention, the node
         size and blocking sends from the system (without one: ``none``, unset,
-        false), the optimizer step from :attr:`needs_optimizer_step`.
+        false), the p2p mode from them (:attr:`p2p_mode`), the optimizer step from
+        :attr:`needs_optimizer_step`.
         """
         changes = {}
         if model is not None:
@@ -337,8 +361,13 @@ class Execution:
             changes["contention"] = system.contention if system is not None else "none"
         if self.devices_per_node is None and system is not None:
             changes["devices_per_node"] = system.devices_per_node
-        if self.blocking_sends is None:
+        if self.blocking_sends is None and self.p2p is None:
             changes["blocking_sends"] = system.blocking_sends if system is not None else False
+        elif self.blocking_sends is None:
+            changes["blocking_sends"] = self.p2p == "blocking"
+        if self.p2p is None:
+            changes["p2p"] = "blocking" if changes.get("blocking_sends", self.blocking_sends) \
+                else "free"
         if self.optimizer_step is None:
             changes["optimizer_step"] = self.needs_optimizer_step
         return dataclasses.replace(self, **changes) if changes else self

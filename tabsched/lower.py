@@ -10,8 +10,8 @@ Edges (CSR, ``indptr`` / ``successors``)
     * ``F(s, m)`` -> ``B/I(s, m)``; ``B/I(s+1, m)`` -> ``B/I(s, m)`` (gradient);
       ``I(s, m)`` -> ``W(s, m)``;
     * a dependency across devices goes producer -> transfer -> consumer;
-    * with ``blocking_sends``, a transfer also precedes the next cell of the
-      sending device;
+    * ``p2p="blocking"``: a transfer also precedes the sender's next cell; the
+      runtimes' modes add the edges of their calls (:mod:`tabsched.p2p`);
     * ``transfer_after``: extra edges into transfer nodes, for schedules that
       place their communication themselves (PyTorch's compute_comms CSV).
 Tail (optional)
@@ -62,6 +62,7 @@ from tabsched.edges import (dependencies, node_resources, optimizer_edges, stage
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.execution import CONTENTION_MODES
 from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
+from tabsched.p2p import p2p_edges, resolve_mode
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -448,7 +449,7 @@ def _check_status(status):
 def lower(table: ScheduleTable, *, contention: str = "none",
           devices_per_node: int | None = None, blocking_sends: bool = False,
           grad_sync: object = None, optimizer: bool = False,
-          transfer_after: tuple | None = None) -> LoweredSchedule:
+          transfer_after: tuple | None = None, p2p: str | None = None) -> LoweredSchedule:
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -459,7 +460,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     devices_per_node : int, optional
         Needed for ``"nic"``: devices ``k*n .. k*n+n-1`` form node ``k``.
     blocking_sends : bool
-        A transfer keeps its sender's compute stream busy until it ends.
+        The older spelling of ``p2p="blocking"``.
     grad_sync : None, "replicas", "all" or iterable of int
         Stages that get a gradient-sync node: none; those held by two or more
         devices (Chimera's replicas); every stage (data parallelism); or a list.
@@ -471,13 +472,18 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         ``after[k]`` ends: an operation (its cell) when ``after[k] >= 0``, else
         the transfer that carries operation ``-1 - after[k]``'s output. Without
         it, lowering is unchanged.
+    p2p : {"free", "blocking", "megatron-batched", "megatron-overlap", "pytorch"}
+        How the runtime posts and waits on transfers (:mod:`tabsched.p2p`); None:
+        ``blocking`` with ``blocking_sends``, else ``free``.
     """
+    p2p = resolve_mode(p2p, blocking_sends)
+    blocking_sends = p2p == "blocking"
     if contention not in CONTENTION_MODES:
         raise InvalidParameterError(
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
-    if not blocking_sends and not optimizer and transfer_after is None:
+    if p2p == "free" and not optimizer and transfer_after is None:
         offered = _take_offered(table, grad_sync)
         if offered is not None:
             if contention == "none":
@@ -529,6 +535,9 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         inside = sender_cell + 1 < num_cells
         has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
         edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
+    scheduled = p2p_edges(table, p2p, cell_of_op, cell_device, tr_producer, tr_consumer,
+                          num_cells)
+    edge_groups.extend(scheduled)
     if transfer_after is not None:
         edge_groups.extend(transfer_after_edges(transfer_after, tr_producer, cell_of_op,
                                                 num_cells))
@@ -569,7 +578,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage,
-                           extra_transfer_edges=transfer_after is not None)
+                           extra_transfer_edges=transfer_after is not None or bool(scheduled))
 
 
 def offer_lowering(table, lowered):

@@ -17,8 +17,10 @@ weight gradients (Megatron-LM's asynchronous all-reduce / reduce-scatter);
 sequence parallelism with selective recomputation; full recomputation as an
 extra forward, collectives included, before each backward; the pipeline
 (1F1B, or the interleaved schedule with 3 chunks) with its transfers of
-``s*b*h/t`` per tensor rank (scatter-gather), blocking as Megatron-LM's
-``batch_isend_irecv`` + ``synchronize`` block, and without sequence
+``s*b*h/t`` per tensor rank (scatter-gather), posted and waited as
+Megatron-LM 2022 did without ``--overlap-p2p-communication`` (``p2p =
+"megatron-batched"``: each step's sends and receives one ``batch_isend_irecv``
+waited before the next compute, :mod:`tabsched.p2p`), and without sequence
 parallelism the receivers' all-gather of the scattered tensor; the loss on an
 fp32 copy of the logits; the all-reduce of the tied embedding's gradient
 between the first and the last stage; the gradient buffer's division by the
@@ -32,7 +34,7 @@ allocator, and interference between overlapped communication and compute.
 >>> [run.model for run in runs][:3]
 ['megatron-22b', 'megatron-22b', 'gpt3-175b']
 >>> runs[2].command()
-'tabsched eval interleaved-1f1b -p 8 -m 64 --chunks 3 --model gpt3-175b --system dgx-a100 -t 8 --microbatch-size 1 --recompute full --optimizer --blocking-sends'
+'tabsched eval interleaved-1f1b -p 8 -m 64 --chunks 3 --model gpt3-175b --system dgx-a100 -t 8 --microbatch-size 1 --recompute full --optimizer --p2p megatron-batched'
 """
 
 import time
@@ -106,7 +108,7 @@ class Table5Run:
                           recompute=recompute, tensor_parallel=self.tensor_parallel,
                           sequence_parallel=sequence_parallel,
                           data_parallel=self.gpus // (self.tensor_parallel * self.pipeline),
-                          optimizer=True, blocking_sends=True)
+                          optimizer=True, p2p="megatron-batched")
 
     def command(self, system="dgx-a100"):
         """The ``tabsched eval`` command line that evaluates this run."""
@@ -118,7 +120,7 @@ class Table5Run:
                      f"--microbatch-size {self.microbatch} --recompute {recompute}")
         if sequence_parallel:
             parts.append("--sequence-parallel")
-        parts.append("--optimizer --blocking-sends")
+        parts.append("--optimizer --p2p megatron-batched")
         return " ".join(parts)
 
 
@@ -306,7 +308,7 @@ def data_parallel_check(system="dgx-a100"):
     replicas = ModelCosts(costs.model, system, tensor_parallel=run.tensor_parallel,
                           sequence_parallel=True,
                           data_parallel=DATA_PARALLEL_530B["data_parallel"], optimizer=True,
-                          blocking_sends=True)
+                          p2p="megatron-batched")
     several = evaluate(run.table(), replicas, formula=False).makespan
     return DATA_PARALLEL_530B["measured"] - run.measured, several - single
 

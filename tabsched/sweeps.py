@@ -655,7 +655,7 @@ _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size"
                     "gpus"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
                  "slot_lengths", "parallel", "recompute", "attention", "contention",
-                 "grad_sync"}
+                 "grad_sync", "p2p"}
 
 
 def read_sweep_csv(path):

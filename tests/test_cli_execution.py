@@ -135,7 +135,7 @@ def test_the_execution_command_checks_fills_and_writes(cli, cli_error, tmp_path)
                            "(across 4 nodes, 1 per node); 1 pipeline rank per node\n")
     assert load_execution(out) == Execution(
         tensor_parallel=8, data_parallel=4, global_batch=512, microbatch_size=1,
-        recompute="selective", contention="link", devices_per_node=8, blocking_sends=False,
+        recompute="selective", contention="link", devices_per_node=8, blocking_sends=False, p2p="free",
         optimizer_step=True)
     code, printed, _ = cli("execution", "-t", "2", "--json")
     assert code == 0 and json.loads(printed)["tensor_parallel"] == 2

@@ -135,7 +135,7 @@ def test_table5_configurations_are_in_the_plan_and_predicted_as_the_study(index)
     result = plan(run.model, "dgx-a100", run.gpus, run.global_batch,
                   families=["1f1b", "interleaved-1f1b"], tensor_parallel=[run.tensor_parallel],
                   recompute=[recompute], sequence_parallel=(parallel,), uneven=0,
-                  execution=Execution(blocking_sends=True))
+                  execution=Execution(p2p="megatron-batched"))
     family = "interleaved-1f1b" if run.chunks > 1 else "1f1b"
     found = [e for e in result.evaluated
              if e.configuration.layout.family == family

@@ -27,17 +27,18 @@ def test_the_eight_runs_of_table5():
     assert runs[6].family == "1f1b" and runs[6].microbatches == 512
     costs = runs[3].costs()
     assert costs.describe()["sequence_parallel"] and costs.model.recompute == "selective"
-    assert costs.optimizer_step and costs.blocking_sends
+    assert costs.optimizer_step and costs.p2p == "megatron-batched"
 
 
 def test_table5_errors_are_what_tabsched_reaches(study):
-    """Asserted at the errors reached on the dgx-a100 rebuilt from measurements: mean 4.23%,
-    max 8.14%, mean signed -1.94% (the previous description, one flat matrix efficiency:
-    3.59%, 7.31%, +2.20%). The target (mean <= 3%, max <= 5%, signed within +-1.5%) is not
-    met, nor is the best-known model's mean (3.65%); its max (8.87%) is. The report says
-    where the rest comes from: the 22B layer's backward (Table 4)."""
-    assert study.mean_error <= 0.0425 and study.max_error <= 0.0815
-    assert abs(study.signed_error) <= 0.0195
+    """Asserted at the errors reached on the dgx-a100 rebuilt from measurements, the sends
+    as Megatron-LM 2022 posted them (megatron-batched): mean 4.26%, max 8.14%, mean signed
+    -2.16% (the previous description, one flat matrix efficiency: 3.41%, 7.31%, +1.98%).
+    The target (mean <= 3%, max <= 5%, signed within +-1.5%) is not met, nor is the
+    best-known model's mean (3.65%); its max (8.87%) is. The report says where the rest
+    comes from: the 22B layer's backward (Table 4)."""
+    assert study.mean_error <= 0.0428 and study.max_error <= 0.0815
+    assert abs(study.signed_error) <= 0.022
     assert study.max_error < BEST_KNOWN["max"]
     assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
     assert study.verdict == "not reproduced"

@@ -101,11 +101,16 @@ def apply_to_file(schedule, table, params):
 
 def load_with_torch(schedule, torch_legacy, p2p, **params):
     """``(table, TorchSchedule or None)``: a .csv is read as PyTorch writes it."""
+    from tabsched.execution import P2P_MODES
+    if p2p is not None and p2p not in ("ordered",) + P2P_MODES:
+        raise click.ClickException(f"--p2p {p2p!r} is not one of ordered, "
+                                   f"{', '.join(P2P_MODES)}")
     if is_table_file(schedule) and os.path.splitext(schedule)[1].lower() == ".csv":
         import dataclasses
 
         from tabsched.formats.pytorch_csv import read_pytorch
-        torch_schedule = read_pytorch(schedule, legacy=torch_legacy, p2p=p2p)
+        torch_schedule = read_pytorch(schedule, legacy=torch_legacy,
+                                      p2p="free" if p2p == "free" else "ordered")
         table = apply_to_file(schedule, torch_schedule.table, params)
         if table is not torch_schedule.table:
             torch_schedule = dataclasses.replace(torch_schedule, table=table)
@@ -157,7 +162,8 @@ def execution_from_options(options):
     changes = {}
     for field, flag in EXECUTION_FLAGS.items():
         value = options.get(_OPTION_OF.get(field, field))
-        if value is None or (field == "optimizer_step" and not value):
+        if value is None or (field == "optimizer_step" and not value) or (
+                field == "p2p" and value == "ordered"):     # compute_comms files' own order
             continue
         if field == "zero_stage":
             value = 1 if value else 0

@@ -204,14 +204,19 @@ def _flag(name):
 
 def torch_options(command):
     """Options for reading PyTorch's CSV files."""
-    from tabsched.formats.pytorch_csv import P2P_MODES   # only commands that read tables need it
+    from tabsched.execution import P2P_MODES
     options = [
         click.option("--torch-legacy", is_flag=True,
                      help="Read a .csv in PyTorch's legacy tokens (B = input-grad, BW = full "
                           "backward)."),
-        click.option("--p2p", type=click.Choice(P2P_MODES), default="ordered", show_default=True,
-                     help="compute_comms files: ordered = the SEND/RECV between two devices run "
-                          "in the order each lists them; free = each SEND/RECV pair on its own."),
+        click.option("--p2p", metavar="MODE", default=None,
+                     shell_complete=lambda *_: list(("ordered",) + P2P_MODES),
+                     help="How pipeline sends run: free (overlap compute), blocking (hold the "
+                          "sender), megatron-batched (Megatron-LM's batch per step, waited), "
+                          "megatron-overlap (--overlap-p2p-communication), pytorch "
+                          "(torch.distributed.pipelining). compute_comms files: ordered "
+                          "(default) = the SEND/RECV between two devices run in the order each "
+                          "lists them; free = each SEND/RECV pair on its own."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -255,6 +260,7 @@ PARALLEL_OPTIONS = tuple(PARALLEL_FLAGS) + ("blocking_sends",)
 EXECUTION_FLAGS = {**{name: flag for name, flag in PARALLEL_FLAGS.items()
                       if name != "optimizer_sharding"},
                    "zero_stage": "--optimizer-sharding", "blocking_sends": "--blocking-sends",
+                   "p2p": "--p2p",
                    "microbatch_size": "--microbatch-size", "recompute": "--recompute",
                    "contention": "--contention", "grad_sync": "--grad-sync",
                    "optimizer_step": "--optimizer"}
@@ -296,8 +302,8 @@ def parallel_options(command=None, *, lists=False):
         click.option("--overlap-grad-reduce", is_flag=True, default=None,
                      help="The data-parallel all-reduce runs beside the remaining backwards."),
         click.option("--blocking-sends", is_flag=True, default=None,
-                     help="A transfer keeps its sender busy until it ends (Megatron-LM's "
-                          "pipeline sends)."),
+                     help="Deprecated: --p2p blocking (a transfer keeps its sender busy until "
+                          "it ends)."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -56,7 +56,7 @@ def _choices(flag, text, allowed):
                    "sends, attention...); the search sets its degrees, batch, recompute, ZeRO.")
 @click.option("--tie-band", type=float,
               help="Fraction of the best within which configurations are tied (default "
-                   "0.036: the model's measured error).")
+                   "0.035: the model's measured error).")
 @click.option("--exhaustive", is_flag=True,
               help="Simulate every configuration (no bound prunes): the same answer, slower.")
 @click.option("--top", type=int, default=10, show_default=True, help="Rows to show.")

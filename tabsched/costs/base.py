@@ -20,7 +20,7 @@ and states ``memory_capacity``, the memory of one device in ``memory_unit``
 (``None`` where the costs know no device: slot lengths do not).
 
 and holds the :class:`~tabsched.execution.Execution` it prices (``execution``:
-``contention``, ``devices_per_node``, ``blocking_sends``, ``grad_sync`` and
+``contention``, ``devices_per_node``, ``p2p`` (or ``blocking_sends``), ``grad_sync`` and
 ``optimizer_step`` are read from it), and ``overlap``, the factor applied to the
 summed parts of an overlapped cell (1.0: no overlap gain).
 
@@ -166,7 +166,12 @@ class CostModel:
 
     @property
     def blocking_sends(self):
-        return bool(self.execution.blocking_sends)
+        return self.p2p == "blocking"
+
+    @property
+    def p2p(self):
+        """How the pipeline's sends and receives are posted and waited (:mod:`tabsched.p2p`)."""
+        return self.execution.p2p_mode
 
     @property
     def grad_sync(self):

@@ -76,7 +76,9 @@ class ModelCosts(CostModel):
     contention : {"none", "link", "nic"}, optional
         Default the system's.
     blocking_sends : bool, optional
-        Default the system's.
+        Default the system's; the older spelling of ``p2p="blocking"``.
+    p2p : {"free", "blocking", "megatron-batched", "megatron-overlap", "pytorch"}, optional
+        How pipeline sends are posted and waited (:mod:`tabsched.p2p`).
     grad_sync : None, "replicas", "all" or list of stages
         The tail's gradient sync of replicated stages (a ring all-reduce of the
         stage's gradients among the devices of the table holding it); default
@@ -122,10 +124,10 @@ overlap_grad_reduce, scatter_gather
                  overlap=1.0, contention=None, blocking_sends=None, grad_sync=None,
                  optimizer=None, tensor_parallel=None, sequence_parallel=None,
                  data_parallel=None, attention=None, optimizer_sharding=None,
-                 overlap_grad_reduce=None, scatter_gather=None, parallel=None):
+                 overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
-            "contention": contention, "blocking_sends": blocking_sends,
+            "contention": contention, "blocking_sends": blocking_sends, "p2p": p2p,
             "grad_sync": grad_sync, "optimizer_step": True if optimizer else None,
             "tensor_parallel": tensor_parallel, "sequence_parallel": sequence_parallel,
             "data_parallel": data_parallel, "attention": attention,

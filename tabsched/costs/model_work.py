@@ -231,7 +231,7 @@ def priced_part(execution):
     """The part of an execution that kernels, activations and parameters depend on (the
     network, the tail and the batch left out): cost models that differ only there, one
     model on several systems, share kernel tables and memory sizes."""
-    return execution.replace(contention=None, devices_per_node=None, blocking_sends=None,
+    return execution.replace(contention=None, devices_per_node=None, blocking_sends=None, p2p=None,
                              grad_sync=None, optimizer_step=None, global_batch=None,
                              overlap_grad_reduce=False)
 

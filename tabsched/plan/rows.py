@@ -81,8 +81,10 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append("--optimizer-sharding")
     if run.optimizer_step:
         parts.append("--optimizer")
-    if run.blocking_sends:
+    if run.p2p_mode == "blocking":
         parts.append("--blocking-sends")
+    elif run.p2p_mode != "free":
+        parts.append(f"--p2p {run.p2p_mode}")
     if run.overlap_grad_reduce:
         parts.append("--overlap-grad-reduce")
     if replicated and run.grad_sync == "replicas":
