@@ -196,3 +196,64 @@ def test_unroll_refuses_fewer_than_two_iterations(iterations):
     lowered = lower(generate("1f1b", devices=2, microbatches=2))
     with pytest.raises(InvalidParameterError, match="iterations must be an integer >= 2"):
         unroll(lowered, iterations)
+
+
+# ------------------------------------------------------------- reports
+def test_result_reports_the_period_of_its_execution():
+    from tabsched import Execution
+    table = generate("zbv", devices=4, microbatches=8)
+    synced = evaluate(table, UnitCosts())
+    free = evaluate(table, UnitCosts(), execution=Execution(post_validation=True))
+    lowered = lower(table)
+    durations = UnitCosts().node_durations(lowered)
+    assert synced.steady_period == synced.makespan == free.makespan
+    assert free.steady_period == float(steady_periods(lowered, durations,
+                                                      synchronized=False)[0][0])
+    assert free.steady_period_bounds[0] <= free.steady_period <= free.steady_period_bounds[1]
+    data = free.to_dict()
+    assert data["steady_period"] == free.steady_period
+    assert data["execution"]["post_validation"] is True
+
+
+def test_summaries_carry_the_results_period():
+    from tabsched import Execution
+    from tabsched.evaluate import evaluate_summaries
+    table = generate("zbv", devices=4, microbatches=8)
+    models = [StageCosts(1.0, comm=0.2, execution=Execution(post_validation=flag))
+              for flag in (False, True)]
+    summaries = evaluate_summaries(table, models, steady=True)
+    assert [s.steady_period for s in summaries] == \
+        [evaluate(table, costs).steady_period for costs in models]
+    assert evaluate_summaries(table, models)[0].steady_period is None
+
+
+def test_sweep_rows_have_the_period_as_a_last_column():
+    from tabsched.sweeps import COLUMNS, read_sweep_csv, rows_to_csv, sweep
+    assert COLUMNS[-2:] == ("post_validation", "simulation_steady_period_s")
+    rows = sweep(["zbv"], [4], [8], systems=["mid_nw_mid_cp"])
+    assert rows[0]["simulation_steady_period_s"] == pytest.approx(
+        rows[0]["simulation_makespan_s"], rel=1e-12)
+
+
+def test_eval_prints_the_period_beside_the_makespan(cli, tmp_path):
+    import json
+    from tabsched import Execution
+    table = generate("zbv", devices=4, microbatches=8)
+    free = evaluate(table, UnitCosts(), execution=Execution(post_validation=True))
+    code, out, _ = cli("eval", "zbv", "-p", "4", "-m", "8", "--post-validation")
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("steady period"))
+    below = 1 - free.steady_period / free.makespan
+    assert f"{below:.1%} below the makespan; post-validation" in line
+    code, out, _ = cli("eval", "zbv", "-p", "4", "-m", "8", "--post-validation", "--json")
+    assert json.loads(out)["steady_period"] == free.steady_period
+    code, out, _ = cli("eval", "zbv", "-p", "4", "-m", "8")
+    line = next(line for line in out.splitlines() if line.startswith("steady period"))
+    assert "= the makespan" in line and "global sync" in line
+
+
+def test_a_bad_post_validation_in_an_execution_file_is_one_line(cli_error, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('post_validation = "yes"\n')
+    message = cli_error("eval", "1f1b", "-p", "2", "-m", "2", "--execution", path)
+    assert "post_validation must be true or false" in message and "run.toml" in message
