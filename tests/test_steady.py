@@ -257,3 +257,20 @@ def test_a_bad_post_validation_in_an_execution_file_is_one_line(cli_error, tmp_p
     path.write_text('post_validation = "yes"\n')
     message = cli_error("eval", "1f1b", "-p", "2", "-m", "2", "--execution", path)
     assert "post_validation must be true or false" in message and "run.toml" in message
+
+
+@given(seed=st.integers(0, 2**32 - 1), synchronized=st.booleans(), optimizer=st.booleans())
+def test_an_exact_period_repeats_in_longer_unrollings(seed, synchronized, optimizer):
+    """Where the advances of the last iteration agree (the bounds meet), the regime is
+    periodic: every iteration of a longer unrolling advances by the same period."""
+    lowered = lower(random_table(seed), optimizer=optimizer)
+    durations = random_durations(lowered, seed)
+    periods, bounds = steady_periods(lowered, durations, synchronized=synchronized)
+    if bounds[0, 1] - bounds[0, 0] > 1e-9 * max(1.0, periods[0]):
+        return      # not exact: bounded (test_period_bounds)
+    unrolled = unroll(lowered, 6, synchronized=synchronized)
+    tiled = unrolled.durations(durations)
+    start, _ = engine.run(unrolled, tiled, method=unrolled.method)
+    n = lowered.num_nodes
+    ends = (start + tiled)[0, :6 * n].reshape(6, n)[:, unrolled.state].max(axis=1)
+    np.testing.assert_allclose(np.diff(ends)[1:], periods[0], rtol=1e-9, atol=1e-9)
