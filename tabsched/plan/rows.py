@@ -85,6 +85,8 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append("--blocking-sends")
     if run.overlap_grad_reduce:
         parts.append("--overlap-grad-reduce")
+    if run.post_validation:
+        parts.append("--post-validation")
     if replicated and run.grad_sync == "replicas":
         parts.append("--grad-sync replicas")
     default = Execution()
