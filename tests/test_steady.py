@@ -23,8 +23,9 @@ def _starts(module, unrolled, durations):
     graph = module.Graph(unrolled.num_nodes)
     assert not graph.add_edges(unrolled.indptr, unrolled.successors, unrolled.resources,
                                unrolled.num_resources)
-    assert not graph.add_layout(unrolled.topo_order, unrolled.topo_pred_indptr,
-                                unrolled.topo_predecessors)
+    if unrolled.method != "events":
+        assert not graph.add_layout(unrolled.topo_order, unrolled.topo_pred_indptr,
+                                    unrolled.topo_predecessors)
     start = np.full(durations.shape, np.nan)
     bound = np.empty(0, dtype=np.int32)
     if unrolled.method == "events":
