@@ -59,7 +59,7 @@ from tabsched import _kernel
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.nodes import CELL
 
-__all__ = ["METHODS", "choose", "run", "summarize", "NoisyDurations", "monte_carlo_summary",
+__all__ = ["METHODS", "choose", "choose_target", "run", "summarize", "NoisyDurations", "monte_carlo_summary",
            "lay_out", "find_cycle", "lognormal_factors", "checked_durations", "carry_layout",
            "FUSED_PATH", "SUMMARY_BLOCK", "NO_NODE", "NO_RESOURCE", "NO_DEVICE"]
 
@@ -96,6 +96,14 @@ def choose(lowered, durations=None, *, binding=False):
         ``"pull"``, ``"chained"`` or ``"events"`` (see the module docstring).
     """
     return _choose(lowered, durations, binding)[0]
+
+
+def choose_target(lowered, durations=None):
+    """``(method, lowering the pass runs on)``: :func:`choose`'s answer without a
+    binding, with the link-chain rewrite it made for ``"chained"`` (the lowering keeps
+    it only while someone holds it), for callers that build on the graph the pass
+    runs (:mod:`tabsched.steady` unrolls it)."""
+    return _choose(lowered, durations, False)
 
 
 def _choose(lowered, durations, binding):

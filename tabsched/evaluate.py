@@ -378,13 +378,15 @@ def evaluate_many(table, cost_models, *, execution=None, contention=None, grad_s
 
 
 def evaluate_summaries(table, cost_models, *, execution=None, contention=None, grad_sync=None,
-                       optimizer=None, formula=True):
+                       optimizer=None, formula=True, steady=False):
     """:func:`evaluate_many` reduced to what a sweep writes: one :class:`Summary` each.
 
     The same lowerings and kernel calls, the same numbers to the bit, without the
     Results: no binding for the critical path, no per-device records, no memory
     timelines (the peaks come from one compiled pass). A sweep spends most of its
     time building what it does not write, so ``tabsched sweep`` takes this path.
+    ``steady=True`` also gives each its ``steady_period`` (the Result's, from one
+    unrolled run per lowering and synchronization: :mod:`tabsched.steady`).
 
     >>> from tabsched import StageCosts, generate
     >>> table = generate("1f1b", devices=4, microbatches=8)
@@ -398,6 +400,8 @@ def evaluate_summaries(table, cost_models, *, execution=None, contention=None, g
     for lowered, mode, start, durations, rows in _grouped_runs(table, cost_models, contention,
                                                               grad_sync, optimizer):
         spans = _makespans(lowered, start, durations)
+        periods = _steady_periods(lowered, durations, [cost_models[index] for index in rows],
+                                  [span[0] for span in spans]) if steady else [None] * len(rows)
         for row, index in enumerate(rows):
             costs = cost_models[index]
             makespan, bubble = spans[row]
@@ -420,6 +424,7 @@ def evaluate_summaries(table, cost_models, *, execution=None, contention=None, g
                                        peak_activation=[float(peak) for peak in peaks],
                                        peak_memory=totals,
                                        memory_capacity=costs.memory_capacity,
+                                       steady_period=periods[row],
                                        _cost_model=costs, _table=table)
         if formula:
             from tabsched.formulas import formula_levels
@@ -428,6 +433,22 @@ def evaluate_summaries(table, cost_models, *, execution=None, contention=None, g
             for index, (numbers, _) in zip(rows, levels):
                 summaries[index].formula = numbers
     return summaries
+
+
+def _steady_periods(lowered, durations, cost_models, makespans):
+    """The steady period of each row of ``durations`` (one per cost model), the rows of
+    one synchronization run together."""
+    from tabsched.steady import steady_periods
+    periods = [None] * len(cost_models)
+    synchronized = [not costs.execution.post_validation for costs in cost_models]
+    for flag in (True, False):
+        rows = [row for row, synced in enumerate(synchronized) if synced == flag]
+        if rows:
+            found, _ = steady_periods(lowered, durations[rows], synchronized=flag,
+                                      makespans=[makespans[row] for row in rows])
+            for row, period in zip(rows, found.tolist()):
+                periods[row] = period
+    return periods
 
 
 def table_level(table):

@@ -55,6 +55,13 @@ The iteration's tail
     ``"all"`` or a tuple of stages; ``optimizer_step``: an optimizer step per
     device ends the iteration (``None``: when the data-parallel reduction needs
     it, that is ``d > 1`` without ``overlap_grad_reduce``).
+Iterations back to back
+    ``post_validation``: Zero Bubble's optimizer post-validation (Qi et al. 2024,
+    section 4): the optimizer step does not wait for the global gradient norm
+    (Megatron-LM's default ``--clip-grad 1.0`` all-reduces it over every pipeline
+    rank before the step), so one iteration's cool-down may overlap the next one's
+    warm-up. It changes the steady-state period (:mod:`tabsched.steady`), not the
+    single iteration's makespan.
 
 A field left ``None`` is "what the model or the system says"; a cost model
 resolves them (:meth:`Execution.resolved`), and the resolved execution is what a
@@ -124,7 +131,7 @@ MAX_NODE = 65536
 #: The fields that take a degree (an integer >= 1).
 _DEGREES = ("tensor_parallel", "context_parallel", "expert_parallel", "data_parallel")
 #: The fields that take true or false.
-_FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce")
+_FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce", "post_validation")
 
 
 def _degree(name, value):
@@ -199,6 +206,7 @@ class Execution:
     overlap_grad_reduce : bool
     grad_sync : None, "replicas", "all" or tuple of int
     optimizer_step : bool, optional
+    post_validation : bool
 
     Assigning to a field raises (the dataclass is frozen): use :meth:`replace`.
     """
@@ -221,6 +229,7 @@ class Execution:
     overlap_grad_reduce: bool = False
     grad_sync: str | tuple | None = None
     optimizer_step: bool | None = None
+    post_validation: bool = False
 
     def __post_init__(self):
         def set_(key, value):
@@ -457,6 +466,7 @@ class Execution:
         scatter_gather = true
         contention = "link"
         overlap_grad_reduce = false
+        post_validation = false
         """
         lines = []
         for key, value in self.to_dict().items():

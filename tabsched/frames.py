@@ -41,10 +41,12 @@ def result_frame(result, *, ops=False):
     Per device: ``device, busy, idle, warmup, inside, cooldown, peak_memory,
     persistent_memory, peak_total_memory``. With ``ops=True``, per operation in the
     table's order: ``device, slot, op, kind, stage, microbatch, start, end, duration,
-    critical`` (on the critical path).
+    critical`` (on the critical path). The attributes carry the totals (``makespan``,
+    ``steady_period``, ``bubble_ratio``...).
     """
     attrs = {"level": result.level, "time_unit": result.time_unit,
              "memory_unit": result.memory_unit, "makespan": result.makespan,
+             "steady_period": result.steady_period,
              "bubble_ratio": result.bubble_ratio, "family": result.table.family}
     if not ops:
         columns = ["device", "busy", "idle", "warmup", "inside", "cooldown", "peak_memory",

@@ -11,8 +11,9 @@ accounting; ``fits``), and under model costs the iteration's throughput
 (:class:`~tabsched.throughput.Throughput`: tokens/s, FLOP/s per GPU, MFU). It
 says which level produced it (``"table"`` under ``UnitCosts``, ``"simulation"``
 under cost models with real times and communication) and, where the family has
-one, carries the formula level's numbers beside it. A :class:`Summary` is what a
-sweep row keeps of one.
+one, carries the formula level's numbers beside it. ``steady_period`` is the
+period of iterations run back to back (:mod:`tabsched.steady`), computed when first
+asked for. A :class:`Summary` is what a sweep row keeps of one.
 
 **Memory over the device's capacity is never silent.** A cost model that knows
 its device (``ModelCosts`` on a system that states ``memory_capacity``) gives
@@ -133,7 +134,19 @@ class Result:
     throughput : Throughput or None
         Tokens/s, model and hardware FLOP/s per GPU, MFU and HFU of the iteration
         (:func:`tabsched.throughput.throughput`; computed on first access), None
-        under costs that do no FLOPs (slot lengths).
+        under costs that do no FLOPs (slot lengths). Per the makespan (one
+        iteration alone), not per the steady period.
+    steady_period : float
+        The steady-state iteration period: when iterations run back to back, the time
+        from one iteration's end to the next (computed on first access, by
+        :func:`tabsched.steady.steady_periods`). Each device starts the next iteration
+        after its own optimizer step; every step waits for the global gradient norm
+        unless the execution has ``post_validation``. At most the makespan where the
+        steps are equal (then equal to it with the synchronization), at least each
+        device's work per iteration under contention ``none`` or ``link``.
+    steady_period_bounds : (float, float)
+        The least and greatest advance of the last iteration unrolled, which bound
+        the period (equal where the period is exact).
     notes : list of str
         What the reader of the schedule left out or changed (e.g. the
         ``UNSHARD``/``RESHARD`` cells of a PyTorch file), to show with the result.
@@ -175,6 +188,24 @@ class Result:
         cells = self._lowered.cell_of_op
         return self._node_start[cells] + self._node_durations[cells]
 
+
+    @cached_property
+    def _steady(self):
+        from tabsched.steady import steady_periods
+        synchronized = not (self.execution is not None and self.execution.post_validation)
+        periods, bounds = steady_periods(self._lowered, self._node_durations,
+                                         synchronized=synchronized, makespans=[self.makespan])
+        return float(periods[0]), (float(bounds[0, 0]), float(bounds[0, 1]))
+
+    @property
+    def steady_period(self):
+        """The steady-state iteration period (see the class docstring)."""
+        return self._steady[0]
+
+    @property
+    def steady_period_bounds(self):
+        """The bounds on :attr:`steady_period` the unrolled iterations give."""
+        return self._steady[1]
 
     @cached_property
     def capacity_violations(self):
@@ -389,6 +420,7 @@ class Result:
             "num_microbatches": self.table.num_microbatches,
             "slots": self.table.num_slots,
             "makespan": self.makespan,
+            "steady_period": self.steady_period,
             "bubble_ratio": self.bubble_ratio,
             "time_unit": self.time_unit,
             "memory_unit": self.memory_unit,
@@ -448,6 +480,8 @@ class Summary:
     ``memory_capacity`` is the device's memory (None where the costs know none), and
     ``fits`` and ``over_capacity`` say how the fullest device stands against it.
     ``throughput`` is computed when first asked for, as the Result's.
+    ``steady_period`` is the Result's (None where the summary was made without it:
+    ``evaluate_summaries(..., steady=False)``).
     """
 
     makespan: float
@@ -456,6 +490,7 @@ class Summary:
     peak_memory: list
     formula: dict | None = None
     memory_capacity: float | None = None
+    steady_period: float | None = None
     _cost_model: object = field(default=None, repr=False, compare=False)
     _table: object = field(default=None, repr=False, compare=False)
 

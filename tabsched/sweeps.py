@@ -68,6 +68,8 @@ SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", 
 #: are among the configuration's columns already).
 EXECUTION_COLUMNS = tuple(name for name in FIELDS
                           if name not in ("global_batch", "microbatch_size"))
+#: Execution fields added after the columns' order was set: they go at the end.
+_LATER_FIELDS = ("post_validation",)
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
@@ -84,9 +86,13 @@ COLUMNS = (
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
     "simulation_peak_memory_device", "slot_lengths", "parallel",
-) + EXECUTION_COLUMNS + (
+) + tuple(name for name in EXECUTION_COLUMNS if name not in _LATER_FIELDS) + (
     "gpus", "memory_capacity_bytes", "simulation_fits", "simulation_over_capacity_bytes",
-) + THROUGHPUT_COLUMNS
+) + THROUGHPUT_COLUMNS + _LATER_FIELDS + (
+    # the steady-state period of iterations run back to back (tabsched.steady); the
+    # throughput columns stay per the makespan
+    "simulation_steady_period_s",
+)
 
 #: The grid's axes of the execution: each takes a list of values (one value: a list of one).
 EXECUTION_AXES = ("tensor_parallel", "data_parallel", "microbatch_size", "recompute")
@@ -404,7 +410,7 @@ def run_task(task):
             # one table per system, built for its costs; the table level for the slot lengths
             tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
                       for system in costs]
-            results = [evaluate_summaries(table, [system], grad_sync=sync)[0]
+            results = [evaluate_summaries(table, [system], grad_sync=sync, steady=True)[0]
                        for table, system in zip(tables, costs)]
             level = table_level_with(generate_spec(spec, task.devices, task.microbatches,
                                                    layers, UnitCosts(*task.lengths)),
@@ -412,7 +418,7 @@ def run_task(task):
         else:
             table = generate_spec(spec, task.devices, task.microbatches, layers)
             tables = [table] * len(costs)
-            results = evaluate_summaries(table, costs, grad_sync=sync)
+            results = evaluate_summaries(table, costs, grad_sync=sync, steady=True)
             level = table_level_with(table, task.lengths)
     except TabschedError as error:
         return skip(str(error), live)
@@ -437,6 +443,7 @@ def run_task(task):
             "table_slots": (int(level["slots"]) if float(level["slots"]).is_integer()
                             else level["slots"]),
             "simulation_makespan_s": result.makespan,
+            "simulation_steady_period_s": result.steady_period,
             "simulation_bubble_ratio": result.bubble_ratio,
             "simulation_peak_activation_bytes": max(activation),
             "simulation_min_peak_activation_bytes": min(activation),

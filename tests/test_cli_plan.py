@@ -55,6 +55,7 @@ def test_the_eval_command_reproduces_the_best(cli):
         code, evaluated, err = cli(*argv)
         assert code == 0, err
         assert json.loads(evaluated)["makespan"] == row["iteration_s"]
+        assert json.loads(evaluated)["steady_period"] == row["steady_period_s"]
 
 
 def test_exhaustive_gives_the_same_rows(cli):
@@ -86,6 +87,19 @@ def test_a_base_execution(cli, tmp_path):
     assert row["execution"]["blocking_sends"] and row["execution"]["attention"] == "flash"
     assert "--blocking-sends" in row["eval_command"]
     assert "--attention flash" in row["eval_command"]
+
+
+def test_a_post_validation_base_reaches_the_rows_and_their_eval_command(cli, tmp_path):
+    import shlex
+    base = tmp_path / "base.toml"
+    base.write_text("post_validation = true\n")
+    code, out, _ = cli("plan", *SMALL, "--json", "--execution", str(base), "--top", "1")
+    row = json.loads(out)["rows"][0]
+    assert row["execution"]["post_validation"] and "--post-validation" in row["eval_command"]
+    assert row["steady_period_s"] <= row["iteration_s"] * (1 + 1e-12)
+    code, evaluated, err = cli(*shlex.split(row["eval_command"])[1:], "--json")
+    assert code == 0, err
+    assert json.loads(evaluated)["steady_period"] == row["steady_period_s"]
 
 
 @pytest.mark.parametrize("argv,message", [

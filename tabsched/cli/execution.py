@@ -4,8 +4,8 @@ import click
 
 from tabsched.cli.build import build_model_costs, execution_from_options
 from tabsched.cli.format import echo_json, translate_errors
-from tabsched.cli.options import (SectionedCommand, complete_preset, execution_option,
-                                  parallel_options)
+from tabsched.cli.options import (POST_VALIDATION, SectionedCommand, complete_preset,
+                                  execution_option, parallel_options)
 from tabsched.execution import CONTENTION_MODES
 
 
@@ -27,6 +27,7 @@ from tabsched.execution import CONTENTION_MODES
 @click.option("--grad-sync", metavar="WHICH",
               help="Gradient sync at the end: 'replicas', 'all' or stages (0,3,5).")
 @click.option("--optimizer", is_flag=True, help="An optimizer step per device at the end.")
+@POST_VALIDATION
 @parallel_options
 @click.option("--out", "-o", metavar="FILE",
               help="Write the execution here (.toml, or .json) instead of printing it.")

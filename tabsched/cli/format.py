@@ -96,6 +96,19 @@ def format_columns(rows):
                      for row in rows)
 
 
+def steady_line(result):
+    """``1.23 s (4.5% below the makespan; post-validation)``: the steady period beside
+    the makespan, and whether the global synchronization was removed."""
+    period, makespan = result.steady_period, result.makespan
+    text = format_time(period, result.time_unit)
+    how = "post-validation" if result.execution is not None and \
+        result.execution.post_validation else "global sync before the step"
+    if makespan > 0 and abs(period - makespan) > 1e-9 * makespan:
+        side = "below" if period < makespan else "above"
+        return f"{text} ({abs(1 - period / makespan):.1%} {side} the makespan; {how})"
+    return f"{text} (= the makespan: iterations do not overlap; {how})"
+
+
 def summary(result):
     """A short human summary of a Result."""
     table = result.table
@@ -109,6 +122,7 @@ def summary(result):
              f"contention {result.contention})"]
     unit = result.time_unit
     lines.append(f"makespan      {format_time(result.makespan, unit)}")
+    lines.append(f"steady period {steady_line(result)}")
     if result.throughput is not None:
         lines.append(f"throughput    {throughput_line(result.throughput)}")
     bubble = f"bubble ratio  {result.bubble_ratio:.2%}"

@@ -26,7 +26,8 @@ HELP_SECTIONS = {
                                       "sequence_parallel",
                                       "data_parallel", "attention", "optimizer_sharding",
                                       "overlap_grad_reduce", "blocking_sends"),
-    "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer"),
+    "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer",
+                                        "post_validation"),
     "Run-time variation (Monte Carlo)": ("cv", "transfer_cv", "stragglers", "slow_links",
                                          "replay", "replay_partial", "samples", "seed"),
     "Search": ("objective", "split_factor", "max_rounds"),
@@ -263,7 +264,7 @@ EXECUTION_FLAGS = {**{name: flag for name, flag in PARALLEL_FLAGS.items()
                    "p2p": "--p2p",
                    "microbatch_size": "--microbatch-size", "recompute": "--recompute",
                    "contention": "--contention", "grad_sync": "--grad-sync",
-                   "optimizer_step": "--optimizer"}
+                   "optimizer_step": "--optimizer", "post_validation": "--post-validation"}
 
 
 EXECUTION_HELP = ("How the model runs across devices: a TOML or JSON file of an execution "
@@ -310,6 +311,14 @@ def parallel_options(command=None, *, lists=False):
     return command
 
 
+#: ``--post-validation``: the steady period without the global synchronization.
+POST_VALIDATION = click.option(
+    "--post-validation", is_flag=True, default=None,
+    help="Zero Bubble's optimizer post-validation: the step does not wait for the global "
+         "gradient norm, so the next iteration's warm-up may overlap this one's cool-down "
+         "(changes the steady period, not the makespan).")
+
+
 def model_options(command):
     """Options for model-based costs (seconds and bytes), the memory budget and the tail."""
     options = [
@@ -331,6 +340,7 @@ def model_options(command):
         click.option("--grad-sync", metavar="WHICH",
                      help="Gradient sync at the end: 'replicas', 'all' or stages (0,3,5)."),
         click.option("--optimizer", is_flag=True, help="An optimizer step per device at the end."),
+        POST_VALIDATION,
     ]
     command = parallel_options(command)
     for option in reversed(options):
@@ -346,7 +356,7 @@ def evaluation_options(command):
     """
     names = ("forward", "backward", "input_grad", "weight_grad", "comm", "contention", "model",
              "system", "execution", "microbatch_size", "recompute", "memory_budget", "strict",
-             "grad_sync", "optimizer", "torch_legacy", "p2p") + PARALLEL_OPTIONS
+             "grad_sync", "optimizer", "post_validation", "torch_legacy", "p2p") + PARALLEL_OPTIONS
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):

@@ -138,7 +138,7 @@ def _text(result, explain):
              f"{result.global_batch}, memory budget "
              f"{format_memory(result.memory_budget, 'bytes')}"]
     header = ["rank", "family", "t", "p", "d", "b", "m", "recompute", "sp", "zero",
-              "iteration", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
+              "iteration", "period", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
               "exposed comm"]
     body = []
     for row in result.rows:
@@ -149,7 +149,8 @@ def _text(result, explain):
                      str(run.data_parallel), str(run.microbatch_size),
                      str(row.configuration.microbatches), run.recompute,
                      "yes" if run.sequence_parallel else "-", str(run.zero_stage),
-                     format_time(row.iteration_s, "s"), f"{flops.tokens_per_s_per_gpu:.0f}",
+                     format_time(row.iteration_s, "s"), format_time(row.steady_period_s, "s"),
+                     f"{flops.tokens_per_s_per_gpu:.0f}",
                      f"{flops.model_flops_per_gpu / 1e12:.1f}", f"{flops.mfu:.1%}",
                      f"{flops.hfu:.1%}", format_memory(row.peak_memory_max, "bytes"),
                      f"{row.bubble_ratio:.1%}", f"{row.exposed_communication:.1%}"])

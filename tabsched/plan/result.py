@@ -2,7 +2,10 @@
 
 A row is one simulated configuration that fits the memory budget: its execution (a
 file ``tabsched eval --execution`` reads), the family and its parameters, the
-table's size, the predicted iteration time, tokens/s and model FLOP/s per GPU, MFU
+table's size, the predicted iteration time (the makespan, by which rows rank) and the
+steady-state period of iterations run back to back (:mod:`tabsched.steady`: the same
+with the optimizer's global synchronization and equal steps, shorter where
+post-validation lets iterations overlap), tokens/s and model FLOP/s per GPU, MFU
 and HFU (:mod:`tabsched.throughput`: model FLOPs by Narayanan et al. 2021, eq. 3,
 without recomputation; hardware FLOPs with it), the peak memory of each device
 against the budget, the bubble ratio, the **exposed communication**, the
@@ -40,7 +43,7 @@ ROW_COLUMNS = ("rank", "tied", "family", "params", "tensor_parallel", "pipeline_
                "iteration_s", "lower_bound_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
                "hardware_tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes",
                "memory_budget_bytes", "bubble_ratio", "exposed_communication",
-               "eval_command", "megatron", "torchtitan")
+               "eval_command", "megatron", "torchtitan", "steady_period_s")
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class PlanRow:
     megatron_refusal: str | None = None
     torchtitan: dict | None = None
     torchtitan_refusal: str | None = None
+    #: The steady-state period of iterations run back to back (tabsched.steady); the
+    #: rows rank by ``iteration_s``, the makespan, and the throughput is per it.
+    steady_period_s: float | None = None
 
     @property
     def execution(self):
@@ -120,7 +126,8 @@ class PlanRow:
                 "stage_layers": (list(self.layout.stage_layers)
                                  if self.layout.stage_layers is not None else None),
                 "stages": self.layout.stages, "operations": self.operations,
-                "iteration_s": self.iteration_s, "lower_bound_s": self.lower_bound_s,
+                "iteration_s": self.iteration_s, "steady_period_s": self.steady_period_s,
+                "lower_bound_s": self.lower_bound_s,
                 "tokens_per_s_per_gpu": flops.tokens_per_s_per_gpu,
                 "model_tflops_per_gpu": flops.model_flops_per_gpu / 1e12,
                 "hardware_tflops_per_gpu": flops.hardware_flops_per_gpu / 1e12,

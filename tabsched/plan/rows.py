@@ -87,6 +87,8 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append(f"--p2p {run.p2p_mode}")
     if run.overlap_grad_reduce:
         parts.append("--overlap-grad-reduce")
+    if run.post_validation:
+        parts.append("--post-validation")
     if replicated and run.grad_sync == "replicas":
         parts.append("--grad-sync replicas")
     default = Execution()
@@ -131,13 +133,15 @@ def build_rows(entries, found, outcomes, model, system, budget, *, top, tie_band
         costs = run_costs(model, system, run)
         table = table_for(configuration, costs, budget)
         free = ModelCosts(model, free_network(system), costs.execution)
-        summary, free_summary = (evaluate_summaries(table, [costs], formula=False)[0],
+        summary, free_summary = (evaluate_summaries(table, [costs], formula=False,
+                                                    steady=True)[0],
                                  evaluate_summaries(table, [free], formula=False)[0])
         megatron, megatron_refusal = _megatron(table, run, model.layers)
         torchtitan, torchtitan_refusal = _torchtitan(table, run, model.sequence)
         rows.append(PlanRow(
             rank=rank, tied=makespan <= best * (1.0 + tie_band), configuration=configuration,
-            iteration_s=float(summary.makespan), lower_bound_s=float(found.time_bound[index]),
+            iteration_s=float(summary.makespan), steady_period_s=summary.steady_period,
+            lower_bound_s=float(found.time_bound[index]),
             throughput=throughput(costs, table, summary.makespan),
             peak_memory=tuple(float(peak) for peak in summary.peak_memory),
             memory_budget=float(budget), bubble_ratio=float(summary.bubble_ratio),
