@@ -22,6 +22,7 @@ from tabsched.memory import (activation_peaks, checked_budget, device_peaks, mem
 from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
 from tabsched.result import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                              Summary)
+from tabsched.sharding import gathered_note
 from tabsched.table import ScheduleTable
 
 __all__ = ["evaluate", "evaluate_many", "evaluate_summaries", "table_level", "Result",
@@ -54,7 +55,7 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
     """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
 
     The cost model's execution gives the contention mode, devices per node, blocking
-    sends and the optimizer step; the gradient sync is the execution's when it names
+    sends, the optimizer step and the sharding nodes (ZeRO-2/3); the gradient sync is the execution's when it names
     one, else the table's own (PyTorch's REDUCE_GRAD) if it has one, else every stage
     when the data-parallel reduction overlaps the backwards, else none.
     """
@@ -62,7 +63,7 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
                  devices_per_node=costs.devices_per_node, blocking_sends=costs.blocking_sends,
                  grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
                  optimizer=costs.optimizer_step if optimizer is None else optimizer,
-                 transfer_after=transfer_after)
+                 transfer_after=transfer_after, sharding=costs.sharding)
 
 
 def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
@@ -128,6 +129,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     if formula:
         from tabsched.formulas import formula_level
         result.formula, note = formula_level(table, costs, lowered)
+        result.notes.extend([note] if note else [])
+    if lowered.sharding is not None:
+        note = gathered_note(lowered)
         result.notes.extend([note] if note else [])
     if memory_budget is not None:
         result.memory_budget = memory_budget
@@ -299,9 +303,10 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     for index, costs in enumerate(cost_models):
         key = _lowering_key(table, costs, contention, grad_sync, optimizer)
         groups.setdefault(key, []).append(index)
-    for (mode, per_node, blocking, sync, step), members in groups.items():
+    for (mode, per_node, blocking, sync, step, sharding), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
-                        blocking_sends=blocking, grad_sync=sync, optimizer=step)
+                        blocking_sends=blocking, grad_sync=sync, optimizer=step,
+                        sharding=sharding)
         durations = _stacked_durations(lowered, [cost_models[index] for index in members])
         start, _ = engine.run(lowered, durations)
         yield lowered, mode, start, durations, members
@@ -335,7 +340,7 @@ def _lowering_key(table, costs, contention, grad_sync, optimizer):
         sync = tuple(sorted(int(stage) for stage in sync))
     return (costs.contention if contention is None else contention, costs.devices_per_node,
             bool(costs.blocking_sends), sync,
-            bool(costs.optimizer_step if optimizer is None else optimizer))
+            bool(costs.optimizer_step if optimizer is None else optimizer), costs.sharding)
 
 
 def evaluate_many(table, cost_models, *, execution=None, contention=None, grad_sync=None,
