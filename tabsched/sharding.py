@@ -147,9 +147,9 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
     """
     zero, reshard, prefetch = sharding
     D, S = table.num_devices, table.num_stages
-    _refuse_replicated_stages(table, zero)
     pairs = D * S
     pair = table.device.astype(np.int64) * S + table.stage
+    _refuse_replicated_stages(pair, D, S, zero)
     cell = cell_of_op.astype(np.int64)
     kind = table.kind
     is_forward = kind == FORWARD
@@ -216,19 +216,23 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
     return nodes, (U, U, R), groups
 
 
-def _refuse_replicated_stages(table, zero):
+def _refuse_replicated_stages(pair, num_devices, num_stages, zero):
     """ZeRO shards a stage over the data-parallel group of the one pipeline rank that
     holds it; a stage on two devices of the table (Chimera's replicas) would need its
-    shards and gradients reduced across both groups, which no runtime does."""
-    placement = table.placement()
-    for stage in sorted(placement):
-        devices = sorted(placement[stage])
-        if len(devices) > 1:
-            raise InvalidParameterError(
-                f"zero_stage {zero}: stage {stage} runs on devices "
-                f"{', '.join(map(str, devices[:4]))}{', ...' if len(devices) > 4 else ''} "
-                f"(replicas inside the pipeline); ZeRO-2/3 shard a stage over the "
-                f"data-parallel group of the one device that holds it (use zero_stage 0 or 1)")
+    shards and gradients reduced across both groups, which no runtime does.
+    ``pair``: ``device * num_stages + stage`` of every operation."""
+    held = np.zeros(num_devices * num_stages, dtype=bool)
+    held[pair] = True
+    holders = held.reshape(num_devices, num_stages)
+    shared = np.flatnonzero(holders.sum(axis=0) > 1)
+    if len(shared):
+        stage = int(shared[0])
+        devices = np.flatnonzero(holders[:, stage]).tolist()
+        raise InvalidParameterError(
+            f"zero_stage {zero}: stage {stage} runs on devices "
+            f"{', '.join(map(str, devices[:4]))}{', ...' if len(devices) > 4 else ''} "
+            f"(replicas inside the pipeline); ZeRO-2/3 shard a stage over the "
+            f"data-parallel group of the one device that holds it (use zero_stage 0 or 1)")
 
 
 def gathered_at_once(lowered):
