@@ -51,7 +51,7 @@ def run_as(costs, execution):
 
 
 def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
-              transfer_after=None):
+              transfer_after=None, shard_windows=None):
     """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
 
     The cost model's execution gives the contention mode, devices per node, blocking
@@ -63,14 +63,16 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
                  devices_per_node=costs.devices_per_node, blocking_sends=costs.blocking_sends,
                  grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
                  optimizer=costs.optimizer_step if optimizer is None else optimizer,
-                 transfer_after=transfer_after, sharding=costs.sharding)
+                 transfer_after=transfer_after, sharding=costs.sharding,
+                 shard_windows=shard_windows)
 
 
 def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
              execution: Execution | None = None, contention: str | None = None,
              grad_sync: object = None, optimizer: bool | None = None, formula: bool = True,
              memory_budget: float | str | None = None,
-             transfer_after: tuple | None = None) -> Result:
+             transfer_after: tuple | None = None,
+             shard_windows: tuple | None = None) -> Result:
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``) run as ``execution``.
 
     Parameters
@@ -97,6 +99,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         raises for them).
     transfer_after : optional
         Extra edges into transfer nodes (see :func:`tabsched.lower.lower`).
+    shard_windows : optional
+        ZeRO-3's windows as a file places them (PyTorch's UNSHARD/RESHARD; see
+        :func:`tabsched.lower.lower`); default tabsched's own.
 
     Returns
     -------
@@ -120,7 +125,8 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     if memory_budget is not None:
         memory_budget = checked_budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
-                        optimizer=optimizer, transfer_after=transfer_after)
+                        optimizer=optimizer, transfer_after=transfer_after,
+                        shard_windows=shard_windows)
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
     start, _ = engine.run(lowered, durations)

@@ -465,7 +465,8 @@ def _check_status(status):
 def lower(table: ScheduleTable, *, contention: str = "none",
           devices_per_node: int | None = None, blocking_sends: bool = False,
           grad_sync: object = None, optimizer: bool = False,
-          transfer_after: tuple | None = None, sharding: tuple | None = None) -> LoweredSchedule:
+          transfer_after: tuple | None = None, sharding: tuple | None = None,
+          shard_windows: tuple | None = None) -> LoweredSchedule:
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -491,6 +492,10 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     sharding : ``(zero_stage, reshard_after_forward, prefetch)``, optional
         ZeRO-2 or 3: add the UNSHARD, RESHARD and REDUCE_GRAD nodes of
         :mod:`tabsched.sharding` (an execution's ``sharding``).
+    shard_windows : ``(stage, issue, first, last)`` int arrays, optional
+        ZeRO-3's windows as a file gives them (operation indices; ``issue`` the
+        operation after which the all-gather starts, ``-1``: at once), instead of
+        those :mod:`tabsched.sharding` finds.
     """
     sharding = check_sharding(sharding)
     if contention not in CONTENTION_MODES:
@@ -568,7 +573,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     if sharding is not None:
         shard, shard_counts, shard_groups = shard_nodes(
             table, sharding, cell_of_op, cell_device, first_shard,
-            first_optimizer if optimizer else None)
+            first_optimizer if optimizer else None, shard_windows)
         edge_groups.extend(shard_groups)
         num_nodes += sum(shard_counts)
 

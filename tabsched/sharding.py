@@ -139,11 +139,14 @@ def _pair_extremes(pair, cell, mask, pairs):
     return first, last
 
 
-def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimizer=None):
+def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimizer=None,
+                windows=None):
     """``(ShardNodes, (unshards, reshards, reduces), edge groups)`` for ``lower``.
 
     ``first_id`` is the id of the first UNSHARD; ``first_optimizer`` that of the
-    first optimizer step (None: no step).
+    first optimizer step (None: no step); ``windows``: ZeRO-3's windows as a file
+    places them, ``(stage, issue, first, last)`` operation indices (``issue``
+    ``-1``: the all-gather starts at once), instead of the ones found here.
     """
     zero, reshard, prefetch = sharding
     D, S = table.num_devices, table.num_stages
@@ -163,7 +166,12 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
     reduced = np.flatnonzero(last_w >= 0)
     # numbered in the order each device's reduce-scatter stream runs them
     reduced = reduced[np.lexsort((last_w[reduced], reduced // S))]
-    if zero >= 3:
+    if zero >= 3 and windows is not None:
+        win_pair, win_first, win_last, issue = _given_windows(table, windows, cell)
+        order = np.lexsort((win_pair, win_first, win_pair // S))
+        win_pair, win_first, win_last, issue = (win_pair[order], win_first[order],
+                                                win_last[order], issue[order])
+    elif zero >= 3:
         both = (last_f >= 0) & (first_b >= 0)
         split = (both & reshard & (last_f < first_b))[used]
         anywhere_first = np.where(first_f[used] >= 0, first_f[used], first_b[used])
@@ -178,8 +186,9 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
         order = np.lexsort((win_pair, win_first, win_pair // S))
         win_pair, win_first, win_last, floor = (win_pair[order], win_first[order],
                                                 win_last[order], floor[order])
+        issue = np.maximum(win_first - 1 - prefetch, floor)
     else:
-        win_pair = win_first = win_last = floor = np.empty(0, dtype=np.int64)
+        win_pair = win_first = win_last = issue = np.empty(0, dtype=np.int64)
     U, R = len(win_pair), len(reduced)
     unshard = first_id + np.arange(U, dtype=np.int64)
     reshard_ids = first_id + U + np.arange(U, dtype=np.int64)
@@ -188,7 +197,6 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
     if U:
         device = win_pair // S
         row_first = np.searchsorted(cell_device, device)        # the device's first cell
-        issue = np.maximum(win_first - 1 - prefetch, floor)
         early = issue >= row_first
         groups.extend(_distinct_groups(issue[early], unshard[early]))
         groups.append((unshard.astype(INDEX), win_first.astype(INDEX)))
@@ -214,6 +222,32 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
         if isinstance(array, np.ndarray):
             array.flags.writeable = False
     return nodes, (U, U, R), groups
+
+
+def _given_windows(table, windows, cell):
+    """``(pair, first, last, issue)`` cells of windows given as operation indices."""
+    try:
+        stage, issue, first, last = (np.asarray(column, dtype=np.int64).ravel()
+                                     for column in windows)
+    except (TypeError, ValueError):
+        raise InvalidParameterError("shard_windows must be four integer arrays (stage, issue, "
+                                    "first, last)") from None
+    num_ops = len(table)
+    bad = np.flatnonzero((first < 0) | (first >= num_ops) | (last < first)
+                         | (last >= num_ops) | (issue < -1) | (issue >= first))
+    if len(stage) != len(first) or len(issue) != len(first) or len(last) != len(first):
+        raise InvalidParameterError("shard_windows: the four arrays differ in length")
+    if len(bad) == 0:
+        device = table.device[first].astype(np.int64)
+        bad = np.flatnonzero((table.device[last] != device) | (table.stage[first] != stage)
+                             | ((issue >= 0) & (table.device[np.maximum(issue, 0)] != device)))
+    if len(bad):
+        k = int(bad[0])
+        raise InvalidParameterError(f"shard_windows[{k}]: stage {stage[k]}, operations "
+                                    f"{issue[k]}, {first[k]}..{last[k]} are not a window of "
+                                    f"one device's operations of that stage")
+    pair = device * table.num_stages + stage
+    return pair, cell[first], cell[last], np.where(issue >= 0, cell[np.maximum(issue, 0)], -1)
 
 
 def _refuse_replicated_stages(pair, num_devices, num_stages, zero):

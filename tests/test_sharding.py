@@ -283,3 +283,62 @@ def test_cli_zero(cli, cli_error):
     assert "replicas inside the pipeline" in cli_error(
         "eval", "chimera", "-p", "4", "-m", "8", "--model", "paper-128l", "--system",
         "mid_nw_mid_cp", "-d", "2", "--zero", "3")
+
+
+# ------------------------------------------------------- PyTorch's compute_comms files
+@pytest.mark.parametrize("family,devices,microbatches", [("1f1b", 2, 4), ("1f1b", 4, 8),
+                                                         ("gpipe", 4, 4)])
+def test_compute_comms_round_trip_prices_the_files_windows(family, devices, microbatches):
+    from tabsched.formats.pytorch_comms import to_compute_comms
+    from tabsched.formats.pytorch_csv import from_pytorch_csv
+    table = generate(family, devices=devices, microbatches=microbatches)
+    text = to_compute_comms(table, drop_metadata=True)
+    schedule = from_pytorch_csv(text)
+    run = Execution(data_parallel=4, zero_stage=3, reshard_after_forward=False)
+    costs = ModelCosts(**small, execution=run)
+    from_file = schedule.evaluate(costs)
+    lowered = from_file._lowered
+    # one UNSHARD node per UNSHARD cell, on its device, for its stage
+    cells = sorted((device, int(token[:-len("UNSHARD")]))
+                   for device, row in enumerate(text.splitlines())
+                   for token in row.split(",") if token.endswith("UNSHARD"))
+    assert sorted(zip(lowered.sharding.unshard_device.tolist(),
+                      lowered.sharding.unshard_stage.tolist())) == cells
+    # one stage per device held from its first use to its last: the file's windows are
+    # tabsched's own, so the iteration is the same to the bit
+    own = evaluate(schedule.table, costs, transfer_after=schedule.transfer_after)
+    assert from_file.makespan == own.makespan
+    # without sharded parameters the windows cost nothing: as if they were not there
+    zero1 = ModelCosts(**small, execution=Execution(data_parallel=4, zero_stage=1))
+    assert schedule.evaluate(zero1).makespan == evaluate(
+        schedule.table, zero1, transfer_after=schedule.transfer_after).makespan
+
+
+def test_the_files_windows_place_the_all_gathers():
+    """A file that gathers stage 0 twice (freed after the forwards) pays two all-gathers,
+    the second issued after 0F1, where the file puts it."""
+    from tabsched.formats.pytorch_csv import from_pytorch_csv
+    schedule = from_pytorch_csv("0UNSHARD,0F0,0F1,0RESHARD,0UNSHARD,0B0,0B1,0RESHARD\r\n")
+    stage, issue, first, last = (column.tolist() for column in schedule.shard_windows)
+    assert (stage, issue, first, last) == ([0, 0], [-1, 1], [0, 2], [1, 3])
+    costs = ModelCosts(**small, execution=Execution(data_parallel=2, zero_stage=3))
+    result = schedule.evaluate(costs)
+    lowered, start, durations = result._lowered, result._node_start, result._node_durations
+    unshard = ids(lowered, UNSHARD)
+    assert len(unshard) == 2
+    assert start[unshard[1]] == start[1] + durations[1]          # after 0F1 ends
+    assert start[2] == start[unshard[1]] + durations[unshard[1]]  # 0B0 waits for it
+
+
+@pytest.mark.parametrize("text,message", [
+    ("0F0,0UNSHARD,0B0,0RESHARD\r\n",
+     r"<csv>: device 0, slot 0: 0F0 runs while stage 0's parameters are not gathered"),
+    ("0UNSHARD,0F0,0UNSHARD,0B0\r\n", r"<csv>: device 0, slot 2: 0UNSHARD: stage 0 is "
+                                      r"gathered already \(UNSHARD at slot 0"),
+    ("0F0,0B0,0RESHARD\r\n", r"<csv>: device 0, slot 2: 0RESHARD: stage 0 is not gathered"),
+])
+def test_bad_fsdp_cells_are_one_line_naming_the_cell(text, message):
+    from tabsched import InvalidScheduleError
+    from tabsched.formats.pytorch_csv import from_pytorch_csv
+    with pytest.raises(InvalidScheduleError, match=message):
+        from_pytorch_csv(text)
