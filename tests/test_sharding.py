@@ -342,3 +342,35 @@ def test_bad_fsdp_cells_are_one_line_naming_the_cell(text, message):
     from tabsched.formats.pytorch_csv import from_pytorch_csv
     with pytest.raises(InvalidScheduleError, match=message):
         from_pytorch_csv(text)
+
+
+@pytest.mark.parametrize("zero,reshard", [(2, None), (3, True), (3, False)])
+def test_exports_name_the_sharding(zero, reshard):
+    from tabsched.megatron import execution_arguments
+    from tabsched.torchtitan import torchtitan_settings
+    run = Execution(data_parallel=4, zero_stage=zero, reshard_after_forward=reshard,
+                    microbatch_size=1, global_batch=32)
+    flags = dict(execution_arguments(run))
+    assert "--use-megatron-fsdp" in flags and "--use-distributed-optimizer" in flags
+    assert flags["--data-parallel-sharding-strategy"] == (
+        "optim_grads_params" if zero == 3 else "optim_grads")
+    settings_ = torchtitan_settings(generate("1f1b", devices=4, microbatches=8), run, 2048)
+    parallelism = settings_.sections["parallelism"]
+    if zero == 3:
+        assert parallelism["data_parallel_shard_degree"] == 4
+        assert parallelism["data_parallel_replicate_degree"] == 1
+        assert parallelism["fsdp_reshard_after_forward"] == ("always" if reshard else "never")
+    else:
+        assert parallelism["data_parallel_shard_degree"] == 1
+        assert any("ZeRO-2 has no torchtitan setting" in note for note in settings_.notes)
+
+
+def test_compare_and_sweep_take_zero(cli):
+    base = ("-p", "4", "-m", "8", "--model", "paper-128l", "--system", "mid_nw_mid_cp", "-d",
+            "4", "--zero", "3")
+    code, out, err = cli("compare", "chimera", "1f1b", "gpipe", *base)
+    assert code == 0 and "skipped chimera: zero_stage 3: stage 0 runs on devices" in out + err
+    code, out, _ = cli("sweep", "1f1b", *base)
+    assert code == 0 and out.count("\n") == 2
+    assert ModelCosts("paper-128l", "mid_nw_mid_cp", data_parallel=2, zero_stage=3,
+                      prefetch=2).execution.sharding == (3, True, 2)

@@ -92,7 +92,7 @@ class ModelCosts(CostModel):
         all-reduce of the tied embedding's gradients between the first and the
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
-overlap_grad_reduce, scatter_gather
+overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         Fields of :class:`~tabsched.execution.Execution`.
     parallel : Execution, optional
         The name ``execution`` had before executions held the whole run.
@@ -122,7 +122,8 @@ overlap_grad_reduce, scatter_gather
                  overlap=1.0, contention=None, blocking_sends=None, grad_sync=None,
                  optimizer=None, tensor_parallel=None, sequence_parallel=None,
                  data_parallel=None, attention=None, optimizer_sharding=None,
-                 overlap_grad_reduce=None, scatter_gather=None, parallel=None):
+                 overlap_grad_reduce=None, scatter_gather=None, parallel=None, zero_stage=None,
+                 reshard_after_forward=None, prefetch=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
             "contention": contention, "blocking_sends": blocking_sends,
@@ -130,7 +131,9 @@ overlap_grad_reduce, scatter_gather
             "tensor_parallel": tensor_parallel, "sequence_parallel": sequence_parallel,
             "data_parallel": data_parallel, "attention": attention,
             "optimizer_sharding": optimizer_sharding,
-            "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather})
+            "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather,
+            "zero_stage": zero_stage, "reshard_after_forward": reshard_after_forward,
+            "prefetch": prefetch})
         self._given_model = model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
                                                  ("recompute", asked.recompute))
