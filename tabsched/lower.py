@@ -444,14 +444,8 @@ class LoweredSchedule:
             return f"grad sync stage {int(self.sync_stage[index])}"
         if kind == OPTIMIZER:
             return f"optimizer d{index}"
-        if kind in (UNSHARD, RESHARD) and self.sharding is not None:
-            shard = self.sharding
-            return (f"{kind.label} stage {int(shard.unshard_stage[index])} "
-                    f"d{int(shard.unshard_device[index])}")
-        if kind == REDUCE_GRAD and self.sharding is not None:
-            shard = self.sharding
-            return (f"reduce-grad stage {int(shard.reduce_stage[index])} "
-                    f"d{int(shard.reduce_device[index])}")
+        if kind in (UNSHARD, RESHARD, REDUCE_GRAD) and self.sharding is not None:
+            return self.sharding.describe(kind, index)
         return f"{kind.label} {index}"
 
 

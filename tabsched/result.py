@@ -52,9 +52,10 @@ class DeviceStats:
 
     ``idle = warmup + inside + cooldown``: idle before its first operation,
     between its operations, after its last one until the makespan.
-    ``peak_memory`` is activations only; ``persistent_memory`` is what the
-    device holds all the time (weights, gradients, optimizer state), so the
-    device's total peak is their sum.
+    ``peak_memory`` is activations only (with ZeRO-2/3, also the gathered
+    parameters and unsharded gradients while held); ``persistent_memory`` is what
+    the device holds all the time (weights, gradients, optimizer state, as sharded),
+    so the device's total peak is their sum.
     """
 
     device: int

@@ -85,6 +85,14 @@ class ShardNodes:
     reduce_stage: np.ndarray
     reduce_first_backward: np.ndarray
 
+    def describe(self, kind, index):
+        """``"unshard stage 3 d1"``: the label of the ``index``-th node of ``kind``."""
+        if kind.label == "reduce-grad":
+            return f"reduce-grad stage {int(self.reduce_stage[index])} " \
+                f"d{int(self.reduce_device[index])}"
+        return f"{kind.label} stage {int(self.unshard_stage[index])} " \
+            f"d{int(self.unshard_device[index])}"
+
 
 def check_sharding(sharding):
     """``(zero_stage, reshard_after_forward, prefetch)`` checked, or None."""
