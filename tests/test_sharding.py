@@ -374,3 +374,15 @@ def test_compare_and_sweep_take_zero(cli):
     assert code == 0 and out.count("\n") == 2
     assert ModelCosts("paper-128l", "mid_nw_mid_cp", data_parallel=2, zero_stage=3,
                       prefetch=2).execution.sharding == (3, True, 2)
+
+
+def test_monte_carlo_runs_the_files_windows():
+    from tabsched.adapt import monte_carlo
+    from tabsched.formats.pytorch_csv import from_pytorch_csv
+    schedule = from_pytorch_csv("0UNSHARD,0F0,0F1,0RESHARD,0UNSHARD,0B0,0B1,0RESHARD\r\n")
+    costs = ModelCosts(**small, execution=Execution(data_parallel=2, zero_stage=3))
+    runs = monte_carlo(schedule.table, costs, samples=3, transfer_after=schedule.transfer_after,
+                       shard_windows=schedule.shard_windows)
+    assert runs.nominal_makespan == schedule.evaluate(costs).makespan
+    own = monte_carlo(schedule.table, costs, samples=3)
+    assert own.nominal_makespan == evaluate(schedule.table, costs).makespan
