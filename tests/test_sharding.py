@@ -386,3 +386,18 @@ def test_monte_carlo_runs_the_files_windows():
     assert runs.nominal_makespan == schedule.evaluate(costs).makespan
     own = monte_carlo(schedule.table, costs, samples=3)
     assert own.nominal_makespan == evaluate(schedule.table, costs).makespan
+
+
+@given(seed=st.integers(0, 2**32 - 1), reshard=st.booleans(), prefetch=st.integers(0, 3))
+def test_a_deeper_prefetch_never_slows_the_iteration(seed, reshard, prefetch):
+    """Without contention the iteration is a longest path; prefetching one operation more
+    only moves each all-gather's issue edge earlier in its row."""
+    table = random_table(seed, replicate=0.0)
+    spans = []
+    for depth in (prefetch, prefetch + 1):
+        lowered = lower(table, sharding=(3, reshard, depth), optimizer=True)
+        durations = random_durations(lowered, seed, samples=1)[0]
+        durations[lowered.nodes(RESHARD)] = 0.0
+        spans.append(float(lowered.run(durations)[1][0].max()))
+        assert lowered.count(UNSHARD) == lower(table, sharding=(3, reshard, 0)).count(UNSHARD)
+    assert spans[1] <= spans[0]
