@@ -23,6 +23,7 @@ from tabsched.memory import (activation_peaks, checked_budget, device_peaks, mem
 from tabsched.nodes import CELL, OPTIMIZER, TRANSFER
 from tabsched.result import (DeviceStats, LinkStats, MemoryViolation, PathStep, Result,
                              Summary)
+from tabsched.sharding import gathered_note
 from tabsched.table import ScheduleTable
 
 __all__ = ["evaluate", "evaluate_many", "evaluate_summaries", "table_level", "Result",
@@ -51,11 +52,11 @@ def run_as(costs, execution):
 
 
 def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
-              transfer_after=None):
+              transfer_after=None, shard_windows=None):
     """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
 
     The cost model's execution gives the contention mode, devices per node, blocking
-    sends and the optimizer step; the gradient sync is the execution's when it names
+    sends, the optimizer step and the sharding nodes (ZeRO-2/3); the gradient sync is the execution's when it names
     one, else the table's own (PyTorch's REDUCE_GRAD) if it has one, else every stage
     when the data-parallel reduction overlaps the backwards, else none.
     """
@@ -63,14 +64,16 @@ def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
                  devices_per_node=costs.devices_per_node, p2p=costs.p2p,
                  grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
                  optimizer=costs.optimizer_step if optimizer is None else optimizer,
-                 transfer_after=transfer_after)
+                 transfer_after=transfer_after, sharding=costs.sharding,
+                 shard_windows=shard_windows)
 
 
 def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
              execution: Execution | None = None, contention: str | None = None,
              grad_sync: object = None, optimizer: bool | None = None, formula: bool = True,
              memory_budget: float | str | None = None,
-             transfer_after: tuple | None = None) -> Result:
+             transfer_after: tuple | None = None,
+             shard_windows: tuple | None = None) -> Result:
     """Evaluate ``table`` under ``costs`` (default ``UnitCosts()``) run as ``execution``.
 
     Parameters
@@ -97,6 +100,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
         raises for them).
     transfer_after : optional
         Extra edges into transfer nodes (see :func:`tabsched.lower.lower`).
+    shard_windows : optional
+        ZeRO-3's windows as a file places them (PyTorch's UNSHARD/RESHARD; see
+        :func:`tabsched.lower.lower`); default tabsched's own.
 
     Returns
     -------
@@ -120,7 +126,8 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     if memory_budget is not None:
         memory_budget = checked_budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
-                        optimizer=optimizer, transfer_after=transfer_after)
+                        optimizer=optimizer, transfer_after=transfer_after,
+                        shard_windows=shard_windows)
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
     start, _ = engine.run(lowered, durations)
@@ -130,6 +137,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     if formula:
         from tabsched.formulas import formula_level
         result.formula, note = formula_level(table, costs, lowered)
+        result.notes.extend([note] if note else [])
+    if lowered.sharding is not None:
+        note = gathered_note(lowered)
         result.notes.extend([note] if note else [])
     if memory_budget is not None:
         result.memory_budget = memory_budget
@@ -301,9 +311,9 @@ def _grouped_runs(table, cost_models, contention, grad_sync, optimizer):
     for index, costs in enumerate(cost_models):
         key = _lowering_key(table, costs, contention, grad_sync, optimizer)
         groups.setdefault(key, []).append(index)
-    for (mode, per_node, p2p, sync, step), members in groups.items():
+    for (mode, per_node, p2p, sync, step, sharding), members in groups.items():
         lowered = lower(table, contention=mode, devices_per_node=per_node,
-                        p2p=p2p, grad_sync=sync, optimizer=step)
+                        p2p=p2p, grad_sync=sync, optimizer=step, sharding=sharding)
         durations = _stacked_durations(lowered, [cost_models[index] for index in members])
         start, _ = engine.run(lowered, durations)
         yield lowered, mode, start, durations, members
@@ -337,7 +347,7 @@ def _lowering_key(table, costs, contention, grad_sync, optimizer):
         sync = tuple(sorted(int(stage) for stage in sync))
     return (costs.contention if contention is None else contention, costs.devices_per_node,
             costs.p2p, sync,
-            bool(costs.optimizer_step if optimizer is None else optimizer))
+            bool(costs.optimizer_step if optimizer is None else optimizer), costs.sharding)
 
 
 def evaluate_many(table, cost_models, *, execution=None, contention=None, grad_sync=None,

@@ -25,10 +25,22 @@ The batch
     (:attr:`Execution.microbatches`).
 Memory
     ``recompute``: ``none``, ``selective`` (the attention core) or ``full``
-    (``None``: the model's); ``zero_stage``: 0, or 1 for the optimizer state
-    sharded over the data-parallel group (ZeRO stage 1; Rajbhandari et al.
-    2020, section 5.1; Megatron-LM's distributed optimizer). Stages 2 and 3
-    (and FSDP) are not modelled yet and are refused.
+    (``None``: the model's); ``zero_stage``: what is sharded over the
+    data-parallel group of ``d`` replicas (Rajbhandari et al. 2020, "ZeRO",
+    section 5): 0 nothing (DDP); 1 the optimizer state (Megatron-LM's
+    distributed optimizer); 2 also the gradients, reduce-scattered after a
+    stage's last backward; 3 also the parameters, all-gathered before a stage
+    is used and freed after (PyTorch FSDP ``FULL_SHARD``, FSDP2
+    ``fully_shard``, torchtitan's ``data_parallel_shard_degree = d``). Stages 2
+    and 3 lower to ``UNSHARD``/``RESHARD``/``REDUCE_GRAD`` nodes
+    (:mod:`tabsched.sharding`) and need ``d > 1``. With stage 3,
+    ``reshard_after_forward`` (FSDP2's ``fully_shard`` argument, default true;
+    false is FSDP1's ``SHARD_GRAD_OP``) frees a stage's parameters after its
+    forwards and gathers them again before its backwards, and ``prefetch`` is
+    how many operations ahead of its use a stage's all-gather may be issued
+    (default 1: FSDP's one-module prefetch, ``BackwardPrefetch.BACKWARD_PRE``
+    and FSDP2's implicit backward prefetch); both are ``None`` (the default)
+    below stage 3.
 Kernels and sends
     ``attention``: ``eager`` (the ``s x s`` scores in memory) or ``flash``
     (Dao et al. 2022); ``scatter_gather``: pipeline transfers carry ``1/t``
@@ -111,8 +123,18 @@ ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
 RECOMPUTE_MODES = ("none", "selective", "full")
 #: The named choices of ``grad_sync`` (besides None and a tuple of stages).
 GRAD_SYNC_MODES = ("replicas", "all")
-#: ZeRO stages tabsched prices: 0 (replicated state) and 1 (optimizer state sharded).
-ZERO_STAGES = (0, 1)
+#: ZeRO stages tabsched prices (Rajbhandari et al. 2020, section 5): 0 (replicated state),
+#: 1 (optimizer state sharded), 2 (and gradients), 3 (and parameters: FSDP's FULL_SHARD).
+ZERO_STAGES = (0, 1, 2, 3)
+#: FSDP2's ``fully_shard(reshard_after_forward=True)`` default
+#: (torch/distributed/fsdp/_fully_shard/_fully_shard.py).
+DEFAULT_RESHARD_AFTER_FORWARD = True
+#: One stage's all-gather issued one operation ahead: FSDP1's default
+#: ``BackwardPrefetch.BACKWARD_PRE`` and FSDP2's implicit prefetch of the next module
+#: in backward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py) prefetch one ahead.
+DEFAULT_PREFETCH = 1
+#: Deepest prefetch: a row has at most 2**16 stages' worth of look-ahead that matters.
+MAX_PREFETCH = 2**16
 #: Largest parallel degree: the largest published training runs use about 2**15 GPUs in
 #: all (Llama 3 405B: 16,384 H100s); 2**20 is 64x that, and every product of degrees
 #: stays an exact int64.
@@ -194,7 +216,11 @@ class Execution:
     global_batch : int, optional
         Samples per iteration over all data-parallel replicas.
     recompute : {"none", "selective", "full"}, optional
-    zero_stage : {0, 1}
+    zero_stage : {0, 1, 2, 3}
+    reshard_after_forward : bool, optional
+        ZeRO-3 only (None: true, FSDP2's default).
+    prefetch : int, optional
+        ZeRO-3 only: operations ahead a stage's all-gather may start (None: 1).
     attention : {"eager", "flash"}
     scatter_gather : bool
     contention : {"none", "link", "nic"}, optional
@@ -230,6 +256,8 @@ class Execution:
     grad_sync: str | tuple | None = None
     optimizer_step: bool | None = None
     post_validation: bool = False
+    reshard_after_forward: bool | None = None
+    prefetch: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -251,14 +279,24 @@ class Execution:
             _choice("recompute", self.recompute, RECOMPUTE_MODES)
         if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage,
                                                                (int, np.integer)):
-            raise InvalidParameterError(f"zero_stage must be 0 or 1, not "
+            raise InvalidParameterError(f"zero_stage must be 0, 1, 2 or 3, not "
                                         f"{_untrusted.shown_value(self.zero_stage)}")
         if self.zero_stage not in ZERO_STAGES:
             raise InvalidParameterError(
-                f"zero_stage {_untrusted.shown_value(self.zero_stage)} is not modelled: 0 "
-                f"(replicated optimizer state) or 1 (sharded over the data-parallel group); "
-                f"ZeRO-2/3 and FSDP are not priced yet")
+                f"zero_stage {_untrusted.shown_value(self.zero_stage)} is not a ZeRO stage: 0 "
+                f"(replicated), 1 (optimizer state sharded), 2 (and gradients) or 3 (and "
+                f"parameters, FSDP)")
         set_("zero_stage", int(self.zero_stage))
+        if self.zero_stage >= 2 and self.data_parallel == 1:
+            raise InvalidParameterError(
+                f"zero_stage {self.zero_stage} with data_parallel 1 shards nothing: ZeRO "
+                f"divides the state over the data-parallel replicas (use data_parallel > 1, "
+                f"or zero_stage 0)")
+        if self.reshard_after_forward is not None:
+            set_("reshard_after_forward", _flag("reshard_after_forward",
+                                                self.reshard_after_forward))
+        if self.prefetch is not None:
+            set_("prefetch", _untrusted.integer("prefetch", self.prefetch, 0, MAX_PREFETCH))
         _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
         if self.contention is not None:
             _choice("contention", self.contention, CONTENTION_MODES)
@@ -342,7 +380,26 @@ class Execution:
         (``optimizer_step`` None) when the data-parallel reduction runs in it."""
         if self.optimizer_step is not None:
             return self.optimizer_step
-        return self.data_parallel > 1 and not self.overlap_grad_reduce
+        return self.data_parallel > 1 and (not self.overlap_grad_reduce
+                                           or self.zero_stage >= 2)
+
+    @property
+    def shards_parameters(self) -> bool:
+        """ZeRO stage 3 (FSDP): each stage's parameters gathered before use, freed after."""
+        return self.zero_stage >= 3
+
+    @property
+    def sharding(self):
+        """The lowering's sharding options ``(zero_stage, reshard_after_forward,
+        prefetch)`` for ZeRO stage 2 or 3 (:mod:`tabsched.sharding`), else None."""
+        if self.zero_stage < 2:
+            return None
+        if self.zero_stage == 2:
+            return (2, False, 0)
+        reshard = DEFAULT_RESHARD_AFTER_FORWARD if self.reshard_after_forward is None \
+            else self.reshard_after_forward
+        prefetch = DEFAULT_PREFETCH if self.prefetch is None else self.prefetch
+        return (3, reshard, prefetch)
 
     @property
     def default_grad_sync(self):

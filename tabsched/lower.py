@@ -19,9 +19,12 @@ Tail (optional)
     stage on every device that holds it (an all-reduce among replicas; it does
     not occupy a device's compute stream). ``optimizer``: one node per device
     after its last cell and the syncs of its stages, on its compute stream.
+Sharding (optional)
+    ``sharding``: ZeRO-2/3's UNSHARD, RESHARD and REDUCE_GRAD nodes and their
+    edges, built by :mod:`tabsched.sharding`.
 Node kinds (:mod:`tabsched.nodes`)
     Node ids run kind by kind: cells, then transfers, then syncs, then optimizer
-    steps, each kind one range (``nodes(kind)``, ``node_kind``, ``node_device``;
+    steps, then the sharding nodes, each kind one range (``nodes(kind)``, ``node_kind``, ``node_device``;
     the kinds still to come have empty ranges).
 Resources (``resources``, one row per node)
     ``none``: no column, transfers never wait for each other. ``link``: each
@@ -61,8 +64,10 @@ from tabsched.edges import (dependencies, node_resources, optimizer_edges, stage
                             sync_nodes, transfer_after_edges)
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.execution import CONTENTION_MODES
-from tabsched.nodes import CELL, EXTRA_KINDS, KINDS, OPTIMIZER, SYNC, TRANSFER
+from tabsched.nodes import (CELL, EXTRA_KINDS, KINDS, OPTIMIZER, REDUCE_GRAD, RESHARD, SYNC,
+                            TRANSFER, UNSHARD)
 from tabsched.p2p import p2p_edges, resolve_mode
+from tabsched.sharding import check_sharding, shard_nodes
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -131,6 +136,9 @@ class LoweredSchedule:
     contention : str
     sync_stage : int32 array
         The stage of each gradient-sync node, in the order of ``nodes(SYNC)``.
+    sharding : ShardNodes, optional
+        The stage and device of each UNSHARD, RESHARD and REDUCE_GRAD node
+        (:class:`tabsched.sharding.ShardNodes`); None without sharding.
     """
 
     table: object
@@ -144,6 +152,7 @@ class LoweredSchedule:
     transfers: Transfers
     contention: str
     sync_stage: np.ndarray | None = None
+    sharding: object = None
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
@@ -436,6 +445,8 @@ class LoweredSchedule:
             return f"grad sync stage {int(self.sync_stage[index])}"
         if kind == OPTIMIZER:
             return f"optimizer d{index}"
+        if kind in (UNSHARD, RESHARD, REDUCE_GRAD) and self.sharding is not None:
+            return self.sharding.describe(kind, index)
         return f"{kind.label} {index}"
 
 
@@ -449,7 +460,8 @@ def _check_status(status):
 def lower(table: ScheduleTable, *, contention: str = "none",
           devices_per_node: int | None = None, blocking_sends: bool = False,
           grad_sync: object = None, optimizer: bool = False,
-          transfer_after: tuple | None = None, p2p: str | None = None) -> LoweredSchedule:
+          transfer_after: tuple | None = None, p2p: str | None = None,
+          sharding: tuple | None = None, shard_windows: tuple | None = None) -> LoweredSchedule:
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -475,15 +487,23 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     p2p : {"free", "blocking", "megatron-batched", "megatron-overlap", "pytorch"}
         How the runtime posts and waits on transfers (:mod:`tabsched.p2p`); None:
         ``blocking`` with ``blocking_sends``, else ``free``.
+    sharding : ``(zero_stage, reshard_after_forward, prefetch)``, optional
+        ZeRO-2 or 3: add the UNSHARD, RESHARD and REDUCE_GRAD nodes of
+        :mod:`tabsched.sharding` (an execution's ``sharding``).
+    shard_windows : ``(stage, issue, first, last)`` int arrays, optional
+        ZeRO-3's windows as a file gives them (operation indices; ``issue`` the
+        operation after which the all-gather starts, ``-1``: at once), instead of
+        those :mod:`tabsched.sharding` finds.
     """
     p2p = resolve_mode(p2p, blocking_sends)
     blocking_sends = p2p == "blocking"
+    sharding = check_sharding(sharding)
     if contention not in CONTENTION_MODES:
         raise InvalidParameterError(
             f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
-    if p2p == "free" and not optimizer and transfer_after is None:
+    if p2p == "free" and not optimizer and transfer_after is None and sharding is None:
         offered = _take_offered(table, grad_sync)
         if offered is not None:
             if contention == "none":
@@ -551,6 +571,14 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         num_nodes += D
         edge_groups.extend(optimizer_edges(table, cell_device, sync_stage, first_sync,
                                            first_optimizer))
+    first_shard = num_nodes
+    shard, shard_counts = None, (0, 0, 0)
+    if sharding is not None:
+        shard, shard_counts, shard_groups = shard_nodes(
+            table, sharding, cell_of_op, cell_device, first_shard,
+            first_optimizer if optimizer else None, shard_windows)
+        edge_groups.extend(shard_groups)
+        num_nodes += sum(shard_counts)
 
     num_edges = sum(len(sources) for sources, _ in edge_groups)
     if max(num_nodes, num_edges) > MAX_IDS:
@@ -570,6 +598,10 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     # each kind's range, in the order of nodes.KINDS (the kinds still to come: empty)
     kind_bounds = np.full(len(KINDS) + 1, num_nodes, dtype=INDEX)
     kind_bounds[:OPTIMIZER + 1] = [0, num_cells, first_sync, first_optimizer]
+    unshards, reshards, _ = shard_counts
+    kind_bounds[UNSHARD] = first_shard
+    kind_bounds[RESHARD:REDUCE_GRAD + 1] = first_shard + unshards
+    kind_bounds[RESHARD + 1:REDUCE_GRAD + 1] = first_shard + unshards + reshards
     resources, num_resources = node_resources(contention, num_nodes,
                                               slice(num_cells, first_sync), transfers, D,
                                               devices_per_node)
@@ -577,7 +609,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                            cell_device=cell_device, indptr=indptr, successors=successors,
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
-                           sync_stage=sync_stage,
+                           sync_stage=sync_stage, sharding=shard,
                            extra_transfer_edges=transfer_after is not None or bool(scheduled))
 
 

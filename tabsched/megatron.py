@@ -227,6 +227,14 @@ def execution_arguments(execution):
                       ("--recompute-num-layers", 1)]
     if execution.zero_stage >= 1:
         arguments.append(("--use-distributed-optimizer", None))
+    if execution.zero_stage >= 2:
+        # Megatron-FSDP (Megatron-core's user guide, "Megatron FSDP"; --use-custom-fsdp in
+        # earlier releases): --data-parallel-sharding-strategy optim_grads (ZeRO-2) or
+        # optim_grads_params (ZeRO-3), which needs --no-gradient-accumulation-fusion
+        arguments += [("--use-megatron-fsdp", None),
+                      ("--data-parallel-sharding-strategy",
+                       "optim_grads_params" if execution.zero_stage == 3 else "optim_grads"),
+                      ("--no-gradient-accumulation-fusion", None)]
     if execution.attention == "flash":
         arguments.append(("--use-flash-attn", None))
     if execution.overlap_grad_reduce:

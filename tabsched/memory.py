@@ -4,7 +4,9 @@ An activation is held from the start of its ``F`` to the end of its backward
 (with a split backward, ``I`` frees ``input_grad_release`` of it and ``W`` the
 rest); an operation's working memory (the cost model's ``transient_sizes``) only
 while it runs; a device's persistent memory (weights, gradients, optimizer
-state) all the time. Memory is in bytes under ``ModelCosts``, else in units of
+state) all the time; with ZeRO-2/3, a stage's gathered parameters and full
+gradients between the nodes that gather and free them
+(:func:`tabsched.sharding.shard_memory_events`). Memory is in bytes under ``ModelCosts``, else in units of
 one stage's activation for one full microbatch.
 
 :func:`memory_events` are a device's deltas; sorted by (time, delta) and summed
@@ -81,7 +83,10 @@ def activation_peaks(result):
 def device_peaks(table, costs, lowered, node_start, durations, sizes=None):
     """Activation peaks per device by ``_build.activation_peaks``, or None if it cannot
     order the events (then the timelines decide). ``sizes``: ``memory_sizes(table,
-    costs)`` if at hand."""
+    costs)`` if at hand. With ZeRO-2/3 nodes (``lowered.sharding``) the timelines
+    decide, since they hold what those nodes gather and free."""
+    if getattr(lowered, "sharding", None) is not None:
+        return None
     activation, transient, _ = memory_sizes(table, costs) if sizes is None else sizes
     peaks = np.zeros(table.num_devices)
     status = _build.activation_peaks(table.device, table.kind, lowered.cell_of_op,

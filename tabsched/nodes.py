@@ -15,11 +15,23 @@ order of :data:`KINDS`, each kind's nodes one contiguous range of ids:
 ``OPTIMIZER``
     One device's end-of-iteration step, on its compute stream, one per device in
     device order.
-``UNSHARD``, ``RESHARD``, ``ALL_TO_ALL``, ``CONTEXT_EXCHANGE``
-    Registered for the parallelisms to come (fully sharded parameters gathered
-    before and freed after their use, expert parallelism's token exchange,
-    context parallelism's key/value exchange); no lowering makes them yet, so
-    their ranges are empty.
+``UNSHARD``
+    ZeRO-3 / FSDP: the all-gather of one stage's parameters over the
+    data-parallel group, before a window of the device's operations that use
+    them, on the device's all-gather stream (not its compute stream).
+``RESHARD``
+    The free of those gathered parameters after the window's last operation:
+    a memory event of no duration (no stream).
+``ALL_TO_ALL``, ``CONTEXT_EXCHANGE``
+    Registered for the parallelisms to come (expert parallelism's token
+    exchange, context parallelism's key/value exchange); no lowering makes
+    them yet, so their ranges are empty.
+``REDUCE_GRAD``
+    ZeRO-2/3: the reduce-scatter of one stage's gradients over the
+    data-parallel group after the device's last backward of it, on the
+    device's reduce-scatter stream. The names are PyTorch pipelining's
+    (``_ComputationType`` in torch/distributed/pipelining/schedules.py); the
+    lowering of these three is :mod:`tabsched.sharding`.
 
 A kind is registered by adding its member here, in the place its nodes take in
 the numbering, with whether it runs on a device's compute stream; the lowering
@@ -31,14 +43,14 @@ id ranges.
 
 >>> [kind.label for kind in KINDS[:4]]
 ['cell', 'transfer', 'sync', 'optimizer']
->>> OPTIMIZER.on_device, SYNC.on_device
-(True, False)
+>>> OPTIMIZER.on_device, SYNC.on_device, UNSHARD.on_device
+(True, False, False)
 """
 
 import enum
 
 __all__ = ["NodeKind", "KINDS", "EXTRA_KINDS", "CELL", "TRANSFER", "SYNC", "OPTIMIZER",
-           "UNSHARD", "RESHARD", "ALL_TO_ALL", "CONTEXT_EXCHANGE"]
+           "UNSHARD", "RESHARD", "ALL_TO_ALL", "CONTEXT_EXCHANGE", "REDUCE_GRAD"]
 
 
 class NodeKind(enum.IntEnum):
@@ -52,6 +64,7 @@ class NodeKind(enum.IntEnum):
     RESHARD = 5
     ALL_TO_ALL = 6
     CONTEXT_EXCHANGE = 7
+    REDUCE_GRAD = 8
 
     @property
     def label(self):
@@ -64,8 +77,11 @@ class NodeKind(enum.IntEnum):
         return self in _ON_DEVICE
 
 
-_ON_DEVICE = frozenset({NodeKind.CELL, NodeKind.OPTIMIZER, NodeKind.UNSHARD,
-                        NodeKind.RESHARD})
+#: FSDP issues its all-gathers and reduce-scatters on their own CUDA streams
+#: (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, ``FSDPCommContext``:
+#: ``all_gather_stream``, ``reduce_scatter_stream``), so UNSHARD and REDUCE_GRAD
+#: overlap compute; a RESHARD only frees memory.
+_ON_DEVICE = frozenset({NodeKind.CELL, NodeKind.OPTIMIZER})
 
 #: Every kind, in the order their nodes are numbered.
 KINDS = tuple(NodeKind)
@@ -81,3 +97,4 @@ UNSHARD = NodeKind.UNSHARD
 RESHARD = NodeKind.RESHARD
 ALL_TO_ALL = NodeKind.ALL_TO_ALL
 CONTEXT_EXCHANGE = NodeKind.CONTEXT_EXCHANGE
+REDUCE_GRAD = NodeKind.REDUCE_GRAD

@@ -38,6 +38,7 @@ from tabsched import engine
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.execution import Execution
 from tabsched.memory import MemoryViolation, memory_events, memory_violations
+from tabsched.sharding import shard_memory_events
 from tabsched.nodes import CELL, KINDS, TRANSFER
 from tabsched.table import ScheduleTable
 
@@ -52,9 +53,10 @@ class DeviceStats:
 
     ``idle = warmup + inside + cooldown``: idle before its first operation,
     between its operations, after its last one until the makespan.
-    ``peak_memory`` is activations only; ``persistent_memory`` is what the
-    device holds all the time (weights, gradients, optimizer state), so the
-    device's total peak is their sum.
+    ``peak_memory`` is activations only (with ZeRO-2/3, also the gathered
+    parameters and unsharded gradients while held); ``persistent_memory`` is what
+    the device holds all the time (weights, gradients, optimizer state, as sharded),
+    so the device's total peak is their sum.
     """
 
     device: int
@@ -362,7 +364,9 @@ class Result:
         An activation is held from the start of its ``F`` to the end of its ``B``
         (with a split backward, ``I`` frees the released part and ``W`` the rest);
         an operation's working memory (the cost model's ``transient_sizes``)
-        only from its start to its end, unless ``working=False``. At equal times
+        only from its start to its end, unless ``working=False``; with ZeRO-2/3,
+        a stage's gathered parameters and full gradients while held
+        (:func:`tabsched.sharding.shard_memory_events`). At equal times
         frees come before allocations.
         """
         activation = np.asarray(self._cost_model.activation_sizes(self.table), np.float64)
@@ -384,6 +388,11 @@ class Result:
                                       start + self._node_durations[cells])
         keep = deltas != 0
         times, deltas = times[keep], deltas[keep]
+        if self._lowered.sharding is not None:     # ZeRO-2/3: gathered stages, gradients
+            gathered, gradients = self._cost_model.shard_sizes(table)
+            more = shard_memory_events(self._lowered, device, self._node_start,
+                                       self._node_durations, gathered, gradients)
+            times, deltas = np.concatenate([times, more[0]]), np.concatenate([deltas, more[1]])
         order = np.lexsort((deltas, times))
         return times[order], np.cumsum(deltas[order])
 

@@ -69,7 +69,7 @@ SYSTEM_GRID = tuple(f"{network}_nw_{compute}_cp" for network in ("slow", "mid", 
 EXECUTION_COLUMNS = tuple(name for name in FIELDS
                           if name not in ("global_batch", "microbatch_size"))
 #: Execution fields added after the columns' order was set: they go at the end.
-_LATER_FIELDS = ("post_validation",)
+_LATER_FIELDS = ("p2p", "post_validation", "reshard_after_forward", "prefetch")
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",

@@ -104,9 +104,19 @@ def torchtitan_settings(table, execution, sequence_length):
     if run.tensor_parallel > 1 and not run.sequence_parallel:
         notes.append("torchtitan's tensor parallelism splits the norms over the sequence "
                      "(sequence parallelism), which this execution does not")
-    if run.zero_stage >= 1:
-        notes.append("ZeRO-1 has no torchtitan setting: data_parallel_shard_degree (FSDP) "
-                     "shards parameters and gradients too")
+    if run.zero_stage == 3:
+        # FSDP2 over the data-parallel group: torchtitan's JobConfig [parallelism]
+        # data_parallel_shard_degree and fsdp_reshard_after_forward ("always"/"never")
+        parallelism["data_parallel_replicate_degree"] = 1
+        parallelism["data_parallel_shard_degree"] = int(run.data_parallel)
+        reshard = run.sharding[1]
+        parallelism["fsdp_reshard_after_forward"] = "always" if reshard else "never"
+        if run.sharding[2] != 1:
+            notes.append(f"FSDP2 prefetches one module ahead; prefetch {run.sharding[2]} has "
+                         f"no torchtitan setting")
+    elif run.zero_stage >= 1:
+        notes.append(f"ZeRO-{run.zero_stage} has no torchtitan setting: "
+                     f"data_parallel_shard_degree (FSDP) shards parameters and gradients too")
     if run.recompute == "selective":
         notes.append("torchtitan's selective checkpointing (selective_ac_option) is not "
                      "Korthikanti et al.'s attention-core recomputation that tabsched prices")

@@ -150,11 +150,11 @@ def test_convert_writes_csv_json_and_torch_comms(cli, tmp_path):
     assert code == 0 and out == to_compute_comms(table, drop_metadata=True)
 
 
-def test_convert_a_pytorch_comms_file_says_what_it_dropped(cli, tmp_path):
+def test_convert_a_pytorch_comms_file_says_what_it_read(cli, tmp_path):
     source = PYTORCH_DATA / "zbv_pp4_m8_comms.csv"
     code, _, err = cli("convert", str(source), str(tmp_path / "z.csv"))
     assert code == 0
-    assert "note: dropped 8 UNSHARD and 8 RESHARD cells" in err
+    assert "note: read 8 UNSHARD and 8 RESHARD cells as FSDP's parameter windows" in err
     assert "note: the file's own SEND/RECV positions are not written" in err
     # the compute cells, laid out in unit slots, lower to PyTorch's own compute_comms again
     code, out, _ = cli("convert", str(tmp_path / "z.csv"), "-", "--to", "torch-comms")
@@ -174,7 +174,7 @@ def test_legacy_files_convert_to_current_tokens(cli, tmp_path):
 def test_show_and_eval_take_pytorch_files(cli):
     code, out, _ = cli("show", str(PYTORCH_DATA / "dualpipev_pp4_m8_comms.csv"), "--width", "60")
     assert code == 0 and "stage map: v (stages 0..3 down the devices" in out
-    assert "note: dropped 8 UNSHARD and 8 RESHARD cells" in out
+    assert "note: read 8 UNSHARD and 8 RESHARD cells as FSDP's parameter" in out
     code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "2")
     assert out.endswith("stage map: loop (stage s on device s)\n")
     code, out, _ = cli("eval", str(PYTORCH_DATA / "interleaved_1f1b_pp2_m4.csv"))

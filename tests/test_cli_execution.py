@@ -74,7 +74,10 @@ def test_a_global_batch_gives_the_microbatches(cli, run_file):
     ("global_batch = 100\ndata_parallel = 8\nmicrobatch_size = 2\n", MODEL,
      "run.toml: global_batch 100 is not divisible by data_parallel 8 x microbatch_size 2 = 16 "
      "(each replica runs whole microbatches)"),
-    ("zero_stage = 3\n", MODEL, "run.toml: zero_stage 3 is not modelled"),
+    ("zero_stage = 3\n", MODEL, "run.toml: zero_stage 3 with data_parallel 1 shards nothing"),
+    ("zero_stage = 5\n", MODEL, "run.toml: zero_stage 5 is not a ZeRO stage"),
+    ("zero_stage = 3\ndata_parallel = 2\nprefetch = -2\n", MODEL,
+     "run.toml: prefetch must be an integer >= 0, not -2"),
     ("tensor_parallel = 2\n", (), "run.toml: tensor_parallel 2 needs --model and --system"),
     ("recompute = \"full\"\n", ("--comm", "1"), "run.toml: recompute 'full' needs --model and "
                                                "--system"),

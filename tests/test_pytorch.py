@@ -50,11 +50,12 @@ def test_legacy_file_read_with_current_tokens_gets_a_hint():
 
 
 # ------------------------------------------------------------ FSDP and grad sync
-def test_unshard_reshard_are_dropped_with_a_note():
+def test_unshard_reshard_are_read_as_windows_with_a_note():
     schedule = from_pytorch_csv(csv_text("0UNSHARD,0F0,0B0,0RESHARD"))
     assert schedule.table.orders() == [[Op("F", 0, 0), Op("B", 0, 0)]]
-    assert schedule.notes == ["dropped 1 UNSHARD and 1 RESHARD cells: FSDP's parameter "
-                              "all-gather and free cost nothing in tabsched's model"]
+    assert schedule.notes == ["read 1 UNSHARD and 1 RESHARD cells as FSDP's parameter "
+                              "windows: all-gathers priced under zero_stage 3, free otherwise"]
+    assert [column.tolist() for column in schedule.shard_windows] == [[0], [-1], [0], [1]]
     assert schedule.evaluate().notes == schedule.notes
 
 

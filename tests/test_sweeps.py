@@ -382,3 +382,14 @@ def test_sweep_refuses_a_global_batch_or_microbatch_size_that_is_not_whole():
               microbatch_size=2.5)
     # one integer for a list is that list
     assert len(sweep(["1f1b"], 2, 4, systems=["dgx-a100"])) == 1
+
+
+def test_the_columns_of_earlier_releases_keep_their_positions():
+    """Merged CSVs line up: the columns a sweep CSV had before this round's execution fields
+    (p2p, post_validation, reshard_after_forward, prefetch) and the steady period keep
+    their places, and the new ones come after them."""
+    from tabsched.sweeps import COLUMNS
+    earlier = COLUMNS[:COLUMNS.index("simulation_hfu") + 1]
+    assert "optimizer_step" in earlier and earlier.index("blocking_sends") + 1 == \
+        earlier.index("overlap_grad_reduce")
+    assert not {"p2p", "post_validation", "reshard_after_forward", "prefetch"} & set(earlier)

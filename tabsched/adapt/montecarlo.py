@@ -204,7 +204,8 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
                 iteration: int = 0, execution: Execution | None = None,
                 contention: str | None = None, grad_sync: object = None,
                 optimizer: bool | None = None, transfer_after: tuple | None = None,
-                chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> MonteCarloResult:
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                shard_windows: tuple | None = None) -> MonteCarloResult:
     """Makespan statistics of ``table`` over ``samples`` iterations drawn from ``variation``.
 
     Parameters
@@ -219,7 +220,7 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
         Same seed, same numbers, to the bit.
     iteration : int
         The iteration the samples stand for (models limited to some iterations).
-    execution, contention, grad_sync, optimizer, transfer_after :
+    execution, contention, grad_sync, optimizer, transfer_after, shard_windows :
         As in :func:`tabsched.evaluate`: how the table runs (default the cost model's
         execution), and the conveniences that change one thing of it.
     chunk_bytes : int
@@ -242,7 +243,8 @@ def monte_carlo(table: ScheduleTable, costs: CostModel | None = None,
     costs = run_as(checked_costs(table, costs), execution)
     check_variation(variation)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
-                        optimizer=optimizer, transfer_after=transfer_after)
+                        optimizer=optimizer, transfer_after=transfer_after,
+                        shard_windows=shard_windows)
     context = VariationContext(lowered, costs, seed=seed, iteration=iteration)
     return run_monte_carlo(context, variation, samples=samples, chunk_bytes=chunk_bytes)
 

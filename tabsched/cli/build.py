@@ -138,6 +138,7 @@ _OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
 #: Fields that only model costs price: slot-length costs refuse them (a flag or a file).
 MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
                 "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
+                "reshard_after_forward", "prefetch",
                 "attention", "scatter_gather", "overlap_grad_reduce", "blocking_sends")
 
 
@@ -171,6 +172,7 @@ def execution_from_options(options):
             value = parse_grad_sync(value)
         changes[field] = value
         sources[field] = flag
+    _zero_options(options, base, changes, sources)
     if changes.get("sequence_parallel") and changes.get("tensor_parallel",
                                                         base.tensor_parallel) == 1:
         raise click.ClickException("--sequence-parallel needs --tensor-parallel/-t > 1 (it "
@@ -180,6 +182,24 @@ def execution_from_options(options):
     except InvalidParameterError as error:
         raise click.ClickException(_named(str(error), sources)) from None
     return execution, sources
+
+
+def _zero_options(options, base, changes, sources):
+    """``--zero N`` (``--optimizer-sharding`` is ``--zero 1``) and the FSDP options that
+    only ZeRO-3 reads, into ``changes``; one line for a combination that cannot be."""
+    zero = options.get("zero_stage")
+    if zero is not None:
+        if options.get("optimizer_sharding") and zero != 1:
+            raise click.ClickException(f"--optimizer-sharding is --zero 1; it contradicts "
+                                       f"--zero {zero}")
+        changes["zero_stage"], sources["zero_stage"] = zero, "--zero"
+    stage = changes.get("zero_stage", base.zero_stage)
+    for field in ("reshard_after_forward", "prefetch"):
+        if changes.get(field) is not None and stage != 3:
+            flag = "--prefetch" if field == "prefetch" else (
+                "--reshard-after-forward" if changes[field] else "--no-reshard-after-forward")
+            raise click.ClickException(f"{flag} applies to --zero 3 only (FSDP's parameter "
+                                       f"all-gathers), not to ZeRO stage {stage}")
 
 
 def _named(text, sources):

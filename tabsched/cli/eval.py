@@ -53,7 +53,8 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     runs = monte_carlo_from_options(
         table, costs, variation_params,
-        **({"transfer_after": torch_schedule.transfer_after} if torch_schedule else {}))
+        **({"transfer_after": torch_schedule.transfer_after,
+            "shard_windows": torch_schedule.shard_windows} if torch_schedule else {}))
     if as_json:
         data = result.to_dict()
         if runs is not None:

@@ -231,7 +231,8 @@ def _memory_lines(result):
     top = max(devices, key=lambda d: d.peak_total_memory)
     lines = [f"peak memory   {format_memory(top.peak_total_memory, memory_unit)} on d{top.device} "
              f"({format_memory(top.persistent_memory, memory_unit)} persistent + "
-             f"{format_memory(top.peak_memory, memory_unit)} activations)"]
+             f"{format_memory(top.peak_memory, memory_unit)} activations"
+             f"{_sharded_note(result)})"]
     if result.memory_budget is not None:     # the budget rules
         lines.append(_limit_line("memory budget", result.memory_budget, result.violations,
                                  result))
@@ -240,6 +241,14 @@ def _memory_lines(result):
                                  result.capacity_violations, result,
                                  f" ({result.costs.get('system')})"))
     return lines
+
+
+def _sharded_note(result):
+    """What the peak beside the persistent memory also holds under ZeRO-2/3."""
+    zero = result.execution.zero_stage if result.execution is not None else 0
+    if zero >= 3:
+        return " and gathered parameters and gradients"
+    return " and unsharded gradients" if zero == 2 else ""
 
 
 def _limit_line(label, limit, violations, result, whose=""):

@@ -25,6 +25,7 @@ HELP_SECTIONS = {
                                       "recompute", "global_batch", "tensor_parallel",
                                       "sequence_parallel",
                                       "data_parallel", "attention", "optimizer_sharding",
+                                      "zero_stage", "reshard_after_forward", "prefetch",
                                       "overlap_grad_reduce", "blocking_sends"),
     "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer",
                                         "post_validation"),
@@ -250,6 +251,9 @@ PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "sequence_parallel": "--sequence-parallel",
                   "data_parallel": "--data-parallel/-d", "attention": "--attention",
                   "optimizer_sharding": "--optimizer-sharding",
+                  "zero_stage": "--zero",
+                  "reshard_after_forward": "--reshard-after-forward/--no-reshard-after-forward",
+                  "prefetch": "--prefetch",
                   "overlap_grad_reduce": "--overlap-grad-reduce"}
 
 
@@ -259,7 +263,7 @@ PARALLEL_OPTIONS = tuple(PARALLEL_FLAGS) + ("blocking_sends",)
 #: The flag that sets each field of an execution (``--optimizer-sharding`` is
 #: ``zero_stage = 1``, ``--optimizer`` is ``optimizer_step = true``).
 EXECUTION_FLAGS = {**{name: flag for name, flag in PARALLEL_FLAGS.items()
-                      if name != "optimizer_sharding"},
+                      if name not in ("optimizer_sharding", "zero_stage")},
                    "zero_stage": "--optimizer-sharding", "blocking_sends": "--blocking-sends",
                    "p2p": "--p2p",
                    "microbatch_size": "--microbatch-size", "recompute": "--recompute",
@@ -300,6 +304,17 @@ def parallel_options(command=None, *, lists=False):
                      help="eager: the s x s scores in memory; flash: fused (default eager)."),
         click.option("--optimizer-sharding", is_flag=True, default=None,
                      help="ZeRO-1: optimizer state divided over the -d replicas."),
+        click.option("--zero", "zero_stage", type=click.IntRange(0, 3),
+                     help="ZeRO stage over the -d replicas: 1 optimizer state, 2 also "
+                          "gradients (reduce-scattered after a stage's last backward), 3 also "
+                          "parameters (FSDP: all-gathered before use, freed after)."),
+        click.option("--reshard-after-forward/--no-reshard-after-forward", default=None,
+                     help="--zero 3: free a stage's parameters after its forwards and gather "
+                          "them again for its backwards (FSDP2's default; --no-... is FSDP1's "
+                          "SHARD_GRAD_OP)."),
+        click.option("--prefetch", type=int, metavar="N",
+                     help="--zero 3: a stage's all-gather may start N operations before its "
+                          "use (default 1, FSDP's one-ahead prefetch; 0: exposed)."),
         click.option("--overlap-grad-reduce", is_flag=True, default=None,
                      help="The data-parallel all-reduce runs beside the remaining backwards."),
         click.option("--blocking-sends", is_flag=True, default=None,

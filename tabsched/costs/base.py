@@ -182,6 +182,11 @@ class CostModel:
     def optimizer_step(self):
         return self.execution.needs_optimizer_step
 
+    @property
+    def sharding(self):
+        """ZeRO-2/3's lowering options (:attr:`~tabsched.execution.Execution.sharding`)."""
+        return self.execution.sharding
+
     def with_execution(self, execution):
         """These costs run as ``execution``: ``self`` when it is the one held already,
         else a copy holding it (a cost model that prices parallelism builds anew)."""
@@ -229,6 +234,12 @@ class CostModel:
 
     def persistent_memory(self, table):
         return np.zeros(table.num_devices)
+
+    def shard_sizes(self, table):
+        """``(gathered, gradients)`` per stage: what ZeRO-3 holds while a stage's
+        parameters are gathered, and ZeRO-2/3 while its full gradients wait for their
+        reduce-scatter (:func:`tabsched.sharding.shard_memory_events`); default none."""
+        return np.zeros(table.num_stages), np.zeros(table.num_stages)
 
     def extra_prices(self, lowered):
         """``{kind: node_prices(lowered, kind)}`` for each extra kind ``lowered`` has."""

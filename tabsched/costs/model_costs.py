@@ -24,11 +24,12 @@ from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_re
                                        part_times, present, priced_part, ring_all_reduce,
                                        stage_layers, stage_parameters, table_shape)
 from tabsched.costs.placement import Placement
+from tabsched.costs.sharded import persistent_bytes_per_parameter, shard_prices, shard_sizes
 from tabsched.costs.system import load_system
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
-from tabsched.nodes import OPTIMIZER, SYNC
+from tabsched.nodes import OPTIMIZER, REDUCE_GRAD, RESHARD, SYNC, UNSHARD
 from tabsched.table import BACKWARD, INPUT_GRAD
 
 __all__ = ["ModelCosts"]
@@ -94,7 +95,7 @@ class ModelCosts(CostModel):
         all-reduce of the tied embedding's gradients between the first and the
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
-overlap_grad_reduce, scatter_gather
+overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         Fields of :class:`~tabsched.execution.Execution`.
     parallel : Execution, optional
         The name ``execution`` had before executions held the whole run.
@@ -124,7 +125,8 @@ overlap_grad_reduce, scatter_gather
                  overlap=1.0, contention=None, blocking_sends=None, grad_sync=None,
                  optimizer=None, tensor_parallel=None, sequence_parallel=None,
                  data_parallel=None, attention=None, optimizer_sharding=None,
-                 overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None):
+                 overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None,
+                 zero_stage=None, reshard_after_forward=None, prefetch=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
             "contention": contention, "blocking_sends": blocking_sends, "p2p": p2p,
@@ -132,7 +134,9 @@ overlap_grad_reduce, scatter_gather
             "tensor_parallel": tensor_parallel, "sequence_parallel": sequence_parallel,
             "data_parallel": data_parallel, "attention": attention,
             "optimizer_sharding": optimizer_sharding,
-            "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather})
+            "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather,
+            "zero_stage": zero_stage, "reshard_after_forward": reshard_after_forward,
+            "prefetch": prefetch})
         self._given_model = model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
                                                  ("recompute", asked.recompute))
@@ -444,9 +448,16 @@ overlap_grad_reduce, scatter_gather
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
 
     def persistent_memory(self, table):
-        """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer state."""
-        shards = self.execution.data_parallel if self.execution.optimizer_sharding else 1
-        return self._device_parameters(table) * self.model.optimizer_state_bytes(shards)
+        """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer
+        state, each divided over the replicas as the ZeRO stage says
+        (:func:`tabsched.costs.sharded.persistent_bytes_per_parameter`)."""
+        return self._device_parameters(table) * persistent_bytes_per_parameter(
+            self.model, self.execution)
+
+    def shard_sizes(self, table):
+        """ZeRO-2/3's bytes per stage beyond the persistent memory
+        (:func:`tabsched.costs.sharded.shard_sizes`)."""
+        return shard_sizes(self, table)
 
     def _all_reduce_time(self, nbytes, devices, num_devices):
         """``placement.all_reduce_time(nbytes, devices)`` among some of ``num_devices``,
@@ -486,12 +497,18 @@ overlap_grad_reduce, scatter_gather
         overlapped, the tied-embedding all-reduce, the optimizer update at the
         memory roofline (after the gradient buffer's division by ``d``: one
         read and one write of the gradients) and, with optimizer sharding, the
-        all-gather of the updated parameters.
+        all-gather of the updated parameters. With ZeRO-2/3 the data-parallel
+        reduction is the REDUCE_GRAD nodes' (so neither the sync nor the step
+        holds it), and ZeRO-3 gathers the updated parameters in the next
+        iteration's UNSHARDs; UNSHARD, RESHARD and REDUCE_GRAD are
+        :func:`tabsched.costs.sharded.shard_prices`.
         """
         if kind == SYNC:
             return self._sync_prices(lowered)
         if kind == OPTIMIZER:
             return self._step_prices(lowered)
+        if kind in (UNSHARD, RESHARD, REDUCE_GRAD):
+            return shard_prices(self, lowered, kind)
         return np.zeros(lowered.count(kind))
 
     def _sync_prices(self, lowered):
@@ -505,7 +522,9 @@ overlap_grad_reduce, scatter_gather
         for k, stage in enumerate(lowered.sync_stage):
             seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
                                             lowered.sync_devices(k), table.num_devices)
-            if replicas and self.execution.overlap_grad_reduce:
+            # ZeRO-2/3 reduce-scatter in their REDUCE_GRAD nodes instead
+            if replicas and self.execution.overlap_grad_reduce and \
+                    self.execution.zero_stage < 2:
                 seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
             sync.append(seconds)
         return np.array(sync, dtype=np.float64)
@@ -519,18 +538,21 @@ overlap_grad_reduce, scatter_gather
         reduce = "reduce_scatter" if sharded else "all_reduce"
         device_params = self._device_parameters(table)
         step = self._embedding_sync(table)
-        if replicas and not self.execution.overlap_grad_reduce:
+        zero = self.execution.zero_stage
+        if replicas and not self.execution.overlap_grad_reduce and zero < 2:
             step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
         shards = self.execution.data_parallel if sharded else 1
         state_bytes = self.model.optimizer_step_bytes * device_params / shards
         # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
         # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
-        # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes
-        scale_bytes = 2.0 * self.model.grad_bytes * device_params
+        # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes;
+        # ZeRO-2/3 keep 1/d of the gradients after their REDUCE_GRAD, and scale that
+        scale_bytes = 2.0 * self.model.grad_bytes * device_params / (shards if zero >= 2
+                                                                      else 1)
         none, one = np.zeros(len(state_bytes)), np.ones(len(state_bytes))
         step = (step + self.system.compute_time(none, scale_bytes, one)
                 + self.system.compute_time(none, state_bytes, one))
-        if sharded:
+        if sharded and zero < 3:     # ZeRO-3 gathers in the next iteration's UNSHARDs
             step = step + self._data_parallel_time("all_gather",
                                                    device_params * self.model.dtype_bytes)
         return np.where(device_params > 0, step, 0.0)
@@ -575,11 +597,12 @@ overlap_grad_reduce, scatter_gather
 
 def _parallel_settings(execution):
     """The parallelism a cost model's description names (as it has since before
-    executions: ``optimizer_sharding`` for ZeRO-1)."""
+    executions: ``optimizer_sharding`` for ZeRO-1; ``zero_stage`` beside it)."""
     return {"tensor_parallel": execution.tensor_parallel,
             "sequence_parallel": execution.sequence_parallel,
             "data_parallel": execution.data_parallel, "attention": execution.attention,
             "optimizer_sharding": execution.optimizer_sharding,
+            "zero_stage": execution.zero_stage,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
             "scatter_gather": execution.scatter_gather}
 

@@ -52,7 +52,7 @@ from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.nodes import CELL, TRANSFER
 
-__all__ = ["comm_edges", "unit_layout", "to_compute_comms"]
+__all__ = ["comm_edges", "fsdp_windows", "unit_layout", "to_compute_comms"]
 
 
 def _where(source, device, slot):
@@ -212,6 +212,68 @@ def comm_edges(table, comms, source, p2p):
     transfer_after = (np.array(producers, dtype=np.int64), np.array(afters, dtype=np.int64))
     _check_comm_deadlock(table, transfer_after, sides, source)
     return transfer_after
+
+
+def fsdp_windows(table, actions, source):
+    """The file's FSDP windows: ``(stage, issue, first, last)`` int64 arrays, or None.
+
+    Per device and stage, an ``UNSHARD`` opens a window and the next ``RESHARD``
+    closes it (an open one closes at the row's end); the window holds the
+    stage's operations between them, ``first`` and ``last`` of them (operation
+    indices), and its all-gather is issued where PyTorch's runtime issues it
+    (``unshard(async_op=True)``): after the compute operation before the
+    ``UNSHARD`` in the row, ``issue`` (``-1``: at the start). Lowered with
+    ``zero_stage`` 3 these windows replace tabsched's own
+    (:mod:`tabsched.sharding`). An UNSHARD of a stage already gathered, a
+    RESHARD of one not gathered and an operation outside every window of its
+    stage are errors naming the cell.
+    """
+    fsdp = sorted((entry for entry in actions if entry[2].kind in ("UNSHARD", "RESHARD")),
+                  key=lambda entry: (entry[0], entry[1]))
+    if not fsdp:
+        return None
+    ranges = _row_ranges(table)
+    opened, windows = {}, []
+
+    def close(device, stage, begin, end):
+        lo, hi = ranges[device]
+        mine = lo + np.flatnonzero((table.stage[lo:hi] == stage) & (table.slot[lo:hi] > begin)
+                                   & (table.slot[lo:hi] < end))
+        if len(mine):     # a window nothing uses gathers for nobody: no node
+            windows.append((stage, opened[(device, stage)][1], int(mine[0]), int(mine[-1])))
+        del opened[(device, stage)]
+
+    for device, slot, cell in fsdp:
+        key = (device, cell.stage)
+        if cell.kind == "UNSHARD":
+            if key in opened:
+                raise InvalidScheduleError(
+                    f"{_where(source, device, slot)}: {cell}: stage {cell.stage} is gathered "
+                    f"already (UNSHARD at slot {opened[key][0]}, no RESHARD since)")
+            lo, hi = ranges[device]
+            before = lo + int(np.searchsorted(table.slot[lo:hi], slot)) - 1
+            opened[key] = (slot, before if before >= lo else -1)
+        else:
+            if key not in opened:
+                raise InvalidScheduleError(
+                    f"{_where(source, device, slot)}: {cell}: stage {cell.stage} is not "
+                    f"gathered (no UNSHARD before it since its last RESHARD)")
+            close(device, cell.stage, opened[key][0], slot)
+    for device, stage in sorted(opened):
+        close(device, stage, opened[(device, stage)][0], np.inf)
+    stage, issue, first, last = (np.array(column, dtype=np.int64) for column in zip(*windows))
+    covered = np.zeros(len(table), dtype=bool)
+    for begin, end in zip(first.tolist(), last.tolist()):
+        covered[begin:end + 1] |= table.stage[begin:end + 1] == table.stage[begin]
+    loose = np.flatnonzero(~covered)
+    if len(loose):
+        op = int(loose[0])
+        device, slot = int(table.device[op]), int(table.slot[op])
+        raise InvalidScheduleError(
+            f"{_where(source, device, slot)}: {table.op(op)} runs while stage "
+            f"{int(table.stage[op])}'s parameters are not gathered (no UNSHARD before it, or "
+            f"a RESHARD between)")
+    return stage, issue, first, last
 
 
 def _order_deadlock(source, device, peer, queue, other, k):

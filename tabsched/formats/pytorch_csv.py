@@ -36,7 +36,10 @@ function); PyTorch's runtime without one runs the parts one after the other,
 which can start the forward earlier than tabsched does.
 
 ``UNSHARD`` and ``RESHARD`` (``<stage>UNSHARD``) fetch and free FSDP-sharded
-parameters; tabsched gives them no cost, so they are dropped with a note.
+parameters: their positions are kept as the schedule's FSDP windows
+(:func:`~tabsched.formats.pytorch_comms.fsdp_windows`), which an execution with
+``zero_stage`` 3 prices (the all-gather issued where the file issues it) and
+every other execution runs free, as PyTorch does without FSDP.
 ``REDUCE_GRAD`` becomes the table's ``grad_sync`` for its stage: one gradient
 sync after the stage's last backward (see :func:`tabsched.lower.lower`).
 
@@ -73,7 +76,7 @@ from tabsched.cells import COMM_ACTIONS, FSDP_ACTIONS, TOKEN_KINDS, Overlap, par
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 from tabsched.files import atomic_write, read_text
-from tabsched.formats.pytorch_comms import comm_edges, to_compute_comms, unit_layout
+from tabsched.formats.pytorch_comms import comm_edges, fsdp_windows, to_compute_comms, unit_layout
 from tabsched.formats.pytorch_ranks import check_expressible
 from tabsched.formats.rows import apply_reduce_grad, parse_rows, rows_to_table
 from tabsched.formats.table_csv import csv_row_texts, csv_rows, refuse_loss, write_rows
@@ -106,6 +109,9 @@ class TorchSchedule:
         DAG (see :func:`tabsched.lower.lower`).
     p2p : {"ordered", "free"}
         How the communication was read (see :mod:`tabsched.formats.pytorch_comms`).
+    shard_windows : tuple of int arrays or None
+        The file's UNSHARD..RESHARD windows ``(stage, issue, first, last)``
+        (:func:`~tabsched.formats.pytorch_comms.fsdp_windows`), for ZeRO-3.
     """
 
     table: object
@@ -113,6 +119,7 @@ class TorchSchedule:
     notes: list = field(default_factory=list)
     transfer_after: tuple | None = None
     p2p: str = "ordered"
+    shard_windows: tuple | None = None
 
     def evaluate(self, costs=None, **options):
         """:func:`tabsched.evaluate` with the file's communication order and notes.
@@ -122,7 +129,8 @@ class TorchSchedule:
         >>> schedule.evaluate().makespan
         4.0
         """
-        result = evaluate(self.table, costs, transfer_after=self.transfer_after, **options)
+        result = evaluate(self.table, costs, transfer_after=self.transfer_after,
+                          shard_windows=self.shard_windows, **options)
         result.notes = list(self.notes) + list(result.notes)
         return result
 
@@ -187,14 +195,15 @@ def from_pytorch_csv(text: str, *, source: str = "<csv>", legacy: bool = False,
     if legacy:
         notes.append("read PyTorch's legacy tokens: B as input-grad (I), BW as full backward (B)")
     table = _apply_extras(table, extras, source, notes)
+    windows = fsdp_windows(table, extras, source)
     if format == "compute_only":
-        return TorchSchedule(table, format, notes)
+        return TorchSchedule(table, format, notes, shard_windows=windows)
     transfer_after = comm_edges(table, comms, source, p2p)
     notes.append(f"{len(comms) // 2} SEND/RECV pairs are the transfers, each starting once its "
                  f"SEND and RECV are reached" + (" and, between two devices, in the order both "
                                                  "list them" if p2p == "ordered" else ""))
     table = unit_layout(table)
-    return TorchSchedule(table, format, notes, transfer_after, p2p)
+    return TorchSchedule(table, format, notes, transfer_after, p2p, windows)
 
 
 def _legacy_hint(message, rows, legacy):
@@ -228,9 +237,9 @@ def _apply_extras(table, extras, source, notes):
                                            f"{', ...' if len(runs) > 8 else ''})")
             dropped[cell.kind] += 1
     if dropped:
-        notes.append(f"dropped {dropped['UNSHARD']} UNSHARD and {dropped['RESHARD']} RESHARD "
-                     f"cells: FSDP's parameter all-gather and free cost nothing in tabsched's "
-                     f"model")
+        notes.append(f"read {dropped['UNSHARD']} UNSHARD and {dropped['RESHARD']} RESHARD "
+                     f"cells as FSDP's parameter windows: all-gathers priced under zero_stage "
+                     f"3, free otherwise")
     return apply_reduce_grad(table, extras, source, notes)
 
 
