@@ -17,8 +17,8 @@ from tabsched import _build, engine
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.table import BACKWARD, WEIGHT_GRAD
 
-__all__ = ["dependencies", "transfer_after_edges", "stage_holders", "sync_nodes",
-           "optimizer_edges", "node_resources"]
+__all__ = ["dependencies", "transfer_after_edges", "distinct_groups", "stage_holders",
+           "sync_nodes", "optimizer_edges", "node_resources"]
 
 INDEX = np.int32
 
@@ -78,7 +78,16 @@ def transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
         op = int(producer[k]) if targets[k] < 0 else int(carried[k])
         raise InvalidParameterError(f"transfer_after[{k}]: operation {op} sends nothing to "
                                     f"another device")
-    # split into groups in which every source appears once (the CSR fill needs that)
+    return distinct_groups(sources, targets)
+
+
+def distinct_groups(sources, targets):
+    """Edges ``sources -> targets`` as groups in which every source appears once (the CSR
+    fill needs that): the k-th edge of a source goes to group k, in the edges' order."""
+    sources = np.asarray(sources, dtype=np.int64)
+    targets = np.asarray(targets, dtype=np.int64)
+    if not len(sources):
+        return []
     order = np.argsort(sources, kind="stable")
     sources, targets = sources[order], targets[order]
     first = np.ones(len(sources), dtype=bool)
@@ -86,7 +95,7 @@ def transfer_after_edges(transfer_after, tr_producer, cell_of_op, num_cells):
     position = np.arange(len(sources))
     rank = position - np.maximum.accumulate(np.where(first, position, 0))
     return [(sources[rank == r].astype(INDEX), targets[rank == r].astype(INDEX))
-            for r in range(int(rank.max()) + 1 if len(rank) else 0)]
+            for r in range(int(rank.max()) + 1)]
 
 
 def stage_holders(table):

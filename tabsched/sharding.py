@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tabsched.edges import distinct_groups
 from tabsched.exceptions import InvalidParameterError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -111,22 +112,6 @@ def check_sharding(sharding):
         raise InvalidParameterError(f"sharding: prefetch must be an integer >= 0, not "
                                     f"{prefetch!r}")
     return int(zero), bool(reshard), int(prefetch)
-
-
-def _distinct_groups(sources, targets):
-    """Edge groups in which every source appears once (the CSR fill needs that)."""
-    sources = np.asarray(sources, dtype=np.int64)
-    targets = np.asarray(targets, dtype=np.int64)
-    if not len(sources):
-        return []
-    order = np.argsort(sources, kind="stable")
-    sources, targets = sources[order], targets[order]
-    first = np.ones(len(sources), dtype=bool)
-    first[1:] = sources[1:] != sources[:-1]
-    position = np.arange(len(sources))
-    rank = position - np.maximum.accumulate(np.where(first, position, 0))
-    return [(sources[rank == r].astype(INDEX), targets[rank == r].astype(INDEX))
-            for r in range(int(rank.max()) + 1)]
 
 
 def _chain(devices, keys, ids):
@@ -206,14 +191,14 @@ def shard_nodes(table, sharding, cell_of_op, cell_device, first_id, first_optimi
         device = win_pair // S
         row_first = np.searchsorted(cell_device, device)        # the device's first cell
         early = issue >= row_first
-        groups.extend(_distinct_groups(issue[early], unshard[early]))
+        groups.extend(distinct_groups(issue[early], unshard[early]))
         groups.append((unshard.astype(INDEX), win_first.astype(INDEX)))
         groups.append(tuple(array.astype(INDEX) for array in _chain(device, win_first,
                                                                      unshard)))
-        groups.extend(_distinct_groups(win_last, reshard_ids))
+        groups.extend(distinct_groups(win_last, reshard_ids))
     if R:
         device = reduced // S
-        groups.extend(_distinct_groups(last_w[reduced], reduce_ids))
+        groups.extend(distinct_groups(last_w[reduced], reduce_ids))
         groups.append(tuple(array.astype(INDEX) for array in _chain(device, last_w[reduced],
                                                                      reduce_ids)))
         if first_optimizer is not None:
