@@ -59,8 +59,14 @@ The network
     ``devices_per_node``: GPUs per node (``None``: the system's).
 The iteration's tail
     ``overlap_grad_reduce``: the data-parallel gradient reduction of each stage
-    starts after the stage's last backward and runs beside the remaining
-    backwards; ``grad_sync``: stages whose gradients are all-reduced among the
+    runs in buckets of ``grad_bucket_size`` parameters (``None``: Megatron-Core's
+    ``max(4e7, 1e6 * d)``), each launched as the stage's last backward fills it,
+    beside that backward and the device's remaining ones; what is left after the
+    backward is the queue's tail (:mod:`tabsched.costs.buckets`);
+    ``align_grad_reduce`` (Megatron-Core's default, true): only the first pipeline
+    rank's stages overlap their buckets with the backward, the other ranks launch
+    theirs at once after their last backward, in the pipeline's bubble (false: every
+    stage's buckets overlap, PyTorch DDP's and ``--no-align-grad-reduce``); ``grad_sync``: stages whose gradients are all-reduced among the
     pipeline ranks that hold them, ``None`` (the table's own, PyTorch's
     ``REDUCE_GRAD``, else none, or every stage when the data-parallel reduction
     overlaps), ``"replicas"`` (stages held by two or more ranks, Chimera's),
@@ -135,6 +141,8 @@ DEFAULT_RESHARD_AFTER_FORWARD = True
 DEFAULT_PREFETCH = 1
 #: Deepest prefetch: a row has at most 2**16 stages' worth of look-ahead that matters.
 MAX_PREFETCH = 2**16
+#: The largest gradient bucket, in parameters (a 2**50-parameter stage is past any model).
+MAX_BUCKET = 2**50
 #: Largest parallel degree: the largest published training runs use about 2**15 GPUs in
 #: all (Llama 3 405B: 16,384 H100s); 2**20 is 64x that, and every product of degrees
 #: stays an exact int64.
@@ -153,7 +161,8 @@ MAX_NODE = 65536
 #: The fields that take a degree (an integer >= 1).
 _DEGREES = ("tensor_parallel", "context_parallel", "expert_parallel", "data_parallel")
 #: The fields that take true or false.
-_FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce", "post_validation")
+_FLAGS = ("sequence_parallel", "scatter_gather", "overlap_grad_reduce", "align_grad_reduce",
+          "post_validation")
 
 
 def _degree(name, value):
@@ -230,6 +239,9 @@ class Execution:
         Deprecated: ``p2p="blocking"``.
     p2p : {"free", "blocking", "megatron-batched", "megatron-overlap", "pytorch"}, optional
     overlap_grad_reduce : bool
+    grad_bucket_size : int, optional
+        Parameters per gradient bucket of the overlapped reduction (None: Megatron-Core's).
+    align_grad_reduce : bool
     grad_sync : None, "replicas", "all" or tuple of int
     optimizer_step : bool, optional
     post_validation : bool
@@ -253,6 +265,8 @@ class Execution:
     blocking_sends: bool | None = None
     p2p: str | None = None
     overlap_grad_reduce: bool = False
+    grad_bucket_size: int | None = None
+    align_grad_reduce: bool = True
     grad_sync: str | tuple | None = None
     optimizer_step: bool | None = None
     post_validation: bool = False
@@ -295,6 +309,9 @@ class Execution:
         if self.reshard_after_forward is not None:
             set_("reshard_after_forward", _flag("reshard_after_forward",
                                                 self.reshard_after_forward))
+        if self.grad_bucket_size is not None:
+            set_("grad_bucket_size", _untrusted.integer("grad_bucket_size",
+                                                        self.grad_bucket_size, 1, MAX_BUCKET))
         if self.prefetch is not None:
             set_("prefetch", _untrusted.integer("prefetch", self.prefetch, 0, MAX_PREFETCH))
         _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
@@ -523,6 +540,7 @@ class Execution:
         scatter_gather = true
         contention = "link"
         overlap_grad_reduce = false
+        align_grad_reduce = true
         post_validation = false
         """
         lines = []

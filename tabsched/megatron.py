@@ -239,6 +239,10 @@ def execution_arguments(execution):
         arguments.append(("--use-flash-attn", None))
     if execution.overlap_grad_reduce:
         arguments.append(("--overlap-grad-reduce", None))
+        if execution.grad_bucket_size is not None:
+            arguments.append(("--ddp-bucket-size", execution.grad_bucket_size))
+        if not execution.align_grad_reduce:
+            arguments.append(("--no-align-grad-reduce", None))
     return tuple(arguments)
 
 

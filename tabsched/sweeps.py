@@ -70,6 +70,8 @@ EXECUTION_COLUMNS = tuple(name for name in FIELDS
                           if name not in ("global_batch", "microbatch_size"))
 #: Execution fields added after the columns' order was set: they go at the end.
 _LATER_FIELDS = ("p2p", "post_validation", "reshard_after_forward", "prefetch")
+#: Execution fields added after the steady-state period's column: they follow it.
+_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce")
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
@@ -86,13 +88,14 @@ COLUMNS = (
     "simulation_peak_activation_bytes", "simulation_min_peak_activation_bytes",
     "simulation_peak_memory_bytes", "simulation_min_peak_memory_bytes",
     "simulation_peak_memory_device", "slot_lengths", "parallel",
-) + tuple(name for name in EXECUTION_COLUMNS if name not in _LATER_FIELDS) + (
+) + tuple(name for name in EXECUTION_COLUMNS
+        if name not in _LATER_FIELDS + _LAST_FIELDS) + (
     "gpus", "memory_capacity_bytes", "simulation_fits", "simulation_over_capacity_bytes",
 ) + THROUGHPUT_COLUMNS + _LATER_FIELDS + (
     # the steady-state period of iterations run back to back (tabsched.steady); the
     # throughput columns stay per the makespan
     "simulation_steady_period_s",
-)
+) + _LAST_FIELDS
 
 #: The grid's axes of the execution: each takes a list of values (one value: a list of one).
 EXECUTION_AXES = ("tensor_parallel", "data_parallel", "microbatch_size", "recompute")
@@ -659,7 +662,7 @@ def _as_text(column, value):
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
                     "simulation_peak_memory_device", "tensor_parallel", "context_parallel",
                     "expert_parallel", "data_parallel", "zero_stage", "devices_per_node",
-                    "gpus"}
+                    "gpus", "prefetch", "grad_bucket_size"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
                  "slot_lengths", "parallel", "recompute", "attention", "contention",
                  "grad_sync", "p2p"}

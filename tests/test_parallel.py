@@ -220,5 +220,7 @@ def test_compare_keeps_an_overlapped_data_parallel_all_reduce():
         for parallel in ({"tensor_parallel": 8}, overlapped,
                          {"tensor_parallel": 8, "data_parallel": 4}))
     # a stage's gradients (5.5 G parameters per tensor rank, fp16) all-reduced over 4
-    # replicas on InfiniBand: 2*3/4 * 11 GB / 24 GB/s = 0.69 s after the last backward
-    assert serial + 0.6 < replicas < blocking
+    # replicas on InfiniBand: 2*3/4 * 11 GB / 24 GB/s = 0.69 s, in 40M-parameter buckets
+    # from the first tenth of the last backward (0.24 s) on: about 0.69 - 0.24 after it
+    assert serial + 0.4 < replicas < blocking
+    assert replicas < serial + 0.69

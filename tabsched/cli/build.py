@@ -139,7 +139,8 @@ _OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
 MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
                 "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
                 "reshard_after_forward", "prefetch",
-                "attention", "scatter_gather", "overlap_grad_reduce", "blocking_sends")
+                "attention", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
+                "align_grad_reduce", "blocking_sends")
 
 
 def execution_from_options(options):
@@ -181,6 +182,19 @@ def execution_from_options(options):
         execution = base.replace(**changes) if changes else base
     except InvalidParameterError as error:
         raise click.ClickException(_named(str(error), sources)) from None
+    for field in ("grad_bucket_size", "align_grad_reduce"):
+        if field in sources and not execution.overlap_grad_reduce:
+            source = sources[field]
+            if source.startswith("--"):
+                where = ("--grad-bucket-size" if field == "grad_bucket_size" else
+                         "--align-grad-reduce" if execution.align_grad_reduce else
+                         "--no-align-grad-reduce")
+            else:
+                where = f"{source}: {field}"
+            raise click.ClickException(
+                f"{where} applies to the overlapped reduction only (with "
+                f"--overlap-grad-reduce); the reduction after the backward is priced as one "
+                f"message per device")
     return execution, sources
 
 

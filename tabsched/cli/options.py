@@ -26,7 +26,8 @@ HELP_SECTIONS = {
                                       "sequence_parallel",
                                       "data_parallel", "attention", "optimizer_sharding",
                                       "zero_stage", "reshard_after_forward", "prefetch",
-                                      "overlap_grad_reduce", "blocking_sends"),
+                                      "overlap_grad_reduce", "grad_bucket_size",
+                                      "align_grad_reduce", "blocking_sends"),
     "Memory and the iteration's tail": ("memory_budget", "strict", "grad_sync", "optimizer",
                                         "post_validation"),
     "Run-time variation (Monte Carlo)": ("cv", "transfer_cv", "stragglers", "slow_links",
@@ -254,7 +255,9 @@ PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "zero_stage": "--zero",
                   "reshard_after_forward": "--reshard-after-forward/--no-reshard-after-forward",
                   "prefetch": "--prefetch",
-                  "overlap_grad_reduce": "--overlap-grad-reduce"}
+                  "overlap_grad_reduce": "--overlap-grad-reduce",
+                  "grad_bucket_size": "--grad-bucket-size",
+                  "align_grad_reduce": "--align-grad-reduce/--no-align-grad-reduce"}
 
 
 PARALLEL_OPTIONS = tuple(PARALLEL_FLAGS) + ("blocking_sends",)
@@ -316,7 +319,19 @@ def parallel_options(command=None, *, lists=False):
                      help="--zero 3: a stage's all-gather may start N operations before its "
                           "use (default 1, FSDP's one-ahead prefetch; 0: exposed)."),
         click.option("--overlap-grad-reduce", is_flag=True, default=None,
-                     help="The data-parallel all-reduce runs beside the remaining backwards."),
+                     help="The data-parallel reduction runs in buckets launched as each "
+                          "stage's last backward fills them, beside it and the remaining "
+                          "backwards (Megatron-LM's --overlap-grad-reduce, PyTorch DDP)."),
+        click.option("--grad-bucket-size", type=int, metavar="N",
+                     help="--overlap-grad-reduce: parameters per gradient bucket (default "
+                          "Megatron-Core's max(40M, 1M x d); PyTorch DDP's 25 MiB is "
+                          "6553600 with 4-byte gradients; a size past a stage's parameters "
+                          "is one bucket, reduced after the backward)."),
+        click.option("--align-grad-reduce/--no-align-grad-reduce", default=None,
+                     help="--overlap-grad-reduce: only the first pipeline rank overlaps its "
+                          "buckets with its last backward, the others reduce after theirs, in "
+                          "the bubble (Megatron-Core's default); --no-...: every stage "
+                          "overlaps (PyTorch DDP)."),
         click.option("--blocking-sends", is_flag=True, default=None,
                      help="Deprecated: --p2p blocking (a transfer keeps its sender busy until "
                           "it ends)."),

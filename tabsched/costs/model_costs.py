@@ -18,6 +18,7 @@ import numpy as np
 
 from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
+from tabsched.costs.buckets import default_bucket_parameters, exposed_reduction
 from tabsched.costs.collectives import group_time
 from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_report,
                                        kernel_tables, link_matrices, microbatch_samples,
@@ -30,7 +31,7 @@ from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
 from tabsched.nodes import OPTIMIZER, REDUCE_GRAD, RESHARD, SYNC, UNSHARD
-from tabsched.table import BACKWARD, INPUT_GRAD
+from tabsched.table import BACKWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
 
@@ -518,16 +519,54 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         replicas = self.execution.data_parallel > 1
         reduce = ("reduce_scatter" if self.execution.optimizer_sharding and replicas
                   else "all_reduce")
+        run = self.execution
+        # ZeRO-2/3 reduce-scatter in their REDUCE_GRAD nodes instead
+        bucketed = replicas and run.overlap_grad_reduce and run.zero_stage < 2
+        if bucketed:
+            backward = self._last_backward_seconds(table)
+            bucket = (default_bucket_parameters(run.data_parallel)
+                      if run.grad_bucket_size is None else run.grad_bucket_size)
+            grad_bytes = float(self.model.grad_bytes)
+
+            def bucket_time(parameters):
+                return float(self._data_parallel_time(reduce, parameters * grad_bytes))
         sync = []
         for k, stage in enumerate(lowered.sync_stage):
-            seconds = self._all_reduce_time(float(gradient_bytes[int(stage)]),
-                                            lowered.sync_devices(k), table.num_devices)
-            # ZeRO-2/3 reduce-scatter in their REDUCE_GRAD nodes instead
-            if replicas and self.execution.overlap_grad_reduce and \
-                    self.execution.zero_stage < 2:
-                seconds += self._data_parallel_time(reduce, gradient_bytes[int(stage)])
+            stage = int(stage)
+            devices = lowered.sync_devices(k)
+            seconds = self._all_reduce_time(float(gradient_bytes[stage]), devices,
+                                            table.num_devices)
+            if bucketed and len(devices) == 1 and (devices[0] == 0
+                                                    or not run.align_grad_reduce):
+                # the buckets fill during the stage's last backward; the sync node, which
+                # starts when it ends, holds what the queue leaves after it
+                seconds += exposed_reduction(params[stage], bucket, backward[stage],
+                                             bucket_time, self.system.overlap_slowdown)
+            elif bucketed:
+                # aligned, a later pipeline rank launches its buckets after its last
+                # backward (megatron/core/pipeline_parallel/schedules.py: grad sync is
+                # enabled in the last backward "only in first pipeline stage. Other
+                # pipeline stages do grad reduction during pipeline bubble"); a stage
+                # several of the table's ranks hold (Chimera's) reduces among them first,
+                # after all their backwards: either way the replicas' reduction is whole
+                seconds += self._data_parallel_time(reduce, gradient_bytes[stage])
             sync.append(seconds)
         return np.array(sync, dtype=np.float64)
+
+    def _last_backward_seconds(self, table):
+        """Seconds of each stage's last ``B`` or ``W`` (in row order on each of its
+        devices; the longest of them), the backward that fills its gradient buckets."""
+        kind = table.kind
+        rows = np.flatnonzero((kind == BACKWARD) | (kind == WEIGHT_GRAD))
+        S, D = table.num_stages, table.num_devices
+        last = np.full(S * D, -1, dtype=np.int64)
+        np.maximum.at(last, table.stage[rows].astype(np.int64) * D + table.device[rows], rows)
+        seconds = np.zeros(S)
+        held = np.flatnonzero(last >= 0)
+        if len(held):
+            durations = self.op_durations(table)
+            np.maximum.at(seconds, held // D, durations[last[held]])
+        return seconds
 
     def _step_prices(self, lowered):
         if not lowered.count(OPTIMIZER):
@@ -604,6 +643,8 @@ def _parallel_settings(execution):
             "optimizer_sharding": execution.optimizer_sharding,
             "zero_stage": execution.zero_stage,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
+            "grad_bucket_size": execution.grad_bucket_size,
+            "align_grad_reduce": execution.align_grad_reduce,
             "scatter_gather": execution.scatter_gather}
 
 

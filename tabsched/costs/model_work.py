@@ -232,7 +232,9 @@ def priced_part(execution):
     network, the tail and the batch left out): cost models that differ only there, one
     model on several systems, share kernel tables and memory sizes."""
     return execution.replace(contention=None, devices_per_node=None, blocking_sends=None, p2p=None,
-                             grad_sync=None, optimizer_step=None, global_batch=None,
+                             grad_sync=None, grad_bucket_size=None, align_grad_reduce=True,
+                             optimizer_step=None,
+                             global_batch=None,
                              overlap_grad_reduce=False)
 
 
