@@ -79,6 +79,22 @@ def test_narrowing_options(cli):
     assert [row["tied"] for row in rows] == [row["iteration_s"] == best for row in rows]
 
 
+def test_zero_takes_a_list_of_stages(cli):
+    code, out, _ = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "8", "--global-batch", "16",
+                       "-t", "1", "-p", "1,2", "--families", "1f1b", "--zero", "3,0", "--json",
+                       "--top", "20")
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert {row["zero_stage"] for row in rows} <= {0, 3} and any(
+        row["zero_stage"] == 3 for row in rows)
+    for text, words in (("5", "--zero '5' is not one of 0, 1, 2, 3"),
+                        (",", "--zero names no stage")):
+        code, out, err = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "8",
+                             "--global-batch", "16", "--zero", text)
+        assert code == 1 and words in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1
+
+
 def test_a_base_execution(cli, tmp_path):
     base = tmp_path / "base.toml"
     base.write_text('blocking_sends = true\nattention = "flash"\n')

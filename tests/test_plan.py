@@ -30,14 +30,16 @@ def _ranking(result):
        chosen=st.lists(st.sampled_from(NAMES), min_size=2, max_size=4, unique=True),
        budget=st.sampled_from(["3GB", "4GB", "6GB", "12GB"]), uneven=st.sampled_from([0, 1]),
        chunks=st.sampled_from([1, 2]), top=st.sampled_from([1, 3, 10]),
-       band=st.sampled_from([0.0, 0.01, TIE_BAND]), cross_node=st.booleans())
+       band=st.sampled_from([0.0, 0.01, TIE_BAND]), cross_node=st.booleans(),
+       zero=st.sampled_from([(0, 1), (0, 1, 2, 3), (0, 3)]))
 def test_every_pruning_rule_keeps_the_exhaustive_answer(gpus, global_batch, chosen, budget,
-                                                       uneven, chunks, top, band, cross_node):
-    """On random small spaces (tensor groups across nodes among them), the memory bound,
-    the time bound and both together give the top rows (and ties) the exhaustive search
-    gives, configuration for configuration."""
+                                                       uneven, chunks, top, band, cross_node,
+                                                       zero):
+    """On random small spaces (tensor groups across nodes and ZeRO-2/3 among them), the
+    memory bound, the time bound and both together give the top rows (and ties) the
+    exhaustive search gives, configuration for configuration."""
     options = dict(families=chosen, memory_budget=budget, uneven=uneven, max_chunks=chunks,
-                   top=top, tie_band=band, cross_node=cross_node)
+                   top=top, tie_band=band, cross_node=cross_node, zero_stages=zero)
     try:
         exhaustive = plan(MODEL, SYSTEM, gpus, global_batch, prune=False, **options)
     except (InvalidParameterError, MemoryBudgetError) as error:
@@ -65,6 +67,27 @@ def test_pruning_keeps_the_exhaustive_answer_with_tensor_groups_across_nodes():
     assert _ranking(pruned) == _ranking(exhaustive)[:len(pruned.rows)]
     assert pruned.counts.pruned_time > 0
     assert plan(MODEL, SYSTEM, 16, 16, **{**options, "cross_node": False}).counts.splits == 2
+
+
+def test_zero_2_and_3_are_searched_and_priced_as_eval_prices_them():
+    """ZeRO-2/3 beside 0/1: the best of the wider space is no slower, every row's stage is
+    one asked for, and a ZeRO-3 row's time is what evaluating its configuration gives."""
+    options = dict(families=["1f1b", "gpipe"], memory_budget="10GB", tensor_parallel=[1],
+                   top=40)
+    narrow = plan(MODEL, SYSTEM, 8, 32, zero_stages=(0, 1), **options)
+    wide = plan(MODEL, SYSTEM, 8, 32, zero_stages=(0, 1, 2, 3), **options)
+    assert wide.rows[0].iteration_s <= narrow.rows[0].iteration_s * (1 + 1e-12)
+    stages = {row.configuration.execution.zero_stage for row in wide.rows}
+    assert {2, 3} <= stages <= {0, 1, 2, 3}
+    from tabsched.costs import load_system
+    from tabsched.plan.search import run_costs
+    row = next(row for row in wide.rows if row.execution.zero_stage == 3)
+    costs = run_costs(MODEL, load_system(SYSTEM), row.execution)
+    evaluated = evaluate(table_for(row.configuration, costs, row.memory_budget), costs,
+                         memory_budget=row.memory_budget)
+    assert evaluated.violations == [] and evaluated.makespan == row.iteration_s
+    assert row.lower_bound_s <= row.iteration_s * (1 + 1e-9)
+    assert " --zero 3 " in row.eval_command and "--optimizer-sharding" not in row.eval_command
 
 
 def test_memory_pruned_configurations_do_not_fit_when_simulated():
@@ -306,7 +329,8 @@ def test_a_huge_space_is_refused_with_its_count(monkeypatch):
     (dict(tie_band=1.5), r"tie_band must be a fraction in \[0, 1\), not 1.5"),
     (dict(prune={"bubble"}), "prune names 'bubble'; the rules are memory, time"),
     (dict(recompute=["some"]), "recompute 'some' is not one of none, selective, full"),
-    (dict(zero_stages=(2,)), "zero stage 2 is not searched: 0 or 1"),
+    (dict(zero_stages=(4,)), "zero stage 4 is not a ZeRO stage: 0, 1, 2 or 3"),
+    (dict(zero_stages=(True,)), "zero stage True is not a ZeRO stage"),
     (dict(memory_budget="lots"), "memory_budget"),
     (dict(execution=Execution(context_parallel=2)), "context_parallel 2 is not priced yet"),
     (dict(tensor_parallel=[]), "tensor_parallel is empty"),

@@ -19,6 +19,17 @@ def _choices(flag, text, allowed):
     return values
 
 
+def _zero_stages(text):
+    """``--zero``: ``both`` (0 and 1), ``all`` (0 to 3) or a list of stages."""
+    if text in ("both", "all"):
+        return (0, 1) if text == "both" else (0, 1, 2, 3)
+    stages = _choices("--zero", text, ("0", "1", "2", "3"))
+    if not stages:
+        raise click.ClickException("--zero names no stage: give a list of 0 to 3, both or "
+                                   "all")
+    return tuple(sorted({int(stage) for stage in stages}))
+
+
 @click.command("plan", cls=SectionedCommand)
 @click.argument("model", shell_complete=complete_preset("model"))
 @click.argument("system", shell_complete=complete_preset("system"))
@@ -37,8 +48,9 @@ def _choices(flag, text, allowed):
 @click.option("--recompute", "recompute_modes", metavar="MODE,...",
               help="Recompute modes to consider: none, selective, full (default all).")
 @click.option("--max-chunks", type=int, help="Most model chunks per device (default 4).")
-@click.option("--zero", type=click.Choice(["both", "0", "1"]), default="both",
-              show_default=True, help="ZeRO stages to consider (1: optimizer state sharded).")
+@click.option("--zero", default="both", show_default=True, metavar="STAGE,...",
+              help="ZeRO stages to consider: a list of 0 to 3 (1: optimizer state sharded, "
+                   "2: and gradients, 3: and parameters, FSDP), both (0,1) or all.")
 @click.option("--sequence-parallel", "sequence_parallel_choice",
               type=click.Choice(["both", "on", "off"]), default="both", show_default=True,
               help="Sequence parallelism (where t > 1).")
@@ -102,7 +114,7 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         recompute=(_choices("--recompute", recompute_modes, RECOMPUTE_MODES)
                    if recompute_modes else None),
         max_chunks=max_chunks, uneven=uneven, cross_node=cross_node,
-        zero_stages=(0, 1) if zero == "both" else (int(zero),),
+        zero_stages=_zero_stages(zero),
         sequence_parallel={"both": (False, True), "on": (True,),
                            "off": (False,)}[sequence_parallel_choice],
         memory_budget=None if memory_budget == "capacity" else memory_budget,

@@ -41,7 +41,7 @@ import time
 
 from tabsched.costs.units import format_quantity
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
-from tabsched.execution import RECOMPUTE_MODES, Execution
+from tabsched.execution import RECOMPUTE_MODES, ZERO_STAGES, Execution
 from tabsched.plan.result import Evaluated, PlanResult, PlanRow
 
 __all__ = ["plan", "PlanResult", "PlanRow", "Evaluated", "Configuration", "Layout", "Split",
@@ -118,7 +118,9 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         Most model chunks per device for the multi-chunk families (default
         :data:`~tabsched.plan.space.DEFAULT_MAX_CHUNKS`, 4).
     zero_stages : tuple of int
-        ZeRO stages (0, 1) to consider.
+        ZeRO stages to consider (default 0 and 1; 2 shards the gradients too, 3 the
+        parameters as FSDP does, each priced with its all-gathers and reduce-scatters:
+        :mod:`tabsched.sharding`). A split with ``d = 1`` runs stage 0 only.
     sequence_parallel : tuple of bool
         Whether to consider sequence parallelism off and on (where ``t > 1``).
     uneven : int, optional
@@ -193,8 +195,9 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                                         f"{', '.join(RECOMPUTE_MODES)}")
     zero_stages = tuple(zero_stages)
     for stage in zero_stages:
-        if stage not in (0, 1):
-            raise InvalidParameterError(f"zero stage {stage!r} is not searched: 0 or 1")
+        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+            raise InvalidParameterError(f"zero stage {stage!r} is not a ZeRO stage: 0, 1, 2 "
+                                        f"or 3")
     if not recompute or not zero_stages or not tuple(sequence_parallel):
         raise InvalidParameterError("recompute, zero_stages and sequence_parallel need at "
                                     "least one choice each")

@@ -77,8 +77,15 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
     if run.data_parallel > 1:
         parts.append(f"-d {run.data_parallel}")
     parts.append(f"--microbatch-size {run.microbatch_size} --recompute {run.recompute}")
-    if run.zero_stage:
+    if run.zero_stage == 1:
         parts.append("--optimizer-sharding")
+    elif run.zero_stage:
+        parts.append(f"--zero {run.zero_stage}")
+        if run.reshard_after_forward is not None:
+            parts.append("--reshard-after-forward" if run.reshard_after_forward
+                         else "--no-reshard-after-forward")
+        if run.prefetch is not None:
+            parts.append(f"--prefetch {run.prefetch}")
     if run.optimizer_step:
         parts.append("--optimizer")
     if run.p2p_mode == "blocking":
@@ -87,6 +94,10 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append(f"--p2p {run.p2p_mode}")
     if run.overlap_grad_reduce:
         parts.append("--overlap-grad-reduce")
+        if run.grad_bucket_size is not None:
+            parts.append(f"--grad-bucket-size {run.grad_bucket_size}")
+        if not run.align_grad_reduce:
+            parts.append("--no-align-grad-reduce")
     if run.post_validation:
         parts.append("--post-validation")
     if replicated and run.grad_sync == "replicas":

@@ -30,9 +30,10 @@ import numpy as np
 
 from tabsched._memo import memo
 from tabsched.costs import ModelCosts
+from tabsched.costs.sharded import persistent_bytes_per_parameter
 from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.execution import RECOMPUTE_MODES
+from tabsched.execution import RECOMPUTE_MODES, ZERO_STAGES, Execution
 from tabsched.plan.bounds import (LayoutArrays, RunGroups, bound_costs, formula_counts,
                                   memory_bounds, step_seconds, time_bounds)
 from tabsched.plan.space import (MAX_CONFIGURATIONS, Configuration, Layout, Refusals,
@@ -153,7 +154,8 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                zero=(0, 1), uneven=3, counts=None, refusals=None):
     """The :class:`Candidates` of the space: ``valid_splits`` (from
     :func:`tabsched.plan.space.splits`) x microbatch sizes x ``variants`` (``(family,
-    params)`` pairs) x layer splits x recompute x sequence parallelism x ZeRO-1."""
+    params)`` pairs) x layer splits x recompute x sequence parallelism x ZeRO stage
+    (``zero``; a replica alone, ``d = 1``, runs ZeRO-0 only)."""
     counts = PlanCounts() if counts is None else counts
     refusals = Refusals() if refusals is None else refusals
     recompute = _recompute_order(recompute)
@@ -236,8 +238,10 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
             continue
         run_groups = RunGroups([bound_costs(model, system, groups[g][0]) for g in group_indices],
                                [groups[g][1] for g in group_indices])
-        persistent_bytes = np.array([model.optimizer_state_bytes(split.data if z else 1)
-                                     for z in zeros])
+        # ZeRO-2/3 hold less still (their gathered parameters and unsharded gradients
+        # come on top while a stage runs: left out, so the bound stays below the peak)
+        persistent_bytes = np.array([persistent_bytes_per_parameter(
+            model, Execution(data_parallel=split.data, zero_stage=z)) for z in zeros])
         for index in at_p:
             layout = layouts[index]
             microbatches = run_groups.microbatches.astype(int)
@@ -252,16 +256,20 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
             if not accepted.any():
                 continue
             arrays = _layout_arrays(layout, run_groups.cost_models[0])
+            layout_zeros = _layout_zeros(zeros, arrays, split, layout, int(accepted.sum()),
+                                         counts, refusals)
+            if not layout_zeros:
+                continue
             first = groups[group_indices[0]][0]
             bounds = [time_bounds(arrays, run_groups, step=step_seconds(
                           layout, run_costs(model, system, first.replace(zero_stage=stage))))
-                      for stage in zeros]
+                      for stage in layout_zeros]
             formula = _count_arrays(layout, microbatches)
-            persistent = (persistent_bytes[:, None] * arrays.device_parameters()[None, :]
-                          / split.tensor)
+            persistent = (persistent_bytes[[zeros.index(z) for z in layout_zeros], None]
+                          * arrays.device_parameters()[None, :] / split.tensor)
             memory = memory_bounds(arrays, run_groups, formula, persistent)     # G x Z
             keep = np.flatnonzero(accepted)
-            for z_index, stage in enumerate(zeros):
+            for z_index, stage in enumerate(layout_zeros):
                 columns["layout"].append(np.full(len(keep), index))
                 columns["group"].append(np.asarray(group_indices)[keep])
                 columns["zero"].append(np.full(len(keep), stage))
@@ -277,6 +285,22 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                       joined("zero", np.int64), joined("time", np.float64),
                       joined("memory", np.float64), joined("persistent", np.float64), counts,
                       refusals)
+
+
+def _layout_zeros(zeros, arrays, split, layout, groups, counts, refusals):
+    """The ZeRO stages a layout can run: 2 and 3 shard a stage over the data-parallel
+    group of the one device that holds it, so a table that holds a stage on two devices
+    (Chimera's, BitPipe's replicas) runs 0 and 1 only; the others are counted refused."""
+    if zeros[-1] < 2 or not (arrays.holds.sum(axis=0) > 1).any():
+        return zeros
+    kept = tuple(stage for stage in zeros if stage < 2)
+    reason = "ZeRO-2/3 on a table that holds a stage on two devices"
+    refused = (len(zeros) - len(kept)) * groups
+    counts.refused[reason] = counts.refused.get(reason, 0) + refused
+    refusals.record(reason, 10, 0, f"{split} {layout.family}: ZeRO-2/3 shard a stage over "
+                    f"the replicas of the one device holding it; this table holds a stage "
+                    f"on two devices", count=refused)
+    return kept
 
 
 def _layout_arrays(layout, costs):
