@@ -42,6 +42,12 @@ Memory
     and FSDP2's implicit backward prefetch); both are ``None`` (the default)
     below stage 3.
 Kernels and sends
+    ``fp8``: the layers' linear products in FP8 as Transformer Engine runs them
+    (:mod:`tabsched.costs.kernels`): ``None`` (the model's dtype), ``delayed``
+    (per-tensor scales from an amax history, TE's default), ``tensorwise`` (per-tensor
+    scales from the current amax: one more read of each cast tensor) or ``blockwise``
+    (DeepSeek-V3's 1x128 and 128x128 tiles, scaled in the cast itself); the system must
+    state an FP8 rate (``fp8_peak_flops``);
     ``attention``: ``eager`` (the ``s x s`` scores in memory) or ``flash``
     (Dao et al. 2022); ``scatter_gather``: pipeline transfers carry ``1/t``
     of the activation per tensor rank (Megatron-LM's
@@ -116,13 +122,16 @@ import numpy as np
 from tabsched import _untrusted
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["Execution", "load_execution", "Parallelism", "CONTENTION_MODES",
+__all__ = ["Execution", "load_execution", "Parallelism", "CONTENTION_MODES", "FP8_RECIPES",
            "ATTENTION_IMPLEMENTATIONS", "RECOMPUTE_MODES", "GRAD_SYNC_MODES", "ZERO_STAGES"]
 
 #: How transfers share the network (see the module docstring).
 CONTENTION_MODES = ("none", "link", "nic")
 #: How a runtime posts and waits on pipeline transfers (:mod:`tabsched.p2p`).
 P2P_MODES = ("free", "blocking", "megatron-batched", "megatron-overlap", "pytorch")
+#: FP8 scaling recipes (Transformer Engine's ``DelayedScaling`` and ``Float8CurrentScaling``,
+#: and DeepSeek-V3's fine-grained tiles, Megatron-LM's ``--fp8-recipe blockwise``).
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 #: The attention kernels (``eager``: Megatron-LM without FlashAttention).
 ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
 #: Activation recomputation (Korthikanti et al. 2022, section 5).
@@ -231,6 +240,8 @@ class Execution:
     prefetch : int, optional
         ZeRO-3 only: operations ahead a stage's all-gather may start (None: 1).
     attention : {"eager", "flash"}
+    fp8 : {"delayed", "tensorwise", "blockwise"}, optional
+        The linear products in FP8 with this scaling recipe (None: the model's dtype).
     scatter_gather : bool
     contention : {"none", "link", "nic"}, optional
     devices_per_node : int, optional
@@ -272,6 +283,7 @@ class Execution:
     post_validation: bool = False
     reshard_after_forward: bool | None = None
     prefetch: int | None = None
+    fp8: str | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -315,6 +327,8 @@ class Execution:
         if self.prefetch is not None:
             set_("prefetch", _untrusted.integer("prefetch", self.prefetch, 0, MAX_PREFETCH))
         _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
+        if self.fp8 is not None:
+            _choice("fp8", self.fp8, FP8_RECIPES)
         if self.contention is not None:
             _choice("contention", self.contention, CONTENTION_MODES)
         if self.devices_per_node is not None:
@@ -484,6 +498,11 @@ class Execution:
                                         f"{model.sequence} of model {model.name}")
         self._check_batch(self.microbatch_size if self.microbatch_size is not None
                           else model.microbatch_size)
+        if system is not None and self.fp8 is not None and \
+                getattr(system, "fp8_peak_flops", None) is None:
+            raise InvalidParameterError(
+                f"fp8 {self.fp8!r}: system {system.name} states no FP8 rate "
+                f"(fp8_peak_flops); A100 and older tensor cores have none")
         if system is not None:
             node = self.node_size(system)
             if t > node and t % node:

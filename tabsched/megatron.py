@@ -237,6 +237,9 @@ def execution_arguments(execution):
                       ("--no-gradient-accumulation-fusion", None)]
     if execution.attention == "flash":
         arguments.append(("--use-flash-attn", None))
+    if execution.fp8 is not None:
+        # Transformer Engine's hybrid format (E4M3 forward, E5M2 gradients) and the recipe
+        arguments += [("--fp8-format", "hybrid"), ("--fp8-recipe", execution.fp8)]
     if execution.overlap_grad_reduce:
         arguments.append(("--overlap-grad-reduce", None))
         if execution.grad_bucket_size is not None:

@@ -71,7 +71,7 @@ EXECUTION_COLUMNS = tuple(name for name in FIELDS
 #: Execution fields added after the columns' order was set: they go at the end.
 _LATER_FIELDS = ("p2p", "post_validation", "reshard_after_forward", "prefetch")
 #: Execution fields added after the steady-state period's column: they follow it.
-_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce")
+_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce", "fp8")
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
@@ -665,7 +665,9 @@ _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size"
                     "gpus", "prefetch", "grad_bucket_size"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
                  "slot_lengths", "parallel", "recompute", "attention", "contention",
-                 "grad_sync", "p2p"}
+                 "grad_sync", "p2p", "fp8"}
+#: Text columns whose empty value is None (an execution field left unset).
+_UNSET_WHEN_EMPTY = {"fp8"}
 
 
 def read_sweep_csv(path):
@@ -693,7 +695,8 @@ def read_sweep_csv(path):
             row = {}
             for key, value in raw_row.items():
                 if key in _TEXT_COLUMNS or value in ("", None):
-                    row[key] = value if key in _TEXT_COLUMNS else None
+                    row[key] = value if key in _TEXT_COLUMNS and not (
+                        key in _UNSET_WHEN_EMPTY and value == "") else None
                 elif value in ("true", "false"):
                     row[key] = value == "true"
                 else:

@@ -117,6 +117,12 @@ def torchtitan_settings(table, execution, sequence_length):
     elif run.zero_stage >= 1:
         notes.append(f"ZeRO-{run.zero_stage} has no torchtitan setting: "
                      f"data_parallel_shard_degree (FSDP) shards parameters and gradients too")
+    if run.fp8 == "tensorwise":
+        notes.append("FP8: torchtitan's float8 converter (torchao's Float8Linear) with its "
+                     "tensorwise recipe; its casts are not Transformer Engine's fused ones")
+    elif run.fp8 is not None:
+        notes.append(f"FP8 with {run.fp8} scaling has no torchtitan setting (torchao's "
+                     f"float8 recipes scale from the current amax: tensorwise or rowwise)")
     if run.recompute == "selective":
         notes.append("torchtitan's selective checkpointing (selective_ac_option) is not "
                      "Korthikanti et al.'s attention-core recomputation that tabsched prices")

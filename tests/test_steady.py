@@ -231,8 +231,11 @@ def test_summaries_carry_the_results_period():
 def test_sweep_rows_have_the_period_as_a_last_column():
     from tabsched.sweeps import COLUMNS, read_sweep_csv, rows_to_csv, sweep
     # the execution fields added since the columns' order was set, then the period
-    assert COLUMNS[-7:-2] == ("p2p", "post_validation", "reshard_after_forward", "prefetch",
-                              "simulation_steady_period_s")
+    period = COLUMNS.index("simulation_steady_period_s")
+    assert COLUMNS[period - 4:period + 1] == ("p2p", "post_validation", "reshard_after_forward",
+                                              "prefetch", "simulation_steady_period_s")
+    # the fields added after it follow it
+    assert COLUMNS[period + 1:] == ("grad_bucket_size", "align_grad_reduce", "fp8")
     rows = sweep(["zbv"], [4], [8], systems=["mid_nw_mid_cp"])
     assert rows[0]["simulation_steady_period_s"] == pytest.approx(
         rows[0]["simulation_makespan_s"], rel=1e-12)

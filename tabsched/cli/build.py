@@ -139,7 +139,7 @@ _OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
 MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
                 "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
                 "reshard_after_forward", "prefetch",
-                "attention", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
+                "attention", "fp8", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
                 "align_grad_reduce", "blocking_sends")
 
 

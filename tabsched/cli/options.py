@@ -9,7 +9,7 @@ import functools
 
 import click
 
-from tabsched.execution import ATTENTION_IMPLEMENTATIONS, CONTENTION_MODES
+from tabsched.execution import ATTENTION_IMPLEMENTATIONS, CONTENTION_MODES, FP8_RECIPES
 from tabsched.schedules import families
 
 
@@ -24,7 +24,8 @@ HELP_SECTIONS = {
     "Model, system and parallelism": ("model", "system", "execution", "microbatch_size",
                                       "recompute", "global_batch", "tensor_parallel",
                                       "sequence_parallel",
-                                      "data_parallel", "attention", "optimizer_sharding",
+                                      "data_parallel", "attention", "fp8",
+                                      "optimizer_sharding",
                                       "zero_stage", "reshard_after_forward", "prefetch",
                                       "overlap_grad_reduce", "grad_bucket_size",
                                       "align_grad_reduce", "blocking_sends"),
@@ -251,6 +252,7 @@ LEVELS = ("formula", "table", "simulation")
 PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "sequence_parallel": "--sequence-parallel",
                   "data_parallel": "--data-parallel/-d", "attention": "--attention",
+                  "fp8": "--fp8",
                   "optimizer_sharding": "--optimizer-sharding",
                   "zero_stage": "--zero",
                   "reshard_after_forward": "--reshard-after-forward/--no-reshard-after-forward",
@@ -305,6 +307,10 @@ def parallel_options(command=None, *, lists=False):
                           "iteration." + also.replace("-t", "-d")),
         click.option("--attention", type=click.Choice(ATTENTION_IMPLEMENTATIONS),
                      help="eager: the s x s scores in memory; flash: fused (default eager)."),
+        click.option("--fp8", type=click.Choice(FP8_RECIPES), metavar="RECIPE",
+                     help="The layers' linear products in FP8 as Transformer Engine runs "
+                          "them, scaled delayed (TE's default), tensorwise (current amax) or "
+                          "blockwise (DeepSeek-V3's tiles); needs a system with an FP8 rate."),
         click.option("--optimizer-sharding", is_flag=True, default=None,
                      help="ZeRO-1: optimizer state divided over the -d replicas."),
         click.option("--zero", "zero_stage", type=click.IntRange(0, 3),

@@ -32,11 +32,14 @@ def import_group():
                    "alone is printed.")
 @click.option("--dtype", help="Take the rows of this dtype (a CSV with a dtype column may "
                               "hold several; a system's table holds one).")
+@click.option("--fp8", is_flag=True,
+              help="The sweep is of FP8 products: the system's fp8_gemm_efficiency table, "
+                   "no row faster than its fp8_peak_flops.")
 @click.option("--out", "-o", metavar="FILE.toml",
               help="Write the TOML here (atomically: an existing file is replaced only once "
                    "the new one is complete) instead of printing it.")
 @translate_errors
-def import_gemm_command(csv_file, source, base, dtype, out):
+def import_gemm_command(csv_file, source, base, dtype, fp8, out):
     """A GEMM sweep (CSV with a header m,n,k,seconds and optionally dtype) as a system's
     gemm_efficiency table: one row per measured product C[m,n] = A[m,k] @ B[k,n], its
     time in seconds (e.g. the median of the runs)."""
@@ -45,7 +48,7 @@ def import_gemm_command(csv_file, source, base, dtype, out):
     if out is not None:
         check_output_path(out, suffixes=(".toml",), what="system file",
                           inputs=(csv_file, base))
-    toml = gemm_system_toml(csv_file, source, base, dtype)
+    toml = gemm_system_toml(csv_file, source, base, dtype, fp8)
     if out is None:
         click.echo(toml, nl=False)
         return

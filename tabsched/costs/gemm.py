@@ -415,7 +415,7 @@ CSV_COLUMNS = ("m", "n", "k", "seconds")
 CSV_DTYPE = "dtype"
 
 
-def read_sweep(path, *, peak_flops=None, dtype=None):
+def read_sweep(path, *, peak_flops=None, dtype=None, peak_name="peak_flops"):
     """``(rows, dtype)`` of a GEMM sweep CSV: ``[(m, n, k, seconds), ...]`` in file order.
 
     The file needs a header naming ``m``, ``n``, ``k`` and ``seconds`` (any order,
@@ -502,7 +502,7 @@ def read_sweep(path, *, peak_flops=None, dtype=None):
             if achieved > peak_flops:
                 raise InvalidParameterError(
                     f"{path}: line {line}: {m}x{n}x{k} in {seconds:g} s is {achieved:.4g} "
-                    f"FLOP/s, {achieved / peak_flops:.3g}x the system's peak_flops "
+                    f"FLOP/s, {achieved / peak_flops:.3g}x the system's {peak_name} "
                     f"{peak_flops:.4g}: a GEMM cannot beat the peak (check the time's unit, "
                     f"or the system)")
         result.append((m, n, k, seconds))
@@ -543,11 +543,12 @@ def _sweep_row(path, line, cells, where):
     return (*dims, seconds, label)
 
 
-def table_toml(rows, source, dtype=""):
-    """The ``[gemm_efficiency]`` TOML table of sweep ``rows`` ``(m, n, k, seconds)``: the
-    times as measured (``seconds``), turned into efficiency when a system loads them."""
+def table_toml(rows, source, dtype="", key="gemm_efficiency"):
+    """The ``[gemm_efficiency]`` (or ``[key]``) TOML table of sweep ``rows`` ``(m, n, k,
+    seconds)``: the times as measured (``seconds``), turned into efficiency when a system
+    loads them."""
     import json
-    lines = ["[gemm_efficiency]", f"source = {json.dumps(source, ensure_ascii=False)}"]
+    lines = [f"[{key}]", f"source = {json.dumps(source, ensure_ascii=False)}"]
     if dtype:
         lines.append(f"dtype = {json.dumps(dtype, ensure_ascii=False)}")
     lines.append("seconds = [")

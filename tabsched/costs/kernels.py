@@ -58,6 +58,21 @@ Recompute forward (run before ``I``)
     ``selective``: the attention core of the forward again (eager only: a
     fused FlashAttention recomputes inside its own backward); ``full``: the
     whole forward, collectives included.
+FP8 (``Execution.fp8``: Transformer Engine's recipes, Micikevicius et al. 2022)
+    The layer's linear products (``qkv``, ``out_proj``, ``mlp_up``, ``mlp_down``,
+    their data and weight gradients) read FP8 operands (one byte per element; the
+    forward in E4M3, the gradients in E5M2) and run at the system's FP8 rate and FP8
+    GEMM table; their outputs stay in the model's dtype, as do the attention core's
+    products, the norms, the embedding and the output layer. Each FP8 input is cast
+    once, to FP8 and to its FP8 transpose (Hopper's FP8 products take only the TN
+    layout): by its producer where TE fuses the cast (the norms before ``qkv`` and
+    ``mlp_up`` without sequence parallelism, the activation and its backward), else
+    by a ``*_cast`` kernel (the attention output; the gradients coming into
+    ``mlp_down``, ``out_proj`` and ``qkv``; the gathered norm outputs with sequence
+    parallelism). ``tensorwise`` scaling reads each tensor once more for its amax
+    (``*_amax``) and fuses no cast. The weights' FP8 copies are made once per
+    iteration (with the optimizer step: :class:`tabsched.costs.ModelCosts`); the
+    amax history's update and its small all-reduce are left out.
 Embedding (first stage), vocabulary-parallel
     ``embedding_lookup`` (reads ``d*s*h/t`` rows of its shard, writes
     ``d*s*h``), the tensor ``all_reduce`` (``reduce_scatter``),
@@ -128,6 +143,9 @@ class Kernel:
     when both are in one operation (Megatron-LM launches it asynchronously
     before that kernel).
 
+    ``fp8``: a linear product run in FP8 (its operands one byte each, timed at the
+    system's FP8 rate: :meth:`tabsched.costs.system.System.fp8_view`).
+
     A matrix kernel's ``gemms`` are the matrix products it runs, as a system's
     GEMM table reads them (:mod:`tabsched.costs.gemm`): each ``(m, n, k,
     batch)`` of ``(fixed, per_sample)`` pairs, for one tensor rank (the
@@ -149,6 +167,7 @@ class Kernel:
     hides_behind: str | None = None
     group: str | None = None
     gemms: tuple = ()
+    fp8: bool = False
 
     def at(self, samples):
         """``(flops, read, written, message)`` for microbatches of ``samples`` samples."""
@@ -169,6 +188,7 @@ class KernelTable:
         self.kinds = [kernel.collective for kernel in self.kernels]
         self.groups = [kernel.group for kernel in self.kernels]
         self.hides_behind = [kernel.hides_behind for kernel in self.kernels]
+        self.fp8 = np.array([kernel.fp8 for kernel in self.kernels], dtype=bool)
         self._coefficients = {
             field: np.array([getattr(kernel, field) for kernel in self.kernels],
                             dtype=np.float64).reshape(len(self.kernels), 2)
@@ -220,7 +240,7 @@ def _shape(model, parallel):
         k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
         m=1.0 if model.dropout else 0.0,
         sn=float(model.sequence) / t if parallel.sequence_parallel else float(model.sequence),
-        sp=parallel.sequence_parallel, flash=parallel.flash), parallel
+        sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8), parallel
 
 
 def _matrix(name, flops, weights, reads, writes, element, gemms=()):
@@ -396,6 +416,10 @@ def layer_kernels(model, parallel=None):
     x, parallel = _shape(model, parallel)
     norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
     forward = _forward(x, norm)
+    backward, weight = _input_grad(x, norm), _weight_grad(x)
+    if x["fp8"]:
+        forward, backward, weight = (_in_fp8(x, kernels, phase) for kernels, phase in
+                                     ((forward, "F"), (backward, "I"), (weight, "W")))
     if model.recompute == "full":
         recompute = forward
     elif model.recompute == "selective" and not x["flash"]:
@@ -404,7 +428,57 @@ def layer_kernels(model, parallel=None):
         recompute = []
     recompute = [dataclasses.replace(kernel, name=f"recompute_{kernel.name}")
                  for kernel in recompute]
-    return {"F": forward, "I": _input_grad(x, norm), "W": _weight_grad(x), "R": recompute}
+    return {"F": forward, "I": backward, "W": weight, "R": recompute}
+
+
+#: The layer's linear products (Transformer Engine's ``Linear``, ``LayerNormLinear`` and
+#: ``LayerNormMLP`` GEMMs): what FP8 runs in FP8. The attention core's products, the
+#: embedding and the output layer stay in the model's dtype (Megatron-Core builds the
+#: output layer as its own ColumnParallelLinear, not a TE module).
+FP8_PRODUCTS = {f"{name}{phase}" for name in ("qkv", "out_proj", "mlp_up", "mlp_down")
+                for phase in ("", "_dgrad", "_wgrad")}
+#: The tensor cast to FP8 before each product, by the kernel that writes it: a norm or the
+#: activation writes it in FP8 itself (TE's fused LayerNorm-cast, activation-cast and
+#: dactivation-cast kernels), the others need a cast kernel of their own.
+_FP8_INPUTS = {"F": {"qkv": "norm", "out_proj": None, "mlp_up": "norm",
+                     "mlp_down": "activation"},
+               "I": {"mlp_down_dgrad": None, "mlp_up_dgrad": "activation",
+                     "out_proj_dgrad": None, "qkv_dgrad": None}}
+
+
+def _in_fp8(x, kernels, phase):
+    """``kernels`` with their linear products in FP8 (see the module docstring).
+
+    A product reads its operands in one byte each; every FP8 input is written once as
+    FP8 and once as its FP8 transpose (Hopper's FP8 tensor cores take only the TN layout,
+    so the weight gradient reads the transposed copy): a cast kernel reads the tensor in
+    the model's dtype and writes two bytes per element, unless its producer writes FP8
+    itself (same bytes as a 2-byte output). With sequence parallelism the gathered norm
+    outputs are cast after the all-gather (the gather stays in the model's dtype).
+    ``tensorwise`` (current scaling) needs each tensor's amax before the cast: one more
+    read, and no fused cast; ``delayed`` and ``blockwise`` scale in the cast pass.
+    """
+    d, recipe = x["d"], x["fp8"]
+    casts = _FP8_INPUTS.get(phase, {})
+    result = []
+    for kernel in kernels:
+        if kernel.name not in FP8_PRODUCTS:
+            result.append(kernel)
+            continue
+        producer = casts.get(kernel.name)
+        fused = producer is not None and recipe != "tensorwise" and not (
+            x["sp"] and producer == "norm")
+        elements = kernel.read[1] / d if phase != "W" else 0.0
+        if phase != "W" and not fused:
+            if recipe == "tensorwise":
+                result.append(_vector(f"{kernel.name}_amax", d * elements, 0.0))
+            result.append(_vector(f"{kernel.name}_cast", d * elements, 2.0 * elements))
+        if phase == "W":     # the accumulated gradient stays; inputs and gradients in FP8
+            read = (kernel.read[0], kernel.read[1] / d)
+        else:
+            read = (kernel.read[0] / d, kernel.read[1] / d)
+        result.append(dataclasses.replace(kernel, read=read, fp8=True))
+    return result
 
 
 def embedding_kernels(model, parallel=None):

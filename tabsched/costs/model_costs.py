@@ -35,6 +35,11 @@ from tabsched.table import BACKWARD, INPUT_GRAD, WEIGHT_GRAD
 
 __all__ = ["ModelCosts"]
 
+#: Bytes per linear parameter of the FP8 weight copies Transformer Engine keeps: the FP8
+#: weight and its FP8 transpose (Hopper's FP8 products take only the TN layout, so the data
+#: gradient needs W^T in FP8 too).
+FP8_WEIGHT_BYTES = 2.0
+
 class ModelCosts(CostModel):
     """A transformer on a system: per-kernel rooflines, Hockney transfers, memory in bytes.
 
@@ -448,12 +453,26 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
 
+    def _device_fp8_weights(self, table):
+        """Parameters of each device's linear products that FP8 copies (per tensor rank;
+        zeros without ``fp8``): the layers' matrices, not the embedding or output layer."""
+        D = table.num_devices
+        if self.execution.fp8 is None:
+            return np.zeros(D)
+        layers = self.stage_layers(table).astype(np.float64)
+        params = layers * float(self.model.layer_parameters) / self.execution.tensor_parallel
+        key = table.stage.astype(np.int64) * D + table.device
+        pairs = np.flatnonzero(np.bincount(key, minlength=table.num_stages * D))
+        return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
+
     def persistent_memory(self, table):
         """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer
         state, each divided over the replicas as the ZeRO stage says
-        (:func:`tabsched.costs.sharded.persistent_bytes_per_parameter`)."""
-        return self._device_parameters(table) * persistent_bytes_per_parameter(
-            self.model, self.execution)
+        (:func:`tabsched.costs.sharded.persistent_bytes_per_parameter`); with ``fp8``, the
+        FP8 copy of each linear weight and its transpose, which Transformer Engine makes in
+        an iteration's first microbatch and keeps for the others (2 bytes per parameter)."""
+        return (self._device_parameters(table) * persistent_bytes_per_parameter(
+            self.model, self.execution) + FP8_WEIGHT_BYTES * self._device_fp8_weights(table))
 
     def shard_sizes(self, table):
         """ZeRO-2/3's bytes per stage beyond the persistent memory
@@ -588,9 +607,15 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         # ZeRO-2/3 keep 1/d of the gradients after their REDUCE_GRAD, and scale that
         scale_bytes = 2.0 * self.model.grad_bytes * device_params / (shards if zero >= 2
                                                                       else 1)
+        # with fp8, the updated weights' FP8 copies: read each linear weight, write it and
+        # its transpose in FP8 (TE casts them in the next iteration's first microbatch)
+        cast_bytes = (float(self.model.dtype_bytes) + FP8_WEIGHT_BYTES) * \
+            self._device_fp8_weights(table)
         none, one = np.zeros(len(state_bytes)), np.ones(len(state_bytes))
         step = (step + self.system.compute_time(none, scale_bytes, one)
                 + self.system.compute_time(none, state_bytes, one))
+        if self.execution.fp8 is not None:
+            step = step + self.system.compute_time(none, cast_bytes, one)
         if sharded and zero < 3:     # ZeRO-3 gathers in the next iteration's UNSHARDs
             step = step + self._data_parallel_time("all_gather",
                                                    device_params * self.model.dtype_bytes)
@@ -644,6 +669,7 @@ def _parallel_settings(execution):
             "zero_stage": execution.zero_stage,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
             "grad_bucket_size": execution.grad_bucket_size,
+            "fp8": execution.fp8,
             "align_grad_reduce": execution.align_grad_reduce,
             "scatter_gather": execution.scatter_gather}
 

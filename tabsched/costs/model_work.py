@@ -185,6 +185,18 @@ def kernel_seconds(model, system, placement, kernels, samples, coefficients=None
                 system.gemm_efficiency_of(kernels.gemm_shapes(samples, coefficients)))
     seconds = (system.kernel_times(kernels.matrix[:, None], work["flops"], nbytes, tokens,
                                    work["outputs"], measured) + system.launch_latency)
+    rows = np.flatnonzero(kernels.fp8)
+    if len(rows):
+        # FP8 products at the FP8 rate, FP8 table and FP8 fallback efficiency
+        fp8 = system.fp8_view()
+        if fp8 is None:
+            raise InvalidParameterError(f"fp8: system {system.name} states no FP8 rate "
+                                        f"(fp8_peak_flops); its tensor cores may have none")
+        shapes = kernels.gemm_shapes(samples, coefficients)[rows]
+        measured = None if fp8.gemm_efficiency is None else fp8.gemm_efficiency_of(shapes)
+        seconds[rows] = (fp8.kernel_times(True, work["flops"][rows], nbytes[rows], tokens,
+                                          work["outputs"][rows], measured)
+                         + system.launch_latency)
     for index in np.flatnonzero(kernels.collective):
         seconds[index] = group_time(kernels.kinds[index], work["message"][index],
                                     placement.group(kernels.groups[index]), system)

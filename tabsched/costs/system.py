@@ -107,8 +107,9 @@ _OPTIONAL = ("compute_efficiency", "half_efficiency_tokens", "memory_efficiency"
              "intra_node_efficiency", "inter_node_efficiency", "matrix_wave",
              "launch_latency", "memory_capacity", "contention", "blocking_sends",
              "link_overrides", "node_overrides", "name", "gemm_efficiency",
-             "collective_bandwidth", "overlap_slowdown", "nics_per_node")
-_QUANTITIES = {"peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
+             "collective_bandwidth", "overlap_slowdown", "nics_per_node", "fp8_peak_flops",
+             "fp8_compute_efficiency", "fp8_gemm_efficiency")
+_QUANTITIES = {"peak_flops": "FLOP/s", "fp8_peak_flops": "FLOP/s", "memory_bandwidth": "B/s",
                "intra_node_bandwidth": "B/s", "inter_node_bandwidth": "B/s",
                "intra_node_latency": "s", "inter_node_latency": "s", "launch_latency": "s",
                "memory_capacity": "B"}
@@ -332,6 +333,15 @@ class System:
         (default None: one per device, ``devices_per_node``). A collective
         whose group has several members on each node spreads its channels over
         the node's ports (:func:`tabsched.costs.collectives.group_time`).
+    fp8_peak_flops : float or str, optional
+        Dense FP8 tensor-core rate (None: no FP8, as on A100; an execution with
+        ``fp8`` is refused on such a system).
+    fp8_compute_efficiency : float, optional
+        Part of ``fp8_peak_flops`` an FP8 product outside the FP8 table reaches
+        (None: ``compute_efficiency``).
+    fp8_gemm_efficiency : GemmTable or dict, optional
+        Measured FP8 GEMM efficiency over ``(m, n, k)``, as ``gemm_efficiency``,
+        relative to ``fp8_peak_flops`` (TOML ``[fp8_gemm_efficiency]``).
     memory_capacity : float or str, optional
         Memory of one device: every result says which devices go over it
         (``Result.capacity_violations``); ``--memory-budget capacity`` uses it.
@@ -366,6 +376,9 @@ class System:
     collective_bandwidth: CollectiveTables | None = None
     overlap_slowdown: float = 0.0
     nics_per_node: int | None = None
+    fp8_peak_flops: float | None = None
+    fp8_compute_efficiency: float | None = None
+    fp8_gemm_efficiency: GemmTable | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -384,6 +397,7 @@ class System:
             set_("gemm_efficiency", GemmTable.from_value(self.gemm_efficiency, self.peak_flops))
         if self.collective_bandwidth is not None:
             set_("collective_bandwidth", CollectiveTables.from_value(self.collective_bandwidth))
+        self._check_fp8(set_)
         for key in ("intra_node_efficiency", "inter_node_efficiency"):
             set_(key, _fraction(key, getattr(self, key)))
         set_("overlap_slowdown", _non_negative("overlap_slowdown", self.overlap_slowdown,
@@ -433,6 +447,42 @@ class System:
             node, bandwidth, latency = _override_fields(name, entry, "node")
             nodes.append(NodeOverride(_device_index(f"{name}.node", node), bandwidth, latency))
         set_("node_overrides", tuple(nodes))
+
+    def _check_fp8(self, set_):
+        """The FP8 keys: a rate, then what needs it (an efficiency, a table)."""
+        if self.fp8_peak_flops is None:
+            for key in ("fp8_compute_efficiency", "fp8_gemm_efficiency"):
+                if getattr(self, key) is not None:
+                    raise InvalidParameterError(f"{key} needs fp8_peak_flops (the FP8 rate "
+                                                f"it is a part of)")
+            return
+        set_("fp8_peak_flops", _positive("fp8_peak_flops", self.fp8_peak_flops, "FLOP/s",
+                                         PEAK_FLOPS_RANGE))
+        if self.fp8_compute_efficiency is not None:
+            set_("fp8_compute_efficiency", _fraction("fp8_compute_efficiency",
+                                                     self.fp8_compute_efficiency))
+        if self.fp8_gemm_efficiency is not None:
+            set_("fp8_gemm_efficiency", GemmTable.from_value(
+                self.fp8_gemm_efficiency, self.fp8_peak_flops, "fp8_gemm_efficiency"))
+
+    def fp8_view(self):
+        """This system as its FP8 products see it: ``fp8_peak_flops`` as the peak, the FP8
+        table as the GEMM table and ``fp8_compute_efficiency`` (or ``compute_efficiency``)
+        for the products it does not cover (:func:`tabsched.costs.model_work.kernel_seconds`);
+        None without an FP8 rate."""
+        if self.fp8_peak_flops is None:
+            return None
+        view = self.__dict__.get("_fp8_view")
+        if view is None:
+            efficiency = (self.compute_efficiency if self.fp8_compute_efficiency is None
+                          else self.fp8_compute_efficiency)
+            view = dataclasses.replace(self, peak_flops=self.fp8_peak_flops,
+                                       compute_efficiency=efficiency,
+                                       gemm_efficiency=self.fp8_gemm_efficiency,
+                                       fp8_peak_flops=None, fp8_compute_efficiency=None,
+                                       fp8_gemm_efficiency=None)
+            object.__setattr__(self, "_fp8_view", view)
+        return view
 
     def check_devices(self, num_devices):
         """Raise for an override that names a device or node a run of ``num_devices`` lacks.
@@ -667,7 +717,11 @@ class System:
                 "gemm_efficiency": (None if self.gemm_efficiency is None
                                     else self.gemm_efficiency.to_value()),
                 "collective_bandwidth": (None if self.collective_bandwidth is None
-                                         else self.collective_bandwidth.to_value())}
+                                         else self.collective_bandwidth.to_value()),
+                "fp8_peak_flops": self.fp8_peak_flops,
+                "fp8_compute_efficiency": self.fp8_compute_efficiency,
+                "fp8_gemm_efficiency": (None if self.fp8_gemm_efficiency is None
+                                        else self.fp8_gemm_efficiency.to_value())}
 
 
 

@@ -122,11 +122,13 @@ def _cut_tables(text, key, drop):
     return "".join(keep)
 
 
-def gemm_system_toml(csv_path, source, system=None, dtype=None):
+def gemm_system_toml(csv_path, source, system=None, dtype=None, fp8=False):
     """The TOML of ``system`` with the GEMM sweep ``csv_path`` added as its table.
 
     Without ``system``: the ``[gemm_efficiency]`` table alone (no peak is known,
-    so a time faster than a peak is found only when a system loads it).
+    so a time faster than a peak is found only when a system loads it). ``fp8``: the
+    sweep is of FP8 products, the ``[fp8_gemm_efficiency]`` table, held to the system's
+    ``fp8_peak_flops``.
 
     >>> import pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -140,22 +142,28 @@ def gemm_system_toml(csv_path, source, system=None, dtype=None):
       [2048, 2048, 2048, 5e-05],
     ]
     """
+    key = "fp8_gemm_efficiency" if fp8 else "gemm_efficiency"
     if system is None:
         rows, label = read_sweep(csv_path, dtype=dtype)
         try:   # the table's own checks (its source); no peak is known to hold the times to
             GemmTable.from_value({"source": source, "dtype": label,
-                                  "seconds": [list(row) for row in rows]}, math.inf)
+                                  "seconds": [list(row) for row in rows]}, math.inf, key)
         except InvalidParameterError as error:
             raise InvalidParameterError(f"{os.fspath(csv_path)}: {error}") from None
-        return table_toml(rows, source, label)
+        return table_toml(rows, source, label, key)
     base = load_system(system)
-    rows, label = read_sweep(csv_path, peak_flops=base.peak_flops, dtype=dtype)
-    text, cut = _base_text(system)
+    peak_key = "fp8_peak_flops" if fp8 else "peak_flops"
+    peak = getattr(base, peak_key)
+    if peak is None:
+        raise InvalidParameterError(f"--fp8: system {base.name} states no fp8_peak_flops "
+                                    f"to hold an FP8 sweep to (add it to the system first)")
+    rows, label = read_sweep(csv_path, peak_flops=peak, dtype=dtype, peak_name=peak_key)
+    text, cut = _base_text(system, key)
     replaced = " It replaces the base system's table." if cut else ""
     toml = (text.rstrip("\n") + "\n\n"
             f"# Added by tabsched system import gemm from {os.path.basename(csv_path)}: the "
-            f"efficiency of each\n# shape is 2*m*n*k / (seconds * peak_flops).{replaced}\n"
-            + table_toml(rows, source, label))
+            f"efficiency of each\n# shape is 2*m*n*k / (seconds * {peak_key}).{replaced}\n"
+            + table_toml(rows, source, label, key))
     _check_loads(toml, system, os.fspath(csv_path))
     return toml
 

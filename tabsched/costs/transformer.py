@@ -381,6 +381,12 @@ class TransformerModel:
         d, mask, h, f = self.dtype_bytes, int(self.dropout), self.hidden, self.ffn
         whole = d * h + mask * h + d * h + mask * h + 2 * d * h
         split = d * (h + 2 * self.kv_width) + d * h + self._mlp_matrices * d * f
+        if parallel.fp8 is not None:
+            # Transformer Engine keeps the linear products' inputs for their weight
+            # gradients in FP8: the two norm outputs (whole), the attention output and
+            # the activation's output (split), one byte each
+            whole -= 2 * (d - 1) * h
+            split -= (d - 1) * (h + f)
         return whole, split
 
     def layer_activation(self, samples, recompute=None, *, parallel=None):
@@ -423,9 +429,10 @@ class TransformerModel:
         d, h, f, t = self.dtype_bytes, self.hidden, self.ffn, parallel.tensor_parallel
         tokens = samples * self.sequence
         parts = t if parallel.sequence_parallel else 1
-        whole = d * tokens * 2 * h + d * tokens * 2 * h     # QKV, MLP inputs; their outputs' grads
-        split = d * tokens * (h + f) + d * tokens * (h + 2 * self.kv_width
-                                                     + (2 if self.gated_ffn else 1) * f)
+        kept = 1 if parallel.fp8 is not None else d       # the inputs, in FP8 with fp8
+        whole = kept * tokens * 2 * h + d * tokens * 2 * h  # QKV, MLP inputs; their outputs' grads
+        split = kept * tokens * (h + f) + d * tokens * (h + 2 * self.kv_width
+                                                        + (2 if self.gated_ffn else 1) * f)
         return self._divide(whole, parts) + self._divide(split, t)
 
     def input_grad_release_for(self, parallel=None):

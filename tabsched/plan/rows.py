@@ -54,7 +54,7 @@ def _budget_text(budget):
 
 
 #: Execution fields ``tabsched eval`` has a flag for, and the flag.
-_FLAGS = {"attention": "--attention", "contention": "--contention"}
+_FLAGS = {"attention": "--attention", "contention": "--contention", "fp8": "--fp8"}
 
 
 def eval_command(configuration, model, system, budget, base=None, replicated=False):
