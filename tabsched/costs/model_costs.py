@@ -18,7 +18,6 @@ import numpy as np
 
 from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
-from tabsched.costs.buckets import default_bucket_parameters, exposed_reduction
 from tabsched.costs.collectives import group_time
 from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_report,
                                        kernel_tables, link_matrices, microbatch_samples,
@@ -27,18 +26,15 @@ from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_re
 from tabsched.costs.placement import Placement
 from tabsched.costs.sharded import persistent_bytes_per_parameter, shard_prices, shard_sizes
 from tabsched.costs.system import load_system
+from tabsched.costs.tail import FP8_WEIGHT_BYTES, embedding_sync, step_prices, sync_prices
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
 from tabsched.nodes import OPTIMIZER, REDUCE_GRAD, RESHARD, SYNC, UNSHARD
-from tabsched.table import BACKWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, INPUT_GRAD
 
 __all__ = ["ModelCosts"]
 
-#: Bytes per linear parameter of the FP8 weight copies Transformer Engine keeps: the FP8
-#: weight and its FP8 transpose (Hopper's FP8 products take only the TN layout, so the data
-#: gradient needs W^T in FP8 too).
-FP8_WEIGHT_BYTES = 2.0
 
 class ModelCosts(CostModel):
     """A transformer on a system: per-kernel rooflines, Hockney transfers, memory in bytes.
@@ -489,23 +485,6 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         """A ring collective over the data-parallel group of a tensor rank."""
         return group_time(collective, nbytes, self.placement.group("data"), self.system)
 
-    def _embedding_sync(self, table):
-        """Seconds each device spends all-reducing the tied embedding's gradient (Megatron-LM)."""
-        D, S = table.num_devices, table.num_stages
-        sync = np.zeros(D)
-        if not self.model.tied_embeddings or S < 2:
-            return sync
-        holders = {stage: sorted({int(d) for d in table.device[table.stage == stage]})
-                   for stage in (0, S - 1)}
-        pair = sorted({holders[0][0], holders[S - 1][0]})
-        if len(pair) < 2:
-            return sync
-        nbytes = (self.model.embedding_parameters / self.execution.tensor_parallel
-                  * self.model.grad_bytes)
-        seconds = self._all_reduce_time(float(nbytes), pair, D)
-        sync[sorted(set(holders[0]) | set(holders[S - 1]))] = seconds
-        return sync
-
     def node_prices(self, lowered, kind):
         """Seconds of the gradient syncs of synced stages, or of each device's
         end-of-iteration step (``kind`` SYNC or OPTIMIZER; other kinds cost 0).
@@ -524,102 +503,16 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         :func:`tabsched.costs.sharded.shard_prices`.
         """
         if kind == SYNC:
-            return self._sync_prices(lowered)
+            return sync_prices(self, lowered)
         if kind == OPTIMIZER:
-            return self._step_prices(lowered)
+            return step_prices(self, lowered)
         if kind in (UNSHARD, RESHARD, REDUCE_GRAD):
             return shard_prices(self, lowered, kind)
         return np.zeros(lowered.count(kind))
 
-    def _sync_prices(self, lowered):
-        table = lowered.table
-        params = self._stage_parameters(table) / self.execution.tensor_parallel
-        gradient_bytes = params * float(self.model.grad_bytes)
-        replicas = self.execution.data_parallel > 1
-        reduce = ("reduce_scatter" if self.execution.optimizer_sharding and replicas
-                  else "all_reduce")
-        run = self.execution
-        # ZeRO-2/3 reduce-scatter in their REDUCE_GRAD nodes instead
-        bucketed = replicas and run.overlap_grad_reduce and run.zero_stage < 2
-        if bucketed:
-            backward = self._last_backward_seconds(table)
-            bucket = (default_bucket_parameters(run.data_parallel)
-                      if run.grad_bucket_size is None else run.grad_bucket_size)
-            grad_bytes = float(self.model.grad_bytes)
-
-            def bucket_time(parameters):
-                return float(self._data_parallel_time(reduce, parameters * grad_bytes))
-        sync = []
-        for k, stage in enumerate(lowered.sync_stage):
-            stage = int(stage)
-            devices = lowered.sync_devices(k)
-            seconds = self._all_reduce_time(float(gradient_bytes[stage]), devices,
-                                            table.num_devices)
-            if bucketed and len(devices) == 1 and (devices[0] == 0
-                                                    or not run.align_grad_reduce):
-                # the buckets fill during the stage's last backward; the sync node, which
-                # starts when it ends, holds what the queue leaves after it
-                seconds += exposed_reduction(params[stage], bucket, backward[stage],
-                                             bucket_time, self.system.overlap_slowdown)
-            elif bucketed:
-                # aligned, a later pipeline rank launches its buckets after its last
-                # backward (megatron/core/pipeline_parallel/schedules.py: grad sync is
-                # enabled in the last backward "only in first pipeline stage. Other
-                # pipeline stages do grad reduction during pipeline bubble"); a stage
-                # several of the table's ranks hold (Chimera's) reduces among them first,
-                # after all their backwards: either way the replicas' reduction is whole
-                seconds += self._data_parallel_time(reduce, gradient_bytes[stage])
-            sync.append(seconds)
-        return np.array(sync, dtype=np.float64)
-
-    def _last_backward_seconds(self, table):
-        """Seconds of each stage's last ``B`` or ``W`` (in row order on each of its
-        devices; the longest of them), the backward that fills its gradient buckets."""
-        kind = table.kind
-        rows = np.flatnonzero((kind == BACKWARD) | (kind == WEIGHT_GRAD))
-        S, D = table.num_stages, table.num_devices
-        last = np.full(S * D, -1, dtype=np.int64)
-        np.maximum.at(last, table.stage[rows].astype(np.int64) * D + table.device[rows], rows)
-        seconds = np.zeros(S)
-        held = np.flatnonzero(last >= 0)
-        if len(held):
-            durations = self.op_durations(table)
-            np.maximum.at(seconds, held // D, durations[last[held]])
-        return seconds
-
-    def _step_prices(self, lowered):
-        if not lowered.count(OPTIMIZER):
-            return np.zeros(0)
-        table = lowered.table
-        replicas = self.execution.data_parallel > 1
-        sharded = self.execution.optimizer_sharding and replicas
-        reduce = "reduce_scatter" if sharded else "all_reduce"
-        device_params = self._device_parameters(table)
-        step = self._embedding_sync(table)
-        zero = self.execution.zero_stage
-        if replicas and not self.execution.overlap_grad_reduce and zero < 2:
-            step = step + self._data_parallel_time(reduce, device_params * self.model.grad_bytes)
-        shards = self.execution.data_parallel if sharded else 1
-        state_bytes = self.model.optimizer_step_bytes * device_params / shards
-        # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
-        # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
-        # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes;
-        # ZeRO-2/3 keep 1/d of the gradients after their REDUCE_GRAD, and scale that
-        scale_bytes = 2.0 * self.model.grad_bytes * device_params / (shards if zero >= 2
-                                                                      else 1)
-        # with fp8, the updated weights' FP8 copies: read each linear weight, write it and
-        # its transpose in FP8 (TE casts them in the next iteration's first microbatch)
-        cast_bytes = (float(self.model.dtype_bytes) + FP8_WEIGHT_BYTES) * \
-            self._device_fp8_weights(table)
-        none, one = np.zeros(len(state_bytes)), np.ones(len(state_bytes))
-        step = (step + self.system.compute_time(none, scale_bytes, one)
-                + self.system.compute_time(none, state_bytes, one))
-        if self.execution.fp8 is not None:
-            step = step + self.system.compute_time(none, cast_bytes, one)
-        if sharded and zero < 3:     # ZeRO-3 gathers in the next iteration's UNSHARDs
-            step = step + self._data_parallel_time("all_gather",
-                                                   device_params * self.model.dtype_bytes)
-        return np.where(device_params > 0, step, 0.0)
+    def _embedding_sync(self, table):
+        """:func:`tabsched.costs.tail.embedding_sync`."""
+        return embedding_sync(self, table)
 
     # ------------------------------------------------------------------ report
     def kernel_report(self, part="layer", samples=None):
