@@ -144,3 +144,33 @@ def test_the_execution_command_checks_fills_and_writes(cli, cli_error, tmp_path)
     assert code == 0 and json.loads(printed)["tensor_parallel"] == 2
     assert cli_error("execution", "--model", "gpt3-175b", "--system", "dgx-a100", "-t", "5") \
         == "--tensor-parallel/-t 5 does not divide hidden 12288 of model gpt3-175b"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--overlap-grad-reduce"], "--overlap-grad-reduce needs --data-parallel/-d > 1: with one "
+                                "replica the overlapped data-parallel reduction changes nothing"),
+    (["--optimizer-sharding"], "--optimizer-sharding needs --data-parallel/-d > 1"),
+    (["--zero", "1"], "--zero 1 needs --data-parallel/-d > 1"),
+    (["-d", "1", "--overlap-grad-reduce"], "--overlap-grad-reduce needs"),
+])
+def test_data_parallel_settings_without_replicas_are_refused(cli, flags, message):
+    code, out, err = cli("eval", "1f1b", "-p", "2", "-m", "4", *MODEL, *flags)
+    assert code == 1 and out == "" and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    # with replicas they run
+    setting = [flag for flag in flags if flag not in ("-d", "1")] if flags[0] == "-d" \
+        else flags
+    assert cli("eval", "1f1b", "-p", "2", "-m", "4", *MODEL, *setting, "-d", "2")[0] == 0
+
+
+def test_a_file_with_a_replica_setting_and_one_replica_is_named(cli, run_file):
+    path = run_file("overlap_grad_reduce = true\n")
+    code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "4", *MODEL, "--execution", path)
+    assert code == 1 and err.strip() == (f"Error: {path}: overlap_grad_reduce needs "
+                                         f"--data-parallel/-d > 1: with one replica the "
+                                         f"overlapped data-parallel reduction changes nothing")
+    assert cli("eval", "1f1b", "-p", "2", "-m", "4", *MODEL, "--execution", path,
+               "-d", "2")[0] == 0
+    # the execution command writes bases for a later -d: it keeps the setting
+    code, out, _ = cli("execution", "--overlap-grad-reduce")
+    assert code == 0 and "overlap_grad_reduce = true" in out

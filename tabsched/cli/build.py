@@ -143,10 +143,14 @@ MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "exp
                 "align_grad_reduce", "blocking_sends")
 
 
-def execution_from_options(options):
+def execution_from_options(options, replicas_checked=True):
     """``(execution, sources)``: ``--execution FILE`` (else the default execution) with
     the run options that were given as field changes, and ``{field: source}`` of every
     field set, by a flag (``"--tensor-parallel/-t"``) or the file (its path), for messages.
+
+    ``replicas_checked``: a data-parallel setting (ZeRO-1, the overlapped reduction and
+    its buckets) with one replica is refused, naming it: it would change nothing (the
+    ``execution`` command, which writes a base for later ``-d``, leaves it).
 
     ``options`` holds the commands' option values by name (``tensor_parallel``,
     ``optimizer_sharding``, ``optimizer``, ``grad_sync`` as its text...); a missing or
@@ -195,7 +199,25 @@ def execution_from_options(options):
                 f"{where} applies to the overlapped reduction only (with "
                 f"--overlap-grad-reduce); the reduction after the backward is priced as one "
                 f"message per device")
+    if replicas_checked and execution.data_parallel == 1:
+        _refuse_without_replicas(execution, sources)
     return execution, sources
+
+
+def _refuse_without_replicas(execution, sources):
+    """One line for a data-parallel setting given with ``d = 1``, where it does nothing."""
+    for field, given in (("zero_stage", execution.zero_stage == 1),
+                         ("overlap_grad_reduce", execution.overlap_grad_reduce)):
+        if not given or field not in sources:
+            continue
+        source = sources[field]
+        what = {"zero_stage": "ZeRO-1 (optimizer state sharded over the replicas)",
+                "overlap_grad_reduce": "the overlapped data-parallel reduction"}[field]
+        flag = source if source.startswith("--") else f"{source}: {field}"
+        if field == "zero_stage" and source == "--zero":
+            flag = "--zero 1"
+        raise click.ClickException(f"{flag} needs --data-parallel/-d > 1: with one replica "
+                                   f"{what} changes nothing")
 
 
 def _zero_options(options, base, changes, sources):

@@ -44,7 +44,7 @@ def execution_command(model, system, out, as_json, global_batch, devices_per_nod
     from tabsched.files import atomic_write, check_output_path
     if out:
         check_output_path(out, inputs=(options.get("execution"),))
-    execution, sources = execution_from_options(options)
+    execution, sources = execution_from_options(options, replicas_checked=False)
     changes = {key: value for key, value in (("global_batch", global_batch),
                                              ("devices_per_node", devices_per_node))
                if value is not None}
