@@ -12,10 +12,17 @@ Parallel degrees beside the pipeline
     Shoeybi et al. 2019, section 3); ``sequence_parallel`` turns its
     all-reduces into reduce-scatter + all-gather pairs and splits the norms and
     dropouts over the sequence (Korthikanti et al. 2022, section 4.2.2; needs
-    *t* > 1); ``context_parallel`` and ``expert_parallel`` are the degrees of
-    context and expert parallelism (their groups are placed; the cost model
-    refuses them above 1 until it prices them); ``data_parallel`` *d* is the
-    number of replicas of the pipeline, whose gradients are reduced over the
+    *t* > 1); ``context_parallel`` *cp* splits the sequence over *cp* GPUs
+    (Megatron-LM's context parallelism, with causal load balancing: each rank
+    holds two of ``2 cp`` chunks), whose attention exchanges keys and values as
+    ``cp_comm`` says: ``p2p`` (ring attention, each step's key-value block passed
+    to the next rank beside the previous block's attention; the default) or
+    ``allgather`` (Llama 3's: the keys and values all-gathered before the
+    attention, their gradients reduce-scattered after); the gradients are reduced
+    over the data-parallel and context-parallel ranks together (*d x cp*);
+    ``expert_parallel`` is the degree of expert parallelism (its group is placed;
+    the cost model refuses it above 1 until it prices it); ``data_parallel`` *d* is
+    the number of replicas of the pipeline, whose gradients are reduced over the
     data-parallel group.
 The batch
     ``microbatch_size`` *b*: samples per microbatch (``None``: the model's);
@@ -123,6 +130,7 @@ from tabsched import _untrusted
 from tabsched.exceptions import InvalidParameterError
 
 __all__ = ["Execution", "load_execution", "Parallelism", "CONTENTION_MODES", "FP8_RECIPES",
+           "CP_COMM_TYPES",
            "ATTENTION_IMPLEMENTATIONS", "RECOMPUTE_MODES", "GRAD_SYNC_MODES", "ZERO_STAGES"]
 
 #: How transfers share the network (see the module docstring).
@@ -132,6 +140,9 @@ P2P_MODES = ("free", "blocking", "megatron-batched", "megatron-overlap", "pytorc
 #: FP8 scaling recipes (Transformer Engine's ``DelayedScaling`` and ``Float8CurrentScaling``,
 #: and DeepSeek-V3's fine-grained tiles, Megatron-LM's ``--fp8-recipe blockwise``).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
+#: How context-parallel ranks exchange keys and values (Megatron-LM's ``--cp-comm-type``:
+#: ``p2p`` is ring attention, ``allgather`` Llama 3's; its ``a2a``, Ulysses, is not priced).
+CP_COMM_TYPES = ("p2p", "allgather")
 #: The attention kernels (``eager``: Megatron-LM without FlashAttention).
 ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
 #: Activation recomputation (Korthikanti et al. 2022, section 5).
@@ -242,6 +253,9 @@ class Execution:
     attention : {"eager", "flash"}
     fp8 : {"delayed", "tensorwise", "blockwise"}, optional
         The linear products in FP8 with this scaling recipe (None: the model's dtype).
+    cp_comm : {"p2p", "allgather"}, optional
+        How context-parallel ranks exchange keys and values (None: ``p2p`` with
+        ``context_parallel > 1``).
     scatter_gather : bool
     contention : {"none", "link", "nic"}, optional
     devices_per_node : int, optional
@@ -284,6 +298,7 @@ class Execution:
     reshard_after_forward: bool | None = None
     prefetch: int | None = None
     fp8: str | None = None
+    cp_comm: str | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -329,6 +344,17 @@ class Execution:
         _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
         if self.fp8 is not None:
             _choice("fp8", self.fp8, FP8_RECIPES)
+        if self.cp_comm is not None:
+            if self.cp_comm == "a2a":
+                raise InvalidParameterError(
+                    "cp_comm 'a2a' (Ulysses' all-to-all) is not priced yet: use p2p or "
+                    "allgather")
+            _choice("cp_comm", self.cp_comm, CP_COMM_TYPES)
+        if self.context_parallel > 1 and self.zero_stage >= 2:
+            raise InvalidParameterError(
+                f"zero_stage {self.zero_stage} with context_parallel {self.context_parallel} "
+                f"is not priced yet (FSDP would shard over the data and context ranks "
+                f"together); use zero_stage 0 or 1")
         if self.contention is not None:
             _choice("contention", self.contention, CONTENTION_MODES)
         if self.devices_per_node is not None:
@@ -411,8 +437,22 @@ class Execution:
         (``optimizer_step`` None) when the data-parallel reduction runs in it."""
         if self.optimizer_step is not None:
             return self.optimizer_step
-        return self.data_parallel > 1 and (not self.overlap_grad_reduce
-                                           or self.zero_stage >= 2)
+        return self.gradient_replicas > 1 and (not self.overlap_grad_reduce
+                                               or self.zero_stage >= 2)
+
+    @property
+    def gradient_replicas(self) -> int:
+        """Ranks that hold the same weights and reduce their gradients together: the data
+        and the context ranks, ``d * cp`` (Megatron-LM's data-parallel group "with context
+        parallel"; ZeRO-1 shards the optimizer state over it too)."""
+        return self.data_parallel * self.context_parallel
+
+    @property
+    def context_exchange(self) -> str | None:
+        """``cp_comm``, or ``p2p`` with context parallelism; None without it."""
+        if self.context_parallel == 1:
+            return None
+        return self.cp_comm if self.cp_comm is not None else "p2p"
 
     @property
     def shards_parameters(self) -> bool:
@@ -436,7 +476,7 @@ class Execution:
     def default_grad_sync(self):
         """The stages synced when the table says nothing: ``grad_sync``, or every stage
         when the data-parallel reduction overlaps the backwards (it runs in the sync nodes)."""
-        if self.data_parallel > 1 and self.overlap_grad_reduce:
+        if self.gradient_replicas > 1 and self.overlap_grad_reduce:
             return "all"
         return self.grad_sync
 
@@ -493,9 +533,20 @@ class Execution:
             raise InvalidParameterError(f"sequence_parallel: tensor_parallel {t} does not "
                                         f"divide sequence {model.sequence} of model "
                                         f"{model.name}")
-        if cp > 1 and model.sequence % cp:
-            raise InvalidParameterError(f"context_parallel {cp} does not divide sequence "
-                                        f"{model.sequence} of model {model.name}")
+        if cp > 1 and model.sequence % (2 * cp):
+            raise InvalidParameterError(
+                f"context_parallel {cp}: sequence {model.sequence} of model {model.name} "
+                f"is not a multiple of 2 x {cp} (causal load balancing gives each rank two "
+                f"of 2 x cp equal chunks)")
+        if cp > 1 and self.attention != "flash":
+            raise InvalidParameterError(
+                f"context_parallel {cp} needs attention 'flash': the attention over the "
+                f"exchanged key-value blocks runs fused (Megatron-LM's context parallelism "
+                f"uses Transformer Engine's fused attention)")
+        if cp > 1 and self.sequence_parallel and (model.sequence // cp) % t:
+            raise InvalidParameterError(
+                f"sequence_parallel: tensor_parallel {t} does not divide the "
+                f"{model.sequence // cp} tokens of a context rank")
         self._check_batch(self.microbatch_size if self.microbatch_size is not None
                           else model.microbatch_size)
         if system is not None and self.fp8 is not None and \

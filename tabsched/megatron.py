@@ -218,6 +218,9 @@ def execution_arguments(execution):
     (('--tensor-model-parallel-size', 8), ('--sequence-parallel', None), ('--recompute-granularity', 'selective'), ('--use-distributed-optimizer', None))
     """
     arguments = [("--tensor-model-parallel-size", int(execution.tensor_parallel))]
+    if execution.context_parallel > 1:
+        arguments += [("--context-parallel-size", int(execution.context_parallel)),
+                      ("--cp-comm-type", execution.context_exchange)]
     if execution.sequence_parallel:
         arguments.append(("--sequence-parallel", None))
     if execution.recompute == "selective":

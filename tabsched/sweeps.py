@@ -71,7 +71,7 @@ EXECUTION_COLUMNS = tuple(name for name in FIELDS
 #: Execution fields added after the columns' order was set: they go at the end.
 _LATER_FIELDS = ("p2p", "post_validation", "reshard_after_forward", "prefetch")
 #: Execution fields added after the steady-state period's column: they follow it.
-_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce", "fp8")
+_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce", "fp8", "cp_comm")
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
@@ -665,9 +665,9 @@ _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size"
                     "gpus", "prefetch", "grad_bucket_size"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
                  "slot_lengths", "parallel", "recompute", "attention", "contention",
-                 "grad_sync", "p2p", "fp8"}
+                 "grad_sync", "p2p", "fp8", "cp_comm"}
 #: Text columns whose empty value is None (an execution field left unset).
-_UNSET_WHEN_EMPTY = {"fp8"}
+_UNSET_WHEN_EMPTY = {"fp8", "cp_comm"}
 
 
 def read_sweep_csv(path):

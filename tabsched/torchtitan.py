@@ -117,6 +117,10 @@ def torchtitan_settings(table, execution, sequence_length):
     elif run.zero_stage >= 1:
         notes.append(f"ZeRO-{run.zero_stage} has no torchtitan setting: "
                      f"data_parallel_shard_degree (FSDP) shards parameters and gradients too")
+    if run.context_parallel > 1:
+        notes.append(f"context parallelism: PyTorch's ring attention rotates the keys and "
+                     f"values by all-gather or all-to-all (context_parallel_rotate_method), "
+                     f"not Megatron-LM's {run.context_exchange} exchange that tabsched prices")
     if run.fp8 == "tensorwise":
         notes.append("FP8: torchtitan's float8 converter (torchao's Float8Linear) with its "
                      "tensorwise recipe; its casts are not Transformer Engine's fused ones")

@@ -134,7 +134,9 @@ def test_bad_files_are_one_line_naming_the_file_and_key(tmp_path, text, suffix, 
     (dict(tensor_parallel=3), None, r"tensor_parallel 3 does not divide hidden 256"),
     (dict(tensor_parallel=16), None, r"tensor_parallel 16 does not divide heads 8"),
     (dict(tensor_parallel=4, sequence_parallel=True, context_parallel=1), None, None),
-    (dict(context_parallel=3), None, r"context_parallel 3 does not divide sequence 64"),
+    (dict(context_parallel=3, attention="flash"), None,
+     r"context_parallel 3: sequence 64 of model .* is not a multiple of 2 x 3"),
+    (dict(context_parallel=2), None, r"context_parallel 2 needs attention 'flash'"),
     (dict(data_parallel=3, global_batch=12), None,
      r"global_batch 12 is not divisible by data_parallel 3 x microbatch_size 8 = 24"),
     (dict(tensor_parallel=8), "dgx-a100", None),
@@ -145,8 +147,9 @@ def test_bad_files_are_one_line_naming_the_file_and_key(tmp_path, text, suffix, 
     (dict(tensor_parallel=2, data_parallel=3), "dgx-a100",
      r"the 6 devices of a pipeline rank .* neither divide nor fill the 8-device nodes"),
     (dict(tensor_parallel=2, data_parallel=8), "dgx-a100", None),
-    (dict(tensor_parallel=2, context_parallel=3, data_parallel=4), "dgx-a100",
-     r"the 6 devices of tensor x context parallel neither divide nor fill the 8-device"),
+    (dict(tensor_parallel=2, context_parallel=3, data_parallel=4, attention="flash"),
+     "dgx-a100", r"the 6 devices of tensor x context parallel neither divide nor fill the "
+                 r"8-device"),
 ])
 def test_check_refuses_degrees_that_do_not_divide_what_they_split(fields, system, message):
     run = Execution(**fields)
@@ -195,7 +198,9 @@ def test_model_costs_take_an_execution_or_its_keywords_alike(tmp_path):
         .tensor_parallel == 8
     with pytest.raises(InvalidParameterError, match="give execution or parallel, not both"):
         ModelCosts("paper-128l", "dgx-h100", run, parallel=run)
-    with pytest.raises(InvalidParameterError, match="context_parallel .* not priced yet"):
+    with pytest.raises(InvalidParameterError, match="expert_parallel .* not priced yet"):
+        ModelCosts("paper-128l", "dgx-h100", Execution(expert_parallel=2))
+    with pytest.raises(InvalidParameterError, match="context_parallel 2 needs attention"):
         ModelCosts("paper-128l", "dgx-h100", Execution(context_parallel=2))
 
 

@@ -139,7 +139,7 @@ _OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
 MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
                 "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
                 "reshard_after_forward", "prefetch",
-                "attention", "fp8", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
+                "attention", "fp8", "cp_comm", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
                 "align_grad_reduce", "blocking_sends")
 
 
@@ -161,7 +161,7 @@ def execution_from_options(options, replicas_checked=True):
     default = Execution()
     sources = {field: path for field, value in base.to_dict().items()
                if value != default.to_dict()[field]} if path else {}
-    for name in ("tensor_parallel", "data_parallel"):
+    for name in ("tensor_parallel", "context_parallel", "data_parallel"):
         value = options.get(name)
         if value is not None and value < 1:
             raise click.ClickException(f"{PARALLEL_FLAGS[name]} must be >= 1, not {value}")
@@ -199,7 +199,11 @@ def execution_from_options(options, replicas_checked=True):
                 f"{where} applies to the overlapped reduction only (with "
                 f"--overlap-grad-reduce); the reduction after the backward is priced as one "
                 f"message per device")
-    if replicas_checked and execution.data_parallel == 1:
+    if "cp_comm" in sources and execution.context_parallel == 1:
+        where = "--cp-comm" if sources["cp_comm"].startswith("--") else \
+            f"{sources['cp_comm']}: cp_comm"
+        raise click.ClickException(f"{where} applies to --context-parallel > 1 only")
+    if replicas_checked and execution.gradient_replicas == 1:
         _refuse_without_replicas(execution, sources)
     return execution, sources
 

@@ -50,11 +50,15 @@ def costs_command(model, system, part, microbatch_size, recompute, as_json, **pa
                    "totals": totals, "execution": costs.execution.to_dict()})
         return
     settings = costs.describe()
+    cp = costs.execution.context_parallel
     click.echo(f"{costs.model.name} on {costs.system.name}: one {part}, microbatch of "
                f"{samples} sample{'s' if samples != 1 else ''} x {costs.model.sequence} "
-               f"tokens, one of {settings['tensor_parallel']} tensor ranks; recompute "
-               f"{settings['recompute']}, {settings['attention']} attention"
-               + (", sequence parallel" if settings.get("sequence_parallel") else ""))
+               f"tokens, one of {settings['tensor_parallel']} tensor ranks"
+               + (f" and {cp} context ranks ({costs.model.sequence // cp} tokens each, "
+                  f"{costs.execution.context_exchange} exchange)" if cp > 1 else "")
+               + f"; recompute {settings['recompute']}, {settings['attention']} attention"
+               + (", sequence parallel" if settings.get("sequence_parallel") else "")
+               + (f", FP8 ({costs.execution.fp8})" if costs.execution.fp8 else ""))
     table = [["phase", "kernel", "class", "FLOPs", "read", "written", "bound", "efficiency",
               "time", ""]]
     for row in rows:

@@ -9,7 +9,8 @@ import functools
 
 import click
 
-from tabsched.execution import ATTENTION_IMPLEMENTATIONS, CONTENTION_MODES, FP8_RECIPES
+from tabsched.execution import (ATTENTION_IMPLEMENTATIONS, CONTENTION_MODES, CP_COMM_TYPES,
+                                FP8_RECIPES)
 from tabsched.schedules import families
 
 
@@ -23,7 +24,7 @@ HELP_SECTIONS = {
                                       "comm", "contention"),
     "Model, system and parallelism": ("model", "system", "execution", "microbatch_size",
                                       "recompute", "global_batch", "tensor_parallel",
-                                      "sequence_parallel",
+                                      "sequence_parallel", "context_parallel", "cp_comm",
                                       "data_parallel", "attention", "fp8",
                                       "optimizer_sharding",
                                       "zero_stage", "reshard_after_forward", "prefetch",
@@ -251,6 +252,7 @@ LEVELS = ("formula", "table", "simulation")
 #: Parallelism options: (option name, its flags, the keyword of ModelCosts).
 PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "sequence_parallel": "--sequence-parallel",
+                  "context_parallel": "--context-parallel", "cp_comm": "--cp-comm",
                   "data_parallel": "--data-parallel/-d", "attention": "--attention",
                   "fp8": "--fp8",
                   "optimizer_sharding": "--optimizer-sharding",
@@ -302,6 +304,12 @@ def parallel_options(command=None, *, lists=False):
                           + also),
         click.option("--sequence-parallel", is_flag=True, default=None,
                      help="Sequence parallelism (needs -t > 1)."),
+        click.option("--context-parallel", type=int, metavar="CP",
+                     help="Context ranks per stage: the sequence split CP ways with causal "
+                          "load balancing (needs --attention flash)."),
+        click.option("--cp-comm", type=click.Choice(CP_COMM_TYPES), metavar="TYPE",
+                     help="--context-parallel: p2p (ring attention, key-value blocks passed "
+                          "beside the attention; default) or allgather (Llama 3's)."),
         click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
                           "iteration." + also.replace("-t", "-d")),

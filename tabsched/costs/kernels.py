@@ -234,13 +234,15 @@ _SERIAL = Execution()
 def _shape(model, parallel):
     parallel = _SERIAL if parallel is None else parallel
     t = parallel.tensor_parallel
+    tokens = float(model.sequence) / parallel.context_parallel      # a context rank's
     return dict(
-        h=float(model.hidden), s=float(model.sequence), d=float(model.dtype_bytes),
+        h=float(model.hidden), s=tokens, S=float(model.sequence), d=float(model.dtype_bytes),
         g=float(model.grad_bytes), t=float(t), hk=float(model.kv_width), f=float(model.ffn),
         k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
         m=1.0 if model.dropout else 0.0,
-        sn=float(model.sequence) / t if parallel.sequence_parallel else float(model.sequence),
-        sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8), parallel
+        sn=tokens / t if parallel.sequence_parallel else tokens,
+        sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8,
+        cp=parallel.context_exchange), parallel
 
 
 def _matrix(name, flops, weights, reads, writes, element, gemms=()):
@@ -316,8 +318,10 @@ def attention_forward(x):
     """The attention core's forward kernels (what selective recomputation runs again)."""
     h, s, d, t, hk, m, a = x["h"], x["s"], x["d"], x["t"], x["hk"], x["m"], x["a"]
     if x["flash"]:
-        return [_matrix("flash_attention", 4 * s * s * h / t, 0.0, d * s * (h + 2 * hk) / t,
-                        d * s * h / t, d)]
+        S = x["S"]      # the keys a rank's queries meet: the whole sequence over its ring
+        return [*_context_exchange(x, "F"),
+                _matrix("flash_attention", 4 * s * S * h / t, 0.0,
+                        d * (s * h + S * 2 * hk) / t, d * s * h / t, d)]
     scores = d * a * s * s / t
     heads, width = a / t, h / a          # the rank's query heads, and one head's width
     kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d,
@@ -357,8 +361,11 @@ def _input_grad(x, norm_name):
                _matrix("out_proj_dgrad", 2 * s * h * h / t, d * h * h / t, d * s * h,
                        d * s * h / t, d, [_rows(s, h / t, h)])]
     if x["flash"]:
-        kernels.append(_matrix("flash_attention_bwd", 8 * s * s * h / t, 0.0,
-                               d * s * (3 * h + 2 * hk) / t, d * s * (h + 2 * hk) / t, d))
+        S = x["S"]
+        kernels += [*_context_exchange(x, "I"),
+                    _matrix("flash_attention_bwd", 8 * s * S * h / t, 0.0,
+                            d * (s * 3 * h + S * 2 * hk) / t, d * (s * h + S * 2 * hk) / t,
+                            d)]
     else:
         scores = d * a * s * s / t
         heads, width = a / t, h / a
@@ -377,6 +384,31 @@ def _input_grad(x, norm_name):
                         d * s * (h + 2 * hk) / t, d * s * h, d, [_rows(s, h, (h + 2 * hk) / t)]),
                 _backward_combine(x, "qkv_wgrad"), norm_bwd[1]]
     return kernels
+
+
+def _context_exchange(x, phase):
+    """The context-parallel exchange of keys and values beside (``p2p``) or before
+    (``allgather``) the fused attention, over the context group; none without context
+    parallelism. A rank meets every other rank's keys and values once: the ring's
+    ``cp - 1`` steps move what an all-gather of the whole ``S`` keys' K and V moves
+    (``d*S*2hk/t`` bytes), so they are priced as one (each step's send beside the previous
+    block's attention: the pair model of ``hides_behind``). The backward passes the key-
+    value blocks again and their gradients the other way (ring attention's backward, or
+    ``allgather``'s all-gather and reduce-scatter of dK, dV): twice those bytes."""
+    exchange = x["cp"]
+    if exchange is None:
+        return []
+    kv = x["d"] * x["S"] * 2 * x["hk"] / x["t"]
+    if exchange == "p2p":
+        if phase == "F":
+            return [_collective("cp_kv_ring", "all_gather", kv, "flash_attention",
+                                group="context")]
+        return [_collective("cp_kv_ring_bwd", "all_gather", 2 * kv, "flash_attention_bwd",
+                            group="context")]
+    if phase == "F":
+        return [_collective("cp_kv_all_gather", "all_gather", kv, group="context")]
+    return [_collective("cp_kv_all_gather", "all_gather", kv, group="context"),
+            _collective("cp_dkv_reduce_scatter", "reduce_scatter", kv, group="context")]
 
 
 def _backward_combine(x, partner):
@@ -426,7 +458,9 @@ def layer_kernels(model, parallel=None):
         recompute = attention_forward(x)
     else:
         recompute = []
-    recompute = [dataclasses.replace(kernel, name=f"recompute_{kernel.name}")
+    recompute = [dataclasses.replace(kernel, name=f"recompute_{kernel.name}",
+                                     hides_behind=None if kernel.hides_behind is None
+                                     else f"recompute_{kernel.hides_behind}")
                  for kernel in recompute]
     return {"F": forward, "I": backward, "W": weight, "R": recompute}
 

@@ -97,7 +97,8 @@ class ModelCosts(CostModel):
         all-reduce of the tied embedding's gradients between the first and the
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
-overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
+overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch, \
+grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         Fields of :class:`~tabsched.execution.Execution`.
     parallel : Execution, optional
         The name ``execution`` had before executions held the whole run.
@@ -128,7 +129,9 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
                  optimizer=None, tensor_parallel=None, sequence_parallel=None,
                  data_parallel=None, attention=None, optimizer_sharding=None,
                  overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None,
-                 zero_stage=None, reshard_after_forward=None, prefetch=None):
+                 zero_stage=None, reshard_after_forward=None, prefetch=None,
+                 grad_bucket_size=None, align_grad_reduce=None, fp8=None,
+                 context_parallel=None, cp_comm=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
             "contention": contention, "blocking_sends": blocking_sends, "p2p": p2p,
@@ -138,7 +141,9 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
             "optimizer_sharding": optimizer_sharding,
             "overlap_grad_reduce": overlap_grad_reduce, "scatter_gather": scatter_gather,
             "zero_stage": zero_stage, "reshard_after_forward": reshard_after_forward,
-            "prefetch": prefetch})
+            "prefetch": prefetch, "grad_bucket_size": grad_bucket_size,
+            "align_grad_reduce": align_grad_reduce, "fp8": fp8,
+            "context_parallel": context_parallel, "cp_comm": cp_comm})
         self._given_model = model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
                                                  ("recompute", asked.recompute))
@@ -150,12 +155,10 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         #: The execution this cost model prices, every field resolved.
         self.execution = asked.resolved(self.model, self.system).check(self.model,
                                                                        self.system)
-        for name in ("context_parallel", "expert_parallel"):
-            degree = getattr(self.execution, name)
-            if degree > 1:
-                raise InvalidParameterError(
-                    f"{name} {degree}: the transformer's kernels do not split over a "
-                    f"{name.split('_')[0]} group yet, so it is not priced yet (use 1)")
+        if self.execution.expert_parallel > 1:
+            raise InvalidParameterError(
+                f"expert_parallel {self.execution.expert_parallel}: the transformer has no "
+                f"experts to split over an expert group yet, so it is not priced yet (use 1)")
         #: Where each parallel group sits on the system's nodes.
         self.placement = Placement(self.execution, self.system)
         self.overlap = _non_negative("overlap", overlap)
@@ -482,8 +485,9 @@ overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch
         return ring_all_reduce(self.placement.pipeline_view, nbytes, devices, num_devices)
 
     def _data_parallel_time(self, collective, nbytes):
-        """A ring collective over the data-parallel group of a tensor rank."""
-        return group_time(collective, nbytes, self.placement.group("data"), self.system)
+        """A ring collective over the ranks that reduce a tensor rank's gradients: the
+        data-parallel group, with the context ranks in it (``d * cp``)."""
+        return group_time(collective, nbytes, self.placement.gradient_group(), self.system)
 
     def node_prices(self, lowered, kind):
         """Seconds of the gradient syncs of synced stages, or of each device's
@@ -560,6 +564,7 @@ def _parallel_settings(execution):
             "data_parallel": execution.data_parallel, "attention": execution.attention,
             "optimizer_sharding": execution.optimizer_sharding,
             "zero_stage": execution.zero_stage,
+            "context_parallel": execution.context_parallel, "cp_comm": execution.cp_comm,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
             "grad_bucket_size": execution.grad_bucket_size,
             "fp8": execution.fp8,

@@ -131,6 +131,17 @@ class Placement:
             return _span(name, self.pipeline or 1, t * cp * d, self.node_size)
         raise InvalidParameterError(f"group {name!r} is not one of {', '.join(GROUPS)}")
 
+    def gradient_group(self) -> GroupSpan:
+        """The ranks that reduce one tensor rank's gradients: the data-parallel ranks with
+        the context ranks among them, ``d * cp`` ranks ``t`` apart (Megatron-LM's data-
+        parallel group "with context parallel"); the data group without context
+        parallelism."""
+        run = self.execution
+        if run.context_parallel == 1:
+            return self.group("data")
+        return _span("data", run.data_parallel * run.context_parallel, run.tensor_parallel,
+                     self.node_size)
+
     @property
     def pipeline_ranks_per_node(self) -> int:
         """Pipeline ranks (table devices) per node: ``n / (t * cp * d)``, at least one."""

@@ -42,7 +42,7 @@ def _parts(model):
 def persistent_bytes_per_parameter(model, execution):
     """Bytes per parameter a tensor rank holds all the time under ``execution``'s ZeRO
     stage (``model.optimizer_state_bytes(d)`` at stage 1)."""
-    zero, d = execution.zero_stage, execution.data_parallel
+    zero, d = execution.zero_stage, execution.gradient_replicas
     if zero <= 1:
         return model.optimizer_state_bytes(d if zero == 1 else 1)
     weights, gradients, state = _parts(model)

@@ -47,7 +47,7 @@ def sync_prices(costs, lowered):
     table = lowered.table
     params = costs._stage_parameters(table) / costs.execution.tensor_parallel
     gradient_bytes = params * float(costs.model.grad_bytes)
-    replicas = costs.execution.data_parallel > 1
+    replicas = costs.execution.gradient_replicas > 1
     reduce = ("reduce_scatter" if costs.execution.optimizer_sharding and replicas
               else "all_reduce")
     run = costs.execution
@@ -55,7 +55,7 @@ def sync_prices(costs, lowered):
     bucketed = replicas and run.overlap_grad_reduce and run.zero_stage < 2
     if bucketed:
         backward = last_backward_seconds(costs, table)
-        bucket = (default_bucket_parameters(run.data_parallel)
+        bucket = (default_bucket_parameters(run.gradient_replicas)
                   if run.grad_bucket_size is None else run.grad_bucket_size)
         grad_bytes = float(costs.model.grad_bytes)
 
@@ -105,7 +105,7 @@ def step_prices(costs, lowered):
     if not lowered.count(OPTIMIZER):
         return np.zeros(0)
     table = lowered.table
-    replicas = costs.execution.data_parallel > 1
+    replicas = costs.execution.gradient_replicas > 1
     sharded = costs.execution.optimizer_sharding and replicas
     reduce = "reduce_scatter" if sharded else "all_reduce"
     device_params = costs._device_parameters(table)
@@ -113,7 +113,7 @@ def step_prices(costs, lowered):
     zero = costs.execution.zero_stage
     if replicas and not costs.execution.overlap_grad_reduce and zero < 2:
         step = step + costs._data_parallel_time(reduce, device_params * costs.model.grad_bytes)
-    shards = costs.execution.data_parallel if sharded else 1
+    shards = costs.execution.gradient_replicas if sharded else 1
     state_bytes = costs.model.optimizer_step_bytes * device_params / shards
     # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
     # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:

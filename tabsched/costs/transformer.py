@@ -389,6 +389,12 @@ class TransformerModel:
             split -= (d - 1) * (h + f)
         return whole, split
 
+    def _rank_sequence(self, parallel):
+        """Tokens of a sample one rank holds: the sequence, over the context ranks (an int:
+        an execution's check makes ``2 cp`` divide it)."""
+        cp = parallel.context_parallel
+        return self.sequence // cp if self.sequence % cp == 0 else self.sequence / cp
+
     def layer_activation(self, samples, recompute=None, *, parallel=None):
         """Bytes one layer keeps from its forward to its backward, per microbatch and tensor rank.
 
@@ -398,7 +404,7 @@ class TransformerModel:
         parallel = _SERIAL if parallel is None else parallel
         recompute = self.recompute if recompute is None else recompute
         t = parallel.tensor_parallel
-        tokens = samples * self.sequence
+        tokens = samples * self._rank_sequence(parallel)
         whole_parts = t if parallel.sequence_parallel else 1
         if recompute == "full":
             return self._divide(self.dtype_bytes * tokens * self.hidden, whole_parts)
@@ -412,13 +418,14 @@ class TransformerModel:
         """Bytes the first stage keeps for its embedding (the dropout mask), per rank."""
         parallel = _SERIAL if parallel is None else parallel
         parts = parallel.tensor_parallel if parallel.sequence_parallel else 1
-        return self._divide(int(self.dropout) * samples * self.sequence * self.hidden, parts)
+        return self._divide(int(self.dropout) * samples * self._rank_sequence(parallel)
+                            * self.hidden, parts)
 
     def output_activation(self, samples, parallel=None):
         """Bytes the last stage keeps for its norm, output layer and fp32 logits, per rank."""
         parallel = _SERIAL if parallel is None else parallel
         t = parallel.tensor_parallel
-        tokens = samples * self.sequence
+        tokens = samples * self._rank_sequence(parallel)
         parts = t if parallel.sequence_parallel else 1
         return (self._divide(2 * self.dtype_bytes * tokens * self.hidden, parts)
                 + self._divide(4 * tokens * self.vocab, t))
@@ -427,7 +434,7 @@ class TransformerModel:
         """Bytes of one layer that ``W`` needs: matmul inputs and output gradients, per rank."""
         parallel = _SERIAL if parallel is None else parallel
         d, h, f, t = self.dtype_bytes, self.hidden, self.ffn, parallel.tensor_parallel
-        tokens = samples * self.sequence
+        tokens = samples * self._rank_sequence(parallel)
         parts = t if parallel.sequence_parallel else 1
         kept = 1 if parallel.fp8 is not None else d       # the inputs, in FP8 with fp8
         whole = kept * tokens * 2 * h + d * tokens * 2 * h  # QKV, MLP inputs; their outputs' grads
@@ -454,7 +461,8 @@ class TransformerModel:
         """
         parallel = _SERIAL if parallel is None else parallel
         b = np.asarray(samples, dtype=np.float64)
-        d, h, s, t = self.dtype_bytes, self.hidden, self.sequence, parallel.tensor_parallel
+        d, h, s, t = (self.dtype_bytes, self.hidden, self._rank_sequence(parallel),
+                      parallel.tensor_parallel)
         tokens = b * s
         up = 2 if self.gated_ffn else 1
         largest = d * tokens * (1 + up) * self.ffn / t
@@ -468,10 +476,12 @@ class TransformerModel:
     def transfer_bytes(self, samples, parallel=None):
         """Bytes of the activation (or its gradient) passed between stages, per tensor rank.
 
-        ``d*b*s*h``, divided by ``t`` with scatter-gather or sequence parallelism.
+        ``d*b*s*h``, divided by ``t`` with scatter-gather or sequence parallelism (``s``
+        a context rank's tokens with context parallelism).
         """
         parallel = _SERIAL if parallel is None else parallel
-        return self.dtype_bytes * samples * self.sequence * self.hidden / parallel.transfer_split
+        return (self.dtype_bytes * samples * self._rank_sequence(parallel) * self.hidden
+                / parallel.transfer_split)
 
     # ------------------------------------------------------------------ work
     def kernels(self, part="layer", parallel=None):

@@ -269,10 +269,13 @@ def _base(execution):
     if not isinstance(base, Execution):
         raise InvalidParameterError(f"execution must be an Execution, not "
                                     f"{type(base).__name__}")
-    for name in ("context_parallel", "expert_parallel"):
-        if getattr(base, name) != 1:
-            raise InvalidParameterError(f"execution: {name} {getattr(base, name)} is not "
-                                        f"priced yet, so plan does not search it (use 1)")
+    if base.expert_parallel != 1:
+        raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} is "
+                                    f"not priced yet, so plan does not search it (use 1)")
+    if base.context_parallel != 1:
+        raise InvalidParameterError(f"execution: context_parallel {base.context_parallel}: "
+                                    f"plan searches t x p x d splits and does not search "
+                                    f"context parallelism yet (use 1; tabsched eval prices it)")
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
     if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients
