@@ -47,7 +47,8 @@ def test_closed_form_is_the_queue(parameters, bucket, backward, latency, per_par
     time = affine(latency, per_parameter)
     got = exposed_reduction(float(parameters), bucket, backward, time, slowdown)
     want = queue_oracle(float(parameters), bucket, backward, time, slowdown)
-    assert got == pytest.approx(want, rel=1e-9, abs=1e-15)
+    # the oracle's done - backward loses about backward * 2**-52 to rounding
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-14 * max(1.0, backward))
 
 
 @given(st.integers(1, 10**7), st.integers(1, 10**7), st.floats(0, 10.0),

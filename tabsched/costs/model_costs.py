@@ -26,7 +26,7 @@ from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_re
 from tabsched.costs.placement import Placement
 from tabsched.costs.sharded import persistent_bytes_per_parameter, shard_prices, shard_sizes
 from tabsched.costs.system import load_system
-from tabsched.costs.tail import FP8_WEIGHT_BYTES, embedding_sync, step_prices, sync_prices
+from tabsched.costs.tail import FP8_WEIGHT_BYTES, step_prices, sync_prices
 from tabsched.costs.transformer import load_model
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
@@ -153,8 +153,7 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         #: What was asked (None fields left to the model and the system).
         self.asked = asked
         #: The execution this cost model prices, every field resolved.
-        self.execution = asked.resolved(self.model, self.system).check(self.model,
-                                                                       self.system)
+        self.execution = asked.resolved(self.model, self.system).check(self.model, self.system)
         if self.execution.expert_parallel > 1:
             raise InvalidParameterError(
                 f"expert_parallel {self.execution.expert_parallel}: the transformer has no "
@@ -444,10 +443,12 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         """``stage_parameters``, remembered per stage count and layer split (read-only)."""
         return stage_parameters(self.model, table.num_stages, table.stage_layers)
 
-    def _device_parameters(self, table):
-        """Parameters of each device's stages, per tensor rank (float array)."""
+    def _device_parameters(self, table, per_stage=None):
+        """Parameters of each device's stages, per tensor rank (float array): of
+        ``per_stage`` (parameters by stage, all tensor ranks), else every parameter."""
         D, S = table.num_devices, table.num_stages
-        params = self._stage_parameters(table) / self.execution.tensor_parallel
+        params = (self._stage_parameters(table) if per_stage is None else per_stage) / \
+            self.execution.tensor_parallel
         key = table.stage.astype(np.int64) * D + table.device
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
         return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
@@ -455,21 +456,16 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
     def _device_fp8_weights(self, table):
         """Parameters of each device's linear products that FP8 copies (per tensor rank;
         zeros without ``fp8``): the layers' matrices, not the embedding or output layer."""
-        D = table.num_devices
         if self.execution.fp8 is None:
-            return np.zeros(D)
+            return np.zeros(table.num_devices)
         layers = self.stage_layers(table).astype(np.float64)
-        params = layers * float(self.model.layer_parameters) / self.execution.tensor_parallel
-        key = table.stage.astype(np.int64) * D + table.device
-        pairs = np.flatnonzero(np.bincount(key, minlength=table.num_stages * D))
-        return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
+        return self._device_parameters(table, layers * float(self.model.layer_parameters))
 
     def persistent_memory(self, table):
         """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer
-        state, each divided over the replicas as the ZeRO stage says
-        (:func:`tabsched.costs.sharded.persistent_bytes_per_parameter`); with ``fp8``, the
-        FP8 copy of each linear weight and its transpose, which Transformer Engine makes in
-        an iteration's first microbatch and keeps for the others (2 bytes per parameter)."""
+        state, divided over the replicas as the ZeRO stage says (:func:`tabsched.costs.
+        sharded.persistent_bytes_per_parameter`); with ``fp8``, TE's FP8 copy of each linear
+        weight and its transpose, kept from the first microbatch on (2 bytes a parameter)."""
         return (self._device_parameters(table) * persistent_bytes_per_parameter(
             self.model, self.execution) + FP8_WEIGHT_BYTES * self._device_fp8_weights(table))
 
@@ -514,9 +510,6 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
             return shard_prices(self, lowered, kind)
         return np.zeros(lowered.count(kind))
 
-    def _embedding_sync(self, table):
-        """:func:`tabsched.costs.tail.embedding_sync`."""
-        return embedding_sync(self, table)
 
     # ------------------------------------------------------------------ report
     def kernel_report(self, part="layer", samples=None):
