@@ -58,6 +58,12 @@ Recompute forward (run before ``I``)
     ``selective``: the attention core of the forward again (eager only: a
     fused FlashAttention recomputes inside its own backward); ``full``: the
     whole forward, collectives included.
+Context parallelism (``Execution.context_parallel`` *cp*, fused attention only)
+    ``s`` is a context rank's ``sequence / cp`` tokens in every kernel; the fused
+    attention's queries meet all ``S = sequence`` keys (``4*s*S*h/t`` FLOPs: with causal
+    load balancing each rank does ``1/cp`` of the whole), and the keys and values come
+    over the context group (``_context_exchange``: ``cp_kv_ring`` beside the attention,
+    or ``cp_kv_all_gather`` before it).
 FP8 (``Execution.fp8``: Transformer Engine's recipes, Micikevicius et al. 2022)
     The layer's linear products (``qkv``, ``out_proj``, ``mlp_up``, ``mlp_down``,
     their data and weight gradients) read FP8 operands (one byte per element; the
