@@ -18,7 +18,10 @@ Parallel degrees beside the pipeline
     ``cp_comm`` says: ``p2p`` (ring attention, each step's key-value block passed
     to the next rank beside the previous block's attention; the default) or
     ``allgather`` (Llama 3's: the keys and values all-gathered before the
-    attention, their gradients reduce-scattered after); the gradients are reduced
+    attention, their gradients reduce-scattered after) or ``a2a`` (DeepSpeed-Ulysses,
+    Jacobs et al. 2023: all-to-alls turn the sequence split into a head split for the
+    attention and back; the heads and key-value heads must split over ``t * cp``);
+    the gradients are reduced
     over the data-parallel and context-parallel ranks together (*d x cp*);
     ``expert_parallel`` is the degree of expert parallelism (its group is placed;
     the cost model refuses it above 1 until it prices it); ``data_parallel`` *d* is
@@ -141,8 +144,8 @@ P2P_MODES = ("free", "blocking", "megatron-batched", "megatron-overlap", "pytorc
 #: and DeepSeek-V3's fine-grained tiles, Megatron-LM's ``--fp8-recipe blockwise``).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise")
 #: How context-parallel ranks exchange keys and values (Megatron-LM's ``--cp-comm-type``:
-#: ``p2p`` is ring attention, ``allgather`` Llama 3's; its ``a2a``, Ulysses, is not priced).
-CP_COMM_TYPES = ("p2p", "allgather")
+#: ``p2p`` is ring attention, ``allgather`` Llama 3's, ``a2a`` DeepSpeed-Ulysses').
+CP_COMM_TYPES = ("p2p", "allgather", "a2a")
 #: The attention kernels (``eager``: Megatron-LM without FlashAttention).
 ATTENTION_IMPLEMENTATIONS = ("eager", "flash")
 #: Activation recomputation (Korthikanti et al. 2022, section 5).
@@ -253,7 +256,7 @@ class Execution:
     attention : {"eager", "flash"}
     fp8 : {"delayed", "tensorwise", "blockwise"}, optional
         The linear products in FP8 with this scaling recipe (None: the model's dtype).
-    cp_comm : {"p2p", "allgather"}, optional
+    cp_comm : {"p2p", "allgather", "a2a"}, optional
         How context-parallel ranks exchange keys and values (None: ``p2p`` with
         ``context_parallel > 1``).
     scatter_gather : bool
@@ -345,10 +348,6 @@ class Execution:
         if self.fp8 is not None:
             _choice("fp8", self.fp8, FP8_RECIPES)
         if self.cp_comm is not None:
-            if self.cp_comm == "a2a":
-                raise InvalidParameterError(
-                    "cp_comm 'a2a' (Ulysses' all-to-all) is not priced yet: use p2p or "
-                    "allgather")
             _choice("cp_comm", self.cp_comm, CP_COMM_TYPES)
         if self.context_parallel > 1 and self.zero_stage >= 2:
             raise InvalidParameterError(
@@ -543,6 +542,13 @@ class Execution:
                 f"context_parallel {cp} needs attention 'flash': the attention over the "
                 f"exchanged key-value blocks runs fused (Megatron-LM's context parallelism "
                 f"uses Transformer Engine's fused attention)")
+        if cp > 1 and self.context_exchange == "a2a":
+            for what, size in (("heads", model.heads), ("kv_heads", model.kv_heads)):
+                if size % (t * cp):
+                    raise InvalidParameterError(
+                        f"cp_comm 'a2a': tensor_parallel x context_parallel {t * cp} does "
+                        f"not divide {what} {size} of model {model.name} (Ulysses splits "
+                        f"the attention's heads over the context ranks)")
         if cp > 1 and self.sequence_parallel and (model.sequence // cp) % t:
             raise InvalidParameterError(
                 f"sequence_parallel: tensor_parallel {t} does not divide the "

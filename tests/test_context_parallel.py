@@ -27,10 +27,12 @@ def test_what_context_parallelism_needs():
         Execution(context_parallel=2).check(model)
     with pytest.raises(InvalidParameterError, match=r"not a multiple of 2 x 3"):
         _run(3).check(model)
-    with pytest.raises(InvalidParameterError, match="a2a.*not priced yet"):
-        _run(2, cp_comm="a2a")
+    with pytest.raises(InvalidParameterError, match=r"cp_comm 'a2a': tensor_parallel x "
+                                                    r"context_parallel 16 does not divide "
+                                                    r"kv_heads 8"):
+        _run(8, cp_comm="a2a").check(model)
     with pytest.raises(InvalidParameterError, match="cp_comm 'ring' is not one of p2p, "
-                                                    "allgather"):
+                                                    "allgather, a2a"):
         _run(2, cp_comm="ring")
     with pytest.raises(InvalidParameterError, match="zero_stage 3 with context_parallel 2 is "
                                                     "not priced yet"):
@@ -59,6 +61,14 @@ def test_every_kernel_does_a_context_ranks_share():
     assert ring[0].message == (0.0, kv)
     backward = [kernel for kernel in two["I"] if kernel.name.startswith("cp_")]
     assert [(k.name, k.message) for k in backward] == [("cp_kv_ring_bwd", (0.0, 2 * kv))]
+    ulysses = layer_kernels(model, _run(2, cp_comm="a2a"))
+    qkv = 2 * (model.sequence / 2) * (model.hidden + 2 * model.kv_width) / 2
+    out = 2 * (model.sequence / 2) * model.hidden / 2
+    assert [(k.name, k.collective, k.message, k.hides_behind) for k in ulysses["F"]
+            if k.name.startswith("cp_")] == [("cp_a2a_in", "all_to_all", (0.0, qkv), None),
+                                             ("cp_a2a_out", "all_to_all", (0.0, out), None)]
+    assert [(k.name, k.message) for k in ulysses["I"] if k.name.startswith("cp_")] == [
+        ("cp_a2a_bwd_in", (0.0, out)), ("cp_a2a_bwd_out", (0.0, qkv))]
     gathered = layer_kernels(model, _run(2, cp_comm="allgather"))
     assert [(k.name, k.collective, k.hides_behind) for k in gathered["I"]
             if k.name.startswith("cp_")] == [("cp_kv_all_gather", "all_gather", None),
@@ -77,10 +87,11 @@ def test_activations_and_transfers_are_a_context_ranks_share():
 def test_the_ring_hides_behind_the_attention_and_the_layer_halves():
     times = {cp: ModelCosts(MODEL, SYSTEM, _run(cp)).part_times((1.0,))["layer"][:, 0]
              for cp in (1, 2)}
-    gathered = ModelCosts(MODEL, SYSTEM, _run(2, cp_comm="allgather")).part_times(
-        (1.0,))["layer"][:, 0]
+    gathered, ulysses = (ModelCosts(MODEL, SYSTEM, _run(2, cp_comm=kind)).part_times(
+        (1.0,))["layer"][:, 0] for kind in ("allgather", "a2a"))
     assert np.all(times[2] < 0.6 * times[1]) and np.all(times[2] > 0.45 * times[1])
     assert np.all(times[2] <= gathered)       # exposed all-gathers cost at least the ring
+    assert np.all(ulysses < 0.6 * times[1])
 
 
 def test_gradients_reduce_over_data_and_context_ranks():
@@ -143,3 +154,36 @@ def test_sweep_and_compare_take_every_new_execution_flag(command):
     values = dict(zip(header.split(","), next(iter(__import__("csv").reader([row])))))
     assert (values["context_parallel"], values["fp8"], values["gpus"]) == ("2", "blockwise",
                                                                             "8")
+
+
+def test_plan_keeps_the_executions_context_degree_and_prunes_soundly():
+    from tabsched.plan import plan
+    from tabsched.costs import load_system
+    from tabsched.plan.rows import table_for
+    from tabsched.plan.search import run_costs
+    from tabsched import evaluate
+    base = Execution(attention="flash", context_parallel=2)
+    options = dict(families=["1f1b", "gpipe"], execution=base, top=6, memory_budget="60GB",
+                   zero_stages=(0, 1))
+    pruned = plan(MODEL, SYSTEM, 16, 32, **options)
+    exhaustive = plan(MODEL, SYSTEM, 16, 32, prune=False, **options)
+    assert [(row.iteration_s, row.configuration) for row in pruned.rows] == \
+        [(row.iteration_s, row.configuration) for row in exhaustive.rows]
+    for row in pruned.rows:
+        run = row.execution
+        assert run.context_parallel == 2
+        assert run.tensor_parallel * 2 * row.layout.devices * run.data_parallel == 16
+        assert "--context-parallel 2" in row.eval_command
+    row = pruned.rows[0]
+    costs = run_costs(load_model(MODEL), load_system(SYSTEM), row.execution)
+    evaluated = evaluate(table_for(row.configuration, costs, row.memory_budget), costs,
+                         memory_budget=row.memory_budget)
+    assert evaluated.makespan == row.iteration_s and evaluated.violations == []
+    with pytest.raises(InvalidParameterError, match="zero stages 3 with the execution's "
+                                                    "context_parallel 2 are not priced yet"):
+        plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], execution=base, zero_stages=(3,))
+    with pytest.raises(InvalidParameterError, match=r"no split t x 2 x p x d = 15"):
+        plan(MODEL, SYSTEM, 15, 32, families=["1f1b"], execution=base)
+    with pytest.raises(InvalidParameterError, match="execution: context_parallel 2 needs "
+                                                    "attention 'flash'"):
+        plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], execution=Execution(context_parallel=2))

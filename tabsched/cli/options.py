@@ -309,7 +309,8 @@ def parallel_options(command=None, *, lists=False):
                           "load balancing (needs --attention flash)."),
         click.option("--cp-comm", type=click.Choice(CP_COMM_TYPES), metavar="TYPE",
                      help="--context-parallel: p2p (ring attention, key-value blocks passed "
-                          "beside the attention; default) or allgather (Llama 3's)."),
+                          "beside the attention; default), allgather (Llama 3's) or a2a "
+                          "(DeepSpeed-Ulysses' all-to-alls to a head split)."),
         click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
                           "iteration." + also.replace("-t", "-d")),

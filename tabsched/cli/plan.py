@@ -146,9 +146,12 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
 def _text(result, explain):
     """The human report: the setting, the ranked rows, what was counted, the best's
     commands, and (``explain``) why it wins."""
+    cp = result.rows[0].execution.context_parallel if result.rows else 1
     lines = [f"{result.model} on {result.gpus} GPUs of {result.system}, global batch "
              f"{result.global_batch}, memory budget "
-             f"{format_memory(result.memory_budget, 'bytes')}"]
+             f"{format_memory(result.memory_budget, 'bytes')}"
+             + (f", context parallel {cp} (the execution's: t x {cp} x p x d GPUs)"
+                if cp > 1 else "")]
     header = ["rank", "family", "t", "p", "d", "b", "m", "recompute", "sp", "zero",
               "iteration", "period", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
               "exposed comm"]

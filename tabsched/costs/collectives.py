@@ -85,7 +85,10 @@ from tabsched.exceptions import InvalidParameterError
 __all__ = ["COLLECTIVES", "ring_steps", "ring_time", "group_time"]
 
 #: Per collective: (steps per rank beyond the first, as a multiple of ``n-1``).
-COLLECTIVES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+#: An all-to-all of ``nbytes`` per rank sends ``(n-1)/n`` of it, one ``nbytes/n`` block to
+#: each peer: ``n-1`` steps of a block (NCCL's pairwise exchange; its bus factor is
+#: ``(n-1)/n`` as an all-gather's).
+COLLECTIVES = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "all_to_all": 1}
 
 
 def ring_steps(collective, ranks):

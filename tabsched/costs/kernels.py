@@ -63,7 +63,7 @@ Context parallelism (``Execution.context_parallel`` *cp*, fused attention only)
     attention's queries meet all ``S = sequence`` keys (``4*s*S*h/t`` FLOPs: with causal
     load balancing each rank does ``1/cp`` of the whole), and the keys and values come
     over the context group (``_context_exchange``: ``cp_kv_ring`` beside the attention,
-    or ``cp_kv_all_gather`` before it).
+    ``cp_kv_all_gather`` before it, or Ulysses' ``cp_a2a_in`` and ``cp_a2a_out``).
 FP8 (``Execution.fp8``: Transformer Engine's recipes, Micikevicius et al. 2022)
     The layer's linear products (``qkv``, ``out_proj``, ``mlp_up``, ``mlp_down``,
     their data and weight gradients) read FP8 operands (one byte per element; the
@@ -325,9 +325,10 @@ def attention_forward(x):
     h, s, d, t, hk, m, a = x["h"], x["s"], x["d"], x["t"], x["hk"], x["m"], x["a"]
     if x["flash"]:
         S = x["S"]      # the keys a rank's queries meet: the whole sequence over its ring
+        reads = d * s * (h + 2 * hk) / t if x["cp"] == "a2a" else d * (s * h + S * 2 * hk) / t
         return [*_context_exchange(x, "F"),
-                _matrix("flash_attention", 4 * s * S * h / t, 0.0,
-                        d * (s * h + S * 2 * hk) / t, d * s * h / t, d)]
+                _matrix("flash_attention", 4 * s * S * h / t, 0.0, reads, d * s * h / t, d),
+                *_context_exchange(x, "F", after=True)]
     scores = d * a * s * s / t
     heads, width = a / t, h / a          # the rank's query heads, and one head's width
     kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d,
@@ -368,10 +369,12 @@ def _input_grad(x, norm_name):
                        d * s * h / t, d, [_rows(s, h / t, h)])]
     if x["flash"]:
         S = x["S"]
+        keys = s if x["cp"] == "a2a" else S     # Ulysses: S tokens of a cp-th of the heads
         kernels += [*_context_exchange(x, "I"),
                     _matrix("flash_attention_bwd", 8 * s * S * h / t, 0.0,
-                            d * (s * 3 * h + S * 2 * hk) / t, d * (s * h + S * 2 * hk) / t,
-                            d)]
+                            d * (s * 3 * h + keys * 2 * hk) / t,
+                            d * (s * h + keys * 2 * hk) / t, d),
+                    *_context_exchange(x, "I", after=True)]
     else:
         scores = d * a * s * s / t
         heads, width = a / t, h / a
@@ -392,10 +395,13 @@ def _input_grad(x, norm_name):
     return kernels
 
 
-def _context_exchange(x, phase):
+def _context_exchange(x, phase, after=False):
     """The context-parallel exchange of keys and values beside (``p2p``) or before
     (``allgather``) the fused attention, over the context group; none without context
-    parallelism. A rank meets every other rank's keys and values once: the ring's
+    parallelism; ``after``: what follows the attention (``a2a``'s second all-to-all).
+    Ulysses (``a2a``) all-to-alls a rank's part of the queries, keys and values (the
+    message of one rank: nccl-tests' all-to-all size) before the attention, and the
+    output after it; its backward the other way round; none of it hidden. A rank meets every other rank's keys and values once: the ring's
     ``cp - 1`` steps move what an all-gather of the whole ``S`` keys' K and V moves
     (``d*S*2hk/t`` bytes), so they are priced as one (each step's send beside the previous
     block's attention: the pair model of ``hides_behind``). The backward passes the key-
@@ -403,6 +409,17 @@ def _context_exchange(x, phase):
     ``allgather``'s all-gather and reduce-scatter of dK, dV): twice those bytes."""
     exchange = x["cp"]
     if exchange is None:
+        return []
+    if exchange == "a2a":
+        # a rank's queries, keys and values in, its output back (forward); the output's
+        # gradient in, those of the queries, keys and values back (backward)
+        d, s, h, hk, t = x["d"], x["s"], x["h"], x["hk"], x["t"]
+        qkv, out = d * s * (h + 2 * hk) / t, d * s * h / t
+        first, then = (qkv, out) if phase == "F" else (out, qkv)
+        name = "cp_a2a" if phase == "F" else "cp_a2a_bwd"
+        return [_collective(f"{name}_{'out' if after else 'in'}", "all_to_all",
+                            then if after else first, group="context")]
+    if after:
         return []
     kv = x["d"] * x["S"] * 2 * x["hk"] / x["t"]
     if exchange == "p2p":

@@ -202,7 +202,12 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         raise InvalidParameterError("recompute, zero_stages and sequence_parallel need at "
                                     "least one choice each")
     budget = _budget(memory_budget, system)
-    base = _base(execution)
+    base = _base(execution, model)
+    if base.context_parallel > 1 and min(zero_stages) >= 2:
+        raise InvalidParameterError(
+            f"zero stages {', '.join(map(str, zero_stages))} with the execution's "
+            f"context_parallel {base.context_parallel} are not priced yet (FSDP would shard "
+            f"over the data and context ranks together): give zero stages 0 or 1")
     tensor = _degrees("tensor_parallel", tensor_parallel)
     pipeline = _degrees("pipeline_parallel", pipeline_parallel)
     sizes = _degrees("microbatch_sizes", microbatch_sizes)
@@ -215,7 +220,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     where = where_text(model, system, gpus, global_batch)
     if not valid:
         raise InvalidParameterError(
-            f"gpus {gpus}: no split t x p x d = {gpus} runs {where}: "
+            f"gpus {gpus}: no split {_split_text(gpus, base.context_parallel)} runs "
+            f"{where}: "
             f"{_reasons(refused_splits.counts)}; closest: "
             f"{refused_splits.closest_description}")
     counts = PlanCounts(split_refusals=dict(refused_splits.counts))
@@ -250,6 +256,11 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                       seconds=time.perf_counter() - began, pruning=rules)
 
 
+def _split_text(gpus, cp):
+    """``t x p x d = 16``, or with the execution's context degree ``t x 2 x p x d = 16``."""
+    return f"t x p x d = {gpus}" if cp == 1 else f"t x {cp} x p x d = {gpus}"
+
+
 def where_text(model, system, gpus, global_batch):
     return f"{model.name} on {gpus} GPUs of {system.name} at a global batch of {global_batch}"
 
@@ -264,7 +275,7 @@ def _budget(memory_budget, system):
     return checked_budget(memory_budget, "bytes")
 
 
-def _base(execution):
+def _base(execution, model):
     base = Execution() if execution is None else execution
     if not isinstance(base, Execution):
         raise InvalidParameterError(f"execution must be an Execution, not "
@@ -273,9 +284,10 @@ def _base(execution):
         raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} is "
                                     f"not priced yet, so plan does not search it (use 1)")
     if base.context_parallel != 1:
-        raise InvalidParameterError(f"execution: context_parallel {base.context_parallel}: "
-                                    f"plan searches t x p x d splits and does not search "
-                                    f"context parallelism yet (use 1; tabsched eval prices it)")
+        try:    # the context degree is the base's: plan keeps it, searching t x p x d
+            base.replace(tensor_parallel=1, sequence_parallel=False).check(model)
+        except InvalidParameterError as error:
+            raise InvalidParameterError(f"execution: {error}") from None
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
     if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients

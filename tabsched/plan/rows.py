@@ -74,6 +74,10 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
     parts.append(f"--model {model} --system {system} -t {run.tensor_parallel}")
     if run.sequence_parallel:
         parts.append("--sequence-parallel")
+    if run.context_parallel > 1:
+        parts.append(f"--context-parallel {run.context_parallel}")
+        if run.cp_comm is not None:
+            parts.append(f"--cp-comm {run.cp_comm}")
     if run.data_parallel > 1:
         parts.append(f"-d {run.data_parallel}")
     parts.append(f"--microbatch-size {run.microbatch_size} --recompute {run.recompute}")

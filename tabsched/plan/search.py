@@ -195,7 +195,11 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                         continue
                     group_indices.append(len(groups))
                     groups.append((run, global_batch // (d * b)))
-        zeros = tuple(sorted({0 if d == 1 else stage for stage in zero}))
+        # ZeRO over the d x cp gradient replicas; ZeRO-2/3 with context parallelism are
+        # not priced (Execution refuses them)
+        cp = base.context_parallel
+        zeros = tuple(sorted({0 if d * cp == 1 else stage for stage in zero
+                              if cp == 1 or stage < 2}))
         at_p = []
         for family, params in variants:
             stages = stage_count(family, params, p)
@@ -241,7 +245,9 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
         # ZeRO-2/3 hold less still (their gathered parameters and unsharded gradients
         # come on top while a stage runs: left out, so the bound stays below the peak)
         persistent_bytes = np.array([persistent_bytes_per_parameter(
-            model, Execution(data_parallel=split.data, zero_stage=z)) for z in zeros])
+            model, Execution(data_parallel=split.data, zero_stage=z,
+                             context_parallel=base.context_parallel))
+            for z in zeros])
         for index in at_p:
             layout = layouts[index]
             microbatches = run_groups.microbatches.astype(int)
@@ -291,7 +297,7 @@ def _layout_zeros(zeros, arrays, split, layout, groups, counts, refusals):
     """The ZeRO stages a layout can run: 2 and 3 shard a stage over the data-parallel
     group of the one device that holds it, so a table that holds a stage on two devices
     (Chimera's, BitPipe's replicas) runs 0 and 1 only; the others are counted refused."""
-    if zeros[-1] < 2 or not (arrays.holds.sum(axis=0) > 1).any():
+    if not zeros or zeros[-1] < 2 or not (arrays.holds.sum(axis=0) > 1).any():
         return zeros
     kept = tuple(stage for stage in zeros if stage < 2)
     reason = "ZeRO-2/3 on a table that holds a stage on two devices"

@@ -227,12 +227,19 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
     """``(valid splits, Refusals)``: every ``t x p x d = gpus`` the sizes allow.
 
     ``tensor``/``pipeline``: the degrees to consider (default every divisor of
-    ``gpus``); ``base``: the execution the degrees change (its node size counts).
+    ``gpus``); ``base``: the execution the degrees change (its node size counts, and its
+    context degree ``cp`` is kept: then ``t x cp x p x d = gpus``).
     """
     base = Execution() if base is None else base
     refusals = Refusals()
     valid = []
     node = base.node_size(system)
+    cp = base.context_parallel
+    if gpus % cp:
+        refusals.record("context degree does not divide the GPUs", 0, gpus % cp,
+                        f"context_parallel {cp} does not divide the {gpus} GPUs")
+        return valid, refusals
+    gpus //= cp      # what the tensor, pipeline and data degrees share
     for t in sorted(tensor) if tensor else divisors(gpus):
         if gpus % t:
             refusals.record("tensor degree does not divide the GPUs", 0, gpus % t,
