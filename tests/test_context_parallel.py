@@ -179,11 +179,21 @@ def test_plan_keeps_the_executions_context_degree_and_prunes_soundly():
     evaluated = evaluate(table_for(row.configuration, costs, row.memory_budget), costs,
                          memory_budget=row.memory_budget)
     assert evaluated.makespan == row.iteration_s and evaluated.violations == []
-    with pytest.raises(InvalidParameterError, match="zero stages 3 with the execution's "
-                                                    "context_parallel 2 are not priced yet"):
+    with pytest.raises(InvalidParameterError, match="zero stages 3 with context parallelism "
+                                                    "2 are not priced yet"):
         plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], execution=base, zero_stages=(3,))
-    with pytest.raises(InvalidParameterError, match=r"no split t x 2 x p x d = 15"):
+    with pytest.raises(InvalidParameterError, match=r"no split t x cp x p x d = 15"):
         plan(MODEL, SYSTEM, 15, 32, families=["1f1b"], execution=base)
-    with pytest.raises(InvalidParameterError, match="execution: context_parallel 2 needs "
-                                                    "attention 'flash'"):
+    with pytest.raises(InvalidParameterError, match="context_parallel 2 needs attention "
+                                                    "'flash'"):
         plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], execution=Execution(context_parallel=2))
+    # a search over context degrees: each row's degree is one asked for, and the best of
+    # the wider space is no slower than the best at cp = 1
+    wide = plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], context_parallel=[1, 2, 4],
+                execution=Execution(attention="flash"), top=30, zero_stages=(0, 1))
+    narrow = plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], context_parallel=[1],
+                  execution=Execution(attention="flash"), top=30, zero_stages=(0, 1))
+    assert {row.execution.context_parallel for row in wide.rows} <= {1, 2, 4}
+    assert len({row.execution.context_parallel for row in wide.rows}) > 1
+    assert wide.rows[0].iteration_s <= narrow.rows[0].iteration_s
+    assert {row.execution.context_parallel for row in narrow.rows} == {1}

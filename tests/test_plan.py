@@ -332,8 +332,8 @@ def test_a_huge_space_is_refused_with_its_count(monkeypatch):
     (dict(zero_stages=(4,)), "zero stage 4 is not a ZeRO stage: 0, 1, 2 or 3"),
     (dict(zero_stages=(True,)), "zero stage True is not a ZeRO stage"),
     (dict(memory_budget="lots"), "memory_budget"),
-    (dict(execution=Execution(context_parallel=2)), "execution: context_parallel 2 needs "
-                                                    "attention 'flash'"),
+    (dict(execution=Execution(context_parallel=2)), "context_parallel 2 needs attention "
+                                                    "'flash'"),
     (dict(execution=Execution(expert_parallel=2)), "expert_parallel 2 is not priced yet"),
     (dict(tensor_parallel=[]), "tensor_parallel is empty"),
 ])

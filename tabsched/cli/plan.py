@@ -33,7 +33,8 @@ def _zero_stages(text):
 @click.command("plan", cls=SectionedCommand)
 @click.argument("model", shell_complete=complete_preset("model"))
 @click.argument("system", shell_complete=complete_preset("system"))
-@click.option("--gpus", "-n", type=int, required=True, help="Every GPU of the run (t x p x d).")
+@click.option("--gpus", "-n", type=int, required=True,
+              help="Every GPU of the run (t x cp x p x d).")
 @click.option("--global-batch", type=int, required=True,
               help="Samples per iteration over all data-parallel replicas (Megatron-LM's "
                    "--global-batch-size).")
@@ -43,6 +44,9 @@ def _zero_stages(text):
               help="Tensor degrees to consider, e.g. 4,8 (default every one that divides).")
 @click.option("--pipeline-parallel", "-p", "pipeline_degrees", metavar="P,...",
               help="Pipeline depths to consider (default every one that divides).")
+@click.option("--context-parallel", "context_degrees", metavar="CP,...",
+              help="Context degrees to consider, e.g. 1,2,4 (default the execution's, 1): "
+                   "the sequence split CP ways (needs attention flash in --execution).")
 @click.option("--microbatch-size", "microbatch_sizes", metavar="B,...",
               help="Microbatch sizes to consider, e.g. 1,2 (default every one that divides).")
 @click.option("--recompute", "recompute_modes", metavar="MODE,...",
@@ -82,15 +86,15 @@ def _zero_stages(text):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
 def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
-                 pipeline_degrees, microbatch_sizes, recompute_modes, max_chunks, zero,
+                 pipeline_degrees, context_degrees, microbatch_sizes, recompute_modes, max_chunks, zero,
                  sequence_parallel_choice, uneven, cross_node, memory_budget, execution,
                  tie_band, exhaustive, top, explain, as_json, out, save_executions, jobs,
                  dask, quiet):
     """Search the executions of MODEL on --gpus GPUs of SYSTEM for the fastest that fits.
 
-    Every split t x p x d, schedule family and its chunks, microbatch size, layer split
-    (even, or lighter first and last stages), recompute, sequence parallelism and ZeRO-1
-    is bounded from its sizes; what cannot fit the memory budget or beat the best is
+    Every split t x p x d (t x cp x p x d with --context-parallel), schedule family and
+    its chunks, microbatch size, layer split (even, or lighter first and last stages),
+    recompute, sequence parallelism and ZeRO stage is bounded from its sizes; what cannot fit the memory budget or beat the best is
     never simulated. Rows within the tie band of the best are marked ~: the model cannot
     rank them. Exit 1 when no configuration is left, 3 when nothing fits the budget.
     """
@@ -109,6 +113,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         else None,
         pipeline_parallel=int_list("--pipeline-parallel", pipeline_degrees) if
         pipeline_degrees else None,
+        context_parallel=int_list("--context-parallel", context_degrees) if context_degrees
+        else None,
         microbatch_sizes=int_list("--microbatch-size", microbatch_sizes) if microbatch_sizes
         else None,
         recompute=(_choices("--recompute", recompute_modes, RECOMPUTE_MODES)
@@ -146,13 +152,12 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
 def _text(result, explain):
     """The human report: the setting, the ranked rows, what was counted, the best's
     commands, and (``explain``) why it wins."""
-    cp = result.rows[0].execution.context_parallel if result.rows else 1
+    context = any(row.execution.context_parallel > 1 for row in result.rows)
     lines = [f"{result.model} on {result.gpus} GPUs of {result.system}, global batch "
              f"{result.global_batch}, memory budget "
-             f"{format_memory(result.memory_budget, 'bytes')}"
-             + (f", context parallel {cp} (the execution's: t x {cp} x p x d GPUs)"
-                if cp > 1 else "")]
-    header = ["rank", "family", "t", "p", "d", "b", "m", "recompute", "sp", "zero",
+             f"{format_memory(result.memory_budget, 'bytes')}"]
+    header = ["rank", "family", "t", *(["cp"] if context else []), "p", "d", "b", "m",
+              "recompute", "sp", "zero",
               "iteration", "period", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
               "exposed comm"]
     body = []
@@ -160,7 +165,9 @@ def _text(result, explain):
         run = row.execution
         flops = row.throughput
         body.append([f"{row.rank}{'~' if row.tied else ''}", row.layout.label,
-                     str(run.tensor_parallel), str(row.layout.devices),
+                     str(run.tensor_parallel),
+                     *([str(run.context_parallel)] if context else []),
+                     str(row.layout.devices),
                      str(run.data_parallel), str(run.microbatch_size),
                      str(row.configuration.microbatches), run.recompute,
                      "yes" if run.sequence_parallel else "-", str(run.zero_stage),

@@ -93,6 +93,7 @@ def _family_specs(families):
 
 def plan(model, system, gpus: int, global_batch: int, *, families=None,
          tensor_parallel=None, pipeline_parallel=None, microbatch_sizes=None, recompute=None,
+         context_parallel=None,
          max_chunks: int | None = None, zero_stages=(0, 1), sequence_parallel=(False, True),
          uneven: int | None = None, cross_node: bool = False, memory_budget=None,
          execution: Execution | None = None, top: int = 10, tie_band: float | None = None,
@@ -112,6 +113,10 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         Family names or ``name:key=value`` specs (default every family).
     tensor_parallel, pipeline_parallel, microbatch_sizes : list of int, optional
         The degrees and microbatch sizes to consider (default every one that divides).
+    context_parallel : list of int, optional
+        Context degrees to consider (default the execution's, 1 unless it says): each
+        splits the sequence, with the execution's ``cp_comm`` and ``attention`` (which
+        must be ``flash`` above 1); ``t x cp x p x d = gpus``.
     recompute : list of str, optional
         Recompute modes (default none, selective and full).
     max_chunks : int, optional
@@ -202,12 +207,14 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         raise InvalidParameterError("recompute, zero_stages and sequence_parallel need at "
                                     "least one choice each")
     budget = _budget(memory_budget, system)
-    base = _base(execution, model)
-    if base.context_parallel > 1 and min(zero_stages) >= 2:
+    base = _base(execution)
+    contexts = (tuple(_degrees("context_parallel", context_parallel))
+                if context_parallel is not None else (base.context_parallel,))
+    if min(contexts) > 1 and min(zero_stages) >= 2:
         raise InvalidParameterError(
-            f"zero stages {', '.join(map(str, zero_stages))} with the execution's "
-            f"context_parallel {base.context_parallel} are not priced yet (FSDP would shard "
-            f"over the data and context ranks together): give zero stages 0 or 1")
+            f"zero stages {', '.join(map(str, zero_stages))} with context parallelism "
+            f"{', '.join(map(str, contexts))} are not priced yet (FSDP would shard over the "
+            f"data and context ranks together): give zero stages 0 or 1")
     tensor = _degrees("tensor_parallel", tensor_parallel)
     pipeline = _degrees("pipeline_parallel", pipeline_parallel)
     sizes = _degrees("microbatch_sizes", microbatch_sizes)
@@ -216,11 +223,12 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         variants += [(family, params) for params in
                      family_variants(get_family(family), max_chunks, fixed)]
     valid, refused_splits = splits(model, system, gpus, global_batch, tensor=tensor,
-                                   pipeline=pipeline, cross_node=cross_node, base=base)
+                                   pipeline=pipeline, cross_node=cross_node, base=base,
+                                   context=contexts)
     where = where_text(model, system, gpus, global_batch)
     if not valid:
         raise InvalidParameterError(
-            f"gpus {gpus}: no split {_split_text(gpus, base.context_parallel)} runs "
+            f"gpus {gpus}: no split {_split_text(gpus, contexts)} runs "
             f"{where}: "
             f"{_reasons(refused_splits.counts)}; closest: "
             f"{refused_splits.closest_description}")
@@ -256,9 +264,9 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                       seconds=time.perf_counter() - began, pruning=rules)
 
 
-def _split_text(gpus, cp):
-    """``t x p x d = 16``, or with the execution's context degree ``t x 2 x p x d = 16``."""
-    return f"t x p x d = {gpus}" if cp == 1 else f"t x {cp} x p x d = {gpus}"
+def _split_text(gpus, contexts):
+    """``t x p x d = 16``, or with context degrees ``t x cp x p x d = 16``."""
+    return f"t x p x d = {gpus}" if contexts == (1,) else f"t x cp x p x d = {gpus}"
 
 
 def where_text(model, system, gpus, global_batch):
@@ -275,7 +283,7 @@ def _budget(memory_budget, system):
     return checked_budget(memory_budget, "bytes")
 
 
-def _base(execution, model):
+def _base(execution):
     base = Execution() if execution is None else execution
     if not isinstance(base, Execution):
         raise InvalidParameterError(f"execution must be an Execution, not "
@@ -283,11 +291,7 @@ def _base(execution, model):
     if base.expert_parallel != 1:
         raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} is "
                                     f"not priced yet, so plan does not search it (use 1)")
-    if base.context_parallel != 1:
-        try:    # the context degree is the base's: plan keeps it, searching t x p x d
-            base.replace(tensor_parallel=1, sequence_parallel=False).check(model)
-        except InvalidParameterError as error:
-            raise InvalidParameterError(f"execution: {error}") from None
+
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
     if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients

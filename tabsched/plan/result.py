@@ -43,7 +43,8 @@ ROW_COLUMNS = ("rank", "tied", "family", "params", "tensor_parallel", "pipeline_
                "iteration_s", "lower_bound_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
                "hardware_tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes",
                "memory_budget_bytes", "bubble_ratio", "exposed_communication",
-               "eval_command", "megatron", "torchtitan", "steady_period_s")
+               "eval_command", "megatron", "torchtitan", "steady_period_s",
+               "context_parallel")
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class PlanRow:
                 "microbatch_size": run.microbatch_size,
                 "microbatches": self.configuration.microbatches,
                 "recompute": run.recompute, "sequence_parallel": run.sequence_parallel,
-                "zero_stage": run.zero_stage,
+                "zero_stage": run.zero_stage, "context_parallel": run.context_parallel,
                 "stage_layers": (list(self.layout.stage_layers)
                                  if self.layout.stage_layers is not None else None),
                 "stages": self.layout.stages, "operations": self.operations,
@@ -198,8 +199,9 @@ class PlanResult:
     def summary_lines(self):
         """What the plan considered, refused, pruned and simulated, one line each."""
         counts = self.counts
+        context = any(row.execution.context_parallel > 1 for row in self.rows)
         lines = [f"{counts.configurations:,} configurations over {counts.splits} splits "
-                 f"t x p x d = {self.gpus}: "
+                 f"t x {'cp x ' if context else ''}p x d = {self.gpus}: "
                  f"{sum(counts.refused.values()):,} refused by the sizes, "
                  f"{counts.pruned_memory:,} pruned by the memory bound, "
                  f"{counts.pruned_time:,} by the time bound, {counts.simulated:,} simulated "

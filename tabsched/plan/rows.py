@@ -174,8 +174,9 @@ def _differences(a, b):
     """The fields two configurations differ in, as ``name a vs b`` texts."""
     ra, rb = a.execution, b.execution
     pairs = [("family", a.layout.label, b.layout.label),
-             ("t", ra.tensor_parallel, rb.tensor_parallel), ("p", a.layout.devices,
-                                                              b.layout.devices),
+             ("t", ra.tensor_parallel, rb.tensor_parallel),
+             ("cp", ra.context_parallel, rb.context_parallel),
+             ("p", a.layout.devices, b.layout.devices),
              ("d", ra.data_parallel, rb.data_parallel),
              ("microbatch size", ra.microbatch_size, rb.microbatch_size),
              ("recompute", ra.recompute, rb.recompute),

@@ -185,7 +185,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     run = base.replace(tensor_parallel=t, sequence_parallel=parallel,
                                        data_parallel=d, microbatch_size=b,
                                        global_batch=global_batch, recompute=mode,
-                                       zero_stage=0)
+                                       zero_stage=0, context_parallel=split.context)
                     try:
                         run.check(model, system)
                     except InvalidParameterError as error:
@@ -197,9 +197,14 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     groups.append((run, global_batch // (d * b)))
         # ZeRO over the d x cp gradient replicas; ZeRO-2/3 with context parallelism are
         # not priced (Execution refuses them)
-        cp = base.context_parallel
+        cp = split.context
         zeros = tuple(sorted({0 if d * cp == 1 else stage for stage in zero
                               if cp == 1 or stage < 2}))
+        if not zeros:      # only ZeRO-2/3 asked, with context parallelism
+            reason = "ZeRO-2/3 with context parallelism (not priced)"
+            counts.refused[reason] = counts.refused.get(reason, 0) + len(group_indices)
+            refusals.record(reason, 7, 0, f"{split}: {reason}", count=len(group_indices))
+            continue
         at_p = []
         for family, params in variants:
             stages = stage_count(family, params, p)
@@ -246,7 +251,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
         # come on top while a stage runs: left out, so the bound stays below the peak)
         persistent_bytes = np.array([persistent_bytes_per_parameter(
             model, Execution(data_parallel=split.data, zero_stage=z,
-                             context_parallel=base.context_parallel))
+                             context_parallel=split.context))
             for z in zeros])
         for index in at_p:
             layout = layouts[index]

@@ -1,12 +1,13 @@
 """The space ``tabsched plan`` searches, and what the sizes alone decide about it.
 
 A configuration runs a model on ``N`` GPUs as one :class:`Configuration`: a
-**split** ``t x p x d = N`` (tensor degree, pipeline depth, data degree), a
-**layout** (the schedule family and its parameters at depth ``p``, the layers
-of each stage), a microbatch size ``b`` dividing ``global_batch / d`` (so a
-pipeline runs ``M = global_batch / (d * b)`` microbatches), recompute (none,
-selective, full), sequence parallelism (``t > 1``) and ZeRO-1 (``d > 1``; at
-``d = 1`` it is the same run as ZeRO-0 and not a configuration of its own).
+**split** ``t x cp x p x d = N`` (tensor degree, context degree, 1 unless asked,
+pipeline depth, data degree), a **layout** (the schedule family and its parameters at
+depth ``p``, the layers of each stage), a microbatch size ``b`` dividing
+``global_batch / d`` (so a pipeline runs ``M = global_batch / (d * b)`` microbatches),
+recompute (none, selective, full), sequence parallelism (``t > 1``) and the ZeRO stage
+(1 and above with ``d * cp > 1``: with one replica it is the same run as ZeRO-0 and not
+a configuration of its own).
 
 What the sizes alone decide, before any table is built (each refusal is counted
 under its reason, and the candidate that came closest is kept for the message
@@ -73,14 +74,16 @@ def divisors(number):
 
 @dataclass(frozen=True)
 class Split:
-    """``tensor x pipeline x data = gpus``."""
+    """``tensor x context x pipeline x data = gpus``."""
 
     tensor: int
     pipeline: int
     data: int
+    context: int = 1
 
     def __str__(self):
-        return f"t={self.tensor} p={self.pipeline} d={self.data}"
+        context = f" cp={self.context}" if self.context > 1 else ""
+        return f"t={self.tensor}{context} p={self.pipeline} d={self.data}"
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ class Configuration:
     @property
     def split(self):
         run = self.execution
-        return Split(run.tensor_parallel, self.layout.devices, run.data_parallel)
+        return Split(run.tensor_parallel, self.layout.devices, run.data_parallel,
+                     run.context_parallel)
 
     def sort_key(self):
         """A total order for ties (the plan's stated tie-break, after the makespan)."""
@@ -223,23 +227,38 @@ def layer_splits(layers, stages, uneven=DEFAULT_UNEVEN):
 
 
 def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
-           cross_node=False, base=None):
-    """``(valid splits, Refusals)``: every ``t x p x d = gpus`` the sizes allow.
+           cross_node=False, base=None, context=None):
+    """``(valid splits, Refusals)``: every ``t x cp x p x d = gpus`` the sizes allow.
 
     ``tensor``/``pipeline``: the degrees to consider (default every divisor of
-    ``gpus``); ``base``: the execution the degrees change (its node size counts, and its
-    context degree ``cp`` is kept: then ``t x cp x p x d = gpus``).
+    ``gpus``); ``context``: the context degrees (default the base's own, 1 unless
+    given); ``base``: the execution the degrees change (its node size counts).
     """
     base = Execution() if base is None else base
     refusals = Refusals()
     valid = []
-    node = base.node_size(system)
+    for cp in sorted(context) if context else (base.context_parallel,):
+        if gpus % cp:
+            refusals.record("context degree does not divide the GPUs", 0, gpus % cp,
+                            f"cp={cp}: does not divide the {gpus} GPUs")
+            continue
+        run = base.replace(context_parallel=cp, zero_stage=0)
+        try:
+            run.replace(tensor_parallel=1, sequence_parallel=False).check(model)
+        except InvalidParameterError as error:
+            refusals.record("context degree does not fit the model", 1, cp, f"cp={cp}: {error}")
+            continue
+        valid += _splits_at(model, system, gpus // cp, global_batch, tensor, pipeline,
+                            cross_node, run, refusals)
+    return valid, refusals
+
+
+def _splits_at(model, system, gpus, global_batch, tensor, pipeline, cross_node, base,
+               refusals):
+    """The ``t x p x d = gpus`` splits of ``splits`` at the base's context degree."""
+    valid = []
     cp = base.context_parallel
-    if gpus % cp:
-        refusals.record("context degree does not divide the GPUs", 0, gpus % cp,
-                        f"context_parallel {cp} does not divide the {gpus} GPUs")
-        return valid, refusals
-    gpus //= cp      # what the tensor, pipeline and data degrees share
+    node = base.node_size(system)
     for t in sorted(tensor) if tensor else divisors(gpus):
         if gpus % t:
             refusals.record("tensor degree does not divide the GPUs", 0, gpus % t,
@@ -269,7 +288,7 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
                                 f"t={t} p={p}: does not divide the {gpus // t} GPUs left")
                 continue
             d = gpus // (t * p)
-            where = f"t={t} p={p} d={d}"
+            where = str(Split(t, p, d, cp))
             if p > model.layers:
                 refusals.record("more pipeline ranks than layers", 4, p - model.layers,
                                 f"{where}: {p} pipeline ranks for {model.layers} layers")
@@ -288,8 +307,8 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
                 refusals.record("ranks do not tile the nodes", 6, t * d,
                                 f"{where}: {error}")
                 continue
-            valid.append(Split(t, p, d))
-    return valid, refusals
+            valid.append(Split(t, p, d, cp))
+    return valid
 
 
 def family_variants(family, max_chunks, fixed=()):
