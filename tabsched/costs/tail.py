@@ -44,13 +44,11 @@ def sync_prices(costs, lowered):
     devices holding its stage, then (overlapped data parallelism) what the replicas'
     bucketed reduction leaves after the stage's last backward
     (:func:`tabsched.costs.buckets.exposed_reduction`)."""
-    table = lowered.table
-    params = costs._stage_parameters(table) / costs.execution.tensor_parallel
+    table, run = lowered.table, costs.execution
+    params = costs._stage_parameters(table) / run.tensor_parallel
     gradient_bytes = params * float(costs.model.grad_bytes)
-    replicas = costs.execution.gradient_replicas > 1
-    reduce = ("reduce_scatter" if costs.execution.optimizer_sharding and replicas
-              else "all_reduce")
-    run = costs.execution
+    replicas = run.gradient_replicas > 1
+    reduce = "reduce_scatter" if run.optimizer_sharding and replicas else "all_reduce"
     # ZeRO-2/3 reduce-scatter in their REDUCE_GRAD nodes instead
     bucketed = replicas and run.overlap_grad_reduce and run.zero_stage < 2
     if bucketed:
@@ -84,6 +82,7 @@ def sync_prices(costs, lowered):
         sync.append(seconds)
     return np.array(sync, dtype=np.float64)
 
+
 def last_backward_seconds(costs, table):
     """Seconds of each stage's last ``B`` or ``W`` (in row order on each of its
     devices; the longest of them), the backward that fills its gradient buckets."""
@@ -98,6 +97,7 @@ def last_backward_seconds(costs, table):
         durations = costs.op_durations(table)
         np.maximum.at(seconds, held // D, durations[last[held]])
     return seconds
+
 
 def step_prices(costs, lowered):
     """Seconds of each device's end-of-iteration step (see

@@ -33,7 +33,7 @@ from tabsched.costs import ModelCosts
 from tabsched.costs.sharded import persistent_bytes_per_parameter
 from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.execution import RECOMPUTE_MODES, ZERO_STAGES, Execution
+from tabsched.execution import RECOMPUTE_MODES, Execution
 from tabsched.plan.bounds import (LayoutArrays, RunGroups, bound_costs, formula_counts,
                                   memory_bounds, step_seconds, time_bounds)
 from tabsched.plan.space import (MAX_CONFIGURATIONS, Configuration, Layout, Refusals,
