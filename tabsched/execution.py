@@ -79,14 +79,14 @@ The iteration's tail
     ``max(4e7, 1e6 * d)``), each launched as the stage's last backward fills it,
     beside that backward and the device's remaining ones; what is left after the
     backward is the queue's tail (:mod:`tabsched.costs.buckets`);
-    ``align_grad_reduce`` (Megatron-Core's default, true): only the first pipeline
-    rank's stages overlap their buckets with the backward, the other ranks launch
-    theirs at once after their last backward, in the pipeline's bubble (false: every
-    stage's buckets overlap, PyTorch DDP's and ``--no-align-grad-reduce``); ``grad_sync``: stages whose gradients are all-reduced among the
-    pipeline ranks that hold them, ``None`` (the table's own, PyTorch's
-    ``REDUCE_GRAD``, else none, or every stage when the data-parallel reduction
-    overlaps), ``"replicas"`` (stages held by two or more ranks, Chimera's),
-    ``"all"`` or a tuple of stages; ``optimizer_step``: an optimizer step per
+    ``align_grad_reduce`` (Megatron-Core's default, true): only the first pipeline rank's
+    stages overlap their buckets with the backward, the other ranks launch theirs at once
+    after their last backward, in the pipeline's bubble (false: every stage's buckets
+    overlap, PyTorch DDP's and ``--no-align-grad-reduce``); ``grad_sync``: stages whose
+    gradients are all-reduced among the pipeline ranks that hold them, ``None`` (the
+    table's own, PyTorch's ``REDUCE_GRAD``, else none, or every stage when the
+    data-parallel reduction overlaps), ``"replicas"`` (stages held by two or more ranks,
+    Chimera's), ``"all"`` or a tuple of stages; ``optimizer_step``: an optimizer step per
     device ends the iteration (``None``: when the data-parallel reduction needs
     it, that is ``d > 1`` without ``overlap_grad_reduce``).
 Iterations back to back

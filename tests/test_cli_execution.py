@@ -174,3 +174,15 @@ def test_a_file_with_a_replica_setting_and_one_replica_is_named(cli, run_file):
     # the execution command writes bases for a later -d: it keeps the setting
     code, out, _ = cli("execution", "--overlap-grad-reduce")
     assert code == 0 and "overlap_grad_reduce = true" in out
+
+
+@pytest.mark.parametrize("text,message", [
+    ("grad_bucket_size = 1000000\ndata_parallel = 2\n",
+     "grad_bucket_size applies to the overlapped reduction only"),
+    ('cp_comm = "allgather"\n', "cp_comm applies to --context-parallel > 1 only"),
+])
+def test_a_file_setting_that_does_nothing_is_named(cli, run_file, text, message):
+    path = run_file(text)
+    code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "4", *MODEL, "--execution", path)
+    assert code == 1 and err.startswith(f"Error: {path}: {message}")
+    assert len(err.strip().splitlines()) == 1

@@ -197,3 +197,22 @@ def test_plan_keeps_the_executions_context_degree_and_prunes_soundly():
     assert len({row.execution.context_parallel for row in wide.rows}) > 1
     assert wide.rows[0].iteration_s <= narrow.rows[0].iteration_s
     assert {row.execution.context_parallel for row in narrow.rows} == {1}
+
+
+def test_sequence_parallelism_splits_a_context_ranks_tokens():
+    from tabsched.costs.transformer import TransformerModel
+    odd = TransformerModel(layers=2, hidden=64, heads=4, sequence=24, vocab=100)
+    with pytest.raises(InvalidParameterError, match="sequence_parallel: tensor_parallel 4 "
+                                                    "does not divide the 6 tokens of a "
+                                                    "context rank"):
+        Execution(tensor_parallel=4, sequence_parallel=True, context_parallel=4,
+                  attention="flash").check(odd)
+
+
+def test_plan_counts_zero_2_3_refused_where_the_context_degree_is_above_1():
+    from tabsched.plan import plan
+    result = plan(MODEL, SYSTEM, 16, 32, families=["1f1b"], context_parallel=[1, 2],
+                  execution=Execution(attention="flash"), zero_stages=(3,), top=40)
+    assert {row.execution.context_parallel for row in result.rows} == {1}
+    assert {row.execution.zero_stage for row in result.rows} == {3}
+    assert result.counts.refused["ZeRO-2/3 with context parallelism (not priced)"] > 0

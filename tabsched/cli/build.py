@@ -139,8 +139,8 @@ _OPTION_OF = {"zero_stage": "optimizer_sharding", "optimizer_step": "optimizer"}
 MODEL_FIELDS = ("tensor_parallel", "sequence_parallel", "context_parallel", "expert_parallel",
                 "data_parallel", "microbatch_size", "global_batch", "recompute", "zero_stage",
                 "reshard_after_forward", "prefetch",
-                "attention", "fp8", "cp_comm", "scatter_gather", "overlap_grad_reduce", "grad_bucket_size",
-                "align_grad_reduce", "blocking_sends")
+                "attention", "fp8", "cp_comm", "scatter_gather", "overlap_grad_reduce",
+                "grad_bucket_size", "align_grad_reduce", "blocking_sends")
 
 
 def execution_from_options(options, replicas_checked=True):
@@ -188,40 +188,43 @@ def execution_from_options(options, replicas_checked=True):
         raise click.ClickException(_named(str(error), sources)) from None
     for field in ("grad_bucket_size", "align_grad_reduce"):
         if field in sources and not execution.overlap_grad_reduce:
-            source = sources[field]
-            if source.startswith("--"):
-                where = ("--grad-bucket-size" if field == "grad_bucket_size" else
-                         "--align-grad-reduce" if execution.align_grad_reduce else
-                         "--no-align-grad-reduce")
-            else:
-                where = f"{source}: {field}"
             raise click.ClickException(
-                f"{where} applies to the overlapped reduction only (with "
-                f"--overlap-grad-reduce); the reduction after the backward is priced as one "
-                f"message per device")
+                f"{_given(field, execution, sources)} applies to the overlapped reduction "
+                f"only (with --overlap-grad-reduce); the reduction after the backward is "
+                f"priced as one message per device")
     if "cp_comm" in sources and execution.context_parallel == 1:
-        where = "--cp-comm" if sources["cp_comm"].startswith("--") else \
-            f"{sources['cp_comm']}: cp_comm"
-        raise click.ClickException(f"{where} applies to --context-parallel > 1 only")
+        raise click.ClickException(f"{_given('cp_comm', execution, sources)} applies to "
+                                   f"--context-parallel > 1 only")
     if replicas_checked and execution.gradient_replicas == 1:
         _refuse_without_replicas(execution, sources)
     return execution, sources
 
 
+def _given(field, execution, sources):
+    """Where the user set ``field``: its flag as given (``--no-align-grad-reduce``,
+    ``--zero 1``) or ``FILE: field``."""
+    source = sources[field]
+    if not source.startswith("--"):
+        return f"{source}: {field}"
+    if field == "align_grad_reduce":
+        return "--align-grad-reduce" if execution.align_grad_reduce else \
+            "--no-align-grad-reduce"
+    if source == "--zero":
+        return f"--zero {execution.zero_stage}"
+    return source
+
+
 def _refuse_without_replicas(execution, sources):
     """One line for a data-parallel setting given with ``d = 1``, where it does nothing."""
-    for field, given in (("zero_stage", execution.zero_stage == 1),
-                         ("overlap_grad_reduce", execution.overlap_grad_reduce)):
-        if not given or field not in sources:
-            continue
-        source = sources[field]
-        what = {"zero_stage": "ZeRO-1 (optimizer state sharded over the replicas)",
-                "overlap_grad_reduce": "the overlapped data-parallel reduction"}[field]
-        flag = source if source.startswith("--") else f"{source}: {field}"
-        if field == "zero_stage" and source == "--zero":
-            flag = "--zero 1"
-        raise click.ClickException(f"{flag} needs --data-parallel/-d > 1: with one replica "
-                                   f"{what} changes nothing")
+    for field, given, what in (
+            ("zero_stage", execution.zero_stage == 1,
+             "ZeRO-1 (optimizer state sharded over the replicas)"),
+            ("overlap_grad_reduce", execution.overlap_grad_reduce,
+             "the overlapped data-parallel reduction")):
+        if given and field in sources:
+            raise click.ClickException(f"{_given(field, execution, sources)} needs "
+                                       f"--data-parallel/-d > 1: with one replica {what} "
+                                       f"changes nothing")
 
 
 def _zero_options(options, base, changes, sources):

@@ -86,17 +86,18 @@ def _zero_stages(text):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
 def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
-                 pipeline_degrees, context_degrees, microbatch_sizes, recompute_modes, max_chunks, zero,
-                 sequence_parallel_choice, uneven, cross_node, memory_budget, execution,
-                 tie_band, exhaustive, top, explain, as_json, out, save_executions, jobs,
-                 dask, quiet):
+                 pipeline_degrees, context_degrees, microbatch_sizes, recompute_modes,
+                 max_chunks, zero, sequence_parallel_choice, uneven, cross_node,
+                 memory_budget, execution, tie_band, exhaustive, top, explain, as_json,
+                 out, save_executions, jobs, dask, quiet):
     """Search the executions of MODEL on --gpus GPUs of SYSTEM for the fastest that fits.
 
-    Every split t x p x d (t x cp x p x d with --context-parallel), schedule family and
-    its chunks, microbatch size, layer split (even, or lighter first and last stages),
-    recompute, sequence parallelism and ZeRO stage is bounded from its sizes; what cannot fit the memory budget or beat the best is
-    never simulated. Rows within the tie band of the best are marked ~: the model cannot
-    rank them. Exit 1 when no configuration is left, 3 when nothing fits the budget.
+    Every split t x p x d (t x cp x p x d with --context-parallel), schedule family and its
+    chunks, microbatch size, layer split (even, or lighter first and last stages),
+    recompute, sequence parallelism and ZeRO stage is bounded from its sizes; what cannot
+    fit the memory budget or beat the best is never simulated. Rows within the tie band of
+    the best are marked ~: the model cannot rank them. Exit 1 when no configuration is
+    left, 3 when nothing fits the budget.
     """
     from tabsched.execution import RECOMPUTE_MODES, load_execution
     from tabsched.files import atomic_write, check_output_folder, check_output_path

@@ -400,13 +400,14 @@ def _context_exchange(x, phase, after=False):
     (``allgather``) the fused attention, over the context group; none without context
     parallelism; ``after``: what follows the attention (``a2a``'s second all-to-all).
     Ulysses (``a2a``) all-to-alls a rank's part of the queries, keys and values (the
-    message of one rank: nccl-tests' all-to-all size) before the attention, and the
-    output after it; its backward the other way round; none of it hidden. A rank meets every other rank's keys and values once: the ring's
-    ``cp - 1`` steps move what an all-gather of the whole ``S`` keys' K and V moves
-    (``d*S*2hk/t`` bytes), so they are priced as one (each step's send beside the previous
-    block's attention: the pair model of ``hides_behind``). The backward passes the key-
-    value blocks again and their gradients the other way (ring attention's backward, or
-    ``allgather``'s all-gather and reduce-scatter of dK, dV): twice those bytes."""
+    message of one rank: nccl-tests' all-to-all size) before the attention, and the output
+    after it; its backward the other way round; none of it hidden. A rank meets every other
+    rank's keys and values once: the ring's ``cp - 1`` steps move what an all-gather of the
+    whole ``S`` keys' K and V moves (``d*S*2hk/t`` bytes), so they are priced as one (each
+    step's send beside the previous block's attention: the pair model of ``hides_behind``).
+    The backward passes the key-value blocks again and their gradients the other way (ring
+    attention's backward, or ``allgather``'s all-gather and reduce-scatter of dK, dV):
+    twice those bytes."""
     exchange = x["cp"]
     if exchange is None:
         return []

@@ -187,11 +187,9 @@ def kernel_seconds(model, system, placement, kernels, samples, coefficients=None
                                    work["outputs"], measured) + system.launch_latency)
     rows = np.flatnonzero(kernels.fp8)
     if len(rows):
-        # FP8 products at the FP8 rate, FP8 table and FP8 fallback efficiency
+        # FP8 products at the FP8 rate, FP8 table and FP8 fallback efficiency (a system
+        # without an FP8 rate is refused by Execution.check before any kernel is priced)
         fp8 = system.fp8_view()
-        if fp8 is None:
-            raise InvalidParameterError(f"fp8: system {system.name} states no FP8 rate "
-                                        f"(fp8_peak_flops); its tensor cores may have none")
         shapes = kernels.gemm_shapes(samples, coefficients)[rows]
         measured = None if fp8.gemm_efficiency is None else fp8.gemm_efficiency_of(shapes)
         seconds[rows] = (fp8.kernel_times(True, work["flops"][rows], nbytes[rows], tokens,

@@ -291,7 +291,6 @@ def _base(execution):
     if base.expert_parallel != 1:
         raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} is "
                                     f"not priced yet, so plan does not search it (use 1)")
-
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
     if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients
