@@ -23,8 +23,10 @@ Parallel degrees beside the pipeline
     attention and back; the heads and key-value heads must split over ``t * cp``);
     the gradients are reduced
     over the data-parallel and context-parallel ranks together (*d x cp*);
-    ``expert_parallel`` is the degree of expert parallelism (its group is placed;
-    the cost model refuses it above 1 until it prices it); ``data_parallel`` *d* is
+    ``expert_parallel`` *e* is the degree of expert parallelism of a mixture-of-experts
+    model (its groups are formed inside the data-parallel ranks, as Megatron-Core forms
+    them; the routed experts are split over it: :mod:`tabsched.costs.experts`);
+    ``data_parallel`` *d* is
     the number of replicas of the pipeline, whose gradients are reduced over the
     data-parallel group.
 The batch
@@ -447,6 +449,13 @@ class Execution:
         return self.data_parallel * self.context_parallel
 
     @property
+    def expert_gradient_replicas(self) -> int:
+        """Ranks that hold the same routed experts and reduce their gradients together:
+        the expert-data-parallel group, ``d * cp / e`` (Megatron-Core's
+        ``expert_data_parallel_group``)."""
+        return max(1, self.gradient_replicas // self.expert_parallel)
+
+    @property
     def context_exchange(self) -> str | None:
         """``cp_comm``, or ``p2p`` with context parallelism; None without it."""
         if self.context_parallel == 1:
@@ -553,6 +562,7 @@ class Execution:
             raise InvalidParameterError(
                 f"sequence_parallel: tensor_parallel {t} does not divide the "
                 f"{model.sequence // cp} tokens of a context rank")
+        self._check_experts(model)
         self._check_batch(self.microbatch_size if self.microbatch_size is not None
                           else model.microbatch_size)
         if system is not None and self.fp8 is not None and \
@@ -579,6 +589,40 @@ class Execution:
                         f"the {ranks} devices of {what} neither divide nor fill the "
                         f"{node}-device nodes of system {system.name}")
         return self
+
+    def _check_experts(self, model):
+        """Expert parallelism needs experts it divides and a data-parallel degree it
+        divides (its groups are formed inside the data dimension); experts under tensor
+        parallelism need sequence parallelism (as Megatron-Core requires)."""
+        e, t = self.expert_parallel, self.tensor_parallel
+        experts = getattr(model, "experts", 0)
+        if e > 1 and not experts:
+            raise InvalidParameterError(f"expert_parallel {e}: model {model.name} has no "
+                                        f"experts (a dense model)")
+        if not experts:
+            return
+        if experts % e:
+            raise InvalidParameterError(f"expert_parallel {e} does not divide the {experts} "
+                                        f"experts of model {model.name}")
+        if self.data_parallel % e:
+            raise InvalidParameterError(
+                f"expert_parallel {e} does not divide data_parallel {self.data_parallel}: "
+                f"expert groups are formed inside the data-parallel ranks")
+        if t > 1 and model.expert_ffn % t:
+            raise InvalidParameterError(f"tensor_parallel {t} does not divide expert_ffn "
+                                        f"{model.expert_ffn} of model {model.name}")
+        if t > 1 and not self.sequence_parallel:
+            raise InvalidParameterError(
+                f"tensor_parallel {t} with experts needs sequence_parallel (Megatron-Core "
+                f"refuses a mixture of experts under tensor parallelism without it)")
+        if e > 1 and self.context_parallel > 1:
+            raise InvalidParameterError(
+                f"expert_parallel {e} with context_parallel {self.context_parallel} is not "
+                f"priced yet (the expert-data group would span context ranks)")
+        if e > 1 and self.zero_stage >= 2:
+            raise InvalidParameterError(
+                f"expert_parallel {e} with zero_stage {self.zero_stage} is not priced yet "
+                f"(its per-stage gathers would mix two groups); use zero_stage 0 or 1")
 
     def node_size(self, system) -> int:
         """GPUs per node: this execution's ``devices_per_node``, else the system's."""

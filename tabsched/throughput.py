@@ -59,7 +59,11 @@ def sample_flops(model):
     """``(model, hardware)`` matrix FLOPs of one sample through every layer, the embedding
     and the output layer, forward and backward (``model`` fixes the recompute mode)."""
     totals = {True: 0.0, False: 0.0}
-    for part, count in (("layer", model.layers), ("embedding", 1), ("output", 1)):
+    if model.experts:   # a mixture of experts' model FLOPs: balanced, nothing padded
+        model = model.replace(routing_imbalance=1.0, capacity_factor=None)
+    dense = model.dense_layers
+    for part, count in (("layer", model.layers - dense), ("dense_layer", dense),
+                        ("embedding", 1), ("output", 1)):
         for phase, kernels in model.kernels(part).items():
             if not kernels:
                 continue

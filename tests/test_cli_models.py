@@ -99,7 +99,7 @@ SYSTEM_KEYS = ('peak_flops = "1PFLOP/s"\nmemory_bandwidth = "3.35TB/s"\ndevices_
 
 @pytest.mark.parametrize("argv,message", [
     (["--model", "paper-12l", "--system", "mid_nw_mid_cp"],
-     "unknown model preset 'paper-12l' (did you mean 'paper-128l'?); valid models: gpt3-175b, "),
+     "unknown model preset 'paper-12l' (did you mean 'paper-128l'?); valid models: deepseek-v3-14l, "),
     (["--model", "paper-128l", "--system", "h100"],
      "unknown system preset 'h100'"),
     (["--model", "MODEL:" + MODEL_KEYS.replace("hidden = 4096\n", ""), "--system",
@@ -139,7 +139,7 @@ def test_bad_model_input_is_one_line_and_exit_1(cli, tmp_path, argv, message):
 def test_unknown_preset_to_show(cli):
     code, _, err = cli("presets", "--show", "dgx-b200")
     assert code == 1 and err.count("\n") == 1
-    assert "unknown preset 'dgx-b200'; valid presets: gpt3-175b, " in err
+    assert "unknown preset 'dgx-b200'; valid presets: deepseek-v3-14l, " in err
 
 
 def test_eval_says_when_a_device_goes_over_the_systems_memory(cli):

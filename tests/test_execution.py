@@ -198,7 +198,8 @@ def test_model_costs_take_an_execution_or_its_keywords_alike(tmp_path):
         .tensor_parallel == 8
     with pytest.raises(InvalidParameterError, match="give execution or parallel, not both"):
         ModelCosts("paper-128l", "dgx-h100", run, parallel=run)
-    with pytest.raises(InvalidParameterError, match="expert_parallel .* not priced yet"):
+    with pytest.raises(InvalidParameterError, match="expert_parallel 2: model paper-128l has "
+                                                    "no experts"):
         ModelCosts("paper-128l", "dgx-h100", Execution(expert_parallel=2))
     with pytest.raises(InvalidParameterError, match="context_parallel 2 needs attention"):
         ModelCosts("paper-128l", "dgx-h100", Execution(context_parallel=2))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tabsched.costs.kernels import (COLLECTIVE, MATRIX, VECTOR, KernelTable, embedding_kernels,
-                                    layer_kernels, output_kernels)
+from tabsched.costs.ends import embedding_kernels, output_kernels
+from tabsched.costs.kernels import COLLECTIVE, MATRIX, VECTOR, KernelTable, layer_kernels
 from tabsched.execution import Parallelism
 from tabsched.costs.transformer import TransformerModel
 

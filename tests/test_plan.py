@@ -334,7 +334,8 @@ def test_a_huge_space_is_refused_with_its_count(monkeypatch):
     (dict(memory_budget="lots"), "memory_budget"),
     (dict(execution=Execution(context_parallel=2)), "context_parallel 2 needs attention "
                                                     "'flash'"),
-    (dict(execution=Execution(expert_parallel=2)), "expert_parallel 2 is not priced yet"),
+    (dict(execution=Execution(expert_parallel=2)), "expert_parallel 2 but model llama3-8b has "
+                                                   "no experts"),
     (dict(tensor_parallel=[]), "tensor_parallel is empty"),
 ])
 def test_bad_arguments(call, message):

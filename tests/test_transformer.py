@@ -240,8 +240,10 @@ def test_user_toml_errors_name_the_file_and_key(tmp_path, text, message):
 def test_unknown_preset_lists_the_valid_names():
     with pytest.raises(UnknownNameError, match=r"unknown model preset 'llama-3-8b' \(did you "
                                                r"mean 'llama3-8b'\?\); valid models: "
-                                               r"gpt3-175b, llama3-70b, llama3-8b, megatron-1t, "
-                                               r"megatron-22b, paper-128l, turing-530b"):
+                                               r"deepseek-v3-14l, deepseek-v3, gpt3-175b, "
+                                               r"llama3-405b, llama3-70b, llama3-8b, "
+                                               r"megatron-1t, megatron-22b, mixtral-8x7b, "
+                                               r"paper-128l, turing-530b"):
         load_model("llama-3-8b")
     with pytest.raises(OSError):
         load_model("no/such/model.toml")

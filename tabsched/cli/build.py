@@ -161,7 +161,7 @@ def execution_from_options(options, replicas_checked=True):
     default = Execution()
     sources = {field: path for field, value in base.to_dict().items()
                if value != default.to_dict()[field]} if path else {}
-    for name in ("tensor_parallel", "context_parallel", "data_parallel"):
+    for name in ("tensor_parallel", "context_parallel", "expert_parallel", "data_parallel"):
         value = options.get(name)
         if value is not None and value < 1:
             raise click.ClickException(f"{PARALLEL_FLAGS[name]} must be >= 1, not {value}")

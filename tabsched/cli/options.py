@@ -25,7 +25,7 @@ HELP_SECTIONS = {
     "Model, system and parallelism": ("model", "system", "execution", "microbatch_size",
                                       "recompute", "global_batch", "tensor_parallel",
                                       "sequence_parallel", "context_parallel", "cp_comm",
-                                      "data_parallel", "attention", "fp8",
+                                      "expert_parallel", "data_parallel", "attention", "fp8",
                                       "optimizer_sharding",
                                       "zero_stage", "reshard_after_forward", "prefetch",
                                       "overlap_grad_reduce", "grad_bucket_size",
@@ -253,6 +253,7 @@ LEVELS = ("formula", "table", "simulation")
 PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "sequence_parallel": "--sequence-parallel",
                   "context_parallel": "--context-parallel", "cp_comm": "--cp-comm",
+                  "expert_parallel": "--expert-parallel",
                   "data_parallel": "--data-parallel/-d", "attention": "--attention",
                   "fp8": "--fp8",
                   "optimizer_sharding": "--optimizer-sharding",
@@ -311,6 +312,10 @@ def parallel_options(command=None, *, lists=False):
                      help="--context-parallel: p2p (ring attention, key-value blocks passed "
                           "beside the attention; default), allgather (Llama 3's) or a2a "
                           "(DeepSpeed-Ulysses' all-to-alls to a head split)."),
+        click.option("--expert-parallel", type=int, metavar="EP",
+                     help="Ranks each MoE layer's routed experts are split over (formed "
+                          "inside the data-parallel ranks: EP must divide -d); their tokens "
+                          "are dispatched and combined by all-to-alls."),
         click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
                           "iteration." + also.replace("-t", "-d")),

@@ -79,31 +79,8 @@ FP8 (``Execution.fp8``: Transformer Engine's recipes, Micikevicius et al. 2022)
     (``*_amax``) and fuses no cast. The weights' FP8 copies are made once per
     iteration (with the optimizer step: :class:`tabsched.costs.ModelCosts`); the
     amax history's update and its small all-reduce are left out.
-Embedding (first stage), vocabulary-parallel
-    ``embedding_lookup`` (reads ``d*s*h/t`` rows of its shard, writes
-    ``d*s*h``), the tensor ``all_reduce`` (``reduce_scatter``),
-    ``embedding_dropout``; ``I``: ``embedding_dropout_bwd`` (with sequence
-    parallelism, the ``all_gather`` of the gradient); ``W``:
-    ``embedding_wgrad`` (scatters ``d*s*h`` into the gradient rows).
-    Position embeddings (``s*h`` parameters) are left out.
-Output (last stage), vocabulary-parallel
-    ``final_norm``, (``all_gather``), ``logits`` (``2*s*h*V/t``, writes the
-    ``d*s*V/t`` logits), then the loss as Megatron-LM computes it
-    (``megatron/model/gpt_model.py``, ``post_language_model_processing``:
-    ``vocab_parallel_cross_entropy(output.float(), labels)`` unless
-    ``--fp16-lm-cross-entropy``; ``megatron/mpu/cross_entropy.py``,
-    ``_VocabParallelCrossEntropy``), one pass over the ``e = s*V/t`` logits of
-    a rank per step: ``logits_to_fp32`` (reads ``d*e``, writes ``4*e``; no
-    copy for an fp32 model), ``logits_max`` (reads ``4*e``), the all-reduce
-    of each token's maximum, ``logits_shift`` (subtracts it in place: reads
-    and writes ``4*e``), the all-reduce of the target logit, ``logits_exp``
-    (in place), ``exp_sum`` (reads ``4*e``), the all-reduce of the sums,
-    ``softmax_normalize`` (in place; the fp32 probabilities are kept for the
-    backward); the three all-reduces carry ``4*s`` bytes each. Backwards:
-    ``cross_entropy_bwd`` (scales the probabilities in place: reads and
-    writes ``4*e``), ``logits_grad_to_half`` (reads ``4*e``, writes ``d*e``;
-    none for fp32), ``logits_dgrad``, the ``all_reduce``
-    (``reduce_scatter``), ``final_norm_bwd``; ``W``: ``logits_wgrad``.
+Embedding (first stage) and output (last stage, with the loss and the multi-token-
+prediction modules): :mod:`tabsched.costs.ends`.
 
 FLOPs are counted for matrix products only (one multiply-add = 2 FLOPs), so
 the totals are Narayanan et al.'s closed form (2021, appendix); the bias adds
@@ -121,10 +98,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched.costs.collectives import COLLECTIVES
+from tabsched.costs.experts import load_factor, moe_forward, moe_input_grad, moe_weight_grad
+from tabsched.costs.latent import (latent_forward, latent_input_grad, latent_weight_grad,
+                                   latent_widths)
 from tabsched.costs.placement import GROUPS
 from tabsched.execution import Execution
 
-__all__ = ["Kernel", "KernelTable", "layer_kernels", "embedding_kernels", "output_kernels",
+__all__ = ["Kernel", "KernelTable", "layer_kernels",
            "CLASSES", "MATRIX", "VECTOR", "COLLECTIVE", "PHASES"]
 
 MATRIX, VECTOR, COLLECTIVE = "matrix", "vector", "collective"
@@ -237,18 +217,31 @@ class KernelTable:
 _SERIAL = Execution()
 
 
-def _shape(model, parallel):
+def _shape(model, parallel, dense=False):
+    """The dimensions the kernel builders read, for one tensor rank and one sample;
+    ``dense``: a mixture-of-experts model's dense layer (its first ``dense_layers``)."""
     parallel = _SERIAL if parallel is None else parallel
     t = parallel.tensor_parallel
     tokens = float(model.sequence) / parallel.context_parallel      # a context rank's
-    return dict(
+    wq, wk, wv, wo = (float(width) for width in latent_widths(model))
+    x = dict(
         h=float(model.hidden), s=tokens, S=float(model.sequence), d=float(model.dtype_bytes),
         g=float(model.grad_bytes), t=float(t), hk=float(model.kv_width), f=float(model.ffn),
         k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
         m=1.0 if model.dropout else 0.0,
         sn=tokens / t if parallel.sequence_parallel else tokens,
         sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8,
-        cp=parallel.context_exchange), parallel
+        cp=parallel.context_exchange, wq=wq, wk=wk, wv=wv, wo=wo, mla=None,
+        moe=bool(model.experts) and not dense)
+    if model.kv_lora_rank is not None:
+        x["mla"] = dict(qr=float(model.q_lora_rank or 0), kvr=float(model.kv_lora_rank),
+                        dr=float(model.qk_rope_head_dim),
+                        ukv=float(model.heads * (model.qk_nope_head_dim + model.v_head_dim)))
+    if x["moe"]:
+        x.update(E=float(model.experts), topk=float(model.top_k), fe=float(model.expert_ffn),
+                 shared=float(model.shared_experts), load=float(load_factor(model)),
+                 e=float(parallel.expert_parallel))
+    return x, parallel
 
 
 def _matrix(name, flops, weights, reads, writes, element, gemms=()):
@@ -289,29 +282,69 @@ def _collective(name, collective, message, hides_behind=None, group="tensor"):
                   hides_behind=hides_behind, group=group)
 
 
+def _kernel(name, cls, flops, read, written, **fields):
+    return Kernel(name, cls, flops, read, written, **fields)
+
+
 def _forward(x, norm_name):
     """Forward kernels of one layer (see the module docstring)."""
-    h, s, d, t, hk, f, k = x["h"], x["s"], x["d"], x["t"], x["hk"], x["f"], x["k"]
-    sn, m = x["sn"], x["m"]
+    h, s, d, t, hk = x["h"], x["s"], x["d"], x["t"], x["hk"]
+    sn, wo = x["sn"], x["wo"]
     gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
-    combine = _combine(x)
-    residual = _vector("bias_dropout_add" if m else "residual_add", 2 * d * sn * h,
-                       d * sn * h + m * sn * h)
-    kernels = [_vector(f"{norm_name}1", d * sn * h, d * sn * h), *gather,
-               _matrix("qkv", 2 * s * h * (h + 2 * hk) / t, d * h * (h + 2 * hk) / t,
-                       d * s * h, d * s * (h + 2 * hk) / t, d, [_rows(s, (h + 2 * hk) / t, h)])]
+    kernels = [_vector(f"{norm_name}1", d * sn * h, d * sn * h)]
+    if x["mla"] is not None:
+        kernels += latent_forward(x, _BUILD)
+    else:
+        kernels += [*gather,
+                    _matrix("qkv", 2 * s * h * (h + 2 * hk) / t, d * h * (h + 2 * hk) / t,
+                            d * s * h, d * s * (h + 2 * hk) / t, d,
+                            [_rows(s, (h + 2 * hk) / t, h)])]
     kernels += attention_forward(x)
-    kernels += [_matrix("out_proj", 2 * s * h * h / t, d * h * h / t, d * s * h / t, d * s * h, d,
-                        [_rows(s, h, h / t)]),
-                combine, residual,
-                _vector(f"{norm_name}2", d * sn * h, d * sn * h), *gather,
-                _matrix("mlp_up", 2 * s * h * k * f / t, d * h * k * f / t, d * s * h,
-                        d * s * k * f / t, d, [_rows(s, k * f / t, h)]),
-                _vector("activation", d * s * k * f / t, d * s * f / t),
-                _matrix("mlp_down", 2 * s * f * h / t, d * f * h / t, d * s * f / t, d * s * h, d,
-                        [_rows(s, h, f / t)]),
-                combine, residual]
-    return kernels
+    kernels += [_matrix("out_proj", 2 * s * wo * h / t, d * wo * h / t, d * s * wo / t,
+                        d * s * h, d, [_rows(s, h, wo / t)]),
+                _combine(x), _residual(x)]
+    if x["moe"]:
+        return kernels + moe_forward(x, norm_name, _BUILD)
+    return kernels + [_vector(f"{norm_name}2", d * sn * h, d * sn * h),
+                      *_mlp(x, x["f"], "mlp"), _residual(x)]
+
+
+def _residual(x, branches=1):
+    """The fused bias-dropout-add after a branch (a plain residual add without dropout)."""
+    d, sn, h, m = x["d"], x["sn"], x["h"], x["m"]
+    return _vector("bias_dropout_add" if m else "residual_add", (1 + branches) * d * sn * h,
+                   d * sn * h + m * sn * h)
+
+
+def _mlp(x, f, prefix):
+    """A tensor-parallel MLP of width ``f``: the dense layer's (``mlp_up``, ``activation``,
+    ``mlp_down``), or a mixture of experts' shared experts (``shared_up`` ...), with the
+    all-gather before it and the all-reduce (reduce-scatter) after it."""
+    h, s, d, t, k = x["h"], x["s"], x["d"], x["t"], x["k"]
+    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
+    activation = "activation" if prefix == "mlp" else f"{prefix}_activation"
+    return [*gather,
+            _matrix(f"{prefix}_up", 2 * s * h * k * f / t, d * h * k * f / t, d * s * h,
+                    d * s * k * f / t, d, [_rows(s, k * f / t, h)]),
+            _vector(activation, d * s * k * f / t, d * s * f / t),
+            _matrix(f"{prefix}_down", 2 * s * f * h / t, d * f * h / t, d * s * f / t,
+                    d * s * h, d, [_rows(s, h, f / t)]),
+            _combine(x)]
+
+
+def _mlp_bwd(x, f, prefix):
+    """The data gradients of :func:`_mlp`, in the order the backward runs them."""
+    h, s, d, t, k = x["h"], x["s"], x["d"], x["t"], x["k"]
+    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
+    activation = "activation_bwd" if prefix == "mlp" else f"{prefix}_activation_bwd"
+    return [*gather,
+            _matrix(f"{prefix}_down_dgrad", 2 * s * f * h / t, d * f * h / t, d * s * h,
+                    d * s * f / t, d, [_rows(s, f / t, h)]),
+            _vector(activation, d * s * f / t + d * s * k * f / t, d * s * k * f / t),
+            *_input_gather(x, f"{prefix}_up_dgrad"),
+            _matrix(f"{prefix}_up_dgrad", 2 * s * k * f * h / t, d * h * k * f / t,
+                    d * s * k * f / t, d * s * h, d, [_rows(s, h, k * f / t)]),
+            _backward_combine(x, f"{prefix}_up_wgrad")]
 
 
 def _combine(x):
@@ -321,31 +354,39 @@ def _combine(x):
 
 
 def attention_forward(x):
-    """The attention core's forward kernels (what selective recomputation runs again)."""
-    h, s, d, t, hk, m, a = x["h"], x["s"], x["d"], x["t"], x["hk"], x["m"], x["a"]
+    """The attention core's forward kernels (what selective recomputation runs again).
+
+    Widths over all heads: ``wq`` of the queries and keys' scores, ``wk`` and ``wv`` of
+    the keys and values read, ``wo`` of the output (``h``, ``hk``, ``hk``, ``h`` for
+    grouped-query attention; :func:`tabsched.costs.latent.latent_widths`)."""
+    s, d, t, m, a = x["s"], x["d"], x["t"], x["m"], x["a"]
+    wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
     if x["flash"]:
         S = x["S"]      # the keys a rank's queries meet: the whole sequence over its ring
-        reads = d * s * (h + 2 * hk) / t if x["cp"] == "a2a" else d * (s * h + S * 2 * hk) / t
+        reads = (d * s * (wq + wk + wv) / t if x["cp"] == "a2a"
+                 else d * (s * wq + S * (wk + wv)) / t)
         return [*_context_exchange(x, "F"),
-                _matrix("flash_attention", 4 * s * S * h / t, 0.0, reads, d * s * h / t, d),
+                _matrix("flash_attention", 2 * s * S * (wq + wo) / t, 0.0, reads,
+                        d * s * wo / t, d),
                 *_context_exchange(x, "F", after=True)]
     scores = d * a * s * s / t
-    heads, width = a / t, h / a          # the rank's query heads, and one head's width
-    kernels = [_matrix("scores", 2 * s * s * h / t, 0.0, d * s * (h + hk) / t, scores, d,
-                       [_heads(heads, s, s, width)]),
+    heads = a / t                        # the rank's query heads
+    kernels = [_matrix("scores", 2 * s * s * wq / t, 0.0, d * s * (wq + wk) / t, scores, d,
+                       [_heads(heads, s, s, wq / a)]),
                _vector("softmax", scores, scores)]
     if m:
         kernels.append(_vector("attention_dropout", scores, scores + m * a * s * s / t))
-    kernels.append(_matrix("attention_over_values", 2 * s * s * h / t, 0.0,
-                           scores + d * s * hk / t, d * s * h / t, d,
-                           [_heads(heads, s, width, s)]))
+    kernels.append(_matrix("attention_over_values", 2 * s * s * wo / t, 0.0,
+                           scores + d * s * wv / t, d * s * wo / t, d,
+                           [_heads(heads, s, wo / a, s)]))
     return kernels
 
 
 def _input_grad(x, norm_name):
     """Input-grad kernels of one layer, in the order the backward runs them."""
-    h, s, d, t, hk, f, k = x["h"], x["s"], x["d"], x["t"], x["hk"], x["f"], x["k"]
+    h, s, d, t, hk = x["h"], x["s"], x["d"], x["t"], x["hk"]
     sn, m, a = x["sn"], x["m"], x["a"]
+    wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
     # the forward's collectives mirrored: after a row-parallel product's data gradient,
     # nothing (an all-gather of the gradient with sequence parallelism, synchronous); after a
     # column-parallel one, an all-reduce (reduce-scatter) that Megatron-LM launches
@@ -355,44 +396,44 @@ def _input_grad(x, norm_name):
     gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
     dropout_bwd = _vector("bias_dropout_add_bwd" if m else "residual_add_bwd",
                           d * sn * h + m * sn * h, d * sn * h)
-    norm_bwd = [_vector(f"{norm_name}2_bwd", 3 * d * sn * h, d * sn * h),
-                _vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
-    kernels = [dropout_bwd, *gather,
-               _matrix("mlp_down_dgrad", 2 * s * f * h / t, d * f * h / t, d * s * h,
-                       d * s * f / t, d, [_rows(s, f / t, h)]),
-               _vector("activation_bwd", d * s * f / t + d * s * k * f / t, d * s * k * f / t),
-               *_input_gather(x, "mlp_up_dgrad"),
-               _matrix("mlp_up_dgrad", 2 * s * k * f * h / t, d * h * k * f / t,
-                       d * s * k * f / t, d * s * h, d, [_rows(s, h, k * f / t)]),
-               _backward_combine(x, "mlp_up_wgrad"), norm_bwd[0], dropout_bwd, *gather,
-               _matrix("out_proj_dgrad", 2 * s * h * h / t, d * h * h / t, d * s * h,
-                       d * s * h / t, d, [_rows(s, h / t, h)])]
+    if x["moe"]:
+        kernels = moe_input_grad(x, norm_name, _BUILD)
+    else:
+        kernels = [dropout_bwd, *_mlp_bwd(x, x["f"], "mlp"),
+                   _vector(f"{norm_name}2_bwd", 3 * d * sn * h, d * sn * h)]
+    kernels += [dropout_bwd, *gather,
+                _matrix("out_proj_dgrad", 2 * s * h * wo / t, d * wo * h / t, d * s * h,
+                        d * s * wo / t, d, [_rows(s, wo / t, h)])]
     if x["flash"]:
         S = x["S"]
         keys = s if x["cp"] == "a2a" else S     # Ulysses: S tokens of a cp-th of the heads
         kernels += [*_context_exchange(x, "I"),
-                    _matrix("flash_attention_bwd", 8 * s * S * h / t, 0.0,
-                            d * (s * 3 * h + keys * 2 * hk) / t,
-                            d * (s * h + keys * 2 * hk) / t, d),
+                    _matrix("flash_attention_bwd", 4 * s * S * (wq + wo) / t, 0.0,
+                            d * (s * (wq + 2 * wo) + keys * (wk + wv)) / t,
+                            d * (s * wq + keys * (wk + wv)) / t, d),
                     *_context_exchange(x, "I", after=True)]
     else:
         scores = d * a * s * s / t
-        heads, width = a / t, h / a
+        heads = a / t
         # dP = dO @ V^T (s x s, over a head's width) and dV = P^T @ dO (s x width, over s)
-        kernels.append(_matrix("attention_over_values_bwd", 4 * s * s * h / t, 0.0,
-                               d * s * (h + hk) / t + scores, scores + d * s * hk / t, d,
-                               [_heads(heads, s, s, width), _heads(heads, s, width, s)]))
+        kernels.append(_matrix("attention_over_values_bwd", 4 * s * s * wo / t, 0.0,
+                               d * s * (wo + wv) / t + scores, scores + d * s * wv / t, d,
+                               [_heads(heads, s, s, wo / a), _heads(heads, s, wo / a, s)]))
         if m:
             kernels.append(_vector("attention_dropout_bwd", scores + m * a * s * s / t, scores))
         kernels += [_vector("softmax_bwd", 2 * scores, scores),
                     # dQ = dS @ K and dK = dS^T @ Q: two products of s x width over s
-                    _matrix("scores_bwd", 4 * s * s * h / t, 0.0, scores + d * s * (h + hk) / t,
-                            d * s * (h + hk) / t, d, [_heads(2 * heads, s, width, s)])]
-    kernels += [*_input_gather(x, "qkv_dgrad"),
-                _matrix("qkv_dgrad", 2 * s * (h + 2 * hk) * h / t, d * h * (h + 2 * hk) / t,
-                        d * s * (h + 2 * hk) / t, d * s * h, d, [_rows(s, h, (h + 2 * hk) / t)]),
-                _backward_combine(x, "qkv_wgrad"), norm_bwd[1]]
-    return kernels
+                    _matrix("scores_bwd", 4 * s * s * wq / t, 0.0, scores + d * s * (wq + wk) / t,
+                            d * s * (wq + wk) / t, d, [_heads(2 * heads, s, wq / a, s)])]
+    if x["mla"] is not None:
+        kernels += latent_input_grad(x, _BUILD)
+    else:
+        kernels += [*_input_gather(x, "qkv_dgrad"),
+                    _matrix("qkv_dgrad", 2 * s * (h + 2 * hk) * h / t, d * h * (h + 2 * hk) / t,
+                            d * s * (h + 2 * hk) / t, d * s * h, d,
+                            [_rows(s, h, (h + 2 * hk) / t)]),
+                    _backward_combine(x, "qkv_wgrad")]
+    return kernels + [_vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
 
 
 def _context_exchange(x, phase, after=False):
@@ -403,7 +444,7 @@ def _context_exchange(x, phase, after=False):
     message of one rank: nccl-tests' all-to-all size) before the attention, and the output
     after it; its backward the other way round; none of it hidden. A rank meets every other
     rank's keys and values once: the ring's ``cp - 1`` steps move what an all-gather of the
-    whole ``S`` keys' K and V moves (``d*S*2hk/t`` bytes), so they are priced as one (each
+    whole ``S`` keys' K and V moves (``d*S*2hk/t`` bytes; ``d*S*(wk+wv)/t`` with MLA), so they are priced as one (each
     step's send beside the previous block's attention: the pair model of ``hides_behind``).
     The backward passes the key-value blocks again and their gradients the other way (ring
     attention's backward, or ``allgather``'s all-gather and reduce-scatter of dK, dV):
@@ -414,15 +455,15 @@ def _context_exchange(x, phase, after=False):
     if exchange == "a2a":
         # a rank's queries, keys and values in, its output back (forward); the output's
         # gradient in, those of the queries, keys and values back (backward)
-        d, s, h, hk, t = x["d"], x["s"], x["h"], x["hk"], x["t"]
-        qkv, out = d * s * (h + 2 * hk) / t, d * s * h / t
+        d, s, t = x["d"], x["s"], x["t"]
+        qkv, out = d * s * (x["wq"] + x["wk"] + x["wv"]) / t, d * s * x["wo"] / t
         first, then = (qkv, out) if phase == "F" else (out, qkv)
         name = "cp_a2a" if phase == "F" else "cp_a2a_bwd"
         return [_collective(f"{name}_{'out' if after else 'in'}", "all_to_all",
                             then if after else first, group="context")]
     if after:
         return []
-    kv = x["d"] * x["S"] * 2 * x["hk"] / x["t"]
+    kv = x["d"] * x["S"] * (x["wk"] + x["wv"]) / x["t"]
     if exchange == "p2p":
         if phase == "F":
             return [_collective("cp_kv_ring", "all_gather", kv, "flash_attention",
@@ -451,25 +492,47 @@ def _input_gather(x, partner):
 
 def _weight_grad(x):
     """Weight-grad kernels of one layer (each accumulates into the gradient buffer)."""
-    h, s, d, g, t, hk, f, k = x["h"], x["s"], x["d"], x["g"], x["t"], x["hk"], x["f"], x["k"]
-
-    def wgrad(name, rows, cols, inputs, grads):
-        # dW = X^T @ dY: the rank's inputs x its output gradients, over the tokens
-        params = rows * cols / t
-        return Kernel(name, MATRIX, (0.0, 2 * s * params), (g * params, d * s * (inputs + grads)),
-                      (g * params, 0.0), outputs=(params, 0.0),
-                      gemms=(_weights(inputs, grads, s),))
-    return [wgrad("mlp_down_wgrad", f, h, f / t, h), wgrad("mlp_up_wgrad", h, k * f, h, k * f / t),
-            wgrad("out_proj_wgrad", h, h, h / t, h),
-            wgrad("qkv_wgrad", h, h + 2 * hk, h, (h + 2 * hk) / t)]
+    h, hk, f, t = x["h"], x["hk"], x["f"], x["t"]
+    if x["moe"]:
+        kernels = moe_weight_grad(x, _BUILD)
+    else:
+        kernels = _mlp_wgrad(x, f, "mlp")
+    kernels.append(_wgrad(x, "out_proj_wgrad", x["wo"], h, x["wo"] / t, h))
+    if x["mla"] is not None:
+        return kernels + latent_weight_grad(x, _BUILD)
+    return kernels + [_wgrad(x, "qkv_wgrad", h, h + 2 * hk, h, (h + 2 * hk) / t)]
 
 
-def layer_kernels(model, parallel=None):
+def _wgrad(x, name, rows, cols, inputs, grads, split=True):
+    """A weight gradient ``rows x cols`` (split over the tensor ranks, or, ``split``
+    false, replicated on each): ``dW = X^T @ dY``, the rank's ``inputs`` columns of X and
+    ``grads`` columns of dY, contracted over the rank's tokens (``sn`` for a replicated
+    product, which runs on a rank's own tokens)."""
+    d, g = x["d"], x["g"]
+    s = x["s"] if split else x["sn"]
+    params = rows * cols / (x["t"] if split else 1.0)
+    return Kernel(name, MATRIX, (0.0, 2 * s * params), (g * params, d * s * (inputs + grads)),
+                  (g * params, 0.0), outputs=(params, 0.0),
+                  gemms=(_weights(inputs, grads, s),))
+
+
+def _mlp_wgrad(x, f, prefix):
+    """The weight gradients of :func:`_mlp`: its down product's, then its up product's."""
+    h, k, t = x["h"], x["k"], x["t"]
+    return [_wgrad(x, f"{prefix}_down_wgrad", f, h, f / t, h),
+            _wgrad(x, f"{prefix}_up_wgrad", h, k * f, h, k * f / t)]
+
+
+def layer_kernels(model, parallel=None, dense=False):
     """``{"F", "I", "W", "R"}``: kernel lists of one layer for one tensor rank.
 
-    ``R`` is the recompute forward of the model's ``recompute`` mode.
+    ``R`` is the recompute forward of the model's ``recompute`` mode. A mixture-of-experts
+    model's layers are its MoE layers, or with ``dense`` its first ``dense_layers``
+    (empty lists for a dense model, whose layers are all alike).
     """
-    x, parallel = _shape(model, parallel)
+    if dense and not model.experts:
+        return {phase: [] for phase in PHASES}
+    x, parallel = _shape(model, parallel, dense)
     norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
     forward = _forward(x, norm)
     backward, weight = _input_grad(x, norm), _weight_grad(x)
@@ -482,11 +545,15 @@ def layer_kernels(model, parallel=None):
         recompute = attention_forward(x)
     else:
         recompute = []
-    recompute = [dataclasses.replace(kernel, name=f"recompute_{kernel.name}",
-                                     hides_behind=None if kernel.hides_behind is None
-                                     else f"recompute_{kernel.hides_behind}")
-                 for kernel in recompute]
+    recompute = [_prefixed(kernel, "recompute_") for kernel in recompute]
     return {"F": forward, "I": backward, "W": weight, "R": recompute}
+
+
+def _prefixed(kernel, prefix):
+    """``kernel`` named ``prefix + name`` (and the kernel it hides behind, likewise)."""
+    return dataclasses.replace(kernel, name=prefix + kernel.name,
+                               hides_behind=None if kernel.hides_behind is None
+                               else prefix + kernel.hides_behind)
 
 
 #: The layer's linear products (Transformer Engine's ``Linear``, ``LayerNormLinear`` and
@@ -539,59 +606,9 @@ def _in_fp8(x, kernels, phase):
     return result
 
 
-def embedding_kernels(model, parallel=None):
-    """Kernel lists of the input embedding (first stage), as ``layer_kernels``."""
-    x, parallel = _shape(model, parallel)
-    h, s, d, g, t, sn, m = x["h"], x["s"], x["d"], x["g"], x["t"], x["sn"], x["m"]
-    combine = _combine(x)
-    forward = [_vector("embedding_lookup", d * s * h / t, d * s * h), combine]
-    backward = []
-    if m:
-        forward.append(_vector("embedding_dropout", d * sn * h, d * sn * h + m * sn * h))
-        backward.append(_vector("embedding_dropout_bwd", d * sn * h + m * sn * h, d * sn * h))
-    if x["sp"]:
-        backward.append(_collective("all_gather", "all_gather", d * s * h))
-    weight = [Kernel("embedding_wgrad", VECTOR, read=(0.0, d * s * h + g * s * h / t),
-                     written=(0.0, g * s * h / t))]
-    return {"F": forward, "I": backward, "W": weight, "R": []}
+#: The builders :mod:`tabsched.costs.experts` and :mod:`tabsched.costs.latent` make their
+#: kernels with, so that every kernel is made one way.
+_BUILD = {"matrix": _matrix, "vector": _vector, "collective": _collective, "rows": _rows,
+          "kernel": _kernel, "mlp": _mlp, "mlp_bwd": _mlp_bwd, "mlp_wgrad": _mlp_wgrad,
+          "wgrad": _wgrad}
 
-
-def _cross_entropy(x):
-    """Megatron-LM's vocabulary-parallel cross entropy on fp32 logits (module docstring)."""
-    s, d, t, V = x["s"], x["d"], x["t"], x["V"]
-    logits = s * V / t                                    # elements of one rank, per sample
-    kernels = [_vector("logits_to_fp32", d * logits, 4 * logits)] if d != 4 else []
-    return kernels + [
-        _vector("logits_max", 4 * logits, 0.0),
-        _collective("cross_entropy_max", "all_reduce", 4 * s),
-        _vector("logits_shift", 4 * logits, 4 * logits),
-        _collective("cross_entropy_target", "all_reduce", 4 * s),
-        _vector("logits_exp", 4 * logits, 4 * logits),
-        _vector("exp_sum", 4 * logits, 0.0),
-        _collective("cross_entropy_sum", "all_reduce", 4 * s),
-        _vector("softmax_normalize", 4 * logits, 4 * logits)]
-
-
-def output_kernels(model, parallel=None):
-    """Kernel lists of the final norm, output layer and loss (last stage), as ``layer_kernels``."""
-    x, parallel = _shape(model, parallel)
-    h, s, d, g, t, sn, V = x["h"], x["s"], x["d"], x["g"], x["t"], x["sn"], x["V"]
-    norm = "rmsnorm" if model.norm == "rmsnorm" else "layernorm"
-    gather = [_collective("all_gather", "all_gather", d * s * h)] if x["sp"] else []
-    forward = [_vector(f"final_{norm}", d * sn * h, d * sn * h), *gather,
-               _matrix("logits", 2 * s * h * V / t, d * V * h / t, d * s * h, d * s * V / t, d,
-                       [_rows(s, V / t, h)]),
-               *_cross_entropy(x)]
-    backward = [_vector("cross_entropy_bwd", 4 * s * V / t, 4 * s * V / t),
-                *([_vector("logits_grad_to_half", 4 * s * V / t, d * s * V / t)]
-                  if d != 4 else []),
-                *_input_gather(x, "logits_dgrad"),
-                _matrix("logits_dgrad", 2 * s * V * h / t, d * V * h / t, d * s * V / t,
-                        d * s * h, d, [_rows(s, h, V / t)]),
-                _backward_combine(x, "logits_wgrad"),
-                _vector(f"final_{norm}_bwd", 3 * d * sn * h, d * sn * h)]
-    params = V * h / t
-    weight = [Kernel("logits_wgrad", MATRIX, (0.0, 2 * s * params),
-                     (g * params, d * s * (h + V / t)), (g * params, 0.0), outputs=(params, 0.0),
-                     gemms=(_weights(h, V / t, s),))]
-    return {"F": forward, "I": backward, "W": weight, "R": []}

@@ -19,7 +19,9 @@ import numpy as np
 from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
 from tabsched.costs.collectives import group_time
-from tabsched.costs.model_work import (PARTS, check_int64, end_stages, kernel_report,
+from tabsched.costs.latent import latent_parameter_parts
+from tabsched.costs.model_work import (PARTS, check_int64, dense_counts, end_stages,
+                                       kernel_report, stage_rank_parameters,
                                        kernel_tables, link_matrices, microbatch_samples,
                                        part_times, present, priced_part, ring_all_reduce,
                                        stage_layers, stage_parameters, table_shape)
@@ -98,7 +100,7 @@ class ModelCosts(CostModel):
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
 overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch, \
-grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
+grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_parallel
         Fields of :class:`~tabsched.execution.Execution`.
     parallel : Execution, optional
         The name ``execution`` had before executions held the whole run.
@@ -131,7 +133,7 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
                  overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None,
                  zero_stage=None, reshard_after_forward=None, prefetch=None,
                  grad_bucket_size=None, align_grad_reduce=None, fp8=None,
-                 context_parallel=None, cp_comm=None):
+                 context_parallel=None, cp_comm=None, expert_parallel=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
             "contention": contention, "blocking_sends": blocking_sends, "p2p": p2p,
@@ -143,7 +145,8 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
             "zero_stage": zero_stage, "reshard_after_forward": reshard_after_forward,
             "prefetch": prefetch, "grad_bucket_size": grad_bucket_size,
             "align_grad_reduce": align_grad_reduce, "fp8": fp8,
-            "context_parallel": context_parallel, "cp_comm": cp_comm})
+            "context_parallel": context_parallel, "cp_comm": cp_comm,
+            "expert_parallel": expert_parallel})
         self._given_model = model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
                                                  ("recompute", asked.recompute))
@@ -154,10 +157,6 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         self.asked = asked
         #: The execution this cost model prices, every field resolved.
         self.execution = asked.resolved(self.model, self.system).check(self.model, self.system)
-        if self.execution.expert_parallel > 1:
-            raise InvalidParameterError(
-                f"expert_parallel {self.execution.expert_parallel}: the transformer has no "
-                f"experts to split over an expert group yet, so it is not priced yet (use 1)")
         #: Where each parallel group sits on the system's nodes.
         self.placement = Placement(self.execution, self.system)
         self.overlap = _non_negative("overlap", overlap)
@@ -227,17 +226,14 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
 
     def _per_stage(self, per_part, layers, first, last):
         """``(kinds, stages, sizes)`` from ``{part: (kinds, sizes)}`` arrays."""
-        return (layers[None, :, None] * per_part["layer"][:, None, :]
-                + first[None, :, None] * per_part["embedding"][:, None, :]
-                + last[None, :, None] * per_part["output"][:, None, :])
+        return _stage_sum(self.model, {part: per_part[part][:, None, :] for part in PARTS},
+                          layers[None, :, None], first[None, :, None], last[None, :, None])
 
     def _stage_work(self, table):
         """FLOPs and bytes per (kind, stage, unique size), and the size index."""
         layers, first, last, unique, inverse = self._shape(table)
         model = self.model
-        parts = {"layer": model.layer_work(unique, self.execution),
-                 "embedding": model.embedding_work(unique, self.execution),
-                 "output": model.output_work(unique, self.execution)}
+        parts = {part: model._work(part, unique, self.execution) for part in PARTS}
         work = [self._per_stage({part: parts[part][k] for part in PARTS}, layers, first, last)
                 for k in (0, 1)]
         return work[0], work[1], inverse
@@ -357,9 +353,8 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         # _per_stage of each, with the cost models as a leading axis
         per_part = {part: np.stack([one[part] for one in times])[:, :, None, :]
                     for part in PARTS}
-        per_stage = (layers[None, None, :, None] * per_part["layer"]
-                     + first[None, None, :, None] * per_part["embedding"]
-                     + last[None, None, :, None] * per_part["output"])
+        per_stage = _stage_sum(first_costs.model, per_part, layers[None, None, :, None],
+                               first[None, None, :, None], last[None, None, :, None])
         index = ((table.kind.astype(np.intp) * table.num_stages + table.stage) * len(unique)
                  + inverse[table.microbatch])
         n = len(cost_models)
@@ -421,10 +416,14 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
         layers, first, last, unique, inverse = self._shape(table)
         model, parallel = self.model, self.execution
-        per_stage = (layers[:, None] * np.asarray(model.layer_activation(
-                        unique, parallel=parallel), dtype=np.float64)[None, :]
-                     + first[:, None] * model.embedding_activation(unique, parallel)[None, :]
-                     + last[:, None] * model.output_activation(unique, parallel)[None, :])
+        per_part = {"layer": model.layer_activation(unique, parallel=parallel),
+                    "dense_layer": model.layer_activation(unique, parallel=parallel,
+                                                          dense=True),
+                    "embedding": model.embedding_activation(unique, parallel),
+                    "output": model.output_activation(unique, parallel)}
+        per_stage = _stage_sum(model, {part: np.asarray(value, dtype=np.float64)[None, :]
+                                       for part, value in per_part.items()},
+                               layers[:, None], first[:, None], last[:, None])
         return per_stage[table.stage, inverse[table.microbatch]]
 
     def transient_sizes(self, table):
@@ -443,31 +442,53 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         """``stage_parameters``, remembered per stage count and layer split (read-only)."""
         return stage_parameters(self.model, table.num_stages, table.stage_layers)
 
+    def _stage_rank_parameters(self, table):
+        """``(dense, experts)`` parameters of each stage one GPU holds (read-only):
+        :func:`tabsched.costs.model_work.stage_rank_parameters`."""
+        run = self.execution
+        return stage_rank_parameters(self.model, table.num_stages, table.stage_layers,
+                                     run.tensor_parallel, run.expert_parallel)
+
     def _device_parameters(self, table, per_stage=None):
-        """Parameters of each device's stages, per tensor rank (float array): of
-        ``per_stage`` (parameters by stage, all tensor ranks), else every parameter."""
+        """Parameters of each device's stages, per GPU (float array): of ``per_stage``
+        (parameters by stage, per GPU), else every parameter (the routed experts over the
+        expert group too)."""
         D, S = table.num_devices, table.num_stages
-        params = (self._stage_parameters(table) if per_stage is None else per_stage) / \
-            self.execution.tensor_parallel
+        if per_stage is None:
+            per_stage = sum(self._stage_rank_parameters(table))
         key = table.stage.astype(np.int64) * D + table.device
         pairs = np.flatnonzero(np.bincount(key, minlength=S * D))
-        return np.bincount(pairs % D, weights=params[pairs // D], minlength=D)
+        return np.bincount(pairs % D, weights=per_stage[pairs // D], minlength=D)
 
     def _device_fp8_weights(self, table):
-        """Parameters of each device's linear products that FP8 copies (per tensor rank;
-        zeros without ``fp8``): the layers' matrices, not the embedding or output layer."""
+        """Parameters of each device's linear products that FP8 copies (per GPU; zeros
+        without ``fp8``): the layers' attention and dense-MLP matrices, not the experts,
+        the embedding or the output layer."""
         if self.execution.fp8 is None:
             return np.zeros(table.num_devices)
         layers = self.stage_layers(table).astype(np.float64)
-        return self._device_parameters(table, layers * float(self.model.layer_parameters))
+        dense = dense_counts(self.model, layers)
+        model, t = self.model, self.execution.tensor_parallel
+        split, replicated = latent_parameter_parts(model)
+        attention = split / t + replicated
+        mlp = (3 if model.gated_ffn else 2) * model.hidden * model.ffn / t
+        layer = attention + (0.0 if model.experts else mlp)
+        return self._device_parameters(table, (layers - dense) * layer
+                                       + dense * (attention + mlp))
 
     def persistent_memory(self, table):
-        """Bytes each device (tensor rank) holds all the time: weights, gradients, optimizer
+        """Bytes each device (GPU) holds all the time: weights, gradients, optimizer
         state, divided over the replicas as the ZeRO stage says (:func:`tabsched.costs.
-        sharded.persistent_bytes_per_parameter`); with ``fp8``, TE's FP8 copy of each linear
+        sharded.persistent_bytes_per_parameter`; the routed experts' over the expert-data-
+        parallel group, ``d * cp / e``); with ``fp8``, TE's FP8 copy of each linear
         weight and its transpose, kept from the first microbatch on (2 bytes a parameter)."""
-        return (self._device_parameters(table) * persistent_bytes_per_parameter(
-            self.model, self.execution) + FP8_WEIGHT_BYTES * self._device_fp8_weights(table))
+        dense, experts = self._stage_rank_parameters(table)
+        run = self.execution
+        return (self._device_parameters(table, dense)
+                * persistent_bytes_per_parameter(self.model, run)
+                + self._device_parameters(table, experts)
+                * persistent_bytes_per_parameter(self.model, run, experts=True)
+                + FP8_WEIGHT_BYTES * self._device_fp8_weights(table))
 
     def shard_sizes(self, table):
         """ZeRO-2/3's bytes per stage beyond the persistent memory
@@ -484,6 +505,17 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         """A ring collective over the ranks that reduce a tensor rank's gradients: the
         data-parallel group, with the context ranks in it (``d * cp``)."""
         return group_time(collective, nbytes, self.placement.gradient_group(), self.system)
+
+    def _gradient_reduction(self, collective, dense, experts, element=None):
+        """``collective`` of ``dense`` parameters' gradients over the gradient group and
+        of ``experts`` (routed-expert parameters) over the expert-data-parallel group
+        (``element`` bytes each, default the gradients')."""
+        element = float(self.model.grad_bytes if element is None else element)
+        seconds = self._data_parallel_time(collective, np.asarray(dense) * element)
+        if not self.model.experts:
+            return seconds
+        return seconds + group_time(collective, np.asarray(experts) * element,
+                                    self.placement.expert_gradient_group(), self.system)
 
     def node_prices(self, lowered, kind):
         """Seconds of the gradient syncs of synced stages, or of each device's
@@ -549,6 +581,17 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm
         return info
 
 
+def _stage_sum(model, per_part, layers, first, last):
+    """A stage's total of ``per_part`` (arrays broadcast against ``layers``, ``first``,
+    ``last``): its MoE (or plain) layers, its dense layers, the embedding on the first
+    stage, the output layer on the last."""
+    total = first * per_part["embedding"] + last * per_part["output"]
+    if not model.dense_layers:
+        return total + layers * per_part["layer"]
+    dense = dense_counts(model, np.ravel(layers)).reshape(np.shape(layers))
+    return total + (layers - dense) * per_part["layer"] + dense * per_part["dense_layer"]
+
+
 def _parallel_settings(execution):
     """The parallelism a cost model's description names (as it has since before
     executions: ``optimizer_sharding`` for ZeRO-1; ``zero_stage`` beside it)."""
@@ -558,6 +601,7 @@ def _parallel_settings(execution):
             "optimizer_sharding": execution.optimizer_sharding,
             "zero_stage": execution.zero_stage,
             "context_parallel": execution.context_parallel, "cp_comm": execution.cp_comm,
+            "expert_parallel": execution.expert_parallel,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
             "grad_bucket_size": execution.grad_bucket_size,
             "fp8": execution.fp8,

@@ -21,13 +21,13 @@ from tabsched.costs.kernels import KernelTable
 from tabsched.exceptions import InvalidParameterError
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
-__all__ = ["PARTS", "KIND_PHASES", "kernel_tables", "all_kernels", "link_matrices", "ring_all_reduce",
+__all__ = ["PARTS", "dense_counts", "stage_rank_parameters", "KIND_PHASES", "kernel_tables", "all_kernels", "link_matrices", "ring_all_reduce",
            "table_shape", "stage_layers", "microbatch_samples", "check_int64",
            "stage_parameters", "kernel_seconds", "part_times", "priced_part", "present",
            "end_stages", "kernel_report", "gemm_coefficients"]
 
 INT64_MAX = 2**63 - 1
-PARTS = ("layer", "embedding", "output")
+PARTS = ("layer", "embedding", "output", "dense_layer")
 #: The kernel lists each kind of operation runs (R: the recompute forward).
 KIND_PHASES = {FORWARD: "F", BACKWARD: "RIW", INPUT_GRAD: "RI", WEIGHT_GRAD: "W"}
 
@@ -120,6 +120,16 @@ def stage_layers(model, num_stages, split):
     return per_stage
 
 
+def dense_counts(model, layers):
+    """How many of each stage's ``layers`` are a mixture-of-experts model's first
+    ``dense_layers`` (float array; zeros for a dense model, whose layers are alike)."""
+    layers = np.asarray(layers, dtype=np.float64)
+    if not model.dense_layers:
+        return np.zeros(len(layers))
+    ends = np.cumsum(layers)
+    return np.clip(np.minimum(ends, model.dense_layers) - (ends - layers), 0.0, None)
+
+
 def microbatch_samples(model, microbatch_sizes):
     """Samples of each microbatch of relative size ``microbatch_sizes`` (whole numbers)."""
     sizes = np.asarray(microbatch_sizes, dtype=np.float64)
@@ -140,7 +150,7 @@ def check_int64(model, layers, unique, samples):
     """Activation bytes (exact, in Python ints) must fit int64, per stage and in total."""
     if not len(layers) or not len(unique):
         return
-    per_layer = model.layer_activation(1)
+    per_layer = max(model.layer_activation(1), model.layer_activation(1, dense=True))
     per_sample = [int(n) * per_layer for n in layers.tolist()]
     per_sample[0] += model.embedding_activation(1)
     per_sample[-1] += model.output_activation(1)
@@ -157,11 +167,27 @@ def check_int64(model, layers, unique, samples):
 def stage_parameters(model, num_stages, split):
     """Parameters of each stage (int64, all tensor ranks together): stages alike (same
     layers, neither or both ends) hold alike, so each kind of stage is counted once."""
+    return np.array([sum(parts) for parts in _stage_parts(model, num_stages, split)],
+                    dtype=np.int64)
+
+
+@memo(limit=1024)
+def stage_rank_parameters(model, num_stages, split, tensor, expert):
+    """``(dense, experts)`` parameters of each stage that one GPU holds (float arrays):
+    the parameters split over the ``tensor`` ranks and those each holds whole, then the
+    routed experts, split over the tensor ranks and the ``expert`` group too
+    (:meth:`TransformerModel.stage_parameter_parts`)."""
+    parts = np.array(_stage_parts(model, num_stages, split), dtype=np.float64).reshape(-1, 3)
+    return parts[:, 0] / tensor + parts[:, 1], parts[:, 2] / (tensor * expert)
+
+
+def _stage_parts(model, num_stages, split):
     layers = stage_layers(model, num_stages, split).tolist()
+    dense = dense_counts(model, layers).astype(np.int64).tolist()
     S = len(layers)
-    kinds = [(layers[s], s == 0, s == S - 1) for s in range(S)]
-    each = {kind: model.stage_parameters(*kind) for kind in set(kinds)}
-    return np.array([each[kind] for kind in kinds], dtype=np.int64)
+    kinds = [(layers[s], s == 0, s == S - 1, dense[s]) for s in range(S)]
+    each = {kind: model.stage_parameter_parts(*kind) for kind in set(kinds)}
+    return [each[kind] for kind in kinds]
 
 
 @memo(limit=64)

@@ -142,6 +142,16 @@ class Placement:
         return _span("data", run.data_parallel * run.context_parallel, run.tensor_parallel,
                      self.node_size)
 
+    def expert_gradient_group(self) -> GroupSpan:
+        """The ranks that reduce one GPU's routed-expert gradients: the ``d / e`` data
+        ranks holding the same experts, ``t * e`` ranks apart (Megatron-Core's expert-data-
+        parallel group); the gradient group without expert parallelism."""
+        run = self.execution
+        if run.expert_parallel == 1:
+            return self.gradient_group()
+        return _span("data", run.expert_gradient_replicas,
+                     run.tensor_parallel * run.expert_parallel, self.node_size)
+
     @property
     def pipeline_ranks_per_node(self) -> int:
         """Pipeline ranks (table devices) per node: ``n / (t * cp * d)``, at least one."""

@@ -39,10 +39,12 @@ def _parts(model):
     return float(model.bytes_per_param) - state - gradients, gradients, state
 
 
-def persistent_bytes_per_parameter(model, execution):
+def persistent_bytes_per_parameter(model, execution, experts=False):
     """Bytes per parameter a tensor rank holds all the time under ``execution``'s ZeRO
-    stage (``model.optimizer_state_bytes(d)`` at stage 1)."""
-    zero, d = execution.zero_stage, execution.gradient_replicas
+    stage (``model.optimizer_state_bytes(d)`` at stage 1); ``experts``: of a routed
+    expert, whose replicas are the expert-data-parallel group (``d * cp / e``)."""
+    zero = execution.zero_stage
+    d = execution.expert_gradient_replicas if experts else execution.gradient_replicas
     if zero <= 1:
         return model.optimizer_state_bytes(d if zero == 1 else 1)
     weights, gradients, state = _parts(model)
@@ -55,7 +57,7 @@ def shard_sizes(costs, table):
     full gradients wait for their reduce-scatter (ZeRO-2/3)."""
     run = costs.execution
     zero, d = run.zero_stage, run.data_parallel
-    params = costs._stage_parameters(table) / run.tensor_parallel
+    params = sum(costs._stage_rank_parameters(table))
     rest = 1.0 - 1.0 / d
     gathered = params * float(costs.model.dtype_bytes) * rest if zero >= 3 \
         else np.zeros(len(params))
@@ -70,8 +72,7 @@ def shard_prices(costs, lowered, kind):
     nodes = lowered.sharding
     if kind == RESHARD or not count or nodes is None:
         return np.zeros(count)
-    run = costs.execution
-    params = costs._stage_parameters(lowered.table) / run.tensor_parallel
+    params = sum(costs._stage_rank_parameters(lowered.table))
     group = costs.placement.group("data")
     if kind == UNSHARD:
         per_stage = group_time("all_gather", params * float(costs.model.dtype_bytes), group,

@@ -25,7 +25,7 @@ def embedding_sync(costs, table):
     """Seconds each device spends all-reducing the tied embedding's gradient (Megatron-LM)."""
     D, S = table.num_devices, table.num_stages
     sync = np.zeros(D)
-    if not costs.model.tied_embeddings or S < 2:
+    if not (costs.model.tied_embeddings or costs.model.mtp_layers) or S < 2:
         return sync
     holders = {stage: sorted({int(d) for d in table.device[table.stage == stage]})
                for stage in (0, S - 1)}
@@ -45,7 +45,8 @@ def sync_prices(costs, lowered):
     bucketed reduction leaves after the stage's last backward
     (:func:`tabsched.costs.buckets.exposed_reduction`)."""
     table, run = lowered.table, costs.execution
-    params = costs._stage_parameters(table) / run.tensor_parallel
+    dense, experts = costs._stage_rank_parameters(table)
+    params = dense + experts
     gradient_bytes = params * float(costs.model.grad_bytes)
     replicas = run.gradient_replicas > 1
     reduce = "reduce_scatter" if run.optimizer_sharding and replicas else "all_reduce"
@@ -55,13 +56,15 @@ def sync_prices(costs, lowered):
         backward = last_backward_seconds(costs, table)
         bucket = (default_bucket_parameters(run.gradient_replicas)
                   if run.grad_bucket_size is None else run.grad_bucket_size)
-        grad_bytes = float(costs.model.grad_bytes)
-
-        def bucket_time(parameters):
-            return float(costs._data_parallel_time(reduce, parameters * grad_bytes))
     sync = []
     for k, stage in enumerate(lowered.sync_stage):
         stage = int(stage)
+        # a bucket holds the stage's dense and expert parameters in their proportions
+        share = experts[stage] / params[stage] if params[stage] > 0 else 0.0
+
+        def bucket_time(parameters, share=share):
+            return float(costs._gradient_reduction(reduce, parameters * (1.0 - share),
+                                                   parameters * share))
         devices = lowered.sync_devices(k)
         seconds = costs._all_reduce_time(float(gradient_bytes[stage]), devices,
                                         table.num_devices)
@@ -78,7 +81,7 @@ def sync_prices(costs, lowered):
             # pipeline stages do grad reduction during pipeline bubble"); a stage
             # several of the table's ranks hold (Chimera's) reduces among them first,
             # after all their backwards: either way the replicas' reduction is whole
-            seconds += costs._data_parallel_time(reduce, gradient_bytes[stage])
+            seconds += costs._gradient_reduction(reduce, dense[stage], experts[stage])
         sync.append(seconds)
     return np.array(sync, dtype=np.float64)
 
@@ -108,13 +111,16 @@ def step_prices(costs, lowered):
     replicas = costs.execution.gradient_replicas > 1
     sharded = costs.execution.optimizer_sharding and replicas
     reduce = "reduce_scatter" if sharded else "all_reduce"
-    device_params = costs._device_parameters(table)
+    dense, experts = (costs._device_parameters(table, part)
+                      for part in costs._stage_rank_parameters(table))
+    device_params = dense + experts
     step = embedding_sync(costs, table)
     zero = costs.execution.zero_stage
     if replicas and not costs.execution.overlap_grad_reduce and zero < 2:
-        step = step + costs._data_parallel_time(reduce, device_params * costs.model.grad_bytes)
+        step = step + costs._gradient_reduction(reduce, dense, experts)
     shards = costs.execution.gradient_replicas if sharded else 1
-    state_bytes = costs.model.optimizer_step_bytes * device_params / shards
+    expert_shards = costs.execution.expert_gradient_replicas if sharded else 1
+    state_bytes = costs.model.optimizer_step_bytes * (dense / shards + experts / expert_shards)
     # Megatron-LM's data-parallel step divides the whole gradient buffer by d before
     # its all-reduce, at d = 1 too (megatron/model/distributed.py, allreduce_gradients:
     # ``buffer_.data /= mpu.get_data_parallel_world_size()``): read and write g bytes;
@@ -131,6 +137,6 @@ def step_prices(costs, lowered):
     if costs.execution.fp8 is not None:
         step = step + costs.system.compute_time(none, cast_bytes, one)
     if sharded and zero < 3:     # ZeRO-3 gathers in the next iteration's UNSHARDs
-        step = step + costs._data_parallel_time("all_gather",
-                                               device_params * costs.model.dtype_bytes)
+        weights = float(costs.model.dtype_bytes)
+        step = step + costs._gradient_reduction("all_gather", dense, experts, weights)
     return np.where(device_params > 0, step, 0.0)

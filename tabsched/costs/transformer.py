@@ -104,7 +104,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tabsched.costs import _presets
-from tabsched.costs.kernels import KernelTable, embedding_kernels, layer_kernels, output_kernels
+from tabsched.costs.experts import (EXPERT_FIELDS, check_experts,
+                                    moe_parameter_parts, moe_token_activation,
+                                    moe_transient_width, moe_weight_grad_kept)
+from tabsched.costs.ends import embedding_kernels, output_kernels
+from tabsched.costs.kernels import KernelTable, layer_kernels
+from tabsched.costs.latent import (LATENT_FIELDS, check_latent, latent_parameter_parts,
+                                   latent_token_activation, latent_weight_grad_kept,
+                                   latent_widths)
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
@@ -119,7 +126,7 @@ DTYPES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 _REQUIRED = ("layers", "hidden", "heads", "sequence", "vocab")
 _OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings", "dtype",
              "microbatch_size", "recompute", "grad_bytes", "optimizer_bytes", "bytes_per_param",
-             "name")
+             "name", *EXPERT_FIELDS, *LATENT_FIELDS)
 _SERIAL = Execution()
 
 
@@ -232,6 +239,19 @@ class TransformerModel:
     bytes_per_param: float | None = None
     name: str = "custom"
     description: str = ""
+    experts: int = 0
+    top_k: int | None = None
+    expert_ffn: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    capacity_factor: float | None = None
+    routing_imbalance: float = 1.0
+    mtp_layers: int = 0
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None
+    qk_rope_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -241,7 +261,8 @@ class TransformerModel:
         set_("kv_heads", self.heads if self.kv_heads is None
              else _positive_int("kv_heads", self.kv_heads))
         set_("ffn", 4 * self.hidden if self.ffn is None else _positive_int("ffn", self.ffn))
-        if self.hidden % self.heads:
+        check_latent(self, set_)
+        if self.hidden % self.heads and self.kv_lora_rank is None:
             raise InvalidParameterError(f"hidden {self.hidden} is not divisible by heads "
                                         f"{self.heads}")
         if self.heads % self.kv_heads:
@@ -274,6 +295,7 @@ class TransformerModel:
                                                          MAX_BYTES_PER_PARAM))
         _presets.text("name", self.name, MAX_NAME)
         _presets.text("description", self.description, MAX_DESCRIPTION)
+        check_experts(self, set_)
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
@@ -298,11 +320,27 @@ class TransformerModel:
     def _mlp_matrices(self):
         return 3 if self.gated_ffn else 2
 
+    def layer_parameter_parts(self, dense=False):
+        """``(split, replicated, experts)`` weight-matrix parameters of one layer: split
+        over the tensor ranks, held whole by each (MLA's down projections, a router), and
+        the routed experts (split over the tensor ranks and the expert group). A
+        mixture-of-experts model's layer is a MoE layer, or with ``dense`` one of its first
+        ``dense_layers``."""
+        split, replicated = latent_parameter_parts(self)
+        if dense or not self.experts:
+            return split + self._mlp_matrices * self.hidden * self.ffn, replicated, 0
+        routed, shared, router = moe_parameter_parts(self)
+        return split + shared, replicated + router, routed
+
     @property
     def layer_parameters(self):
-        """Weight-matrix parameters of one transformer layer."""
-        h = self.hidden
-        return 2 * h * h + 2 * h * self.kv_width + self._mlp_matrices * h * self.ffn
+        """Weight-matrix parameters of one transformer layer (a MoE model: a MoE layer)."""
+        return sum(self.layer_parameter_parts())
+
+    @property
+    def dense_layer_parameters(self):
+        """Parameters of a mixture-of-experts model's dense layer (its first layers)."""
+        return sum(self.layer_parameter_parts(dense=True))
 
     @property
     def embedding_parameters(self):
@@ -314,11 +352,52 @@ class TransformerModel:
 
     @property
     def parameters(self):
-        """All parameters, counting the embedding and the output layer once each."""
-        return (self.layers * self.layer_parameters + self.embedding_parameters
-                + self.output_parameters)
+        """All parameters, counting the embedding and the output layer once each (and the
+        multi-token-prediction modules, which share both)."""
+        dense = self.dense_layers
+        return ((self.layers - dense) * self.layer_parameters
+                + dense * self.dense_layer_parameters + self.embedding_parameters
+                + self.output_parameters + self.mtp_layers * self._mtp_module_parameters)
 
-    def stage_parameters(self, layers, first, last):
+    @property
+    def active_parameters(self):
+        """Parameters one token meets: a MoE layer's router, shared experts and ``top_k``
+        of its routed experts (DeepSeek-V3's 37B of 671B); all of them in a dense model."""
+        if not self.experts:
+            return self.parameters
+        routed = self.layer_parameter_parts()[2]
+        inactive = routed * (self.experts - self.top_k) // self.experts
+        return self.parameters - inactive * (self.layers - self.dense_layers + self.mtp_layers)
+
+    @property
+    def _mtp_module_parameters(self):
+        """One multi-token-prediction module (DeepSeek-V3, section 2.2): its projection of
+        the hidden state and the next token's embedding (``2h x h``) and one layer."""
+        return 2 * self.hidden * self.hidden + self.layer_parameters
+
+    def stage_parameter_parts(self, layers, first, last, dense=0):
+        """``(split, replicated, experts)`` parameters of a stage of ``layers`` layers,
+        ``dense`` of them a MoE model's dense layers (see :meth:`layer_parameter_parts`;
+        the embedding and the output layer are vocabulary-parallel: split). The last
+        stage holds the multi-token-prediction modules, and a copy of the embedding
+        for them when it is not also the first (as a pipeline keeps tied embeddings)."""
+        tied_here = bool(first) and bool(last) and self.tied_embeddings
+        parts = [0, 0, 0]
+        for count, kind in ((layers - dense, self.layer_parameter_parts()),
+                            (dense, self.layer_parameter_parts(dense=True))):
+            for index in range(3):
+                parts[index] += count * kind[index]
+        parts[0] += (bool(first) * self.embedding_parameters
+                     + (bool(last) and not tied_here) * self.output_parameters)
+        if last and self.mtp_layers:
+            split, replicated, experts = self.layer_parameter_parts()
+            parts[0] += self.mtp_layers * (2 * self.hidden * self.hidden + split) + \
+                (0 if first else self.embedding_parameters)
+            parts[1] += self.mtp_layers * replicated
+            parts[2] += self.mtp_layers * experts
+        return tuple(parts)
+
+    def stage_parameters(self, layers, first, last, dense=0):
         """Parameters of a stage of ``layers`` layers (first/last: embedding/output).
 
         A stage that is both first and last holds one copy of tied embeddings:
@@ -329,9 +408,7 @@ class TransformerModel:
         >>> gpt.stage_parameters(2, True, True) == 2 * gpt.layer_parameters + 100 * 64
         True
         """
-        tied_here = bool(first) and bool(last) and self.tied_embeddings
-        return (layers * self.layer_parameters + bool(first) * self.embedding_parameters
-                + (bool(last) and not tied_here) * self.output_parameters)
+        return sum(self.stage_parameter_parts(layers, first, last, dense))
 
     @property
     def optimizer_step_bytes(self):
@@ -372,22 +449,34 @@ class TransformerModel:
             return value // parts
         return value / parts
 
-    def _token_activation(self, parallel=_SERIAL):
-        """Per-token activation bytes of one layer that do not scale with s*s: (kept whole, split).
+    def _token_activation(self, parallel=_SERIAL, dense=False):
+        """Per-token activation bytes of one layer that do not scale with s*s:
+        ``(whole, split, gathered)``.
 
-        ``kept whole`` is held by every tensor rank (split with sequence
-        parallelism), ``split`` is divided over the tensor ranks.
+        ``whole`` is held by every tensor rank (split with sequence parallelism),
+        ``split`` is divided over the tensor ranks, ``gathered`` is held in full by
+        every tensor rank whatever the sequence parallelism (MLA's latents, a MoE
+        layer's gathered expert input: :mod:`tabsched.costs.latent`,
+        :mod:`tabsched.costs.experts`). Transformer Engine keeps the linear products'
+        inputs for their weight gradients in FP8 with ``fp8``: one byte each.
         """
         d, mask, h, f = self.dtype_bytes, int(self.dropout), self.hidden, self.ffn
-        whole = d * h + mask * h + d * h + mask * h + 2 * d * h
-        split = d * (h + 2 * self.kv_width) + d * h + self._mlp_matrices * d * f
-        if parallel.fp8 is not None:
-            # Transformer Engine keeps the linear products' inputs for their weight
-            # gradients in FP8: the two norm outputs (whole), the attention output and
-            # the activation's output (split), one byte each
-            whole -= 2 * (d - 1) * h
-            split -= (d - 1) * (h + f)
-        return whole, split
+        kept = 1 if parallel.fp8 is not None else d
+        # the attention: its norm's input, the QKV (or down projections') input, a mask
+        whole = d * h + kept * h + mask * h
+        if self.kv_lora_rank is None:
+            split, gathered = d * (h + 2 * self.kv_width) + kept * h, 0
+        else:
+            gathered, split = latent_token_activation(self)
+            split += (kept - d) * latent_widths(self)[3]
+        if self.experts and not dense:
+            moe_whole, moe_split, moe_gathered = moe_token_activation(self, d)
+            return (whole + d * h + mask * h + moe_whole, split + moe_split,
+                    gathered + moe_gathered)
+        # the MLP: its norm's input, its input, a mask; the intermediates
+        whole += d * h + kept * h + mask * h
+        split += (self._mlp_matrices - 1) * d * f + kept * f
+        return whole, split, gathered
 
     def _rank_sequence(self, parallel):
         """Tokens of a sample one rank holds: the sequence, over the context ranks (an int:
@@ -395,11 +484,12 @@ class TransformerModel:
         cp = parallel.context_parallel
         return self.sequence // cp if self.sequence % cp == 0 else self.sequence / cp
 
-    def layer_activation(self, samples, recompute=None, *, parallel=None):
+    def layer_activation(self, samples, recompute=None, *, parallel=None, dense=False):
         """Bytes one layer keeps from its forward to its backward, per microbatch and tensor rank.
 
         ``samples`` may be an int (exact integer arithmetic where the parts
-        divide) or a numpy array. ``recompute`` defaults to the model's.
+        divide) or a numpy array. ``recompute`` defaults to the model's; ``dense``: a
+        mixture-of-experts model's dense layer.
         """
         parallel = _SERIAL if parallel is None else parallel
         recompute = self.recompute if recompute is None else recompute
@@ -408,8 +498,10 @@ class TransformerModel:
         whole_parts = t if parallel.sequence_parallel else 1
         if recompute == "full":
             return self._divide(self.dtype_bytes * tokens * self.hidden, whole_parts)
-        whole, split = self._token_activation(parallel)
+        whole, split, gathered = self._token_activation(parallel, dense)
         stored = self._divide(whole * tokens, whole_parts) + self._divide(split * tokens, t)
+        if gathered:
+            stored = stored + gathered * tokens
         if recompute == "none":
             stored = stored + self._score_bytes(samples, parallel)
         return stored
@@ -422,13 +514,20 @@ class TransformerModel:
                             * self.hidden, parts)
 
     def output_activation(self, samples, parallel=None):
-        """Bytes the last stage keeps for its norm, output layer and fp32 logits, per rank."""
+        """Bytes the last stage keeps for its norm, output layer and fp32 logits, per rank
+        (and for the multi-token-prediction modules after it)."""
         parallel = _SERIAL if parallel is None else parallel
         t = parallel.tensor_parallel
         tokens = samples * self._rank_sequence(parallel)
         parts = t if parallel.sequence_parallel else 1
-        return (self._divide(2 * self.dtype_bytes * tokens * self.hidden, parts)
+        held = (self._divide(2 * self.dtype_bytes * tokens * self.hidden, parts)
                 + self._divide(4 * tokens * self.vocab, t))
+        if not self.mtp_layers:
+            return held
+        # each multi-token-prediction module: its two normed inputs, a layer, the output's
+        module = (self._divide(2 * 2 * self.dtype_bytes * tokens * self.hidden, parts)
+                  + self.layer_activation(samples, parallel=parallel) + held)
+        return held + self.mtp_layers * module
 
     def weight_grad_kept(self, samples, parallel=None):
         """Bytes of one layer that ``W`` needs: matmul inputs and output gradients, per rank."""
@@ -437,13 +536,24 @@ class TransformerModel:
         tokens = samples * self._rank_sequence(parallel)
         parts = t if parallel.sequence_parallel else 1
         kept = 1 if parallel.fp8 is not None else d       # the inputs, in FP8 with fp8
-        whole = kept * tokens * 2 * h + d * tokens * 2 * h  # QKV, MLP inputs; their outputs' grads
-        split = kept * tokens * (h + f) + d * tokens * (h + 2 * self.kv_width
-                                                        + (2 if self.gated_ffn else 1) * f)
-        return self._divide(whole, parts) + self._divide(split, t)
+        # the attention's products: their inputs and their outputs' gradients
+        if self.kv_lora_rank is None:
+            whole, split, gathered = kept * h + d * h, kept * h + d * (h + 2 * self.kv_width), 0
+        else:
+            whole, gathered, split = latent_weight_grad_kept(self, kept)
+            whole += d * h
+        if self.experts:
+            moe = moe_weight_grad_kept(self, d)
+            whole, split, gathered = whole + moe[0], split + moe[1], gathered + moe[2]
+        else:
+            whole += kept * h + d * h
+            split += kept * f + d * (2 if self.gated_ffn else 1) * f
+        return (self._divide(whole * tokens, parts) + self._divide(split * tokens, t)
+                + gathered * tokens)
 
     def input_grad_release_for(self, parallel=None):
-        """Part of a layer's stored activation that ``I`` frees (``W`` frees the rest)."""
+        """Part of a layer's stored activation that ``I`` frees (``W`` frees the rest; a
+        mixture-of-experts model's MoE layer)."""
         kept = self.weight_grad_kept(1, parallel)
         stored = self.layer_activation(1, parallel=parallel)
         return max(0.0, 1.0 - kept / stored)
@@ -465,7 +575,10 @@ class TransformerModel:
                       parallel.tensor_parallel)
         tokens = b * s
         up = 2 if self.gated_ffn else 1
-        largest = d * tokens * (1 + up) * self.ffn / t
+        width = (1 + up) * self.ffn if not self.experts or self.dense_layers else 0
+        if self.experts:
+            width = max(width, moe_transient_width(self))
+        largest = d * tokens * width / t
         if not parallel.flash:
             largest = np.maximum(largest, 2.0 * d * self.heads * s * s * b / t)
         buffer = 2.0 * d * tokens * h + largest
@@ -485,10 +598,15 @@ class TransformerModel:
 
     # ------------------------------------------------------------------ work
     def kernels(self, part="layer", parallel=None):
-        """``{"F", "I", "W", "R"}`` kernel lists of one layer, the embedding or the output."""
+        """``{"F", "I", "W", "R"}`` kernel lists of one layer, the embedding or the output
+        (``dense_layer``: a mixture-of-experts model's dense layer; empty lists for a dense
+        model)."""
+        parallel = _SERIAL if parallel is None else parallel
+        if part == "dense_layer":
+            return layer_kernels(self, parallel, dense=True)
         build = {"layer": layer_kernels, "embedding": embedding_kernels,
                  "output": output_kernels}[part]
-        return build(self, _SERIAL if parallel is None else parallel)
+        return build(self, parallel)
 
     def _work(self, part, samples, parallel):
         """FLOPs and bytes moved per kind (F, B, I, W) for ``samples``: sums over kernels."""

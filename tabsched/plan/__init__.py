@@ -208,6 +208,9 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                                     "least one choice each")
     budget = _budget(memory_budget, system)
     base = _base(execution)
+    if base.expert_parallel > 1 and not model.experts:
+        raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} but "
+                                    f"model {model.name} has no experts (a dense model)")
     contexts = (tuple(_degrees("context_parallel", context_parallel))
                 if context_parallel is not None else (base.context_parallel,))
     if min(contexts) > 1 and min(zero_stages) >= 2:
@@ -288,9 +291,6 @@ def _base(execution):
     if not isinstance(base, Execution):
         raise InvalidParameterError(f"execution must be an Execution, not "
                                     f"{type(base).__name__}")
-    if base.expert_parallel != 1:
-        raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} is "
-                                    f"not priced yet, so plan does not search it (use 1)")
     if base.optimizer_step is None:
         base = base.replace(optimizer_step=True)
     if base.grad_sync is None:      # replicated stages (Chimera's) reduce their gradients

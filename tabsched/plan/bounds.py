@@ -152,8 +152,8 @@ def bound_costs(model, system, execution):
     one replica. The layers' kernels and collectives run over the tensor group only,
     which sits on the same links whatever the data degree, so every data degree gives
     the same per-operation numbers (``tests/test_plan_bounds.py`` pins it)."""
-    return _one_replica(model, system, execution.replace(data_parallel=1, zero_stage=0,
-                                                         global_batch=None))
+    return _one_replica(model, system, execution.replace(
+        data_parallel=execution.expert_parallel, zero_stage=0, global_batch=None))
 
 
 @memo(limit=4096)
@@ -214,6 +214,8 @@ class LayoutArrays:
     holds: np.ndarray
     work: np.ndarray
     stage_parameters: np.ndarray
+    #: ``(dense, experts)`` parameters of each stage one GPU holds.
+    rank_parameters: tuple = ()
 
     @property
     def split_backward(self):
@@ -230,11 +232,17 @@ class LayoutArrays:
         first, last = np.zeros(S), np.zeros(S)
         first[0] = last[-1] = 1.0
         return cls(layers, first, last, holds, work,
-                   np.asarray(costs.stage_parameters(shape), dtype=np.float64))
+                   np.asarray(costs.stage_parameters(shape), dtype=np.float64),
+                   tuple(np.asarray(part, dtype=np.float64)
+                         for part in costs._stage_rank_parameters(shape)))
 
     def device_parameters(self):
         """Parameters each device holds (every stage it holds counted once)."""
         return self.holds.astype(np.float64) @ self.stage_parameters
+
+    def device_rank_parameters(self):
+        """``(dense, experts)`` parameters one GPU of each device holds."""
+        return tuple(self.holds.astype(np.float64) @ part for part in self.rank_parameters)
 
 
 class _Shape:

@@ -249,10 +249,11 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                                [groups[g][1] for g in group_indices])
         # ZeRO-2/3 hold less still (their gathered parameters and unsharded gradients
         # come on top while a stage runs: left out, so the bound stays below the peak)
-        persistent_bytes = np.array([persistent_bytes_per_parameter(
-            model, Execution(data_parallel=split.data, zero_stage=z,
-                             context_parallel=split.context))
-            for z in zeros])
+        replicas = [Execution(data_parallel=split.data, zero_stage=z,
+                              context_parallel=split.context,
+                              expert_parallel=base.expert_parallel) for z in zeros]
+        persistent_bytes = np.array([[persistent_bytes_per_parameter(model, run, experts)
+                                      for experts in (False, True)] for run in replicas])
         for index in at_p:
             layout = layouts[index]
             microbatches = run_groups.microbatches.astype(int)
@@ -276,8 +277,9 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                           layout, run_costs(model, system, first.replace(zero_stage=stage))))
                       for stage in layout_zeros]
             formula = _count_arrays(layout, microbatches)
-            persistent = (persistent_bytes[[zeros.index(z) for z in layout_zeros], None]
-                          * arrays.device_parameters()[None, :] / split.tensor)
+            per_zero = persistent_bytes[[zeros.index(z) for z in layout_zeros]]
+            dense, experts = arrays.device_rank_parameters()
+            persistent = (per_zero[:, :1] * dense[None, :] + per_zero[:, 1:] * experts[None, :])
             memory = memory_bounds(arrays, run_groups, formula, persistent)     # G x Z
             keep = np.flatnonzero(accepted)
             for z_index, stage in enumerate(layout_zeros):

@@ -299,10 +299,18 @@ def _splits_at(model, system, gpus, global_batch, tensor, pipeline, cross_node, 
                                 f"{where}: global batch {global_batch} does not split over "
                                 f"{d} replicas ({global_batch % d} samples left over)")
                 continue
+            if d % base.expert_parallel:
+                refusals.record("expert degree does not divide the data degree", 5,
+                                d % base.expert_parallel,
+                                f"{where}: expert_parallel {base.expert_parallel} does not "
+                                f"divide the {d} data-parallel ranks it is formed inside")
+                continue
             try:
+                # experts under tensor parallelism run with sequence parallelism only
                 base.replace(tensor_parallel=t, data_parallel=d, global_batch=None,
-                             microbatch_size=None, sequence_parallel=False).check(model,
-                                                                                 system)
+                             microbatch_size=None,
+                             sequence_parallel=t > 1 and bool(model.experts)).check(model,
+                                                                                    system)
             except InvalidParameterError as error:
                 refusals.record("ranks do not tile the nodes", 6, t * d,
                                 f"{where}: {error}")
