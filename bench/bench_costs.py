@@ -7,7 +7,10 @@ cost model, and their ratios. The target (issue 3): ModelCosts end to end
 within 1.5x of UnitCosts on the same DAG. Then the measured tables (issue 22):
 ``evaluate()`` of megatron-1t (128 layers) at t = 8 on ``dgx-a100`` (its GEMM table over shape and
 its NCCL tables) against the same system without them, every memo cleared before
-each run so that the tables' lookups are timed; target <= 1.5x. Not collected by
+each run so that the tables' lookups are timed; target <= 1.5x. Then (issue 23) the
+price of one layer's kernels, cold: a DeepSeek-V3 MoE layer (latent attention, 256
+experts with the expert all-to-alls at EP 8) against a dense llama3-70b layer on
+``dgx-h100``, both with its GEMM and NCCL tables; target <= 3x. Not collected by
 pytest.
 
     python bench/bench_costs.py [--devices 64] [--microbatches 4096] [--repeat 3]
@@ -64,6 +67,32 @@ def main():
               f"(target <= 1.5x)")
         print(f"  makespan         {unit_span:g} slots; {span:.4g} s")
     measured_tables(table, args.repeat)
+    layer_pricing(args.repeat)
+
+
+def layer_pricing(repeat, rounds=20):
+    """One layer's kernels built and timed from cold memos: MoE + MLA against dense."""
+    runs = {"llama3-70b (dense, GQA)": dict(model="llama3-70b"),
+            "deepseek-v3 (MLA, 256 experts, EP 8)": dict(model="deepseek-v3",
+                                                         expert_parallel=8, data_parallel=8)}
+    system = tabsched.load_system("dgx-h100")     # read once: the layer is what is timed
+    times = {}
+    for label, run in runs.items():
+        keywords = dict(run)
+        model = tabsched.load_model(keywords.pop("model"))
+
+        def price():
+            for _ in range(rounds):
+                _memo.clear()
+                costs = tabsched.ModelCosts(model, system, attention="flash", **keywords)
+                costs.part_times([1.0])
+            return costs
+        times[label] = best_of(repeat, price)[0] / rounds
+    dense, moe = times.values()
+    print("one layer priced from cold memos (ModelCosts built, every part's kernels timed):")
+    for label, seconds in times.items():
+        print(f"  {label:38s} {seconds * 1e3:8.2f} ms")
+    print(f"  ratio {moe / dense:5.2f}x (target <= 3x)")
 
 
 def measured_tables(table, repeat):

@@ -52,8 +52,9 @@ class Prices:
     extra : dict
         ``{kind: (rows, nodes of that kind)}`` for the extra kinds priced; a kind not
         given costs 0.
-    overlap : float64 array (rows,)
-        The factor on a cell of several operations.
+    overlap : float64 array (rows,) or (rows or 1, overlapped cells)
+        The factor on a cell of several operations: one per row, or one per row (or one
+        row for all) and overlapped cell (``lowered.overlapped_cells``' order).
     """
 
     op: np.ndarray
@@ -75,11 +76,14 @@ class Prices:
 
 def cell_durations(cell_of_op, num_cells, op_durations, overlap=1.0):
     """Each cell's duration: the sum of its operations' from 0.0, times ``overlap`` for a
-    cell of several (``cell_of_op``: the cell of each operation, cells in table order)."""
+    cell of several (``cell_of_op``: the cell of each operation, cells in table order;
+    ``overlap`` one factor, or one per cell of several, in order: a cost model's
+    :meth:`~tabsched.costs.base.CostModel.overlap_factors`)."""
     cells = np.bincount(cell_of_op, weights=op_durations, minlength=num_cells)
-    if overlap != 1.0:
+    factors = np.asarray(overlap, dtype=np.float64)
+    if (factors.ndim and factors.size) or (not factors.ndim and factors != 1.0):
         parts = np.bincount(cell_of_op, minlength=num_cells)
-        cells[parts > 1] *= overlap
+        cells[parts > 1] *= factors
     return cells
 
 
@@ -124,8 +128,13 @@ def stacked_node_durations(lowered, prices):
     elif lowered.num_cells:
         np.add(np.add.reduceat(op, lowered.cell_first_op[:-1], axis=1), 0.0, out=cells)
     overlap = np.asarray(prices.overlap, dtype=np.float64)
-    scaled = (range(rows) if overlap != 1.0 else ()) if overlap.ndim == 0 else \
-        np.flatnonzero(overlap != 1.0).tolist()
+    if overlap.ndim == 2:     # a factor per row (or one row for all) and overlapped cell
+        if len(lowered.overlapped_cells):
+            cells[:, lowered.overlapped_cells] *= overlap
+        scaled = ()
+    else:
+        scaled = (range(rows) if overlap != 1.0 else ()) if overlap.ndim == 0 else \
+            np.flatnonzero(overlap != 1.0).tolist()
     if len(scaled) and len(lowered.overlapped_cells):
         factors = np.broadcast_to(overlap, (rows,))
         for row in scaled:

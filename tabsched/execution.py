@@ -98,6 +98,12 @@ Iterations back to back
     rank before the step), so one iteration's cool-down may overlap the next one's
     warm-up. It changes the steady-state period (:mod:`tabsched.steady`), not the
     single iteration's makespan.
+The GPU's queues
+    ``max_connections``: ``CUDA_DEVICE_MAX_CONNECTIONS``, the hardware work queues a GPU's
+    streams share (``None``: CUDA's default, 8); at 1 (Megatron-LM sets it for its
+    tensor-parallel overlap) kernels start in the order they were launched, so an
+    overlapped cell's communication and compute streams hold each other back
+    (:mod:`tabsched.costs.streams`).
 
 A field left ``None`` is "what the model or the system says"; a cost model
 resolves them (:meth:`Execution.resolved`), and the resolved execution is what a
@@ -164,6 +170,9 @@ DEFAULT_RESHARD_AFTER_FORWARD = True
 #: ``BackwardPrefetch.BACKWARD_PRE`` and FSDP2's implicit prefetch of the next module
 #: in backward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py) prefetch one ahead.
 DEFAULT_PREFETCH = 1
+#: CUDA_DEVICE_MAX_CONNECTIONS takes 1 to 32 hardware work queues (CUDA's default 8;
+#: CUDA C++ Programming Guide, "CUDA Environment Variables").
+MAX_CONNECTIONS = 32
 #: Deepest prefetch: a row has at most 2**16 stages' worth of look-ahead that matters.
 MAX_PREFETCH = 2**16
 #: The largest gradient bucket, in parameters (a 2**50-parameter stage is past any model).
@@ -275,6 +284,10 @@ class Execution:
     grad_sync : None, "replicas", "all" or tuple of int
     optimizer_step : bool, optional
     post_validation : bool
+    max_connections : int, optional
+        ``CUDA_DEVICE_MAX_CONNECTIONS``: the hardware queues a GPU's streams share (None:
+        CUDA's 8); 1 starts kernels in launch order, which an overlapped cell's two streams
+        feel (:mod:`tabsched.costs.streams`).
 
     Assigning to a field raises (the dataclass is frozen): use :meth:`replace`.
     """
@@ -304,6 +317,7 @@ class Execution:
     prefetch: int | None = None
     fp8: str | None = None
     cp_comm: str | None = None
+    max_connections: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -346,6 +360,9 @@ class Execution:
                                                         self.grad_bucket_size, 1, MAX_BUCKET))
         if self.prefetch is not None:
             set_("prefetch", _untrusted.integer("prefetch", self.prefetch, 0, MAX_PREFETCH))
+        if self.max_connections is not None:
+            set_("max_connections", _untrusted.integer("max_connections", self.max_connections,
+                                                       1, MAX_CONNECTIONS))
         _choice("attention", self.attention, ATTENTION_IMPLEMENTATIONS)
         if self.fp8 is not None:
             _choice("fp8", self.fp8, FP8_RECIPES)

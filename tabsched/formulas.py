@@ -198,7 +198,10 @@ def _nominal(table, costs, comm, uniform_comm):
     """:func:`nominal_times` from the transfers' mean time and uniformity."""
     stage_times = _probe_durations(table, costs)[1]
     times = {kind: stage_times[kind] for kind in KINDS}
-    times.update(comm=comm, overlap=float(getattr(costs, "overlap", 1.0)),
+    factor = getattr(costs, "pair_overlap_factor", None)
+    overlap = float(factor(table)) if factor is not None else float(getattr(costs, "overlap",
+                                                                            1.0))
+    times.update(comm=comm, overlap=overlap,
                  uniform_stages=stage_times["uniform_stages"], uniform_comm=uniform_comm)
     return times
 
@@ -655,7 +658,8 @@ def _dualpipe_numbers(half_depth, work_units, devices, peak, params, times, sour
                           "F = I = W with B = I + W, no communication",
             "exact": exact,
             "note": "bubble_time is the README's idle time per device, F&B = overlap x "
-                    "(F+B); the ratio takes it against the device's work "
+                    "(F+B) (under model costs, the two-stream model's factor on a forward "
+                    "beside a backward); the ratio takes it against the device's work "
                     f"({work_units} x (F+B)). The README counts a pair as one block: "
                     "serial pairs idle less"}
 

@@ -221,6 +221,10 @@ def execution_arguments(execution):
     if execution.context_parallel > 1:
         arguments += [("--context-parallel-size", int(execution.context_parallel)),
                       ("--cp-comm-type", execution.context_exchange)]
+    if execution.expert_parallel > 1:
+        # the experts split over the tensor ranks too: expert tensor parallelism = t
+        arguments += [("--expert-model-parallel-size", int(execution.expert_parallel)),
+                      ("--moe-token-dispatcher-type", "alltoall")]
     if execution.sequence_parallel:
         arguments.append(("--sequence-parallel", None))
     if execution.recompute == "selective":

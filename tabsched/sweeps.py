@@ -71,7 +71,7 @@ EXECUTION_COLUMNS = tuple(name for name in FIELDS
 #: Execution fields added after the columns' order was set: they go at the end.
 _LATER_FIELDS = ("p2p", "post_validation", "reshard_after_forward", "prefetch")
 #: Execution fields added after the steady-state period's column: they follow it.
-_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce", "fp8", "cp_comm")
+_LAST_FIELDS = ("grad_bucket_size", "align_grad_reduce", "fp8", "cp_comm", "max_connections")
 
 #: What a simulated iteration did against the device's memory and how fast it ran.
 THROUGHPUT_COLUMNS = ("simulation_tokens_per_s", "simulation_tokens_per_s_per_gpu",
@@ -662,7 +662,7 @@ def _as_text(column, value):
 _INTEGER_COLUMNS = {"devices", "microbatches", "global_batch", "microbatch_size", "table_slots",
                     "simulation_peak_memory_device", "tensor_parallel", "context_parallel",
                     "expert_parallel", "data_parallel", "zero_stage", "devices_per_node",
-                    "gpus", "prefetch", "grad_bucket_size"}
+                    "gpus", "prefetch", "grad_bucket_size", "max_connections"}
 _TEXT_COLUMNS = {"spec", "family", "params", "model", "system", "status", "reason",
                  "slot_lengths", "parallel", "recompute", "attention", "contention",
                  "grad_sync", "p2p", "fp8", "cp_comm"}

@@ -148,4 +148,4 @@ def test_model_costs_stacked_prices_are_each_models_prices(family):
         np.testing.assert_array_equal(prices.transfer[row], transfers)
         for kind in (SYNC, OPTIMIZER):
             np.testing.assert_array_equal(prices.extra[kind][row], extra[kind])
-        assert prices.overlap[row] == overlap
+        np.testing.assert_array_equal(prices.overlap[row], costs.overlap_factors(lowered))

@@ -216,8 +216,10 @@ def test_counts_add_up():
 # ------------------------------------------------------------------------ the result
 @pytest.fixture(scope="module")
 def result():
+    # top 8: DualPipeV's pairs, whose tensor all-reduces run beside the other half's
+    # compute, lead by about 2%; Megatron-LM's interleaved rows follow
     return plan("gpt3-175b", "dgx-a100", 64, 64, tensor_parallel=[8], microbatch_sizes=[1, 2],
-                top=5)
+                top=8)
 
 
 def test_a_row_holds_everything_the_report_needs(result):
@@ -258,9 +260,9 @@ def test_views_of_a_result(result):
     assert html.startswith("<div><b>plan</b>") and html.count("<tr>") == len(result.rows) + 1
     frame = result.to_dataframe()
     assert list(frame.columns) == list(result.columns) and len(frame) == len(result.rows)
-    assert frame.attrs["time_unit"] == "s" and frame["rank"].tolist() == [1, 2, 3, 4, 5]
+    assert frame.attrs["time_unit"] == "s" and frame["rank"].tolist() == list(range(1, 9))
     lines = result.to_csv().splitlines()
-    assert lines[0].split(",")[:3] == ["rank", "tied", "family"] and len(lines) == 6
+    assert lines[0].split(",")[:3] == ["rank", "tied", "family"] and len(lines) == 9
     json.dumps(result.to_dict())
     assert result.summary_lines()[0].startswith(f"{result.counts.configurations:,} "
                                                 f"configurations over")

@@ -235,7 +235,8 @@ def test_sweep_rows_have_the_period_as_a_last_column():
     assert COLUMNS[period - 4:period + 1] == ("p2p", "post_validation", "reshard_after_forward",
                                               "prefetch", "simulation_steady_period_s")
     # the fields added after it follow it
-    assert COLUMNS[period + 1:] == ("grad_bucket_size", "align_grad_reduce", "fp8", "cp_comm")
+    assert COLUMNS[period + 1:] == ("grad_bucket_size", "align_grad_reduce", "fp8", "cp_comm",
+                                    "max_connections")
     rows = sweep(["zbv"], [4], [8], systems=["mid_nw_mid_cp"])
     assert rows[0]["simulation_steady_period_s"] == pytest.approx(
         rows[0]["simulation_makespan_s"], rel=1e-12)

@@ -270,6 +270,9 @@ def _fused(context, variation, samples):
     base = context.node_durations(draw)[0]
     if engine.choose(lowered, base) == "events":    # factors are > 0: so are the cells
         return None
+    factors = context.costs.overlap_factors(lowered)
+    if len(factors) and np.any(factors != factors[0]):   # the fused pass takes one factor
+        return None
     num_ops = context.num_ops
     op_sigma = op_shift = np.zeros(num_ops, dtype=np.float32)
     transfer_sigma = transfer_shift = np.float32(0.0)
@@ -287,7 +290,7 @@ def _fused(context, variation, samples):
     draws = engine.NoisyDurations(
         cell_first_op=lowered.cell_first_op,
         op_base=np.ascontiguousarray(draw.op[0]), op_key=streams.op_keys, op_sigma=op_sigma,
-        op_shift=op_shift, overlap=float(context.costs.overlap),
+        op_shift=op_shift, overlap=float(factors[0]) if len(factors) else 1.0,
         transfer_base=transfer_base[0], transfer_key=streams.transfer_keys,
         transfer_sigma=float(transfer_sigma), transfer_shift=float(transfer_shift),
         extra=np.ascontiguousarray(base[lowered.extra_nodes]),

@@ -213,8 +213,9 @@ class VariationContext:
         extra = dict(self.extra_prices)
         if OPTIMIZER in extra:
             extra[OPTIMIZER] = draw.optimizer
+        factors = self.costs.overlap_factors(self.lowered)[None, :]   # a draw keeps them
         return self.lowered.compose_stacked(Prices(op=draw.op, transfer=transfers, extra=extra,
-                                                   overlap=np.float64(self.costs.overlap)))
+                                                   overlap=factors))
 
     def sample_durations(self, variation, samples):
         """Node durations of ``samples`` (sample indices) under ``variation``."""

@@ -16,9 +16,11 @@ PHASE_NAMES = {"F": "forward", "R": "recompute forward (run before I)", "I": "in
 @click.command("costs", cls=SectionedCommand)
 @click.argument("model", metavar="MODEL")
 @click.argument("system", metavar="SYSTEM")
-@click.option("--part", type=click.Choice(["layer", "embedding", "output"]), default="layer",
-              show_default=True, help="One transformer layer, the embedding (first stage) or "
-                                      "the final norm, output layer and loss (last stage).")
+@click.option("--part", type=click.Choice(["layer", "dense_layer", "embedding", "output"]),
+              default="layer", show_default=True,
+              help="One transformer layer (a MoE model's: a MoE layer; dense_layer: one of its "
+                   "first dense layers), the embedding (first stage) or the final norm, output "
+                   "layer and loss (last stage, with the MTP modules).")
 @click.option("--microbatch-size", type=int,
               help="Samples in the microbatch (default: the model's).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]),
@@ -40,6 +42,10 @@ def costs_command(model, system, part, microbatch_size, recompute, as_json, **pa
     execution, sources = execution_from_options(dict(parallel, microbatch_size=microbatch_size,
                                                      recompute=recompute))
     costs = build_model_costs(model, system, execution, sources)
+    if part == "dense_layer" and not costs.model.dense_layers:
+        raise click.ClickException(f"--part dense_layer: model {costs.model.name} has no "
+                                   f"dense layers (dense_layers, of a mixture-of-experts "
+                                   f"model)")
     samples = costs.model.microbatch_size
     rows = costs.kernel_report(part, samples)
     totals = costs.part_times(np.array([float(samples)]))[part][:, 0]

@@ -25,7 +25,7 @@ HELP_SECTIONS = {
     "Model, system and parallelism": ("model", "system", "execution", "microbatch_size",
                                       "recompute", "global_batch", "tensor_parallel",
                                       "sequence_parallel", "context_parallel", "cp_comm",
-                                      "expert_parallel", "data_parallel", "attention", "fp8",
+                                      "expert_parallel", "max_connections", "data_parallel", "attention", "fp8",
                                       "optimizer_sharding",
                                       "zero_stage", "reshard_after_forward", "prefetch",
                                       "overlap_grad_reduce", "grad_bucket_size",
@@ -254,6 +254,7 @@ PARALLEL_FLAGS = {"tensor_parallel": "--tensor-parallel/-t",
                   "sequence_parallel": "--sequence-parallel",
                   "context_parallel": "--context-parallel", "cp_comm": "--cp-comm",
                   "expert_parallel": "--expert-parallel",
+                  "max_connections": "--max-connections",
                   "data_parallel": "--data-parallel/-d", "attention": "--attention",
                   "fp8": "--fp8",
                   "optimizer_sharding": "--optimizer-sharding",
@@ -316,6 +317,10 @@ def parallel_options(command=None, *, lists=False):
                      help="Ranks each MoE layer's routed experts are split over (formed "
                           "inside the data-parallel ranks: EP must divide -d); their tokens "
                           "are dispatched and combined by all-to-alls."),
+        click.option("--max-connections", type=int, metavar="N",
+                     help="CUDA_DEVICE_MAX_CONNECTIONS (1 to 32; CUDA's default 8): at 1 "
+                          "kernels start in launch order, which slows an overlapped cell's "
+                          "two streams."),
         click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
                           "iteration." + also.replace("-t", "-d")),

@@ -246,6 +246,18 @@ class CostModel:
         return {kind: np.asarray(self.node_prices(lowered, kind), dtype=np.float64)
                 for kind in lowered.extra_kinds}
 
+    def overlap_factors(self, lowered):
+        """The factor on each overlapped cell's summed operations (``lowered.
+        overlapped_cells``' order): the constant ``overlap`` here; a cost model that knows
+        what its operations overlap says it per cell (``ModelCosts``: the two-stream
+        model, :mod:`tabsched.costs.streams`)."""
+        return np.full(len(lowered.overlapped_cells), float(self.overlap))
+
+    def pair_overlap_factor(self, table):
+        """The factor on an overlapped pair of one full microbatch's forward and backward
+        (what a closed form's ``F&B`` is): the constant ``overlap`` here."""
+        return float(self.overlap)
+
     def node_durations(self, lowered, op_durations=None):
         """Durations of every node of a lowered table: this model's prices composed by
         the lowering (:meth:`~tabsched.lower.LoweredSchedule.compose`)."""
@@ -254,7 +266,7 @@ class CostModel:
             op_durations = self.op_durations(table)
         transfer_durations, _ = self.transfer_costs(table, lowered.transfers)
         return lowered.compose(op_durations, transfer_durations, self.extra_prices(lowered),
-                               self.overlap)
+                               self.overlap_factors(lowered))
 
     def microbatch_durations(self, table):
         """``(kinds x stages)`` durations of one full microbatch on ``table``'s stages, if
@@ -271,7 +283,7 @@ class CostModel:
         table = lowered.table
         return Prices.stack((costs.op_durations(table),
                              costs.transfer_costs(table, lowered.transfers)[0],
-                             costs.extra_prices(lowered), costs.overlap)
+                             costs.extra_prices(lowered), costs.overlap_factors(lowered))
                             for costs in cost_models)
 
     @classmethod

@@ -27,6 +27,7 @@ from tabsched.costs.model_work import (PARTS, check_int64, dense_counts, end_sta
                                        stage_layers, stage_parameters, table_shape)
 from tabsched.costs.placement import Placement
 from tabsched.costs.sharded import persistent_bytes_per_parameter, shard_prices, shard_sizes
+from tabsched.costs.streams import cell_factors, pair_factor
 from tabsched.costs.system import load_system
 from tabsched.costs.tail import FP8_WEIGHT_BYTES, step_prices, sync_prices
 from tabsched.costs.transformer import load_model
@@ -76,8 +77,10 @@ class ModelCosts(CostModel):
         be a whole number.
     recompute : {"none", "selective", "full"}, optional
         Default the model's.
-    overlap : float
-        Factor on the summed durations of an overlapped cell's parts.
+    overlap : float, optional
+        Factor on the summed durations of an overlapped cell's parts, a what-if constant.
+        None (the default): each overlapped cell is timed by the two-stream model, its
+        operations' compute beside their collectives (:mod:`tabsched.costs.streams`).
     contention : {"none", "link", "nic"}, optional
         Default the system's.
     blocking_sends : bool, optional
@@ -100,7 +103,8 @@ class ModelCosts(CostModel):
         last stage. With ``data_parallel > 1`` the step is always there.
     tensor_parallel, sequence_parallel, data_parallel, attention, optimizer_sharding, \
 overlap_grad_reduce, scatter_gather, zero_stage, reshard_after_forward, prefetch, \
-grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_parallel
+grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_parallel, \
+max_connections
         Fields of :class:`~tabsched.execution.Execution`.
     parallel : Execution, optional
         The name ``execution`` had before executions held the whole run.
@@ -127,13 +131,14 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
     time_unit = "s"
 
     def __init__(self, model, system, execution=None, *, microbatch_size=None, recompute=None,
-                 overlap=1.0, contention=None, blocking_sends=None, grad_sync=None,
+                 overlap=None, contention=None, blocking_sends=None, grad_sync=None,
                  optimizer=None, tensor_parallel=None, sequence_parallel=None,
                  data_parallel=None, attention=None, optimizer_sharding=None,
                  overlap_grad_reduce=None, scatter_gather=None, parallel=None, p2p=None,
                  zero_stage=None, reshard_after_forward=None, prefetch=None,
                  grad_bucket_size=None, align_grad_reduce=None, fp8=None,
-                 context_parallel=None, cp_comm=None, expert_parallel=None):
+                 context_parallel=None, cp_comm=None, expert_parallel=None,
+                 max_connections=None):
         asked = _asked_execution(execution, parallel, {
             "microbatch_size": microbatch_size, "recompute": recompute,
             "contention": contention, "blocking_sends": blocking_sends, "p2p": p2p,
@@ -146,7 +151,7 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
             "prefetch": prefetch, "grad_bucket_size": grad_bucket_size,
             "align_grad_reduce": align_grad_reduce, "fp8": fp8,
             "context_parallel": context_parallel, "cp_comm": cp_comm,
-            "expert_parallel": expert_parallel})
+            "expert_parallel": expert_parallel, "max_connections": max_connections})
         self._given_model = model = load_model(model)
         changes = {key: value for key, value in (("microbatch_size", asked.microbatch_size),
                                                  ("recompute", asked.recompute))
@@ -159,7 +164,10 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
         self.execution = asked.resolved(self.model, self.system).check(self.model, self.system)
         #: Where each parallel group sits on the system's nodes.
         self.placement = Placement(self.execution, self.system)
-        self.overlap = _non_negative("overlap", overlap)
+        #: The constant factor on overlapped cells, if one was given (else the two-stream
+        #: model; ``overlap`` then reads 1.0 for the table-level heuristics that want one)
+        self.overlap_factor = None if overlap is None else _non_negative("overlap", overlap)
+        self.overlap = 1.0 if overlap is None else self.overlap_factor
         self.input_grad_release = self.model.input_grad_release_for(self.execution)
         self._priced = priced_part(self.execution)
         self._tables = kernel_tables(self.model, self._priced)
@@ -173,11 +181,12 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
                                         f"{type(execution).__name__}")
         if execution in (self.asked, self.execution):
             return self
-        return type(self)(self._given_model, self.system, execution, overlap=self.overlap)
+        return type(self)(self._given_model, self.system, execution,
+                          overlap=self.overlap_factor)
 
     def _value(self):
         return (type(self), self._given_model, self.model, self.system, self.execution,
-                self.overlap)
+                self.overlap_factor)
 
     @property
     def parallel(self):
@@ -385,8 +394,25 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
         extra = {kind: np.array([np.asarray(costs.node_prices(lowered, kind), dtype=np.float64)
                                  for costs in cost_models])
                  for kind in lowered.extra_kinds}
-        overlap = np.array([costs.overlap for costs in cost_models], dtype=np.float64)
+        overlap = np.array([costs.overlap_factors(lowered) for costs in cost_models],
+                           dtype=np.float64)
         return Prices(op=op, transfer=transfer, extra=extra, overlap=overlap)
+
+    def overlap_factors(self, lowered):
+        """The factor on each overlapped cell: the two-stream model's time of the cell
+        over its operations' sum (:func:`tabsched.costs.streams.cell_factors`), or the
+        constant ``overlap`` when one was given."""
+        if self.overlap_factor is not None:
+            return super().overlap_factors(lowered)
+        return cell_factors(self, lowered)
+
+    def pair_overlap_factor(self, table):
+        """The two-stream model's factor on a full microbatch's forward beside its
+        backward, over ``table``'s stages (:func:`tabsched.costs.streams.pair_factor`), or
+        the constant ``overlap`` when one was given."""
+        if self.overlap_factor is not None:
+            return super().pair_overlap_factor(table)
+        return pair_factor(self, table)
 
     def memory_key(self):
         """The transformer and the priced part of the execution: all that memory sizes
@@ -576,8 +602,8 @@ grad_bucket_size, align_grad_reduce, fp8, context_parallel, cp_comm, expert_para
         info.update({key: value for key, value in _parallel_settings(self.execution).items()
                      if key in ("tensor_parallel", "data_parallel", "attention")
                      or value != defaults[key]})
-        if self.overlap != 1.0:
-            info["overlap"] = self.overlap
+        if self.overlap_factor is not None and self.overlap_factor != 1.0:
+            info["overlap"] = self.overlap_factor
         return info
 
 
@@ -602,6 +628,7 @@ def _parallel_settings(execution):
             "zero_stage": execution.zero_stage,
             "context_parallel": execution.context_parallel, "cp_comm": execution.cp_comm,
             "expert_parallel": execution.expert_parallel,
+            "max_connections": execution.max_connections,
             "overlap_grad_reduce": execution.overlap_grad_reduce,
             "grad_bucket_size": execution.grad_bucket_size,
             "fp8": execution.fp8,

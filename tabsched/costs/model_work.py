@@ -24,7 +24,7 @@ from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 __all__ = ["PARTS", "dense_counts", "stage_rank_parameters", "KIND_PHASES", "kernel_tables", "all_kernels", "link_matrices", "ring_all_reduce",
            "table_shape", "stage_layers", "microbatch_samples", "check_int64",
            "stage_parameters", "kernel_seconds", "part_times", "priced_part", "present",
-           "end_stages", "kernel_report", "gemm_coefficients"]
+           "end_stages", "kernel_report", "gemm_coefficients", "part_kernel_seconds"]
 
 INT64_MAX = 2**63 - 1
 PARTS = ("layer", "embedding", "output", "dense_layer")
@@ -242,22 +242,37 @@ def hidden_cost(collective, kernel, slowdown):
 
 
 @memo(limit=4096)
-def part_times(model, system, placement, samples):
-    """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
-    microbatches of ``samples`` (a tuple); see :meth:`ModelCosts.part_times`."""
-    result = {}
+def part_kernel_seconds(model, system, placement, samples):
+    """``{part: {kind: (seconds, communication)}}``: each kernel's seconds (kernels x
+    sizes, in the order the kind runs them; a collective hidden behind a kernel of its
+    operation costs what it runs longer) and whether it is a collective, for microbatches
+    of ``samples`` (a tuple): what :func:`part_times` sums and the two-stream model of an
+    overlapped cell cuts into segments (:mod:`tabsched.costs.streams`)."""
     priced = priced_part(placement.execution)
     everything, plan = all_kernels(model, priced)
     coefficients = (None if system.gemm_efficiency is None
                     else gemm_coefficients(model, priced))
     every_seconds = kernel_seconds(model, system, placement, everything,
                                     np.asarray(samples, dtype=np.float64), coefficients)[0]
+    result = {}
     for part in PARTS:
-        times = np.zeros((4, len(samples)))
+        result[part] = {}
         for kind, rows, hides in plan[part]:
             cost = every_seconds[rows]
             for index, partner in hides:
                 cost[index] = hidden_cost(cost[index], cost[partner], system.overlap_slowdown)
+            result[part][kind] = (cost, everything.collective[rows])
+    return result
+
+
+@memo(limit=4096)
+def part_times(model, system, placement, samples):
+    """``{part: (kinds x sizes)}`` seconds of one layer, the embedding, the output, for
+    microbatches of ``samples`` (a tuple); see :meth:`ModelCosts.part_times`."""
+    result = {}
+    for part, kinds in part_kernel_seconds(model, system, placement, samples).items():
+        times = np.zeros((4, len(samples)))
+        for kind, (cost, _) in kinds.items():
             times[kind] = cost.sum(axis=0)
         result[part] = times
     return result
@@ -269,6 +284,7 @@ def priced_part(execution):
     model on several systems, share kernel tables and memory sizes."""
     return execution.replace(contention=None, devices_per_node=None, blocking_sends=None, p2p=None,
                              grad_sync=None, grad_bucket_size=None, align_grad_reduce=True,
+                             max_connections=None,
                              optimizer_step=None,
                              global_batch=None,
                              overlap_grad_reduce=False)

@@ -44,9 +44,10 @@ embedding's all-reduce) waits for its last cell, so ``tail_d`` is at least the
 step's price too (:func:`step_seconds`). The bound is the largest over devices and
 both forms; for 1F1B with equal stages it is exactly ``(M + p - 1)(F + B)``, the
 flush pipeline's makespan without communication, and ``(M + (p-1)/v)(F + B)`` for
-the interleaved schedule. A fused cell (DualPipe's overlapped pairs) lasts
-``overlap x`` the sum of its parts: the plan's cost model has ``overlap = 1``; a
-smaller factor scales the busy times.
+the interleaved schedule. A fused cell (DualPipe's overlapped pairs) lasts at least
+a fraction of the sum of its parts (:func:`pair_floor`: its busier stream under the
+two-stream model, at least half), and that floor scales the busy times and chains of
+layouts with fused cells.
 
 Memory
 ------
@@ -196,9 +197,40 @@ class RunGroups:
         #: The part of an activation an ``I`` frees, per run group.
         self.release = np.array([float(costs.input_grad_release)
                                  for costs in self.cost_models], dtype=np.float64)
+        #: The least an overlapped cell can take of its operations' sum, per run group
+        #: (:func:`pair_floor`).
+        self.pair_floor = np.array([pair_floor(costs) for costs in self.cost_models],
+                                   dtype=np.float64)
 
     def __len__(self):
         return len(self.cost_models)
+
+
+def pair_floor(costs):
+    """The least fraction of its operations' sum an overlapped cell lasts under ``costs``'
+    two-stream model (:mod:`tabsched.costs.streams`): a cell lasts at least its busier
+    stream, ``max(C, A) >= max(x, 1 - x) (C + A)`` with ``x = C / (C + A)`` its compute
+    share, and a cell's share lies between the least and the largest share of any part
+    and kind of operation (a stage's operation sums parts, a cell two operations), so the
+    floor is ``max(x, 1 - x)`` at the end of that range nearer 1/2 (1/2 if it holds 1/2);
+    1.0 under a constant ``overlap`` of 1 or more."""
+    if getattr(costs, "overlap_factor", 1.0) is not None:
+        return min(1.0, float(costs.overlap))
+    from tabsched.costs.model_work import part_kernel_seconds
+    samples = (float(costs.model.microbatch_size),)
+    shares = []
+    for kinds in part_kernel_seconds(costs.model, costs.system, costs.placement,
+                                     samples).values():
+        for seconds, communication in kinds.values():
+            total = float(seconds[:, 0].sum())
+            if total > 0:
+                shares.append(float(seconds[~communication, 0].sum()) / total)
+    if not shares:
+        return 1.0
+    low, high = min(shares), max(shares)
+    if low <= 0.5 <= high:
+        return 0.5
+    return min(max(low, 1 - low), max(high, 1 - high))
 
 
 @dataclass(frozen=True)
@@ -216,6 +248,8 @@ class LayoutArrays:
     stage_parameters: np.ndarray
     #: ``(dense, experts)`` parameters of each stage one GPU holds.
     rank_parameters: tuple = ()
+    #: Whether the layout's tables hold overlapped cells (DualPipe's fused pairs).
+    overlapped: bool = False
 
     @property
     def split_backward(self):
@@ -231,10 +265,12 @@ class LayoutArrays:
         layers = np.asarray(costs.stage_layers(shape), dtype=np.float64)
         first, last = np.zeros(S), np.zeros(S)
         first[0] = last[-1] = 1.0
+        probe = probe_table(layout)
         return cls(layers, first, last, holds, work,
                    np.asarray(costs.stage_parameters(shape), dtype=np.float64),
                    tuple(np.asarray(part, dtype=np.float64)
-                         for part in costs._stage_rank_parameters(shape)))
+                         for part in costs._stage_rank_parameters(shape)),
+                   bool(len(probe) and not probe.cell_starts().all()))
 
     def device_parameters(self):
         """Parameters each device holds (every stage it holds counted once)."""
@@ -282,13 +318,21 @@ def step_seconds(layout, costs):
     return np.asarray(costs.node_prices(_probe_lowering(layout), OPTIMIZER), dtype=np.float64)
 
 
-def time_bounds(arrays, groups, overlap=1.0, step=None):
+def time_bounds(arrays, groups, overlap=None, step=None):
     """Lower bounds on the makespan of a layout for every run group (``G`` seconds);
-    ``step``: each device's end-of-iteration step (``D`` seconds, :func:`step_seconds`).
-    See the module docstring for the proof."""
+    ``step``: each device's end-of-iteration step (``D`` seconds, :func:`step_seconds`);
+    ``overlap``: the least factor on an overlapped cell (default: each run group's
+    :func:`pair_floor` where the layout has overlapped cells). See the module docstring
+    for the proof."""
     durations = _per_stage(arrays, groups.parts)        # G x 4 x S
     work = arrays.work                                  # 4 x D x S
-    scale = min(1.0, float(overlap))
+    if overlap is None:
+        overlap = groups.pair_floor if arrays.overlapped else 1.0
+    # an operation in a cell of two ends no sooner than the floor of its own duration
+    # after the cell starts: the floor scales every duration, in the chains too
+    scale = np.minimum(1.0, np.asarray(overlap, dtype=np.float64))
+    if np.any(scale < 1.0):
+        durations = durations * (scale[:, None, None] if scale.ndim else scale)
     M = groups.microbatches[:, None]
     forward = durations[:, FORWARD]
     runs = work.sum(axis=1) > 0                                          # 4 x S
@@ -299,8 +343,8 @@ def time_bounds(arrays, groups, overlap=1.0, step=None):
     backward = np.minimum(whole, split)
     backward = np.where(np.isfinite(backward), backward, 0.0)           # G x S
     backwards = work[BACKWARD] + work[INPUT_GRAD]                        # D x S
-    backward_work = scale * M * (backward @ backwards.T)                 # G x D
-    busy = scale * M * (forward @ work[FORWARD].T) + backward_work
+    backward_work = M * (backward @ backwards.T)                         # G x D
+    busy = M * (forward @ work[FORWARD].T) + backward_work
     chain = np.minimum(np.where(runs[BACKWARD], durations[:, BACKWARD], np.inf),
                        np.where(runs[INPUT_GRAD], durations[:, INPUT_GRAD], np.inf))
     chain = np.where(np.isfinite(chain), chain, 0.0)

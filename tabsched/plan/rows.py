@@ -54,7 +54,8 @@ def _budget_text(budget):
 
 
 #: Execution fields ``tabsched eval`` has a flag for, and the flag.
-_FLAGS = {"attention": "--attention", "contention": "--contention", "fp8": "--fp8"}
+_FLAGS = {"attention": "--attention", "contention": "--contention", "fp8": "--fp8",
+          "expert_parallel": "--expert-parallel", "max_connections": "--max-connections"}
 
 
 def eval_command(configuration, model, system, budget, base=None, replicated=False):

@@ -244,7 +244,8 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
             continue
         run = base.replace(context_parallel=cp, zero_stage=0)
         try:
-            run.replace(tensor_parallel=1, sequence_parallel=False).check(model)
+            # the context degree alone (the expert degree is checked with each data degree)
+            run.replace(tensor_parallel=1, sequence_parallel=False, expert_parallel=1).check(model)
         except InvalidParameterError as error:
             refusals.record("context degree does not fit the model", 1, cp, f"cp={cp}: {error}")
             continue

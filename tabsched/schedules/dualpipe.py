@@ -28,7 +28,9 @@ C = N/2; phase 0 is the direction entering at this rank's end (A on ranks
 input-grad part run with the zero-bubble store, whose ``W`` goes into one FIFO
 shared by both phases; ``W`` runs the oldest pending one. ``<F B>`` is one
 *overlapped* cell (PyTorch's ``OVERLAP_F_B``): its duration is the cost
-model's ``overlap`` factor times the sum of its parts (default 1: no gain).
+model's: under ``ModelCosts`` the two-stream model (one operation's collectives beside
+the other's compute, :mod:`tabsched.costs.streams`), under slot costs the ``overlap``
+factor times the sum of its parts (default 1: no gain).
 ``pairs="serial"`` lays every pair out as F then B, which is what DeepSeek's
 runtime does for modules without ``overlapped_forward_backward``.
 """
@@ -38,8 +40,9 @@ from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
 
 PAIRS = ("fused", "serial")
-PAIRS_HELP = ("fused: each overlapped forward+backward pair is one cell (duration: "
-              "costs.overlap x its parts); serial: F then B")
+PAIRS_HELP = ("fused: each overlapped forward+backward pair is one cell (timed by the cost "
+              "model: two streams under model costs, overlap x its parts under slots); "
+              "serial: F then B")
 
 
 def step_sequence(H, h, C):

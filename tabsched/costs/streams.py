@@ -1,0 +1,204 @@
+"""The overlapped forward-backward cell on two streams: compute beside communication.
+
+A table's cell may hold two operations that one device runs together: DualPipe's chunk
+pairs (DeepSeek-AI 2024, DeepSeek-V3 technical report, section 3.2.1, Figure 4), PyTorch's
+``OVERLAP_F_B`` action, Megatron-Core's combined 1F1B with
+``--overlap-moe-expert-parallel-comm``. Their point is that one microbatch's
+communication (a mixture of experts' dispatch and combine all-to-alls, a tensor or
+context group's collectives) runs while the other's compute does. :class:`ModelCosts`
+times such a cell as that, with each operation's kernels (:mod:`tabsched.costs.kernels`)
+cut into *segments*: the longest runs of consecutive compute kernels (matrix and vector)
+and of consecutive collectives, in the order the operation runs them (a stage's
+embedding, layers and output layer for a forward; the reverse for a backward), each
+segment's seconds the sum of its kernels' (a collective hidden behind a kernel of its
+own operation costs what it runs longer, :func:`tabsched.costs.model_work.hidden_cost`).
+
+The two operations' segments run on two streams, as the runtimes launch them:
+
+* a *compute stream* runs the compute segments of both operations and a *communication
+  stream* their collectives; each operation's segments run in order (a segment starts
+  when the one before it in its operation has ended);
+* segments are launched alternately, one of each operation in turn (DualPipe's and
+  Megatron-Core's interleaving: the forward's attention beside the backward's combine,
+  the forward's dispatch beside the backward's MLP, ...), and a stream takes the first
+  launched segment that is ready;
+* while a collective runs, compute runs ``1 + overlap_slowdown`` times slower: the
+  communication kernels occupy SMs (DeepSeek-V3 gives 20 of the H800's 132 SMs to
+  communication, a slowdown of 132/112 - 1 = 0.18; the systems' ``overlap_slowdown`` is
+  Lee et al.'s measured 0.189);
+* with one hardware queue (``CUDA_DEVICE_MAX_CONNECTIONS=1``,
+  ``Execution.max_connections = 1``, which Megatron-LM sets for its tensor-parallel
+  overlap) kernels start in launch order: a segment starts only once every segment
+  launched before it has started, so a collective waiting for its operation's compute
+  holds back the other operation's compute launched after it.
+
+The cell lasts until both streams are done. A cell of one operation, or of operations
+without collectives, is its operations' sum (nothing to overlap); a schedule without
+overlapped cells leaves every collective exposed in its operation.
+"""
+
+import numpy as np
+
+from tabsched.table import BACKWARD, FORWARD
+
+__all__ = ["segments", "two_streams", "cell_factors", "pair_factor"]
+
+
+def segments(seconds, communication):
+    """``[(is_communication, seconds), ...]``: consecutive kernels of one class merged
+    (``seconds`` and ``communication`` per kernel, in running order)."""
+    merged = []
+    for value, comm in zip(np.asarray(seconds, dtype=np.float64).tolist(),
+                           np.asarray(communication, dtype=bool).tolist()):
+        if value <= 0.0:
+            continue
+        if merged and merged[-1][0] == comm:
+            merged[-1][1] += value
+        else:
+            merged.append([comm, value])
+    return [(comm, value) for comm, value in merged]
+
+
+def two_streams(first, second, slowdown, serial_launch=False):
+    """Seconds of two operations' segments (``first``, ``second``: lists of
+    ``(is_communication, seconds)``) run on a compute and a communication stream (module
+    docstring): launched alternately, each operation's in order, compute ``1 + slowdown``
+    times slower beside a collective; ``serial_launch``: one hardware queue.
+
+    >>> two_streams([(False, 2.0), (True, 1.0)], [(True, 1.0), (False, 2.0)], 0.0)
+    4.0
+    >>> two_streams([(False, 2.0)], [(False, 3.0)], 0.25)
+    5.0
+    >>> round(two_streams([(False, 2.0), (True, 2.0)], [(True, 2.0), (False, 2.0)], 0.5), 6)
+    5.333333
+    >>> two_streams([(True, 1.0), (False, 2.0)], [(False, 2.0), (True, 1.0)], 0.0)
+    4.0
+    """
+    launch = []
+    for index in range(max(len(first), len(second))):
+        for op, chain in ((0, first), (1, second)):
+            if index < len(chain):
+                launch.append((op, index))
+    chains = (first, second)
+    done = [0, 0]                 # segments of each operation finished
+    started = 0                   # launched segments started, in launch order (serial)
+    running = {False: None, True: None}     # stream -> [launch position, work left]
+    begun = [False] * len(launch)
+    now = 0.0
+    rate_slow = 1.0 / (1.0 + slowdown)
+    while True:
+        changed = True
+        while changed:          # a start may free the other stream's next launch
+            changed = False
+            for stream in (False, True):
+                if running[stream] is not None:
+                    continue
+                for position, (op, index) in enumerate(launch):
+                    if begun[position]:
+                        continue
+                    if serial_launch and position != started:
+                        break
+                    comm, seconds = chains[op][index]
+                    if comm == stream and done[op] == index:
+                        running[stream] = [position, seconds]
+                        begun[position] = changed = True
+                        while started < len(launch) and begun[started]:
+                            started += 1
+                        break
+                    if serial_launch:
+                        break
+        active = [stream for stream in (False, True) if running[stream] is not None]
+        if not active:
+            return now
+        rate = {False: rate_slow if running[True] is not None else 1.0, True: 1.0}
+        step = min(running[stream][1] / rate[stream] for stream in active)
+        now += step
+        for stream in active:
+            running[stream][1] -= step * rate[stream]
+            if running[stream][1] <= 1e-15 * max(1.0, now):
+                op = launch[running[stream][0]][0]
+                done[op] += 1
+                running[stream] = None
+
+
+def cell_factors(costs, lowered):
+    """The factor on each overlapped cell of ``lowered`` (``overlapped_cells``' order) under
+    ``costs`` (a ModelCosts): the two streams' time of its two operations over their sum
+    (1.0 for a cell of more than two, whose pairing no runtime defines, and for a pair
+    with nothing to overlap)."""
+    cells = lowered.overlapped_cells
+    factors = np.ones(len(cells))
+    if not len(cells):
+        return factors
+    table = lowered.table
+    layers, first, last, unique, inverse = costs._shape(table)
+    chains = _Chains(costs, layers, first, last, unique)
+    pairs = {}
+    bounds = lowered.cell_first_op
+    for position, cell in enumerate(cells.tolist()):
+        ops = range(int(bounds[cell]), int(bounds[cell + 1]))
+        if len(ops) != 2:
+            continue
+        keys = tuple((int(table.kind[op]), int(table.stage[op]),
+                      int(inverse[table.microbatch[op]])) for op in ops)
+        if keys not in pairs:
+            pairs[keys] = chains.factor(*keys)
+        factors[position] = pairs[keys]
+    return factors
+
+
+def pair_factor(costs, table):
+    """The factor on an overlapped pair of one full microbatch's forward and backward on
+    the same stage, over ``table``'s stages (their sum's weighted mean): what the formula
+    level takes for the F&B of DualPipe's closed form."""
+    from tabsched.costs.model_work import end_stages, microbatch_samples
+    layers, (first, last) = costs.stage_layers(table), end_stages(table.num_stages)
+    full = microbatch_samples(costs.model, (1.0,))
+    chains = _Chains(costs, layers, first, last, full)
+    together = total = 0.0
+    for stage in range(len(layers)):
+        forward, backward = chains.chain(FORWARD, stage, 0), chains.chain(BACKWARD, stage, 0)
+        both = sum(value for _, value in forward) + sum(value for _, value in backward)
+        together += two_streams(forward, backward, chains.slowdown, chains.serial)
+        total += both
+    return together / total if total > 0 else 1.0
+
+
+class _Chains:
+    """The segment chains of a table's operations by (kind, stage, size index)."""
+
+    def __init__(self, costs, layers, first, last, samples):
+        from tabsched.costs.model_work import dense_counts, part_kernel_seconds
+        self.layers, self.first, self.last = layers, first, last
+        self.dense = dense_counts(costs.model, layers)
+        self.seconds = part_kernel_seconds(costs.model, costs.system, costs.placement,
+                                           tuple(np.asarray(samples, dtype=float).tolist()))
+        self.slowdown = float(costs.system.overlap_slowdown)
+        self.serial = costs.execution.max_connections == 1
+        self._chains = {}
+
+    def chain(self, kind, stage, size):
+        """An operation's segments: a forward runs the embedding, the dense layers, the
+        other layers, the output; a backward the reverse."""
+        key = (kind, stage, size)
+        if key not in self._chains:
+            order = [("embedding", self.first[stage]), ("dense_layer", self.dense[stage]),
+                     ("layer", self.layers[stage] - self.dense[stage]),
+                     ("output", self.last[stage])]
+            seconds, communication = [], []
+            for part, count in (order if kind == FORWARD else order[::-1]):
+                if count <= 0 or kind not in self.seconds[part]:
+                    continue
+                cost, comm = self.seconds[part][kind]
+                seconds.append(np.tile(cost[:, size], int(count)))
+                communication.append(np.tile(comm, int(count)))
+            self._chains[key] = segments(np.concatenate(seconds) if seconds else [],
+                                         np.concatenate(communication) if communication
+                                         else [])
+        return self._chains[key]
+
+    def factor(self, key_a, key_b):
+        """The two streams' time of two operations over their sum."""
+        a, b = self.chain(*key_a), self.chain(*key_b)
+        total = sum(value for _, value in a) + sum(value for _, value in b)
+        return two_streams(a, b, self.slowdown, self.serial) / total if total > 0 else 1.0
