@@ -10,6 +10,8 @@ the end, with how far tabsched is from it.
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tabsched import evaluate
 from tabsched.cli import cli as main
@@ -38,6 +40,8 @@ def _moe(**changes):
     ("deepseek-v3", 671e9, 37e9),
     # Jiang et al. 2024, "Mixtral of Experts": 46.7B, 12.9B active (13B in the paper's text)
     ("mixtral-8x7b", 46.7e9, 12.9e9),
+    # Qwen3 Technical Report, Table 2: 30.5B total, 3.3B activated
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9),
     ("llama3-405b", 405e9, 405e9),
 ])
 def test_preset_parameters_match_their_papers(name, total, active):
@@ -59,6 +63,23 @@ def test_latent_attention_parameters_are_deepseek_v3s():
     assert attention == (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256
                          + 128 * 128 * 7168)
     assert replicated == 7168 * 1536 + 7168 * 576
+
+
+def test_heads_wider_than_hidden_over_heads():
+    # Qwen3-30B-A3B: 32 heads of 128 on a hidden of 2048, so the query is 4096 wide
+    model = load_model("qwen3-30b-a3b")
+    qkv = [k for k in model.kernels("layer")["F"] if k.name == "qkv"][0]
+    assert qkv.gemms[0][1][0] == 32 * 128 + 2 * 4 * 128
+    split, _, _ = model.layer_parameter_parts(dense=True)
+    assert split == 2048 * (4096 + 2 * 512) + 4096 * 2048 + 3 * 2048 * 6144
+    plain = TransformerModel(**SMALL)
+    assert plain.head_dim == 64 and TransformerModel(**dict(SMALL, head_dim=64)) == plain
+    with pytest.raises(InvalidParameterError, match="head_dim must be a positive integer"):
+        TransformerModel(**dict(SMALL, head_dim=0))
+    with pytest.raises(InvalidParameterError, match=r"hidden 500 is not divisible by heads 8 "
+                                                    r"\(give head_dim\)"):
+        TransformerModel(**dict(SMALL, hidden=500))
+    assert TransformerModel(**dict(SMALL, hidden=500, head_dim=64)).kv_width == 8 * 64
 
 
 def _matrix_flops(model, part="layer", execution=None, phase="F"):
@@ -214,3 +235,44 @@ def test_megatron_6311_deepseek_v3_cut_no_overlap():
         assert 1.0 < predicted[recompute][0] / measured[recompute][0] < 1.35
     ratio = predicted["none"][0] / predicted["full"][0]
     assert ratio > 1.0 and abs(ratio - 225.1 / 184.2) < 0.05
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.integers(2**60, 2**64),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+                    st.lists(st.integers(), max_size=2))
+_FIELDS = ("experts", "top_k", "expert_ffn", "shared_experts", "dense_layers",
+           "capacity_factor", "routing_imbalance", "mtp_layers", "q_lora_rank", "kv_lora_rank",
+           "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "head_dim")
+
+
+@given(st.dictionaries(st.sampled_from(_FIELDS), _VALUES, max_size=4),
+       st.sampled_from([1, 2, 4]), st.booleans())
+def test_fuzzed_moe_and_mla_fields_are_tabsched_errors_or_price(fields, expert, moe):
+    """Hostile values of the new fields end in one line of tabsched's own error, or in a
+    model that prices a layer to finite seconds."""
+    base = dict(SMALL, experts=8, top_k=2, expert_ffn=256) if moe else dict(SMALL)
+    base.update(fields)
+    try:
+        model = TransformerModel(**base)
+        costs = ModelCosts(model, "dgx-h100", data_parallel=4, expert_parallel=expert,
+                           attention="flash")
+        times = costs.part_times([1.0])
+    except InvalidParameterError as error:
+        assert "\n" not in str(error)
+        return
+    assert all(np.isfinite(part).all() and (part >= 0).all() for part in times.values())
+
+
+def test_a_model_file_with_bad_moe_keys_is_one_line(tmp_path):
+    runner = CliRunner()
+    for text, message in (("experts = 8\n", "experts 8 needs top_k"),
+                          ("experts = 8\ntop_k = 2\nexpert_ffn = -1\n", "expert_ffn"),
+                          ("kv_lora_rank = 64\n", "kv_lora_rank given without"),
+                          ("expertz = 8\n", "expertz")):
+        path = tmp_path / "moe.toml"
+        path.write_text('layers = 4\nhidden = 512\nheads = 8\nsequence = 256\nvocab = 1000\n'
+                        + text)
+        result = runner.invoke(main, ["costs", str(path), "dgx-h100"])
+        assert result.exit_code == 1, result.output
+        assert message in result.output and str(path) in result.output
+        assert "Traceback" not in result.output

@@ -433,3 +433,27 @@ def test_dgx_h100_tables_are_their_sources_values():
             assert dict(table.points)[mib * 2.0**20] == pytest.approx(algbw * factor, rel=1e-5)
     assert (h100.memory_efficiency, h100.launch_latency, h100.overlap_slowdown) == \
         (pytest.approx(1704 / 2000, abs=5e-4), pytest.approx(65536 / 27e9, rel=0.02), 0.189)
+
+
+def test_a_system_based_on_a_preset(tmp_path):
+    """hgx-h800 is dgx-h100 with its own NVLink and without the H100's NCCL tables; a user's
+    file may derive the same way, and every mistake in it is one line naming the file."""
+    h800, h100 = load_system("hgx-h800"), load_system("dgx-h100")
+    assert h800.intra_node_bandwidth == 200e9 and h800.intra_node_efficiency == 0.8
+    assert h800.collective_bandwidth is None and h100.collective_bandwidth is not None
+    assert h800.gemm_efficiency == h100.gemm_efficiency and h800.peak_flops == h100.peak_flops
+    path = tmp_path / "four-nics.toml"
+    path.write_text('based_on = "dgx-h100"\nnics_per_node = 4\n')
+    mine = load_system(str(path))
+    assert mine.nics_per_node == 4 and mine.name == str(path)
+    for text, message in (('based_on = "dgx-b300"\n', "based_on 'dgx-b300' is not a system "
+                                                      "preset"),
+                          ('based_on = "hgx-h800"\n', "based_on 'hgx-h800' is itself derived"),
+                          ('based_on = "dgx-h100"\nwithout = ["peak_flops"]\n',
+                           "without must list some of gemm_efficiency"),
+                          ('based_on = "dgx-h100"\nnics = 4\n', "nics"),
+                          ('based_on = "dgx-h100"\nnics_per_node = 0\n', "nics_per_node")):
+        path.write_text(text)
+        with pytest.raises(InvalidParameterError, match=message) as error:
+            load_system(str(path))
+        assert str(path) in str(error.value) and "\n" not in str(error.value)

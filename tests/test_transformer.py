@@ -243,7 +243,7 @@ def test_unknown_preset_lists_the_valid_names():
                                                r"deepseek-v3-14l, deepseek-v3, gpt3-175b, "
                                                r"llama3-405b, llama3-70b, llama3-8b, "
                                                r"megatron-1t, megatron-22b, mixtral-8x7b, "
-                                               r"paper-128l, turing-530b"):
+                                               r"paper-128l, qwen3-30b-a3b, turing-530b"):
         load_model("llama-3-8b")
     with pytest.raises(OSError):
         load_model("no/such/model.toml")

@@ -295,10 +295,10 @@ def _forward(x, norm_name):
     if x["mla"] is not None:
         kernels += latent_forward(x, _BUILD)
     else:
+        qkv = x["wq"] + 2 * hk           # the query's width and the keys' and values'
         kernels += [*gather,
-                    _matrix("qkv", 2 * s * h * (h + 2 * hk) / t, d * h * (h + 2 * hk) / t,
-                            d * s * h, d * s * (h + 2 * hk) / t, d,
-                            [_rows(s, (h + 2 * hk) / t, h)])]
+                    _matrix("qkv", 2 * s * h * qkv / t, d * h * qkv / t, d * s * h,
+                            d * s * qkv / t, d, [_rows(s, qkv / t, h)])]
     kernels += attention_forward(x)
     kernels += [_matrix("out_proj", 2 * s * wo * h / t, d * wo * h / t, d * s * wo / t,
                         d * s * h, d, [_rows(s, h, wo / t)]),
@@ -428,10 +428,10 @@ def _input_grad(x, norm_name):
     if x["mla"] is not None:
         kernels += latent_input_grad(x, _BUILD)
     else:
+        qkv = wq + 2 * hk
         kernels += [*_input_gather(x, "qkv_dgrad"),
-                    _matrix("qkv_dgrad", 2 * s * (h + 2 * hk) * h / t, d * h * (h + 2 * hk) / t,
-                            d * s * (h + 2 * hk) / t, d * s * h, d,
-                            [_rows(s, h, (h + 2 * hk) / t)]),
+                    _matrix("qkv_dgrad", 2 * s * qkv * h / t, d * h * qkv / t,
+                            d * s * qkv / t, d * s * h, d, [_rows(s, h, qkv / t)]),
                     _backward_combine(x, "qkv_wgrad")]
     return kernels + [_vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
 
@@ -500,7 +500,8 @@ def _weight_grad(x):
     kernels.append(_wgrad(x, "out_proj_wgrad", x["wo"], h, x["wo"] / t, h))
     if x["mla"] is not None:
         return kernels + latent_weight_grad(x, _BUILD)
-    return kernels + [_wgrad(x, "qkv_wgrad", h, h + 2 * hk, h, (h + 2 * hk) / t)]
+    qkv = x["wq"] + 2 * hk
+    return kernels + [_wgrad(x, "qkv_wgrad", h, qkv, h, qkv / t)]
 
 
 def _wgrad(x, name, rows, cols, inputs, grads, split=True):

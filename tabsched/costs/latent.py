@@ -82,7 +82,8 @@ def latent_widths(model):
     """``(wq, wk, wv, wo)``: the query, key, value and attention-output widths over all
     heads (grouped-query attention: ``h``, ``hk``, ``hk``, ``h``)."""
     if model.kv_lora_rank is None:
-        return model.hidden, model.kv_width, model.kv_width, model.hidden
+        width = model.heads * model.head_dim       # hidden, unless head_dim says otherwise
+        return width, model.kv_width, model.kv_width, width
     a = model.heads
     wq = a * (model.qk_nope_head_dim + model.qk_rope_head_dim)
     wv = a * model.v_head_dim
@@ -94,7 +95,8 @@ def latent_parameter_parts(model):
     divide among them, and what each holds whole (MLA's down projections)."""
     h = model.hidden
     if model.kv_lora_rank is None:
-        return 2 * h * h + 2 * h * model.kv_width, 0
+        width = model.heads * model.head_dim
+        return 2 * h * width + 2 * h * model.kv_width, 0
     wq, _, wv, _ = latent_widths(model)
     qr, kvr, dr = model.q_lora_rank or 0, model.kv_lora_rank, model.qk_rope_head_dim
     ukv = model.heads * (model.qk_nope_head_dim + model.v_head_dim)

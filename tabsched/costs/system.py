@@ -737,14 +737,52 @@ def load_system(reference: str | os.PathLike[str] | System) -> System:
     ``memory_capacity``, ``contention``, ``blocking_sends``, ``link_overrides``
     and ``node_overrides`` (arrays of tables), ``gemm_efficiency`` (a table: see
     :mod:`tabsched.costs.gemm`), ``collective_bandwidth`` (an array of tables: see
-    :mod:`tabsched.costs.nccl`), ``description``.
+    :mod:`tabsched.costs.nccl`), ``description``. A file with ``based_on = "PRESET"`` is
+    that preset with the file's keys changed (none required) and the measured tables it
+    lists in ``without`` dropped.
 
     >>> load_system("dgx-h100").devices_per_node
     8
     """
     if isinstance(reference, System):
         return reference
-    return _presets.build(System, reference, "system", _REQUIRED, _OPTIONAL)
+    data, source = _presets.load(reference, "system")
+    if "based_on" not in data:
+        return _presets.build(System, reference, "system", _REQUIRED, _OPTIONAL)
+    return _derived(data, source)
+
+
+#: The tables a derived system may drop (``without``): measurements of the base's hardware.
+_DROPPABLE = ("gemm_efficiency", "fp8_gemm_efficiency", "collective_bandwidth",
+              "link_overrides", "node_overrides")
+
+
+def _derived(data, source):
+    """A system ``based_on`` a preset: the preset with the file's keys changed and the
+    tables named in ``without`` dropped (``hgx-h800``: the H100's compute and GEMM table,
+    its own links, not the H100's NVLink measurements)."""
+    _presets.check_keys(data, (), _REQUIRED + _OPTIONAL + ("based_on", "without"), source)
+    base_name = _presets.text("based_on", data["based_on"], 200)
+    presets = _presets.preset_index()["system"]
+    if base_name not in presets:
+        raise InvalidParameterError(f"{source}: based_on {_presets.shown_value(base_name)} is "
+                                    f"not a system preset; valid: {', '.join(presets)}")
+    if "based_on" in _presets.load(base_name, "system")[0]:
+        raise InvalidParameterError(f"{source}: based_on {base_name!r} is itself derived; "
+                                    f"name the preset it is based on")
+    without = data.get("without", [])
+    if not isinstance(without, list) or any(item not in _DROPPABLE for item in without):
+        raise InvalidParameterError(f"{source}: without must list some of "
+                                    f"{', '.join(_DROPPABLE)}, not "
+                                    f"{_presets.shown_value(without)}")
+    fields = {key: value for key, value in data.items()
+              if key not in ("kind", "based_on", "without")}
+    fields.setdefault("name", source)
+    fields.update({key: None for key in without})
+    try:
+        return load_system(base_name).replace(**fields)
+    except InvalidParameterError as error:
+        raise InvalidParameterError(f"{source}: {error}") from None
 
 
 def system_presets() -> dict[str, System]:

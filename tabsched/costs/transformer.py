@@ -13,6 +13,12 @@ Notation: ``h`` hidden, ``a`` heads, ``g`` kv_heads, ``dh = h/a``, ``hk = g*dh``
 element of the model's dtype, ``t`` tensor ranks, ``sn = s/t`` with sequence
 parallelism, else ``s``.
 
+Wider heads, experts, latent attention: ``head_dim`` (default ``h/a``) sets a head's
+width, so the queries are ``a*head_dim`` wide and ``hk = g*head_dim`` (Qwen3's heads are
+wider than ``h/a``); a mixture of experts (``experts`` > 0) and multi-head latent attention
+(``kv_lora_rank``) replace the MLP and the attention projections below with
+:mod:`tabsched.costs.experts`' and :mod:`tabsched.costs.latent`'s counts and kernels.
+
 Parameters (weight matrices only; biases, norm scales and position
 embeddings, O(h) per layer, are left out: under 0.05% at h >= 1024)
     per layer ``2*h*h + 2*h*hk + k*h*f`` with ``k = 3`` for a gated MLP
@@ -126,7 +132,7 @@ DTYPES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 _REQUIRED = ("layers", "hidden", "heads", "sequence", "vocab")
 _OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings", "dtype",
              "microbatch_size", "recompute", "grad_bytes", "optimizer_bytes", "bytes_per_param",
-             "name", *EXPERT_FIELDS, *LATENT_FIELDS)
+             "name", "head_dim", *EXPERT_FIELDS, *LATENT_FIELDS)
 _SERIAL = Execution()
 
 
@@ -194,6 +200,9 @@ class TransformerModel:
     layers, hidden, heads, sequence, vocab : int
     kv_heads : int, optional
         Key/value heads (grouped-query attention); default ``heads``.
+    head_dim : int, optional
+        Width of one attention head; default ``hidden / heads`` (Qwen3's heads are wider:
+        the query projection then writes ``heads * head_dim``, not ``hidden``).
     ffn : int, optional
         MLP width; default ``4*hidden``.
     gated_ffn : bool
@@ -252,6 +261,7 @@ class TransformerModel:
     qk_nope_head_dim: int | None = None
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
+    head_dim: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -262,9 +272,13 @@ class TransformerModel:
              else _positive_int("kv_heads", self.kv_heads))
         set_("ffn", 4 * self.hidden if self.ffn is None else _positive_int("ffn", self.ffn))
         check_latent(self, set_)
-        if self.hidden % self.heads and self.kv_lora_rank is None:
+        if self.head_dim is not None:
+            set_("head_dim", _presets.integer("head_dim", self.head_dim, 1, MAX_HIDDEN))
+        elif self.hidden % self.heads and self.kv_lora_rank is None:
             raise InvalidParameterError(f"hidden {self.hidden} is not divisible by heads "
-                                        f"{self.heads}")
+                                        f"{self.heads} (give head_dim)")
+        else:
+            set_("head_dim", self.hidden // self.heads)
         if self.heads % self.kv_heads:
             raise InvalidParameterError(f"heads {self.heads} is not divisible by kv_heads "
                                         f"{self.kv_heads}")
@@ -306,10 +320,6 @@ class TransformerModel:
     def dtype_bytes(self):
         """Bytes per element of activations, weights and transfers."""
         return DTYPES[self.dtype] if isinstance(self.dtype, str) else int(self.dtype)
-
-    @property
-    def head_dim(self):
-        return self.hidden // self.heads
 
     @property
     def kv_width(self):
@@ -465,7 +475,8 @@ class TransformerModel:
         # the attention: its norm's input, the QKV (or down projections') input, a mask
         whole = d * h + kept * h + mask * h
         if self.kv_lora_rank is None:
-            split, gathered = d * (h + 2 * self.kv_width) + kept * h, 0
+            wq = self.heads * self.head_dim
+            split, gathered = d * (wq + 2 * self.kv_width) + kept * wq, 0
         else:
             gathered, split = latent_token_activation(self)
             split += (kept - d) * latent_widths(self)[3]
@@ -538,7 +549,8 @@ class TransformerModel:
         kept = 1 if parallel.fp8 is not None else d       # the inputs, in FP8 with fp8
         # the attention's products: their inputs and their outputs' gradients
         if self.kv_lora_rank is None:
-            whole, split, gathered = kept * h + d * h, kept * h + d * (h + 2 * self.kv_width), 0
+            wq = self.heads * self.head_dim
+            whole, split, gathered = kept * h + d * h, kept * wq + d * (wq + 2 * self.kv_width), 0
         else:
             whole, gathered, split = latent_weight_grad_kept(self, kept)
             whole += d * h
@@ -654,8 +666,21 @@ class TransformerModel:
                 "sequence": self.sequence, "vocab": self.vocab, "dtype": self.dtype,
                 "microbatch_size": self.microbatch_size, "recompute": self.recompute,
                 "bytes_per_param": self.bytes_per_param,
-                "parameters": self.parameters, "description": self.description}
+                "parameters": self.parameters, "description": self.description,
+                **self._feature_summary()}
 
+    def _feature_summary(self):
+        """The fields of wider heads, a mixture of experts and latent attention, where the
+        model has them (a plain model's summary is as it always was)."""
+        extra = {}
+        if self.head_dim * self.heads != self.hidden and self.kv_lora_rank is None:
+            extra["head_dim"] = self.head_dim
+        if self.experts:
+            extra.update({key: getattr(self, key) for key in EXPERT_FIELDS},
+                         active_parameters=self.active_parameters)
+        if self.kv_lora_rank is not None:
+            extra.update({key: getattr(self, key) for key in LATENT_FIELDS})
+        return extra
 
 
 def load_model(reference: str | os.PathLike[str] | TransformerModel) -> TransformerModel:
