@@ -276,3 +276,47 @@ def test_a_model_file_with_bad_moe_keys_is_one_line(tmp_path):
         assert result.exit_code == 1, result.output
         assert message in result.output and str(path) in result.output
         assert "Traceback" not in result.output
+
+
+def test_plan_searches_expert_degrees_inside_the_data_ranks():
+    """Each expert degree is a split of its own; one that does not divide the experts
+    (3 of 8) or the data degree is counted as refused, never run; the rows keep it."""
+    from tabsched.plan import plan
+
+    result = plan("mixtral-8x7b", "dgx-h100", 32, 256, families=["1f1b"],
+                  expert_parallel=[1, 3, 8], recompute=["selective"], zero_stages=[1],
+                  top=20)
+    degrees = {row.execution.expert_parallel for row in result.rows}
+    assert degrees <= {1, 8} and 8 in degrees
+    refused = result.counts.split_refusals
+    assert refused["expert degree does not divide the experts"] == 1
+    assert refused["expert degree does not divide the data degree"] > 0
+    for row in result.rows:
+        run = row.execution
+        assert run.data_parallel % run.expert_parallel == 0
+        assert (f"--expert-parallel {run.expert_parallel}" in row.eval_command) == (
+            run.expert_parallel > 1)
+    # the command a row prints runs as it stands
+    row = next(row for row in result.rows if row.execution.expert_parallel == 8)
+    words = row.eval_command.split()[1:]
+    again = CliRunner().invoke(main, words)
+    assert again.exit_code == 0, again.output
+
+
+def test_cli_plan_expert_parallel_column_and_refusals():
+    runner = CliRunner()
+    base = ["plan", "mixtral-8x7b", "dgx-h100", "--gpus", "32",
+            "--global-batch", "256", "--families", "1f1b", "--recompute", "selective",
+            "--zero", "1", "-q"]
+    ok = runner.invoke(main, base + ["--expert-parallel", "1,8"])
+    assert ok.exit_code == 0, ok.output
+    header = next(line for line in ok.output.splitlines() if line.startswith("rank"))
+    assert " ep " in header
+    for extra, words in ((["--expert-parallel", "0"], "--expert-parallel"),
+                         (["--expert-parallel", "two"], "--expert-parallel")):
+        bad = runner.invoke(main, base + extra)
+        assert bad.exit_code == 1 and words in bad.output, bad.output
+        assert "Traceback" not in bad.output
+    dense = runner.invoke(main, ["plan", "llama3-8b", "dgx-h100", "--gpus", "8",
+                                 "--global-batch", "16", "--expert-parallel", "2", "-q"])
+    assert dense.exit_code == 1 and "has no experts" in dense.output, dense.output

@@ -338,6 +338,8 @@ def test_a_huge_space_is_refused_with_its_count(monkeypatch):
                                                     "'flash'"),
     (dict(execution=Execution(expert_parallel=2)), "expert_parallel 2 but model llama3-8b has "
                                                    "no experts"),
+    (dict(expert_parallel=[1, 2]), "expert_parallel 1, 2: model llama3-8b has no experts"),
+    (dict(expert_parallel=[0]), "expert_parallel"),
     (dict(tensor_parallel=[]), "tensor_parallel is empty"),
 ])
 def test_bad_arguments(call, message):

@@ -47,6 +47,10 @@ def _zero_stages(text):
 @click.option("--context-parallel", "context_degrees", metavar="CP,...",
               help="Context degrees to consider, e.g. 1,2,4 (default the execution's, 1): "
                    "the sequence split CP ways (needs attention flash in --execution).")
+@click.option("--expert-parallel", "expert_degrees", metavar="EP,...",
+              help="Expert degrees to consider for a mixture-of-experts model, e.g. 1,8 "
+                   "(default the execution's, 1): the routed experts split over EP of the "
+                   "data-parallel ranks.")
 @click.option("--microbatch-size", "microbatch_sizes", metavar="B,...",
               help="Microbatch sizes to consider, e.g. 1,2 (default every one that divides).")
 @click.option("--recompute", "recompute_modes", metavar="MODE,...",
@@ -86,7 +90,8 @@ def _zero_stages(text):
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @translate_errors
 def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
-                 pipeline_degrees, context_degrees, microbatch_sizes, recompute_modes,
+                 pipeline_degrees, context_degrees, expert_degrees, microbatch_sizes,
+                 recompute_modes,
                  max_chunks, zero, sequence_parallel_choice, uneven, cross_node,
                  memory_budget, execution, tie_band, exhaustive, top, explain, as_json,
                  out, save_executions, jobs, dask, quiet):
@@ -115,6 +120,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         pipeline_parallel=int_list("--pipeline-parallel", pipeline_degrees) if
         pipeline_degrees else None,
         context_parallel=int_list("--context-parallel", context_degrees) if context_degrees
+        else None,
+        expert_parallel=int_list("--expert-parallel", expert_degrees) if expert_degrees
         else None,
         microbatch_sizes=int_list("--microbatch-size", microbatch_sizes) if microbatch_sizes
         else None,
@@ -154,10 +161,12 @@ def _text(result, explain):
     """The human report: the setting, the ranked rows, what was counted, the best's
     commands, and (``explain``) why it wins."""
     context = any(row.execution.context_parallel > 1 for row in result.rows)
+    expert = any(row.execution.expert_parallel > 1 for row in result.rows)
     lines = [f"{result.model} on {result.gpus} GPUs of {result.system}, global batch "
              f"{result.global_batch}, memory budget "
              f"{format_memory(result.memory_budget, 'bytes')}"]
-    header = ["rank", "family", "t", *(["cp"] if context else []), "p", "d", "b", "m",
+    header = ["rank", "family", "t", *(["cp"] if context else []), "p", "d",
+              *(["ep"] if expert else []), "b", "m",
               "recompute", "sp", "zero",
               "iteration", "period", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
               "exposed comm"]
@@ -169,7 +178,9 @@ def _text(result, explain):
                      str(run.tensor_parallel),
                      *([str(run.context_parallel)] if context else []),
                      str(row.layout.devices),
-                     str(run.data_parallel), str(run.microbatch_size),
+                     str(run.data_parallel),
+                     *([str(run.expert_parallel)] if expert else []),
+                     str(run.microbatch_size),
                      str(row.configuration.microbatches), run.recompute,
                      "yes" if run.sequence_parallel else "-", str(run.zero_stage),
                      format_time(row.iteration_s, "s"), format_time(row.steady_period_s, "s"),

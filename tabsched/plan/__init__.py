@@ -93,7 +93,7 @@ def _family_specs(families):
 
 def plan(model, system, gpus: int, global_batch: int, *, families=None,
          tensor_parallel=None, pipeline_parallel=None, microbatch_sizes=None, recompute=None,
-         context_parallel=None,
+         context_parallel=None, expert_parallel=None,
          max_chunks: int | None = None, zero_stages=(0, 1), sequence_parallel=(False, True),
          uneven: int | None = None, cross_node: bool = False, memory_budget=None,
          execution: Execution | None = None, top: int = 10, tie_band: float | None = None,
@@ -117,6 +117,10 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         Context degrees to consider (default the execution's, 1 unless it says): each
         splits the sequence, with the execution's ``cp_comm`` and ``attention`` (which
         must be ``flash`` above 1); ``t x cp x p x d = gpus``.
+    expert_parallel : list of int, optional
+        Expert degrees to consider for a mixture-of-experts model (default the
+        execution's, 1 unless it says): each splits the routed experts over that many of
+        the data-parallel ranks (it must divide ``d`` and the experts).
     recompute : list of str, optional
         Recompute modes (default none, selective and full).
     max_chunks : int, optional
@@ -211,6 +215,11 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     if base.expert_parallel > 1 and not model.experts:
         raise InvalidParameterError(f"execution: expert_parallel {base.expert_parallel} but "
                                     f"model {model.name} has no experts (a dense model)")
+    experts = (tuple(_degrees("expert_parallel", expert_parallel))
+               if expert_parallel is not None else (base.expert_parallel,))
+    if max(experts) > 1 and not model.experts:
+        raise InvalidParameterError(f"expert_parallel {', '.join(map(str, experts))}: model "
+                                    f"{model.name} has no experts (a dense model)")
     contexts = (tuple(_degrees("context_parallel", context_parallel))
                 if context_parallel is not None else (base.context_parallel,))
     if min(contexts) > 1 and min(zero_stages) >= 2:
@@ -227,7 +236,7 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                      family_variants(get_family(family), max_chunks, fixed)]
     valid, refused_splits = splits(model, system, gpus, global_batch, tensor=tensor,
                                    pipeline=pipeline, cross_node=cross_node, base=base,
-                                   context=contexts)
+                                   context=contexts, expert=experts)
     where = where_text(model, system, gpus, global_batch)
     if not valid:
         raise InvalidParameterError(

@@ -109,7 +109,8 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append("--grad-sync replicas")
     default = Execution()
     for key, flag in _FLAGS.items():
-        value = getattr(base, key)
+        # the searched expert degree is the row's own; the rest are the base's
+        value = getattr(run if key == "expert_parallel" else base, key)
         if value is not None and value != getattr(default, key):
             parts.append(f"{flag} {value}")
     parts.append(f"--memory-budget {_budget_text(budget)}")
@@ -179,6 +180,7 @@ def _differences(a, b):
              ("cp", ra.context_parallel, rb.context_parallel),
              ("p", a.layout.devices, b.layout.devices),
              ("d", ra.data_parallel, rb.data_parallel),
+             ("ep", ra.expert_parallel, rb.expert_parallel),
              ("microbatch size", ra.microbatch_size, rb.microbatch_size),
              ("recompute", ra.recompute, rb.recompute),
              ("sequence parallel", ra.sequence_parallel, rb.sequence_parallel),
@@ -223,8 +225,13 @@ def explain(rows, winner_index, found, outcomes, budget, tie_band):
         causes.append("less compute per device (" + ", ".join(
             _compute_causes(winner, second)) + ")" if c1 < c2 else
             "despite more compute per device")
-    if causes:
-        lines.append("the winner wins by " + ", ".join(causes))
+    gains = [cause for cause in causes if not cause.startswith("despite")]
+    costs = [cause for cause in causes if cause.startswith("despite")]
+    if gains:
+        lines.append("the winner wins by " + ", ".join(gains)
+                     + (", " + ", ".join(costs) if costs else ""))
+    elif costs:
+        lines.append("the winner wins " + ", ".join(costs))
     forced = _forced_recompute(winner, winner_index, found, outcomes, budget)
     if forced:
         lines.append(forced)

@@ -185,7 +185,8 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     run = base.replace(tensor_parallel=t, sequence_parallel=parallel,
                                        data_parallel=d, microbatch_size=b,
                                        global_batch=global_batch, recompute=mode,
-                                       zero_stage=0, context_parallel=split.context)
+                                       zero_stage=0, context_parallel=split.context,
+                                       expert_parallel=split.expert)
                     try:
                         run.check(model, system)
                     except InvalidParameterError as error:
@@ -251,7 +252,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
         # come on top while a stage runs: left out, so the bound stays below the peak)
         replicas = [Execution(data_parallel=split.data, zero_stage=z,
                               context_parallel=split.context,
-                              expert_parallel=base.expert_parallel) for z in zeros]
+                              expert_parallel=split.expert) for z in zeros]
         persistent_bytes = np.array([[persistent_bytes_per_parameter(model, run, experts)
                                       for experts in (False, True)] for run in replicas])
         for index in at_p:

@@ -80,10 +80,13 @@ class Split:
     pipeline: int
     data: int
     context: int = 1
+    #: The expert degree (inside the data ranks: it divides ``data``).
+    expert: int = 1
 
     def __str__(self):
         context = f" cp={self.context}" if self.context > 1 else ""
-        return f"t={self.tensor}{context} p={self.pipeline} d={self.data}"
+        expert = f" ep={self.expert}" if self.expert > 1 else ""
+        return f"t={self.tensor}{context} p={self.pipeline} d={self.data}{expert}"
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ class Configuration:
     def split(self):
         run = self.execution
         return Split(run.tensor_parallel, self.layout.devices, run.data_parallel,
-                     run.context_parallel)
+                     run.context_parallel, run.expert_parallel)
 
     def sort_key(self):
         """A total order for ties (the plan's stated tie-break, after the makespan)."""
@@ -227,15 +230,32 @@ def layer_splits(layers, stages, uneven=DEFAULT_UNEVEN):
 
 
 def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
-           cross_node=False, base=None, context=None):
+           cross_node=False, base=None, context=None, expert=None):
     """``(valid splits, Refusals)``: every ``t x cp x p x d = gpus`` the sizes allow.
 
     ``tensor``/``pipeline``: the degrees to consider (default every divisor of
     ``gpus``); ``context``: the context degrees (default the base's own, 1 unless
-    given); ``base``: the execution the degrees change (its node size counts).
+    given); ``expert``: the expert degrees (default the base's own), each inside the data
+    ranks; ``base``: the execution the degrees change (its node size counts).
     """
     base = Execution() if base is None else base
     refusals = Refusals()
+    valid = []
+    for e in sorted(expert) if expert else (base.expert_parallel,):
+        routed = getattr(model, "experts", 0)
+        if e > 1 and routed % e:
+            refusals.record("expert degree does not divide the experts", 1, routed % e,
+                            f"ep={e}: does not divide the {routed} experts of {model.name}")
+            continue
+        valid += _splits_over_contexts(model, system, gpus, global_batch, tensor, pipeline,
+                                       cross_node, base.replace(expert_parallel=e), context,
+                                       refusals)
+    return valid, refusals
+
+
+def _splits_over_contexts(model, system, gpus, global_batch, tensor, pipeline, cross_node,
+                          base, context, refusals):
+    """The splits of :func:`splits` at the base's expert degree, over the context degrees."""
     valid = []
     for cp in sorted(context) if context else (base.context_parallel,):
         if gpus % cp:
@@ -251,7 +271,7 @@ def splits(model, system, gpus, global_batch, *, tensor=None, pipeline=None,
             continue
         valid += _splits_at(model, system, gpus // cp, global_batch, tensor, pipeline,
                             cross_node, run, refusals)
-    return valid, refusals
+    return valid
 
 
 def _splits_at(model, system, gpus, global_batch, tensor, pipeline, cross_node, base,
@@ -289,7 +309,7 @@ def _splits_at(model, system, gpus, global_batch, tensor, pipeline, cross_node, 
                                 f"t={t} p={p}: does not divide the {gpus // t} GPUs left")
                 continue
             d = gpus // (t * p)
-            where = str(Split(t, p, d, cp))
+            where = str(Split(t, p, d, cp, base.expert_parallel))
             if p > model.layers:
                 refusals.record("more pipeline ranks than layers", 4, p - model.layers,
                                 f"{where}: {p} pipeline ranks for {model.layers} layers")
@@ -316,7 +336,7 @@ def _splits_at(model, system, gpus, global_batch, tensor, pipeline, cross_node, 
                 refusals.record("ranks do not tile the nodes", 6, t * d,
                                 f"{where}: {error}")
                 continue
-            valid.append(Split(t, p, d, cp))
+            valid.append(Split(t, p, d, cp, base.expert_parallel))
     return valid
 
 
