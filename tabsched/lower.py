@@ -68,6 +68,7 @@ from tabsched.nodes import (CELL, EXTRA_KINDS, KINDS, OPTIMIZER, REDUCE_GRAD, RE
                             TRANSFER, UNSHARD)
 from tabsched.p2p import p2p_edges, resolve_mode
 from tabsched.sharding import check_sharding, shard_nodes
+from tabsched.table import check_table
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -495,6 +496,7 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         operation after which the all-gather starts, ``-1``: at once), instead of
         those :mod:`tabsched.sharding` finds.
     """
+    check_table(table)
     p2p = resolve_mode(p2p, blocking_sends)
     blocking_sends = p2p == "blocking"
     sharding = check_sharding(sharding)

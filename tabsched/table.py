@@ -39,7 +39,7 @@ import numpy as np
 from tabsched.cells import (  # noqa: F401  (the cell grammar; these names were table's first)
     BACKWARD, FORWARD, INPUT_GRAD, KIND_CODES, KIND_NAMES, KINDS, MAX_ID, WEIGHT_GRAD, Op,
     Overlap, coerce_cell, cut, lone_surrogate, parse_cell, shown, shown_repr)
-from tabsched.exceptions import InvalidScheduleError
+from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 
 __all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut",
            "MAX_ID"]
@@ -55,7 +55,13 @@ def cell_columns(rows, place="slot", idle_error=None):
     is skipped, or refused with ``idle_error`` when that is given.
     """
     devices, places, kinds, stages, microbatches, lengths = [], [], [], [], [], []
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise InvalidScheduleError(f"rows must be a list of rows (one list of cells per "
+                                   f"device), not {shown_repr(rows)}")
     for device, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__"):
+            raise InvalidScheduleError(f"device {device}: a row must be a list of cells, not "
+                                       f"{shown_repr(row)}")
         row = list(row)
         lengths.append(len(row))
         for index, cell in enumerate(row):
@@ -403,6 +409,14 @@ class ScheduleTable:
         if len(self.device) == 0 and (self.num_stages or self.num_microbatches):
             raise InvalidScheduleError("the table has no operations")
         return self
+
+
+def check_table(table, name="table"):
+    """Refuse, naming the argument, a value that is not a :class:`ScheduleTable`."""
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"{name} must be a ScheduleTable, not "
+                                    f"{type(table).__name__}")
+    return table
 
 
 def metadata_text_problem(family, params):

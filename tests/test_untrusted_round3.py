@@ -48,3 +48,126 @@ def test_the_table_refuses_a_lone_surrogate_from_python_too():
                                                    r'lone surrogate at character 1'):
         ScheduleTable(rows, params={"pairs": "a\udc80"})
     assert ScheduleTable(rows, family="1f1b \u00e9\U0001f600").family.startswith("1f1b")
+
+
+# ------------------------------------------- hostile values through the public API
+#: Values of every kind a caller might pass by mistake: wrong types, non-integers where
+#: integers are meant, non-finite and huge numbers, text that is no Unicode, containers.
+HOSTILE = [None, True, -1, 0, 4.5, float("nan"), float("inf"), 10**30, "4", "x", "",
+           "\ud800", [], [4.5], {"a": 1}, object(), b"4", 1j, (4,)]
+
+
+def _table():
+    return generate("1f1b", devices=2, microbatches=2)
+
+
+#: One public call per place a hostile value goes, each ``call(value)``.
+API_CALLS = {
+    "generate devices": lambda value: generate("1f1b", devices=value, microbatches=4),
+    "generate microbatches": lambda value: generate("1f1b", devices=2, microbatches=value),
+    "generate chunks": lambda value: generate("interleaved-1f1b", devices=2, microbatches=4,
+                                              chunks=value),
+    "generate layers": lambda value: generate("1f1b", devices=2, microbatches=4, layers=value),
+    "generate name": lambda value: generate(value, devices=2, microbatches=4),
+    "ScheduleTable rows": lambda value: ScheduleTable(value),
+    "ScheduleTable row": lambda value: ScheduleTable([value]),
+    "ScheduleTable family": lambda value: ScheduleTable([["0F0", "0B0"]], family=value),
+    "from_csv": lambda value: __import__("tabsched").from_csv(value),
+    "from_json": lambda value: __import__("tabsched").from_json(value),
+    "to_csv": lambda value: __import__("tabsched").to_csv(value),
+    "to_json": lambda value: __import__("tabsched").to_json(value),
+    "render_grid": lambda value: __import__("tabsched").render_grid(value),
+    "formula_for": lambda value: __import__("tabsched").formula_for(value),
+    "lower": lambda value: __import__("tabsched").lower(value),
+    "evaluate table": lambda value: __import__("tabsched").evaluate(value),
+    "evaluate costs": lambda value: __import__("tabsched").evaluate(_table(), value),
+    "read_table": lambda value: read_table(value),
+    "read_pytorch": lambda value: __import__("tabsched").read_pytorch(value),
+    "read_kineto": lambda value: __import__("tabsched").read_kineto(value),
+    "write_table path": lambda value: write_table(_table(), value),
+    "sweep families": lambda value: __import__("tabsched").sweep(value, [2], [4],
+                                                                 systems=["mid_nw_mid_cp"]),
+    "sweep devices": lambda value: __import__("tabsched").sweep(["1f1b"], value, [4],
+                                                                systems=["mid_nw_mid_cp"]),
+    "sweep microbatches": lambda value: __import__("tabsched").sweep(
+        ["1f1b"], [2], value, systems=["mid_nw_mid_cp"]),
+    "compare specs": lambda value: _compare(value, 2, 4),
+    "compare devices": lambda value: _compare(["1f1b"], value, 4),
+    "compare microbatches": lambda value: _compare(["1f1b"], 2, value),
+    "compare costs": lambda value: _compare(["1f1b"], 2, 4, costs=value),
+    "compare execution": lambda value: _compare(["1f1b"], 2, 4, execution=value),
+    "compare global_batch": lambda value: _compare(["1f1b"], 2, 4, global_batch=value),
+    "compare lengths": lambda value: _compare(["1f1b"], 2, 4, lengths=value),
+    "compare parallel": lambda value: _compare(["1f1b"], 2, 4, parallel=value),
+}
+
+
+def _compare(*args, **kwargs):
+    from tabsched.compare import compare
+    return compare(*args, costs=kwargs.pop("costs", __import__("tabsched").UnitCosts()),
+                   **kwargs)
+
+
+def _only_own_errors(call, value):
+    from tabsched import TabschedError
+    try:
+        call(value)
+    except TabschedError as error:
+        assert "\n" not in str(error)
+    except Exception as error:   # noqa: BLE001 - the point: nothing else may escape
+        pytest.fail(f"{type(error).__name__} escaped for {value!r}: {error}")
+
+
+@pytest.mark.parametrize("place", sorted(API_CALLS))
+def test_hostile_values_raise_only_tabscheds_own_errors(place, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)    # a value taken for a path reads and writes here only
+    for value in HOSTILE:
+        _only_own_errors(API_CALLS[place], value)
+
+
+def test_a_path_is_never_a_file_descriptor(tmp_path, capsys):
+    from tabsched import InvalidParameterError, OutputError, TabschedError, atomic_write
+    with pytest.raises(TabschedError, match=r"^path must be a file path \(text or os\.PathLike\), "
+                                            r"not True$"):
+        write_table(_table(), True)           # open(True) would write to stdout, then close it
+    with pytest.raises(OutputError, match=r"^path must be a file path .*, not 1$"):
+        atomic_write(1, "text")
+    with pytest.raises(InvalidParameterError, match=r"^path must be a file path .*, not 1$"):
+        read_table(1)
+    with pytest.raises(InvalidParameterError, match=r'"t\\x00\.csv" holds a NUL character'):
+        read_table("t\x00.csv")
+    with pytest.raises(InvalidParameterError, match=r'"\\ud800\.csv" holds a lone surrogate'):
+        read_table("\ud800.csv")
+    print("standard output is still open")
+    assert "still open" in capsys.readouterr().out
+
+
+def test_a_huge_or_infinite_count_is_refused_by_name():
+    from tabsched import InvalidParameterError
+    with pytest.raises(InvalidParameterError, match=r"^1f1b: devices must be an integer, "
+                                                    r"not inf$"):
+        generate("1f1b", devices=float("inf"), microbatches=4)
+    with pytest.raises(InvalidParameterError, match=r"^1f1b: layers must be an integer, "
+                                                    r"not inf$"):
+        generate("1f1b", devices=2, microbatches=4, layers=float("inf"))
+    with pytest.raises(InvalidParameterError, match=r"would have up to 10\^\d+ operations"):
+        generate("1f1b", devices=2, microbatches=10**400)
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, strategies as st  # noqa: E402
+
+_ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                 st.binary(max_size=4), st.lists(st.integers(-2, 8), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@given(place=st.sampled_from(sorted(name for name in API_CALLS
+                                    if not name.startswith(("sweep", "compare")))),
+       value=_ANY)
+def test_random_values_raise_only_tabscheds_own_errors(place, value):
+    """Random values of every kind (bounded: the sweep and compare calls, slower per call,
+    take the hand list above only)."""
+    if place.startswith(("read", "write")) and isinstance(value, str):
+        value = "no-such-folder-24/" + value   # never a real file
+    _only_own_errors(API_CALLS[place], value)

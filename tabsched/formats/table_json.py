@@ -239,6 +239,9 @@ def from_json(text: str, *, source: str = "<json>") -> ScheduleTable:
     lengths against the rows) and its rows are read by the same rules as a CSV
     file's (:func:`parse_rows`); every error names the key or the cell.
     """
+    if not isinstance(text, str):
+        raise InvalidScheduleError(f"{source}: the JSON must be text (str), not "
+                                   f"{shown_repr(text)}")
     data = _load_json(text, source)
     raw_rows, metadata = _check_document(data, source)
     texts = []
