@@ -171,3 +171,33 @@ def test_random_values_raise_only_tabscheds_own_errors(place, value):
     if place.startswith(("read", "write")) and isinstance(value, str):
         value = "no-such-folder-24/" + value   # never a real file
     _only_own_errors(API_CALLS[place], value)
+
+
+# ------------------------------------------- schedule options and placement of a table file
+def test_layers_with_a_table_file_split_its_stages_or_are_refused(cli, cli_error, tmp_path):
+    plain = tmp_path / "t.csv"
+    write_table(generate("1f1b", devices=4, microbatches=4), plain, drop_metadata=True)
+    out = tmp_path / "o.json"
+    code, _, _ = cli("convert", str(plain), str(out), "--layers", "18")   # was ignored
+    assert code == 0 and json.loads(out.read_text())["stage_layers"] == [5, 5, 4, 4]
+    split = tmp_path / "split.json"
+    write_table(generate("1f1b", devices=4, microbatches=4, stage_layers="1,2,3,4"), split)
+    code, _, _ = cli("convert", str(split), str(out), "--layers", "10")   # holds 10
+    assert code == 0 and json.loads(out.read_text())["stage_layers"] == [1, 2, 3, 4]
+    assert cli_error("eval", split, "--layers", "16") == (
+        f"{split}: --layers 16: the file's stage_layers (1,2,3,4) add up to 10; give "
+        f"--stage-layers to split them anew")
+
+
+def test_a_csv_with_a_stage_on_two_devices_is_refused_by_the_cli_as_by_read_table(cli_error,
+                                                                                  tmp_path):
+    path = tmp_path / "two.csv"
+    path.write_text("0F0,0B0\r\n0F1,0B1\r\n", newline="")   # stage 0 on devices 0 and 1
+    message = (f"{path}: stage 0 runs on devices 0 and 1; only a table of a replica family "
+               f"(bitpipe, chimera, dualpipe) places a stage on two devices")
+    for command in ("eval", "show", "trace"):
+        extra = ["-o", tmp_path / "t.json"] if command == "trace" else []
+        assert cli_error(command, path, *extra).startswith(message)
+    with pytest.raises(InvalidScheduleError, match=r"stage 0 runs on devices 0 and 1"):
+        read_table(path)
+    assert not (tmp_path / "t.json").exists()
