@@ -201,3 +201,32 @@ def test_a_csv_with_a_stage_on_two_devices_is_refused_by_the_cli_as_by_read_tabl
     with pytest.raises(InvalidScheduleError, match=r"stage 0 runs on devices 0 and 1"):
         read_table(path)
     assert not (tmp_path / "t.json").exists()
+
+
+# ------------------------------------------- a replay of some devices only
+def test_a_replay_that_measures_some_devices_only_is_an_error_unless_partial(cli, cli_error,
+                                                                            tmp_path):
+    from tabsched import InvalidParameterError
+    from tabsched.adapt import Replay
+    path = tmp_path / "rank0.csv"
+    path.write_text("op,duration\n0F0,2\n0B0,3\n")       # device 0's operations only
+    message = (f"{path}: measures no operation on devices 1, 2 and 3, which would keep their "
+               f"modelled times beside the measured ones of the others; replay every device, "
+               f"or accept it with --replay-partial (partial=True)")
+    assert cli_error("eval", "1f1b", "-p", "4", "-m", "4", "--replay", path) == message
+    table = generate("1f1b", devices=4, microbatches=4)
+    with pytest.raises(InvalidParameterError) as refused:
+        Replay.from_csv(path).check(table)
+    assert str(refused.value) == message
+    partial = Replay.from_csv(path, partial=True)
+    partial.check(table)
+    assert partial.describe()["modelled_devices"] == [1, 2, 3]
+    code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "4", "--replay", str(path),
+                       "--replay-partial", "--samples", "2")
+    assert code == 0 and ("note          devices 1, 2 and 3 measured nothing and keep "
+                          "modelled times (partial replay)") in out
+    every = tmp_path / "all.csv"
+    every.write_text("".join(f"{stage}F0,2\n" for stage in range(4)))
+    code, _, _ = cli("eval", "1f1b", "-p", "4", "-m", "4", "--replay", str(every),
+                     "--samples", "2")
+    assert code == 0
