@@ -6,6 +6,7 @@ place, no traceback) and through the API (tabsched's own exception and its messa
 
 import json
 
+import numpy as np
 import pytest
 
 from tabsched import InvalidScheduleError, ScheduleTable, generate, read_table, write_table
@@ -54,7 +55,7 @@ def test_the_table_refuses_a_lone_surrogate_from_python_too():
 #: Values of every kind a caller might pass by mistake: wrong types, non-integers where
 #: integers are meant, non-finite and huge numbers, text that is no Unicode, containers.
 HOSTILE = [None, True, -1, 0, 4.5, float("nan"), float("inf"), 10**30, "4", "x", "",
-           "\ud800", [], [4.5], {"a": 1}, object(), b"4", 1j, (4,)]
+           "\ud800", [], [4.5], {"a": 1}, object(), b"4", 1j, (4,), np.array([1, 2])]
 
 
 def _table():
@@ -81,6 +82,13 @@ API_CALLS = {
     "lower": lambda value: __import__("tabsched").lower(value),
     "evaluate table": lambda value: __import__("tabsched").evaluate(value),
     "evaluate costs": lambda value: __import__("tabsched").evaluate(_table(), value),
+    "evaluate contention": lambda value: __import__("tabsched").evaluate(_table(),
+                                                                         contention=value),
+    "evaluate optimizer": lambda value: __import__("tabsched").evaluate(_table(),
+                                                                        optimizer=value),
+    "evaluate grad_sync": lambda value: __import__("tabsched").evaluate(_table(),
+                                                                        grad_sync=value),
+    "evaluate formula": lambda value: __import__("tabsched").evaluate(_table(), formula=value),
     "read_table": lambda value: read_table(value),
     "read_pytorch": lambda value: __import__("tabsched").read_pytorch(value),
     "read_kineto": lambda value: __import__("tabsched").read_kineto(value),
