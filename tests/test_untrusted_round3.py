@@ -238,3 +238,11 @@ def test_a_replay_that_measures_some_devices_only_is_an_error_unless_partial(cli
     code, _, _ = cli("eval", "1f1b", "-p", "4", "-m", "4", "--replay", str(every),
                      "--samples", "2")
     assert code == 0
+
+
+@pytest.mark.parametrize("keyword", ["zero_stages", "sequence_parallel", "recompute"])
+def test_plan_refuses_a_choice_list_that_is_no_list_by_name(keyword):
+    from tabsched import InvalidParameterError, plan
+    with pytest.raises(InvalidParameterError, match=rf"^{keyword} must be a list of choices, "
+                                                    rf"not b'x'$"):
+        plan("llama3-8b", "dgx-a100", 8, 16, **{keyword: b"x"})
