@@ -20,7 +20,8 @@ __all__ = ["read_text", "atomic_write", "check_output_path", "check_output_folde
            "make_output_folder", "suffix", "file_path"]
 
 
-def file_path(path, name="path", error=InvalidParameterError):
+def file_path(path, name="path", error=InvalidParameterError,
+              expected="a file path (text or os.PathLike)"):
     """``path`` as text (``os.fspath``), or ``error`` naming ``name`` if it is no file path.
 
     An integer is refused, not taken for a file descriptor: ``open(1)`` would write to,
@@ -35,7 +36,7 @@ def file_path(path, name="path", error=InvalidParameterError):
     text = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(text, str):
         from tabsched.cells import shown_repr
-        raise error(f"{name} must be a file path (text or os.PathLike), not {shown_repr(path)}")
+        raise error(f"{name} must be {expected}, not {shown_repr(path)}")
     if "\x00" in text:
         from tabsched.cells import shown
         raise error(f"{name} {shown(text)} holds a NUL character, which no file name holds")
