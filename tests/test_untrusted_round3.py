@@ -257,3 +257,19 @@ def test_plan_refuses_a_choice_list_that_is_no_list_by_name(keyword):
     with pytest.raises(InvalidParameterError, match=rf"^{keyword} must be a list of choices, "
                                                     rf"not b'x'$"):
         plan("llama3-8b", "dgx-a100", 8, 16, **{keyword: b"x"})
+
+
+def test_a_profile_of_one_rank_is_a_partial_replay(cli, cli_error, tmp_path):
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"PP:0{kind}{microbatch}",
+               "ts": 20 * step, "dur": 10, "pid": 7, "tid": 1}
+              for step, (kind, microbatch) in enumerate([("F", 0), ("F", 1), ("B", 0),
+                                                         ("B", 1)])]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}))     # rank 0's profile only
+    assert cli_error("eval", "1f1b", "-p", "2", "-m", "2", "--replay", path) == (
+        f"{path}: measures no operation on device 1, which would keep its modelled times "
+        f"beside the measured ones of the others; replay every device, or accept it with "
+        f"--replay-partial (partial=True)")
+    code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(path),
+                       "--replay-partial", "--samples", "1")
+    assert code == 0 and "device 1 measured nothing and keeps modelled times" in out

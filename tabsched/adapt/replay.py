@@ -193,7 +193,8 @@ class Replay(Variation):
         if self.modelled_devices and not self.partial:
             raise InvalidParameterError(
                 f"{self.source or 'replay'}: measures no operation on "
-                f"{_devices(self.modelled_devices)}, which would keep their modelled times "
+                f"{_devices(self.modelled_devices)}, which would keep "
+                f"{'its' if len(self.modelled_devices) == 1 else 'their'} modelled times "
                 f"beside the measured ones of the others; replay every device, or accept it "
                 f"with --replay-partial (partial=True)")
         return unmatched
@@ -331,7 +332,8 @@ class Replay(Variation):
         if self.modelled_devices:
             info["modelled_devices"] = list(self.modelled_devices)
             info.setdefault("notes", []).append(
-                f"{_devices(self.modelled_devices)} measured nothing and keep modelled times "
+                f"{_devices(self.modelled_devices)} measured nothing and "
+                f"keep{'s' if len(self.modelled_devices) == 1 else ''} modelled times "
                 f"(partial replay)")
         if self.unmatched:
             info["unmatched"] = len(self.unmatched)
