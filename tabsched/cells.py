@@ -127,6 +127,20 @@ def shown(text, limit=SHOWN_LIMIT):
     return f'"{escaped}"'
 
 
+def lone_surrogate(text):
+    """Where ``text`` holds a lone surrogate (``"\\ud800"``, which JSON's escapes can
+    write but no UTF-8 text holds and no terminal prints), or -1 if it is Unicode text.
+
+    >>> lone_surrogate("1f1b"), lone_surrogate("ab\\udc80")
+    (-1, 2)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return -1
+
+
 def shown_repr(value, limit=SHOWN_LIMIT):
     """``repr(value)`` for a one-line message, cut if long.
 

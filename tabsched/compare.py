@@ -20,6 +20,7 @@ family's parameters, e.g. ``hanayo:waves=2`` or ``chimera:stage_layers_ratio=1:2
 [('gpipe', 2), ('1f1b', 2), ('chimera', 1)]
 """
 
+import inspect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,6 +199,40 @@ def model_costs_for(model, system, microbatches, *, global_batch=None, microbatc
                       **parallel)
 
 
+def _checked_arguments(specs, costs, global_batch, lengths, parallel, execution):
+    """``specs`` as a list, after refusing, naming it, an argument of :func:`compare` of
+    the wrong kind (each would raise a bare ``TypeError`` or ``AttributeError`` later)."""
+    from tabsched.costs import CostModel
+    if isinstance(specs, str):
+        specs = [specs]
+    elif not isinstance(specs, (list, tuple)):
+        raise InvalidParameterError(f"specs must be a list of family specs (text), not "
+                                    f"{shown_repr(specs)}")
+    if costs is not None and not isinstance(costs, CostModel):
+        raise InvalidParameterError(f"costs must be a cost model, not {type(costs).__name__}")
+    if execution is not None and not isinstance(execution, Execution):
+        raise InvalidParameterError(f"execution must be an Execution, not "
+                                    f"{type(execution).__name__}")
+    if global_batch is not None and (isinstance(global_batch, bool)
+                                     or not isinstance(global_batch, (int, np.integer))):
+        raise InvalidParameterError(f"global_batch must be an integer, not "
+                                    f"{shown_repr(global_batch)}")
+    if lengths is not None and not isinstance(lengths, (dict, list, tuple)):
+        raise InvalidParameterError(f"lengths must be four slot lengths (F, B, I, W) or a "
+                                    f"dict of them, not {shown_repr(lengths)}")
+    if parallel is not None:
+        if not isinstance(parallel, dict):
+            raise InvalidParameterError(f"parallel must be a dict of ModelCosts keywords, not "
+                                        f"{shown_repr(parallel)}")
+        known = set(inspect.signature(ModelCosts).parameters) - {"model", "system",
+                                                                 "execution"}
+        unknown = sorted(str(name) for name in parallel if name not in known)
+        if unknown:
+            raise InvalidParameterError(f"parallel: {shown_repr(unknown[0])} is not a keyword "
+                                        f"of ModelCosts")
+    return specs
+
+
 def pipeline_microbatch_size(global_batch, data_parallel, microbatches):
     """Samples per microbatch when ``data_parallel`` replicas run ``microbatches`` each to
     make ``global_batch`` (Megatron-LM's meaning); one line when they are not whole.
@@ -341,6 +376,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
         A list of :class:`Comparison`, in the order of ``specs``, with
         ``to_dataframe()``.
     """
+    specs = _checked_arguments(specs, costs, global_batch, lengths, parallel, execution)
     specs = [parse_spec(spec) for spec in specs]
     if not specs:
         raise InvalidParameterError("compare needs at least one family")

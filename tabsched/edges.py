@@ -140,6 +140,8 @@ def sync_nodes(table, grad_sync, cell_of_op, first_id):
     empty = np.empty(0, dtype=INDEX)
     if grad_sync is None or grad_sync is False:
         return empty, []
+    if isinstance(grad_sync, np.ndarray):   # a comparison with text would be elementwise
+        grad_sync = grad_sync.tolist()
     holders = stage_holders(table)
     S = table.num_stages
     if grad_sync == "replicas":

@@ -123,6 +123,9 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     [4.0, 3.0, 2.0, 1.0]
     """
     costs = run_as(checked_costs(table, costs), execution)
+    if not isinstance(formula, (bool, np.bool_)):
+        raise InvalidParameterError(f"formula must be True or False, not "
+                                    f"{type(formula).__name__}")
     if memory_budget is not None:
         memory_budget = checked_budget(memory_budget, costs.memory_unit)
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,

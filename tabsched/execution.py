@@ -738,7 +738,8 @@ def load_execution(reference) -> Execution:
     """
     if isinstance(reference, Execution):
         return reference
-    path = os.fspath(reference)
+    from tabsched.files import file_path
+    path = file_path(reference, "execution")
     with open(path, "rb") as stream:
         raw = stream.read(_untrusted.MAX_FILE_BYTES + 1)
     if path.lower().endswith(".json"):

@@ -14,15 +14,44 @@ not end in a path it cannot write.
 import os
 import tempfile
 
-from tabsched.exceptions import InvalidScheduleError, OutputError
+from tabsched.exceptions import InvalidParameterError, InvalidScheduleError, OutputError
 
 __all__ = ["read_text", "atomic_write", "check_output_path", "check_output_folder",
-           "make_output_folder", "suffix"]
+           "make_output_folder", "suffix", "file_path"]
+
+
+def file_path(path, name="path", error=InvalidParameterError,
+              expected="a file path (text or os.PathLike)"):
+    """``path`` as text (``os.fspath``), or ``error`` naming ``name`` if it is no file path.
+
+    An integer is refused, not taken for a file descriptor: ``open(1)`` would write to,
+    and then close, standard output. So is text with a NUL character, which no file
+    name holds.
+
+    >>> file_path(True, "out")
+    Traceback (most recent call last):
+    ...
+    tabsched.exceptions.InvalidParameterError: out must be a file path (text or os.PathLike), not True
+    """
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str):
+        from tabsched.cells import shown_repr
+        raise error(f"{name} must be {expected}, not {shown_repr(path)}")
+    if "\x00" in text:
+        from tabsched.cells import shown
+        raise error(f"{name} {shown(text)} holds a NUL character, which no file name holds")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError as problem:   # "\\ud800": not a name the system can hold
+        from tabsched.cells import shown
+        raise error(f"{name} {shown(text)} holds a lone surrogate at character "
+                    f"{problem.start}, which no file name holds") from None
+    return text
 
 
 def suffix(path):
     """The lower-case suffix of ``path`` (``".csv"``), or ``""``."""
-    return os.path.splitext(os.fspath(path))[1].lower()
+    return os.path.splitext(file_path(path))[1].lower()
 
 
 def read_text(path, *, expected="this is not a schedule file", error=InvalidScheduleError,
@@ -33,6 +62,7 @@ def read_text(path, *, expected="this is not a schedule file", error=InvalidSche
     UTF-8 (``expected`` says what the file should have been), and, with ``nul``, a
     line holds a NUL byte.
     """
+    path = file_path(path, error=error)
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -61,7 +91,7 @@ def check_output_path(path, *, suffixes=None, what="output", inputs=()):
     ``inputs`` (the same file, by any name): the input would be gone before it was
     read whole. Raises ``OutputError``.
     """
-    path = os.fspath(path)
+    path = file_path(path, error=OutputError)
     if suffixes is not None and suffix(path) not in suffixes:
         raise OutputError(f"{path}: the {what} must end in {', '.join(suffixes)}, not "
                           f"{suffix(path) or 'no suffix'}")
@@ -191,7 +221,7 @@ def atomic_write(path, content=None, *, write=None, newline=None):
     OutputError
         Naming ``path`` and the system's reason (e.g. "File too large").
     """
-    path = os.fspath(path)
+    path = file_path(path, error=OutputError)
     folder = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     mode = _new_file_mode(path)

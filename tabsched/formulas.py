@@ -24,7 +24,7 @@ import numpy as np
 
 from tabsched._memo import memo
 from tabsched.costs import UnitCosts
-from tabsched.table import KINDS, ScheduleTable
+from tabsched.table import KINDS, ScheduleTable, check_table
 
 __all__ = ["formula_for", "formula_level", "formula_levels", "formula_mismatch",
            "register_formula",
@@ -145,6 +145,7 @@ def formula_for(table, costs=None, lowered=None, transfer_times=None):
     ``None`` when the family has no formula, or when the table's metadata does
     not match the table (:func:`formula_mismatch` says how).
     """
+    check_table(table)
     function = FORMULAS.get(table.family)
     if function is None or formula_mismatch(table) is not None:
         return None

@@ -68,6 +68,7 @@ from tabsched.nodes import (CELL, EXTRA_KINDS, KINDS, OPTIMIZER, REDUCE_GRAD, RE
                             TRANSFER, UNSHARD)
 from tabsched.p2p import p2p_edges, resolve_mode
 from tabsched.sharding import check_sharding, shard_nodes
+from tabsched.table import check_table, shown_repr
 
 if TYPE_CHECKING:
     from tabsched.table import ScheduleTable
@@ -495,12 +496,16 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         operation after which the all-gather starts, ``-1``: at once), instead of
         those :mod:`tabsched.sharding` finds.
     """
+    check_table(table)
     p2p = resolve_mode(p2p, blocking_sends)
     blocking_sends = p2p == "blocking"
     sharding = check_sharding(sharding)
-    if contention not in CONTENTION_MODES:
+    if not isinstance(contention, str) or contention not in CONTENTION_MODES:
         raise InvalidParameterError(
-            f"contention {contention!r} is not one of {', '.join(CONTENTION_MODES)}")
+            f"contention {shown_repr(contention)} is not one of {', '.join(CONTENTION_MODES)}")
+    if not isinstance(optimizer, (bool, np.bool_)):
+        raise InvalidParameterError(f"optimizer must be True or False, not "
+                                    f"{shown_repr(optimizer)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
     if p2p == "free" and not optimizer and transfer_after is None and sharding is None:

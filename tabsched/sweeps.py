@@ -208,10 +208,20 @@ def grid_tasks(specs, devices, microbatches=None, *, models=("paper-128l",),
     return tasks
 
 
+def _listed(name, values):
+    """``values`` as a tuple: one text or number stands for a list of one; anything else
+    that is not a list (None, an object) is refused naming ``name``."""
+    if isinstance(values, (str, numbers.Number)):
+        return (values,)
+    if isinstance(values, (bytes, dict)) or not hasattr(values, "__iter__"):
+        raise InvalidParameterError(f"sweep: {name} must be a list, not {shown_value(values)}")
+    return tuple(values)
+
+
 def _integers(name, values, one=False):
     """``values`` (one or a list) as a tuple of integers >= 1, refusing the rest by name:
     4.5 microbatches are not 4 (a float or a text is never rounded or parsed here)."""
-    values = (values,) if isinstance(values, (str, numbers.Number)) else tuple(values)
+    values = _listed(name, values)
     if not values:
         raise InvalidParameterError(f"sweep: {name} is empty")
     for value in values:
@@ -226,7 +236,7 @@ def _axis(name, values):
     """The values of one of the execution's axes: ``(None,)`` when not given."""
     if values is None:
         return (None,)
-    values = (values,) if isinstance(values, (str, numbers.Number)) else tuple(values)
+    values = _listed(name, values)
     if not values:
         raise InvalidParameterError(f"sweep: {name} is empty")
     for value in values:
@@ -622,8 +632,9 @@ def sweep(families: Sequence[str], devices: Sequence[int],
     ...  for row in rows]
     [(1, 64, 'selective', True), (1, 64, 'full', True), (2, 32, 'selective', True), (2, 32, 'full', True)]
     """
-    tasks = grid_tasks(families, devices, microbatches, models=tuple(models),
-                       systems=tuple(systems), global_batch=global_batch,
+    tasks = grid_tasks(_listed("families", families), devices, microbatches,
+                       models=_listed("models", models), systems=_listed("systems", systems),
+                       global_batch=global_batch,
                        microbatch_size=microbatch_size, recompute=recompute,
                        tensor_parallel=tensor_parallel, data_parallel=data_parallel,
                        contention=contention, lengths=lengths, parallel=parallel,

@@ -38,8 +38,8 @@ import numpy as np
 
 from tabsched.cells import (  # noqa: F401  (the cell grammar; these names were table's first)
     BACKWARD, FORWARD, INPUT_GRAD, KIND_CODES, KIND_NAMES, KINDS, MAX_ID, WEIGHT_GRAD, Op,
-    Overlap, coerce_cell, cut, parse_cell, shown, shown_repr)
-from tabsched.exceptions import InvalidScheduleError
+    Overlap, coerce_cell, cut, lone_surrogate, parse_cell, shown, shown_repr)
+from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 
 __all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut",
            "MAX_ID"]
@@ -55,7 +55,13 @@ def cell_columns(rows, place="slot", idle_error=None):
     is skipped, or refused with ``idle_error`` when that is given.
     """
     devices, places, kinds, stages, microbatches, lengths = [], [], [], [], [], []
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise InvalidScheduleError(f"rows must be a list of rows (one list of cells per "
+                                   f"device), not {shown_repr(rows)}")
     for device, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__"):
+            raise InvalidScheduleError(f"device {device}: a row must be a list of cells, not "
+                                       f"{shown_repr(row)}")
         row = list(row)
         lengths.append(len(row))
         for index, cell in enumerate(row):
@@ -214,6 +220,9 @@ class ScheduleTable:
             except (TypeError, ValueError):
                 raise InvalidScheduleError(f"params must be a mapping of names to values, not "
                                            f"{shown_repr((params))}") from None
+        problem = metadata_text_problem(family, params)
+        if problem:
+            raise InvalidScheduleError(f"{problem[0]}: {problem[1]}")
         self.grad_sync = grad_sync
         self.num_stages = num_stages
         self.microbatch_sizes = microbatch_sizes
@@ -400,6 +409,40 @@ class ScheduleTable:
         if len(self.device) == 0 and (self.num_stages or self.num_microbatches):
             raise InvalidScheduleError("the table has no operations")
         return self
+
+
+def check_table(table, name="table"):
+    """Refuse, naming the argument, a value that is not a :class:`ScheduleTable`."""
+    if not isinstance(table, ScheduleTable):
+        raise InvalidParameterError(f"{name} must be a ScheduleTable, not "
+                                    f"{type(table).__name__}")
+    return table
+
+
+def metadata_text_problem(family, params):
+    """``(key, why)`` for the first text of ``family`` or ``params`` (its names, its text
+    values and the texts in its lists) that is not Unicode text, or ``None``.
+
+    A lone surrogate (``"\\ud800"``) is one: JSON's escapes can write it, but no
+    output can print it, so a summary naming the family would fail when printed.
+
+    >>> key, why = metadata_text_problem("1f1b", {"pairs": ["serial", "x\\udc80"]})
+    >>> key, why[:40]
+    ('params', 'pairs = "x\\\\udc80" holds a lone surrogate')
+    """
+    def why(text):
+        return (f"{shown(text)} holds a lone surrogate at character {lone_surrogate(text)}, "
+                f"which is not Unicode text")
+    if isinstance(family, str) and lone_surrogate(family) >= 0:
+        return "family", why(family)
+    for name, value in (params or {}).items():
+        if isinstance(name, str) and lone_surrogate(name) >= 0:
+            return "params", f"the name {why(name)}"
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for text in values:
+            if isinstance(text, str) and lone_surrogate(text) >= 0:
+                return "params", f"{cut(name)} = {why(text)}"
+    return None
 
 
 def _int32_array(values, name):

@@ -221,8 +221,8 @@ def test_bad_pytorch_files_are_one_line_and_exit_1(cli, tmp_path, command, conte
 
 
 def test_convert_refuses_what_pytorch_cannot_express(cli, tmp_path):
-    replicas = tmp_path / "replicas.csv"
-    replicas.write_text("0F0,0B0\r\n0F1,0B1\r\n", newline="")
+    replicas = tmp_path / "replicas.json"
+    write_table(generate("chimera", devices=2, microbatches=2), replicas)
     code, _, err = cli("convert", str(replicas), str(tmp_path / "out.csv"))
     assert code == 1 and err == ("Error: PyTorch cannot express this table: stage 0 runs on "
                                  "devices 0 and 1 (replicas, as in Chimera); "

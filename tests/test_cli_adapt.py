@@ -150,8 +150,8 @@ def test_eval_replays_a_profile(cli, tmp_path):
     profile = tmp_path / "profile.csv"
     profile.write_text("op,duration\n0F0,3\n0F0,5\n")
     code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--model", "paper-128l",
-                       "--system", "mid_nw_mid_cp", "--replay", str(profile), "--samples", "2",
-                       "--json")
+                       "--system", "mid_nw_mid_cp", "--replay", str(profile), "--replay-partial",
+                       "--samples", "2", "--json")
     assert code == 0
     runs = json.loads(out)["monte_carlo"]
     assert runs["variation"][0]["model"] == "replay"

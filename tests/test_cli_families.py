@@ -130,7 +130,7 @@ def test_list_shows_every_family_readably(cli, monkeypatch):
 
 def test_eval_formula_of_a_file_without_family(cli, tmp_path):
     path = tmp_path / "t.csv"
-    write_table(generate("chimera", devices=2, microbatches=2), path, drop_metadata=True)
+    write_table(generate("1f1b", devices=2, microbatches=2), path, drop_metadata=True)
     code, _, err = cli("eval", str(path), "--level", "formula")
     assert code == 1 and err == ("Error: the table names no family, so it has no formula "
                                  "level\n")

@@ -30,6 +30,16 @@ from tabsched.table import KINDS, cut, shown, shown_repr
 
 __all__ = ["Replay"]
 
+
+def _devices(devices):
+    """``device 3`` or ``devices 1, 2 and 3`` (the first eight)."""
+    listed = [str(device) for device in devices[:8]]
+    if len(listed) == 1:
+        return f"device {listed[0]}"
+    if len(devices) > 8:
+        return f"devices {', '.join(listed)} and {len(devices) - 8} more"
+    return f"devices {', '.join(listed[:-1])} and {listed[-1]}"
+
 #: Longest replay label: an operation with a transfer's devices is under 80 characters.
 _MAX_LABEL = 200
 
@@ -88,6 +98,7 @@ class Replay(Variation):
         self.source = source
         self.partial = bool(partial)
         self.unmatched = None   # set by the first check against a table
+        self.modelled_devices = []   # likewise: the devices that measured nothing
 
     @classmethod
     def from_csv(cls, path, *, partial=False):
@@ -170,6 +181,7 @@ class Replay(Variation):
         """
         unmatched = self.labels_in(table)
         self.unmatched = unmatched
+        self.modelled_devices = self.devices_unmeasured(table)
         if unmatched and not self.partial:
             listed = ", ".join(cut(label) for label in unmatched[:self.LISTED])
             more = f" and {len(unmatched) - self.LISTED} more" if len(unmatched) > self.LISTED \
@@ -178,7 +190,27 @@ class Replay(Variation):
                 f"{self.source or 'replay'}: {len(unmatched)} of {len(self.measurements)} labels "
                 f"match no operation or transfer of the table: {listed}{more}; correct them, or "
                 f"accept them with --replay-partial (partial=True)")
+        if self.modelled_devices and not self.partial:
+            raise InvalidParameterError(
+                f"{self.source or 'replay'}: measures no operation on "
+                f"{_devices(self.modelled_devices)}, which would keep "
+                f"{'its' if len(self.modelled_devices) == 1 else 'their'} modelled times "
+                f"beside the measured ones of the others; replay every device, or accept it "
+                f"with --replay-partial (partial=True)")
         return unmatched
+
+    def devices_unmeasured(self, table):
+        """The devices of ``table`` none of whose operations is measured, when others are
+        (a profile of some ranks only): their operations keep the cost model's durations,
+        as no measured-to-modelled ratio of theirs exists. Empty when every device, or
+        none (a replay of transfers only), is measured."""
+        ops = np.char.add(np.char.add(table.stage.astype(str), np.array(KINDS)[table.kind]),
+                          table.microbatch.astype(str))
+        measured = np.isin(ops, np.array(list(self.measurements), dtype=str))
+        if not measured.any():
+            return []
+        seen = np.bincount(table.device[measured], minlength=table.num_devices)
+        return np.flatnonzero(seen == 0).tolist()
 
     def validate(self, table):
         if self.unmatched is None:   # the first table met is the one measured
@@ -229,7 +261,7 @@ class Replay(Variation):
                              f"(--replay-partial): {describe_unmatched(unmatched)}")
             if not measurements:
                 raise InvalidParameterError(f"{source}: no profiled operation is in the table")
-        replay = cls(measurements, source=source)
+        replay = cls(measurements, source=source, partial=partial)
         replay.notes = notes
         replay.profile = profile
         return replay
@@ -297,11 +329,17 @@ class Replay(Variation):
                 "measurements": int(sum(len(v) for v in self.measurements.values()))}
         if self.source:
             info["source"] = self.source
+        if self.modelled_devices:
+            info["modelled_devices"] = list(self.modelled_devices)
+            info.setdefault("notes", []).append(
+                f"{_devices(self.modelled_devices)} measured nothing and "
+                f"keep{'s' if len(self.modelled_devices) == 1 else ''} modelled times "
+                f"(partial replay)")
         if self.unmatched:
             info["unmatched"] = len(self.unmatched)
             info["unmatched_labels"] = self.unmatched[:self.LISTED]
             info["note"] = (f"{len(self.unmatched)} of {len(self.measurements)} labels match "
                             f"nothing in the table and were left out (partial replay)")
         if getattr(self, "notes", None):
-            info["notes"] = list(self.notes)
+            info["notes"] = list(self.notes) + info.get("notes", [])
         return info

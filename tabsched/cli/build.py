@@ -17,7 +17,7 @@ from tabsched.costs import ModelCosts, StageCosts, UnitCosts
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.execution import Execution, load_execution
-from tabsched.formats import TABLE_SUFFIXES, read_table
+from tabsched.formats import TABLE_SUFFIXES, check_placement, read_table
 from tabsched.schedules import describe_parameters, generate, get_family
 
 
@@ -73,8 +73,9 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
 
 def apply_to_file(schedule, table, params):
     """``table`` (read from the file ``schedule``) with the options that can apply to a
-    file applied: the layer split (``--stage-layers``, or ``--stage-layers-ratio`` with
-    ``--layers`` or the model's), stored in the table as a family's would be. Every other
+    file applied: the layer split (``--stage-layers``, ``--layers`` split evenly, or
+    ``--stage-layers-ratio`` with ``--layers`` or the model's), stored in the table as a
+    family's would be. Every other
     schedule option (``-p``, ``-m``, ``--chunks``, ``--waves``, ``--param`` ...) would be
     ignored, since the file's cells fix them: it is refused, naming the option."""
     given = {key: value for key, value in params.items()
@@ -90,7 +91,13 @@ def apply_to_file(schedule, table, params):
     if not layers:
         return table
     from tabsched.schedules._layers import resolve_stage_layers
-    if set(layers) == {"layers"}:   # the model's layers, with no split asked: the file's
+    if set(layers) == {"layers"} and table.stage_layers is not None:
+        # the file's own split stands where it holds that many layers
+        if sum(table.stage_layers) != layers["layers"]:
+            raise click.ClickException(
+                f"{schedule}: --layers {layers['layers']}: the file's stage_layers "
+                f"({','.join(map(str, table.stage_layers))}) add up to "
+                f"{sum(table.stage_layers)}; give --stage-layers to split them anew")
         return table
     split = resolve_stage_layers(os.path.basename(schedule), table.num_stages,
                                  stage_layers=layers.get("stage_layers"),
@@ -111,6 +118,8 @@ def load_with_torch(schedule, torch_legacy, p2p, **params):
         from tabsched.formats.pytorch_csv import read_pytorch
         torch_schedule = read_pytorch(schedule, legacy=torch_legacy,
                                       p2p="free" if p2p == "free" else "ordered")
+        # as read_table refuses it: a CSV holds no family, so no replica family vouches
+        check_placement(torch_schedule.table, schedule)
         table = apply_to_file(schedule, torch_schedule.table, params)
         if table is not torch_schedule.table:
             torch_schedule = dataclasses.replace(torch_schedule, table=table)

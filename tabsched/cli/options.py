@@ -442,8 +442,9 @@ def variation_options(default_samples):
                           "directory of them, one per rank). Every label must name an "
                           "operation or transfer of the table."),
         click.option("--replay-partial", is_flag=True,
-                     help="Accept --replay labels that match nothing in the table (they are "
-                          "listed in a note)."),
+                     help="Accept --replay labels that match nothing in the table, and a "
+                          "replay that measures some devices only (the others keep modelled "
+                          "times); a note lists both."),
         click.option("--samples", type=int, default=default_samples,
                      help="Monte Carlo samples" + (f" (default {default_samples})."
                                                    if default_samples else

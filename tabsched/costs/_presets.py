@@ -74,10 +74,13 @@ def load(reference, kind):
     InvalidParameterError
         For a file that is too large, not UTF-8, not valid TOML, nested too
         deeply, or of another kind.
+        Also for a reference that is neither a name nor a path.
     OSError
         For a file that cannot be read.
     """
-    reference = os.fspath(reference)
+    from tabsched.files import file_path
+    reference = file_path(reference, kind, expected=f"a {kind} preset's name or a TOML file's "
+                                                    f"path")
     presets = preset_index()[kind]
     if not is_file_reference(reference):
         if reference not in presets:

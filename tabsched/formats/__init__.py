@@ -145,7 +145,8 @@ class Format:
         A one-part suffix is the path's extension, as ``os.path.splitext`` finds it
         (a file called ``.csv`` has none); a longer one (``.json.gz``) ends the path.
         """
-        text = os.fspath(path).lower()
+        from tabsched.files import file_path
+        text = file_path(path).lower()
         return any(text.endswith(suffix) if suffix.count(".") > 1
                    else os.path.splitext(text)[1] == suffix for suffix in self.suffixes)
 

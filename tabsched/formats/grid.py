@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 
 from tabsched.cells import Overlap
-from tabsched.table import ScheduleTable
+from tabsched.table import ScheduleTable, check_table
 
 __all__ = ["render_grid", "grid_text"]
 
@@ -42,6 +42,7 @@ def render_grid(table: ScheduleTable, *, width: int | None = None) -> str:
     d0   0F0 0F1 .   0B0 .   0B1
     d1   .   1F0 1B0 1F1 1B1 .
     """
+    check_table(table)
     if width is None:
         width = shutil.get_terminal_size((120, 24)).columns
     rows = table.rows

@@ -89,6 +89,7 @@ import numpy as np
 
 from tabsched.cells import KINDS, Action, Op, Overlap, is_overlap_pair, parse_pp_label
 from tabsched.exceptions import InvalidParameterError
+from tabsched.files import file_path
 from tabsched.formats import get_format
 
 __all__ = ["KinetoProfile", "read_kineto", "profile_from_trace", "trace_files",
@@ -146,7 +147,7 @@ def trace_files(path):
 
     A directory is what ``tensorboard_trace_handler`` writes: one file per rank.
     """
-    source = os.fspath(path)
+    source = file_path(path)
     if os.path.isdir(source):
         try:
             names = sorted(os.listdir(source))

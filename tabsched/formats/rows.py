@@ -17,7 +17,7 @@ import numpy as np
 from tabsched.cells import (BACKWARD, KINDS_AS_WRITTEN, REDUCE_GRAD, SIMPLE_OP, WEIGHT_GRAD,
                             Action, Op, Overlap, parse_token, shown)
 from tabsched.exceptions import InvalidScheduleError
-from tabsched.table import ScheduleTable
+from tabsched.table import ScheduleTable, check_table
 
 __all__ = ["parse_rows", "rows_to_table", "apply_reduce_grad", "refuse_unreadable"]
 
@@ -149,6 +149,7 @@ def apply_reduce_grad(table, actions, source, notes=None):
 
 def refuse_unreadable(table, format_name):
     """Refuse a table with a device that runs nothing: no reader takes such a row back."""
+    check_table(table)
     counts = np.bincount(table.device, minlength=table.num_devices)
     idle = np.flatnonzero(counts == 0)
     if len(idle):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tabsched.cells import BACKWARD, REDUCE_GRAD, WEIGHT_GRAD, cut
+from tabsched.cells import BACKWARD, REDUCE_GRAD, WEIGHT_GRAD, cut, shown_repr
 from tabsched.exceptions import InvalidScheduleError
 from tabsched.files import atomic_write, read_text
 from tabsched.formats.rows import apply_reduce_grad, parse_rows, refuse_unreadable, rows_to_table
@@ -171,6 +171,9 @@ def csv_rows(text, source):
     a field over its size limit) is an error naming ``source``; trailing empty
     lines are dropped.
     """
+    if not isinstance(text, str):
+        raise InvalidScheduleError(f"{source}: the CSV must be text (str), not "
+                                   f"{shown_repr(text)}")
     if "\x00" in text:
         line = text[:text.index("\x00")].count("\n") + 1
         raise InvalidScheduleError(f"{source}: line {line} contains a NUL byte; "

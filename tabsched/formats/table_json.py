@@ -25,7 +25,7 @@ from tabsched.cells import cut, shown, shown_repr
 from tabsched.exceptions import InvalidScheduleError
 from tabsched.files import atomic_write, read_text
 from tabsched.formats.rows import apply_reduce_grad, parse_rows, refuse_unreadable, rows_to_table
-from tabsched.table import ScheduleTable
+from tabsched.table import ScheduleTable, metadata_text_problem
 
 __all__ = ["to_json", "from_json", "read_json", "write_json", "json_text", "JSON_FORMAT",
            "JSON_VERSION", "MAX_JSON_DEPTH"]
@@ -174,6 +174,9 @@ def _check_document(data, source):
                 fail("params", f"{shown(name)} must be a number, text, true/false, null or a "
                                f"list of them, not {shown_repr(value)}")
         metadata["params"] = params
+    problem = metadata_text_problem(family, params)
+    if problem:
+        raise InvalidScheduleError(f'{source}: "{problem[0]}": {problem[1]}')
     num_stages = data.get("num_stages")
     if num_stages is not None:
         if not _is_int(num_stages) or num_stages < 1:
@@ -236,6 +239,9 @@ def from_json(text: str, *, source: str = "<json>") -> ScheduleTable:
     lengths against the rows) and its rows are read by the same rules as a CSV
     file's (:func:`parse_rows`); every error names the key or the cell.
     """
+    if not isinstance(text, str):
+        raise InvalidScheduleError(f"{source}: the JSON must be text (str), not "
+                                   f"{shown_repr(text)}")
     data = _load_json(text, source)
     raw_rows, metadata = _check_document(data, source)
     texts = []

@@ -197,12 +197,13 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         if unknown:
             raise InvalidParameterError(f"prune names {unknown[0]!r}; the rules are "
                                         f"{', '.join(PRUNING_RULES)}")
-    recompute = tuple(recompute) if recompute is not None else RECOMPUTE_MODES
+    recompute = _choices("recompute", recompute) if recompute is not None else RECOMPUTE_MODES
     for mode in recompute:
         if mode not in RECOMPUTE_MODES:
             raise InvalidParameterError(f"recompute {mode!r} is not one of "
                                         f"{', '.join(RECOMPUTE_MODES)}")
-    zero_stages = tuple(zero_stages)
+    zero_stages = _choices("zero_stages", zero_stages)
+    sequence_parallel = _choices("sequence_parallel", sequence_parallel)
     for stage in zero_stages:
         if isinstance(stage, bool) or stage not in ZERO_STAGES:
             raise InvalidParameterError(f"zero stage {stage!r} is not a ZeRO stage: 0, 1, 2 "
@@ -338,3 +339,13 @@ def _nothing_fits(found, outcomes, budget, where):
     return (f"nothing fits the {limit} memory budget for {where}: the closest, "
             f"{closest.describe()}, {how} {format_quantity(need, 'B')} per device "
             f"({what}), {format_quantity(need - budget, 'B')} over")
+
+
+def _choices(name, values):
+    """``values`` as a tuple of choices: one text or number is a choice of one; anything else
+    that is no list (None, an object) is refused naming ``name``."""
+    if isinstance(values, (str, bool, int, float)):
+        return (values,)
+    if isinstance(values, (bytes, dict)) or not hasattr(values, "__iter__"):
+        raise InvalidParameterError(f"{name} must be a list of choices, not {values!r:.60}")
+    return tuple(values)

@@ -129,7 +129,7 @@ def resolve_stage_layers(family, num_stages, *, stage_layers=None, ratio=None, l
         if isinstance(layers, bool) or not isinstance(layers, int):
             try:
                 as_int = int(layers)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):   # OverflowError: int(inf)
                 raise InvalidParameterError(f"{family}: layers must be an integer, "
                                             f"not {layers!r}") from None
             if as_int != layers:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tabsched._memo import memo
+from tabsched.cells import shown_repr
 from tabsched.exceptions import InvalidParameterError, UnknownNameError
 from tabsched.schedules._layers import resolve_stage_layers
 
@@ -147,11 +148,12 @@ def _integer(family, name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             as_int = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):   # OverflowError: int(inf)
             raise InvalidParameterError(f"{family}: {name} must be an integer, "
-                                        f"not {value!r}") from None
+                                        f"not {shown_repr(value)}") from None
         if as_int != value:
-            raise InvalidParameterError(f"{family}: {name} must be an integer, not {value!r}")
+            raise InvalidParameterError(f"{family}: {name} must be an integer, "
+                                        f"not {shown_repr(value)}")
         value = as_int
     if value < minimum:
         raise InvalidParameterError(f"{family}: {name} must be >= {minimum}, not {value}")
@@ -288,6 +290,17 @@ def _resolved(name, params):
 MAX_OPS = 2 ** 28
 
 
+def _magnitude(count):
+    """``count`` as ``1.2e+31``, also past a float's range (``10^400``).
+
+    >>> _magnitude(12 * 10**30), _magnitude(10**400)
+    ('1.2e+31', '10^400')
+    """
+    if count < 10**300:
+        return f"{count:.2g}"
+    return f"10^{int(count.bit_length() * 0.30103)}"
+
+
 def _check_size(family, values):
     """Refuse, before building it, a table too large to lower or to hold in memory."""
     chunks = values.get("chunks") or (2 * values["waves"] if values.get("waves") else None)
@@ -298,9 +311,9 @@ def _check_size(family, values):
                                                                 "chunks", "waves")
                           if values.get(name) is not None)
         raise InvalidParameterError(
-            f"{family.name} at {sizes} would have up to {estimate:.2g} operations; tabsched "
-            f"builds tables of up to {MAX_OPS:.2g} (int32 ids, about 100 bytes per operation "
-            f"to evaluate)")
+            f"{family.name} at {sizes} would have up to {_magnitude(estimate)} operations; "
+            f"tabsched builds tables of up to {MAX_OPS:.2g} (int32 ids, about 100 bytes per "
+            f"operation to evaluate)")
 
 
 def describe_parameters(family):
