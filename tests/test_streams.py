@@ -48,7 +48,7 @@ def test_two_streams_never_shorten_when_a_segment_grows(first, second, data):
 
 def test_segments_merge_runs_of_one_class():
     assert segments([1.0, 2.0, 0.0, 3.0, 4.0], [False, False, True, True, False]) == [
-        (False, 3.0), (True, 3.0), (False, 4.0)]
+        (False, 3.0, 2.0), (True, 3.0, 3.0), (False, 4.0, 4.0)]
 
 
 def _moe():

@@ -158,6 +158,8 @@ def _placed_ring(collective, nbytes, group, system):
         return ring_time(collective, nbytes, group.size, *system.tier_link("node"))
     port, network_latency = system.tier_link("network")
     members = group.per_node
+    if collective == "all_to_all":
+        return _placed_all_to_all(nbytes, group, system)
     ports = members * system.nics_per_device            # the group's ports on each node
     if members == 1:
         return ring_time(collective, nbytes, group.size, port * ports, network_latency)
@@ -170,4 +172,36 @@ def _placed_ring(collective, nbytes, group, system):
     seconds_per_byte = steps / group.size * max(1.0 / (port * ports),
                                                 (members - 1) / members / nvlink)
     time = latency + np.asarray(nbytes, dtype=np.float64) * seconds_per_byte
+    return time if np.ndim(time) else float(time)
+
+
+def _placed_all_to_all(nbytes, group, system):
+    """An all-to-all of ``nbytes`` per member over a group that spans nodes.
+
+    NCCL has no ring for it: ``ncclAllToAll`` (and PyTorch's ``all_to_all_single``,
+    which Megatron-Core's all-to-all token dispatcher calls) post one send and one
+    receive of an ``nbytes / n`` block per peer in one group call, all in flight at
+    once. A member's ``n - k`` blocks for peers on other nodes leave through its own
+    share of the node's ports (``r`` ports of ``B``; every member of every group of the
+    dimension sends at once, so no member borrows another's NIC), its ``k - 1`` blocks
+    for peers on its node go over NVLink beside them; the slower of the two sets the time:
+
+        ``max((n-k)/n * nbytes / (r B), (k-1)/n * nbytes / B_nvlink)``
+
+    plus one network latency per other node and one NVLink latency per node-local peer.
+    Unlike a ring, whose traffic crosses a node boundary on all ``k r`` ports of the
+    group at once, an all-to-all across two nodes sends half of every member's bytes
+    over the network: the reason expert parallelism past a node is expensive (DeepSeek-
+    V3, section 3.2.2, limits each token to 4 nodes for it; DeepEP's README measures
+    43-58 GB/s per H800 GPU over 400 Gb/s InfiniBand against 150-160 GB/s over NVLink).
+    Inside one node this equals the ring's ``(n-1)/n * nbytes / B_nvlink``.
+    """
+    port, network_latency = system.tier_link("network")
+    nvlink, nvlink_latency = system.tier_link("node")
+    n, k = group.size, group.per_node
+    share = np.asarray(nbytes, dtype=np.float64) / n
+    off_node = share * (n - k) / (port * system.nics_per_device)
+    on_node = share * (k - 1) / nvlink
+    time = ((group.nodes - 1) * network_latency + (k - 1) * nvlink_latency
+            + np.maximum(off_node, on_node))
     return time if np.ndim(time) else float(time)

@@ -47,21 +47,29 @@ dense MLP; :mod:`tabsched.costs.kernels` has the rest)
     loss's pass over the scores: reads ``8*sn*E``, writes ``4*sn*E + 12*c``);
     ``permute`` (reads and writes ``d*c*h``); ``moe_dispatch`` (all-to-all over the
     expert group of ``d*R*h``, when ``e > 1``); ``moe_gather`` (all-gather over the
-    tensor group of ``d*G*h``, when ``t > 1``); ``experts_up`` (``2*G*h*kg*fe/t``),
+    tensor group of ``d*G*h``, when ``t > 1``); ``sort_chunks`` (with ``E_l > 1``:
+    the rows received, ordered by source rank, copied into local-expert order with
+    their fp32 routing weights, reads and writes ``d*G*h + 4*G``; the dispatcher's
+    "permutation 2", ``sort_chunks_by_idxs`` in ``dispatch_postprocess``);
+    ``experts_up`` (``2*G*h*kg*fe/t``),
     ``experts_activation``, ``experts_down`` (``2*G*fe*h/t``), each expert's weights
-    read once; ``moe_scatter`` (reduce-scatter, ``t > 1``); ``moe_combine``
+    read once; ``unsort_chunks`` (the inverse copy, ``combine_preprocess``, reads and
+    writes ``d*G*h``); ``moe_scatter`` (reduce-scatter, ``t > 1``); ``moe_combine``
     (all-to-all, ``e > 1``); ``unpermute`` (reads ``d*c*h`` and the weights, writes
     ``d*sn*h``); the shared experts as a dense MLP of width ``shared_experts * fe``
     (with its own all-gather and reduce-scatter under sequence parallelism);
     ``bias_dropout_add`` (reading the shared experts' output too).
     Input-grad: the same backwards (``moe_combine_bwd``, ``moe_scatter_bwd`` (an
-    all-gather), ``experts_down_dgrad``, ``experts_activation_bwd``,
-    ``experts_up_dgrad``, ``moe_gather_bwd`` (a reduce-scatter), ``moe_dispatch_bwd``,
+    all-gather), ``unsort_chunks_bwd``, ``experts_down_dgrad``, ``experts_activation_bwd``,
+    ``experts_up_dgrad``, ``sort_chunks_bwd``, ``moe_gather_bwd`` (a reduce-scatter),
+    ``moe_dispatch_bwd``,
     ``permute_bwd``, ``router_topk_bwd``, ``router_dgrad``); weight-grad: each
     expert's and the router's weight gradients.
     Left out: the router's tiny gradient all-reduce over the tensor ranks (the router is
-    replicated there), the token counts' small all-gather of the dispatcher, and the
-    index bookkeeping of the permutation (O(c) integers).
+    replicated there), the token counts' small all-gather of the dispatcher, the index
+    bookkeeping of the permutation (O(c) integers), and the host synchronisation the
+    dispatcher makes before each all-to-all to read the split sizes (one device-to-host
+    copy per forward: the GPU idles for the launch that follows it, microseconds).
 
 Parameters per MoE layer: the router ``h*E`` (replicated over the tensor ranks), the
 routed experts ``E * kg' * h * fe`` (``kg' = 3`` gated, else 2; split over the tensor
@@ -192,12 +200,16 @@ def moe_forward(x, norm_name, build):
         kernels.append(collective("moe_dispatch", "all_to_all", d * R * h, group="expert"))
     if t > 1:
         kernels.append(collective("moe_gather", "all_gather", d * G * h))
+    if local > 1:
+        kernels.append(vector("sort_chunks", d * G * h + 4 * G, d * G * h + 4 * G))
     kernels += [matrix("experts_up", 2 * G * h * kg * fe / t, d * local * h * kg * fe / t,
                        d * G * h, d * G * kg * fe / t, d,
                        [_grouped(local, G / local, kg * fe / t, h)]),
                 vector("experts_activation", d * G * kg * fe / t, d * G * fe / t),
                 matrix("experts_down", 2 * G * fe * h / t, d * local * fe * h / t,
                        d * G * fe / t, d * G * h, d, [_grouped(local, G / local, h, fe / t)])]
+    if local > 1:
+        kernels.append(vector("unsort_chunks", d * G * h, d * G * h))
     if t > 1:
         kernels.append(collective("moe_scatter", "reduce_scatter", d * G * h))
     if x["e"] > 1:
@@ -229,6 +241,8 @@ def moe_input_grad(x, norm_name, build):
         kernels.append(collective("moe_combine_bwd", "all_to_all", d * R * h, group="expert"))
     if t > 1:
         kernels.append(collective("moe_scatter_bwd", "all_gather", d * G * h))
+    if local > 1:
+        kernels.append(vector("unsort_chunks_bwd", d * G * h, d * G * h))
     kernels += [matrix("experts_down_dgrad", 2 * G * fe * h / t, d * local * fe * h / t,
                        d * G * h, d * G * fe / t, d, [_grouped(local, G / local, fe / t, h)]),
                 vector("experts_activation_bwd", d * G * fe / t + d * G * kg * fe / t,
@@ -236,6 +250,8 @@ def moe_input_grad(x, norm_name, build):
                 matrix("experts_up_dgrad", 2 * G * kg * fe * h / t,
                        d * local * h * kg * fe / t, d * G * kg * fe / t, d * G * h, d,
                        [_grouped(local, G / local, h, kg * fe / t)])]
+    if local > 1:
+        kernels.append(vector("sort_chunks_bwd", d * G * h, d * G * h))
     if t > 1:
         kernels.append(collective("moe_gather_bwd", "reduce_scatter", d * G * h))
     if x["e"] > 1:

@@ -28,9 +28,13 @@ The two operations' segments run on two streams, as the runtimes launch them:
   Lee et al.'s measured 0.189);
 * with one hardware queue (``CUDA_DEVICE_MAX_CONNECTIONS=1``,
   ``Execution.max_connections = 1``, which Megatron-LM sets for its tensor-parallel
-  overlap) kernels start in launch order: a segment starts only once every segment
-  launched before it has started, so a collective waiting for its operation's compute
-  holds back the other operation's compute launched after it.
+  overlap) kernels are dispatched in launch order, each once every kernel launched
+  before it has started: a segment starts only once every segment launched before it
+  has been dispatched whole, that is once its last kernel has started (a segment keeps
+  its last kernel's seconds for this). A collective launched after a run of compute
+  kernels therefore waits until that run's last kernel starts, and one waiting for its
+  own operation's compute holds back the other operation's compute launched after it.
+  With several queues (the default of 8, or Megatron's 32) the streams are independent.
 
 The cell lasts until both streams are done. A cell of one operation, or of operations
 without collectives, is its operations' sum (nothing to overlap); a schedule without
@@ -45,8 +49,9 @@ __all__ = ["segments", "two_streams", "cell_factors", "pair_factor"]
 
 
 def segments(seconds, communication):
-    """``[(is_communication, seconds), ...]``: consecutive kernels of one class merged
-    (``seconds`` and ``communication`` per kernel, in running order)."""
+    """``[(is_communication, seconds, last), ...]``: consecutive kernels of one class
+    merged (``seconds`` and ``communication`` per kernel, in running order); ``last`` is
+    the segment's last kernel's seconds (what a single hardware queue waits for)."""
     merged = []
     for value, comm in zip(np.asarray(seconds, dtype=np.float64).tolist(),
                            np.asarray(communication, dtype=bool).tolist()):
@@ -54,14 +59,24 @@ def segments(seconds, communication):
             continue
         if merged and merged[-1][0] == comm:
             merged[-1][1] += value
+            merged[-1][2] = value
         else:
-            merged.append([comm, value])
-    return [(comm, value) for comm, value in merged]
+            merged.append([comm, value, value])
+    return [(comm, value, last) for comm, value, last in merged]
+
+
+def _segment(segment):
+    """``(comm, seconds, last)`` of a segment given with or without its last kernel (a
+    pair is one kernel)."""
+    if len(segment) == 2:
+        return segment[0], segment[1], segment[1]
+    return segment[0], segment[1], min(segment[2], segment[1])
 
 
 def two_streams(first, second, slowdown, serial_launch=False):
     """Seconds of two operations' segments (``first``, ``second``: lists of
-    ``(is_communication, seconds)``) run on a compute and a communication stream (module
+    ``(is_communication, seconds)`` or ``(is_communication, seconds, last kernel's
+    seconds)``; a pair is one kernel) run on a compute and a communication stream (module
     docstring): launched alternately, each operation's in order, compute ``1 + slowdown``
     times slower beside a collective; ``serial_launch``: one hardware queue.
 
@@ -73,7 +88,13 @@ def two_streams(first, second, slowdown, serial_launch=False):
     5.333333
     >>> two_streams([(True, 1.0), (False, 2.0)], [(False, 2.0), (True, 1.0)], 0.0)
     4.0
+    >>> two_streams([(False, 2.0, 0.5), (True, 1.0)], [(True, 1.0)], 0.0)     # two queues
+    3.0
+    >>> two_streams([(False, 2.0, 0.5), (True, 1.0)], [(True, 1.0)], 0.0, True)  # waits 1.5
+    3.5
     """
+    first = [_segment(segment) for segment in first]
+    second = [_segment(segment) for segment in second]
     launch = []
     for index in range(max(len(first), len(second))):
         for op, chain in ((0, first), (1, second)):
@@ -81,11 +102,16 @@ def two_streams(first, second, slowdown, serial_launch=False):
                 launch.append((op, index))
     chains = (first, second)
     done = [0, 0]                 # segments of each operation finished
-    started = 0                   # launched segments started, in launch order (serial)
-    running = {False: None, True: None}     # stream -> [launch position, work left]
+    dispatched = 0                # launched segments dispatched whole, in order (serial)
+    running = {False: None, True: None}     # stream -> [launch position, work left, last]
     begun = [False] * len(launch)
+    whole = [False] * len(launch)           # begun, and its last kernel has started
     now = 0.0
     rate_slow = 1.0 / (1.0 + slowdown)
+
+    def tolerance():
+        return 1e-12 * max(1.0, now)
+
     while True:
         changed = True
         while changed:          # a start may free the other stream's next launch
@@ -96,14 +122,15 @@ def two_streams(first, second, slowdown, serial_launch=False):
                 for position, (op, index) in enumerate(launch):
                     if begun[position]:
                         continue
-                    if serial_launch and position != started:
+                    if serial_launch and position != dispatched:
                         break
-                    comm, seconds = chains[op][index]
+                    comm, seconds, last = chains[op][index]
                     if comm == stream and done[op] == index:
-                        running[stream] = [position, seconds]
+                        running[stream] = [position, seconds, last]
                         begun[position] = changed = True
-                        while started < len(launch) and begun[started]:
-                            started += 1
+                        whole[position] = seconds - last <= tolerance()
+                        while dispatched < len(launch) and whole[dispatched]:
+                            dispatched += 1
                         break
                     if serial_launch:
                         break
@@ -112,11 +139,21 @@ def two_streams(first, second, slowdown, serial_launch=False):
             return now
         rate = {False: rate_slow if running[True] is not None else 1.0, True: 1.0}
         step = min(running[stream][1] / rate[stream] for stream in active)
+        if serial_launch:       # the next event may be a segment's last kernel starting
+            for stream in active:
+                position, left, last = running[stream]
+                if not whole[position]:
+                    step = min(step, (left - last) / rate[stream])
         now += step
         for stream in active:
             running[stream][1] -= step * rate[stream]
-            if running[stream][1] <= 1e-15 * max(1.0, now):
-                op = launch[running[stream][0]][0]
+            position, left, last = running[stream]
+            if not whole[position] and left - last <= tolerance():
+                whole[position] = True
+                while dispatched < len(launch) and whole[dispatched]:
+                    dispatched += 1
+            if left <= 1e-15 * max(1.0, now):
+                op = launch[position][0]
                 done[op] += 1
                 running[stream] = None
 
@@ -158,7 +195,7 @@ def pair_factor(costs, table):
     together = total = 0.0
     for stage in range(len(layers)):
         forward, backward = chains.chain(FORWARD, stage, 0), chains.chain(BACKWARD, stage, 0)
-        both = sum(value for _, value in forward) + sum(value for _, value in backward)
+        both = sum(segment[1] for segment in forward + backward)
         together += two_streams(forward, backward, chains.slowdown, chains.serial)
         total += both
     return together / total if total > 0 else 1.0
@@ -200,5 +237,5 @@ class _Chains:
     def factor(self, key_a, key_b):
         """The two streams' time of two operations over their sum."""
         a, b = self.chain(*key_a), self.chain(*key_b)
-        total = sum(value for _, value in a) + sum(value for _, value in b)
+        total = sum(segment[1] for segment in a + b)
         return two_streams(a, b, self.slowdown, self.serial) / total if total > 0 else 1.0

@@ -17,6 +17,15 @@ the same table with the chunk mirrored (``v-1-c``). The device runs
 
 Megatron accepts ``p <= g <= N`` and a last group that is empty or holds at
 least ``p`` microbatches (``N % g == 0`` or ``N % g >= p``); so do we.
+
+``pairs="fused"`` is Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``
+with ``--delay-wgrad-compute``; ``combined_1f1b_schedule_for_interleaved_pipelining`` in
+``megatron/core/pipeline_parallel/combined_1f1b.py``): the warm-up runs one forward more
+(``get_pp_rank_microbatches``: "we schedule one extra micro-batch forward step before the
+1f1b stages. This is needed to ensure the forward and backward computations are
+independent in all 1f1b steps"), and each steady step's forward and backward run as one
+overlapped cell, layer by layer, the all-to-alls of one hidden behind the other's compute
+(timed by :mod:`tabsched.costs.streams`, as DualPipe's pairs are).
 PyTorch's ``ScheduleInterleaved1F1B`` groups differently (rounds of
 ``max(1, N // p)``, requiring ``N`` to be a multiple of the round count);
 where it accepts a size, its order is this module's with
@@ -79,26 +88,44 @@ def check(devices, microbatches, chunks, group_size):
             f"{', '.join(map(str, valid))})")
 
 
-def validate(devices, microbatches, chunks=2, group_size=None):
+#: How a steady step's forward and backward run: one after the other, or as one
+#: overlapped cell (Megatron-Core's combined 1F1B).
+PAIRS = ("serial", "fused")
+
+
+def _fused(pairs):
+    if pairs not in PAIRS:
+        raise InvalidParameterError(f"{NAME}: pairs must be one of {', '.join(PAIRS)}, "
+                                    f"not {pairs!r}")
+    return pairs == "fused"
+
+
+def validate(devices, microbatches, chunks=2, group_size=None, pairs="serial"):
     """Raise where :func:`build` would (Megatron's checks); the table's stage count."""
     check(devices, microbatches, chunks, devices if group_size is None else group_size)
+    _fused(pairs)
     return devices * chunks
 
 
-def build(devices, microbatches, chunks=2, group_size=None):
+def build(devices, microbatches, chunks=2, group_size=None, pairs="serial"):
     p, n, v = devices, microbatches, chunks
     g = p if group_size is None else group_size
     check(p, n, v, g)
+    fused = _fused(pairs)
     table_mb, table_chunk = schedule_table(n, v, g)
     total = v * n
     columns = ([], [], [], [], [])
     for r in range(p):
         w = warmup_forwards(p, n, v, g, r)
+        if fused:
+            w = min(total, w + 1)       # combined 1F1B: one more warm-up forward
         steady = total - w
-        # Position of forward j and backward j in the device's order.
-        forward_at = np.concatenate([np.arange(w), w + 2 * np.arange(steady)])
-        backward_at = np.concatenate([w + 2 * np.arange(steady) + 1,
-                                      w + 2 * steady + np.arange(w)])
+        # Position of forward j and backward j in the device's order (a fused pair shares
+        # one position: one cell)
+        step = 1 if fused else 2
+        forward_at = np.concatenate([np.arange(w), w + step * np.arange(steady)])
+        backward_at = np.concatenate([w + step * np.arange(steady) + (step - 1),
+                                      w + step * steady + np.arange(w)])
         values = (np.full(2 * total, r),
                   np.concatenate([forward_at, backward_at]),
                   np.repeat([FORWARD, BACKWARD], total),
@@ -108,7 +135,7 @@ def build(devices, microbatches, chunks=2, group_size=None):
             column.append(value)
     return table_from_columns(columns, p, num_stages=v * p, num_microbatches=n, family=NAME,
                               params={"devices": p, "microbatches": n, "chunks": v,
-                                      "group_size": g})
+                                      "group_size": g, **({"pairs": pairs} if fused else {})})
 
 
 FAMILY = register(Family(
@@ -124,7 +151,12 @@ FAMILY = register(Family(
                 Parameter("group_size", None,
                           "microbatches per chunk before switching chunk (Megatron's "
                           "microbatch_group_size_per_vp_stage); default: devices",
-                          optional=True)),
+                          optional=True),
+                Parameter("pairs", "serial",
+                          "serial: a steady step runs its forward, then its backward; fused: "
+                          "Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): "
+                          "one more warm-up forward, then each forward+backward pair is one "
+                          "overlapped cell, timed on two streams")),
     constraints="chunks >= 2; devices <= group_size <= microbatches; microbatches % "
                 "group_size is 0 or >= devices (Megatron's checks)",
     notes="device r holds up to 2(p-r-1)+(v-1)g+1 chunk activations (11,9,7,5 at p=4, v=2, "
