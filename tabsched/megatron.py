@@ -17,8 +17,9 @@ schedules, chosen by its arguments rather than by a table:
 :func:`megatron_arguments` derives ``P``, ``V`` and the layer split from the table,
 builds Megatron-LM's own order for every group size it accepts, and returns the
 arguments when one of them is the table's order, operation for operation. Otherwise it
-raises ``InvalidScheduleError`` saying why: split backwards (I/W) and fused cells have no
-Megatron-LM schedule, a stage must live on exactly one rank in Megatron's placement, and
+raises ``InvalidScheduleError`` saying why: split backwards (I/W) have no Megatron-LM
+schedule, fused forward+backward cells only as Megatron-Core's combined 1F1B (interleaved,
+``--overlap-moe-expert-parallel-comm``), a stage must live on exactly one rank in Megatron's placement, and
 the first operation where the orders part is named.
 
 Layers: an even split is ``--num-layers`` (and ``--num-layers-per-virtual-pipeline-stage``
@@ -34,6 +35,10 @@ parallelism, sequence parallelism, recomputation, the distributed optimizer,
 FlashAttention, the overlapped gradient reduction); ``megatron_arguments(...,
 execution=...)`` adds them.
 
+:func:`megatron_flops` counts an iteration's FLOPs as Megatron-LM does for the
+"throughput per GPU (TFLOP/s/GPU)" it logs, so that tabsched's time and a Megatron-LM
+log compare on the same count.
+
 >>> from tabsched.schedules import generate
 >>> launch = megatron_arguments(generate("interleaved-1f1b", devices=4, microbatches=8,
 ...                                      chunks=2, layers=32))
@@ -48,7 +53,8 @@ import numpy as np
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 from tabsched.table import BACKWARD, FORWARD, KINDS
 
-__all__ = ["MegatronLaunch", "megatron_arguments", "megatron_orders", "execution_arguments"]
+__all__ = ["MegatronLaunch", "megatron_arguments", "megatron_orders", "megatron_cells",
+           "execution_arguments", "megatron_flops"]
 
 
 @dataclass(frozen=True)
@@ -75,13 +81,29 @@ class MegatronLaunch:
                 "notes": list(self.notes)}
 
 
-def megatron_orders(devices, microbatches, chunks=1, group_size=None):
+def megatron_orders(devices, microbatches, chunks=1, group_size=None, combined=False):
     """Megatron-LM's per-rank order: ``orders[r]`` lists ``(kind, stage, microbatch)``.
 
     ``kind`` is ``"F"`` or ``"B"``; stage ``c * devices + r`` is chunk ``c`` of rank ``r``.
+    ``combined``: Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``,
+    interleaved only), whose warm-up runs one forward more; each steady forward and the
+    backward after it then run as one step (:func:`megatron_cells`).
 
     >>> [f"{s}{k}{m}" for k, s, m in megatron_orders(2, 3)[0]]
     ['0F0', '0F1', '0B0', '0F2', '0B1', '0B2']
+    """
+    return [[op for cell in cells for op in cell]
+            for cells in megatron_cells(devices, microbatches, chunks, group_size, combined)]
+
+
+def megatron_cells(devices, microbatches, chunks=1, group_size=None, combined=False):
+    """Megatron-LM's per-rank steps: ``cells[r]`` lists tuples of the operations one step
+    runs, one each, or a steady step's forward and backward together with ``combined``
+    (``get_pp_rank_microbatches`` adds the warm-up forward: "This is needed to ensure the
+    forward and backward computations are independent in all 1f1b steps").
+
+    >>> [len(step) for step in megatron_cells(2, 4, 2, combined=True)[1]][:6]
+    [1, 1, 1, 2, 2, 2]
     """
     P, M, V = devices, microbatches, chunks
     G = P if group_size is None else group_size
@@ -96,26 +118,38 @@ def megatron_orders(devices, microbatches, chunks=1, group_size=None):
     orders = []
     for rank in range(P):
         warmup = P - rank - 1 if V == 1 else 2 * (P - rank - 1) + (V - 1) * G
-        warmup = min(warmup, total)
+        warmup = min(warmup + (1 if combined and V > 1 else 0), total)
         forwards = [("F", c * P + rank, m) for m, c in table]
         backwards = [("B", (V - 1 - c) * P + rank, m) for m, c in table]
-        order = forwards[:warmup]
+        order = [(op,) for op in forwards[:warmup]]
         for k in range(total - warmup):
-            order.append(forwards[warmup + k])
-            order.append(backwards[k])
-        order.extend(backwards[total - warmup:])
+            pair = (forwards[warmup + k], backwards[k])
+            order += [pair] if combined and V > 1 else [(op,) for op in pair]
+        order.extend((op,) for op in backwards[total - warmup:])
         orders.append(order)
     return orders
 
 
 def _table_orders(table):
     """The table's per-device order as ``(kind, stage, microbatch)`` tuples."""
-    orders = [[] for _ in range(table.num_devices)]
-    for device, kind, stage, microbatch in zip(table.device.tolist(), table.kind.tolist(),
-                                               table.stage.tolist(),
-                                               table.microbatch.tolist()):
-        orders[device].append((KINDS[kind], stage, microbatch))
-    return orders
+    return [[op for cell in cells for op in cell] for cells in _table_cells(table)]
+
+
+def _table_cells(table):
+    """The table's per-device cells, each a tuple of ``(kind, stage, microbatch)`` in
+    the order :func:`megatron_cells` gives a combined step (forward first)."""
+    cells = [[] for _ in range(table.num_devices)]
+    starts = table.cell_starts().tolist() if len(table) else []
+    for device, kind, stage, microbatch, start in zip(
+            table.device.tolist(), table.kind.tolist(), table.stage.tolist(),
+            table.microbatch.tolist(), starts):
+        op = (KINDS[kind], stage, microbatch)
+        if start:
+            cells[device].append([op])
+        else:
+            cells[device][-1].append(op)
+    return [[tuple(sorted(cell, key=lambda op: op[0] != "F")) for cell in device]
+            for device in cells]
 
 
 def _first_difference(mine, theirs):
@@ -129,8 +163,10 @@ def _first_difference(mine, theirs):
     return None
 
 
-def _text(op):
-    return "nothing" if op is None else f"{op[1]}{op[0]}{op[2]}"
+def _text(cell):
+    if cell is None:
+        return "nothing"
+    return "+".join(f"{op[1]}{op[0]}{op[2]}" for op in cell)
 
 
 def _refusal(reason):
@@ -143,9 +179,7 @@ def _check_structure(table):
     if kinds - {FORWARD, BACKWARD}:
         raise _refusal("it splits backwards into input-grad (I) and weight-grad (W) "
                        "operations; Megatron-LM's schedules run each backward whole (B)")
-    if len(table) and not np.all(table.cell_starts()):
-        raise _refusal("it fuses a forward and a backward into one cell (DualPipe's "
-                       "OVERLAP_F_B); Megatron-LM runs one operation at a time")
+    fused = bool(len(table)) and not np.all(table.cell_starts())
     sizes = table.microbatch_sizes
     if any(size != sizes[0] for size in sizes):
         raise _refusal("its microbatches differ in size; Megatron-LM's --micro-batch-size "
@@ -167,7 +201,11 @@ def _check_structure(table):
                            f"model chunk {stage} on rank {stage % P} (stage mod "
                            f"{P}, the looped placement; V-shaped placements such as "
                            f"ZB-V's are not among its schedules)")
-    return P, S // P
+    if fused and S == P:
+        raise _refusal("it fuses a forward and a backward into one cell; Megatron-LM "
+                       "runs fused pairs only as its combined 1F1B, which needs virtual "
+                       "stages (interleaved-1f1b pairs=fused)")
+    return P, S // P, fused
 
 
 def _layer_arguments(table, V, num_layers):
@@ -281,9 +319,9 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
                         ("data_parallel", data_parallel)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InvalidParameterError(f"{name} must be a positive integer, not {value!r}")
-    P, V = _check_structure(table)
+    P, V, fused = _check_structure(table)
     M = table.num_microbatches
-    mine = _table_orders(table)
+    mine = _table_cells(table)
     if V == 1:
         candidates = [None]
         schedule = "forward_backward_pipelining_without_interleaving (1F1B)"
@@ -292,10 +330,12 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
             raise _refusal(f"with virtual stages Megatron-LM needs at least as many "
                            f"microbatches as ranks ({M} < {P})")
         candidates = [G for G in range(P, M + 1) if M % G == 0 or M % G >= P]
-        schedule = "forward_backward_pipelining_with_interleaving (interleaved 1F1B)"
+        schedule = ("combined_1f1b_schedule_for_interleaved_pipelining (combined 1F1B)"
+                    if fused else
+                    "forward_backward_pipelining_with_interleaving (interleaved 1F1B)")
     first_difference = None
     for group_size in candidates:
-        difference = _first_difference(mine, megatron_orders(P, M, V, group_size))
+        difference = _first_difference(mine, megatron_cells(P, M, V, group_size, fused))
         if difference is None:
             arguments = [("--pipeline-model-parallel-size", P)]
             layer_arguments, notes = _layer_arguments(table, V, num_layers)
@@ -309,6 +349,16 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
                                   group_size))
             arguments += [("--micro-batch-size", int(micro_batch_size)),
                           ("--global-batch-size", int(M * micro_batch_size * data_parallel))]
+            if fused:
+                # the pairs' all-to-alls hidden layer by layer, the weight gradients held
+                # back to fill them (Megatron-Core requires both together, expert
+                # parallelism and CUDA_DEVICE_MAX_CONNECTIONS > 1 to overlap at all)
+                arguments += [("--overlap-moe-expert-parallel-comm", None),
+                              ("--delay-wgrad-compute", None)]
+                notes = notes + ["set CUDA_DEVICE_MAX_CONNECTIONS above 1 (with 1 the pairs' "
+                                 "all-to-alls queue behind their compute); Megatron-Core "
+                                 "refuses full recomputation with this overlap outside "
+                                 "NVIDIA/Megatron-LM#6311's branch"]
             if execution is None:
                 notes = notes + ["add your model's arguments, --tensor-model-parallel-size "
                                  "and the data-parallel world size; Megatron-LM infers the "
@@ -329,3 +379,76 @@ def megatron_arguments(table, *, micro_batch_size=1, data_parallel=1, num_layers
     raise _refusal(f"its order is not Megatron-LM's {schedule.split(' (')[1][:-1]} "
                    f"({shape}, {M} microbatches): device {device}, position {position} runs "
                    f"{_text(table_op)} where Megatron-LM runs {_text(megatron_op)}")
+
+
+def megatron_flops(model, global_batch, *, tensor_parallel=1, vocab_divisible_by=128):
+    """FLOPs of one iteration as Megatron-LM counts them for its logged TFLOP/s/GPU.
+
+    Megatron-LM's ``num_floating_point_operations`` (``megatron/training/training.py``,
+    the BSHD case, every sample ``sequence`` tokens long) counts each GEMM three times
+    (forward, data and weight gradient) at two FLOPs per multiply-add, so ``6 x`` the
+    multiply-adds per token of:
+
+    * attention projections, per layer: ``h (q + 2 kv) + q h`` with ``q`` the query
+      width, ``kv`` the key and value width of grouped-query attention; multi-head latent
+      attention: ``r_q (h + n (d_nope + d_rope) + 1) + r_kv (h + n (d_nope + d_v) + 1)
+      + h d_rope + n d_v h`` (``h n (d_nope + d_rope)`` without a query low rank);
+    * core attention, per layer and token, ``s q`` over the causal half (``QK^T`` and
+      ``PV``: ``s (n (d_nope + d_rope) + n d_v) / 2`` for MLA);
+    * the MLP ``h f k'`` (``k' = 3`` gated, else 2) of each dense layer, and of each MoE
+      layer ``h f_e k' (top_k + shared)``;
+    * multi-token prediction, per module, a layer (MoE where the model's last layer is)
+      plus ``3 h + 2 h^2`` (its norms and projection) and one more logit head;
+    * the logits ``h V`` per head, ``V`` padded to a multiple of ``vocab_divisible_by x
+      tensor_parallel`` (``--make-vocab-size-divisible-by``, default 128).
+
+    Only what runs differs from tabsched's own ``model_flops`` count: attention over the
+    causal half of ``s x s`` (tabsched's counts the whole square, as its kernels price
+    it), no norms, no router. Divide by the iteration's seconds and the GPUs for Megatron-
+    LM's TFLOP/s/GPU.
+
+    >>> from tabsched.costs.transformer import load_model
+    >>> f"{megatron_flops(load_model('deepseek-v3-14l'), 256):.4e}"
+    '3.5664e+16'
+    """
+    from tabsched.costs.transformer import load_model
+
+    model = load_model(model)
+    for name, value in (("global_batch", global_batch), ("tensor_parallel", tensor_parallel),
+                        ("vocab_divisible_by", vocab_divisible_by)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidParameterError(f"{name} must be a positive integer, not {value!r}")
+    h, n, s, L = model.hidden, model.heads, model.sequence, model.layers
+    mtp = int(getattr(model, "mtp_layers", 0) or 0)
+    layers = L + mtp
+    if getattr(model, "kv_lora_rank", None):
+        nope, rope = model.qk_nope_head_dim, model.qk_rope_head_dim
+        v = model.v_head_dim
+        q_lora = getattr(model, "q_lora_rank", None)
+        q_term = (q_lora * (h + n * (nope + rope) + 1) if q_lora
+                  else h * n * (nope + rope))
+        projections = (q_term + model.kv_lora_rank * (h + n * (nope + v) + 1)
+                       + h * rope + n * v * h)
+        core = (n * (nope + rope) + n * v) / 2
+    else:
+        width = getattr(model, "head_dim", None) or h // n
+        q, kv = width * n, width * model.kv_heads
+        projections = h * (q + 2 * kv) + q * h
+        core = q
+    gate = 3 if model.gated_ffn else 2
+    experts = int(getattr(model, "experts", 0) or 0)
+    dense = min(int(getattr(model, "dense_layers", 0) or 0), L) if experts else L
+    moe = L - dense
+    if mtp:
+        if experts and moe > 0:
+            moe += mtp
+        else:
+            dense += mtp
+    mlp = h * gate * model.ffn * dense
+    if experts:
+        mlp += h * gate * model.expert_ffn * (model.top_k + model.shared_experts) * moe
+    step = vocab_divisible_by * tensor_parallel
+    vocab = -(-model.vocab // step) * step
+    per_token = 6 * (mlp + projections * layers + mtp * (3 * h + 2 * h * h)
+                     + h * vocab * (mtp + 1))
+    return float(global_batch * s * (per_token + 6 * s * core * layers))

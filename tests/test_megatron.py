@@ -191,3 +191,21 @@ def test_lighter_first_and_last_stages_are_megatrons_own_flags(layers, flags):
 def test_an_uneven_middle_is_still_a_layout():
     table = generate("1f1b", devices=4, microbatches=8, stage_layers=(8, 8, 9, 7))
     assert "--pipeline-model-parallel-layout" in dict(megatron_arguments(table).arguments)
+
+
+def test_megatron_flops_is_narayanan_et_al_closed_form_for_gpt():
+    """A GPT (multi-head attention, a 4h MLP, no experts) gives Narayanan et al. 2021's
+    count, eq. (3), taken at three GEMM passes instead of their four (they count full
+    recomputation): ``72 B s L h^2 (1 + s/(12 h) + V/(12 L h))``, V padded to 128 x t."""
+    from tabsched.costs.transformer import TransformerModel
+    from tabsched.megatron import megatron_flops
+
+    model = TransformerModel(layers=24, hidden=2048, heads=16, sequence=2048, vocab=50257,
+                             ffn=8192)
+    B, s, L, h = 64, 2048, 24, 2048
+    for t in (1, 2, 8):
+        V = -(-50257 // (128 * t)) * 128 * t
+        closed = 72 * B * s * L * h * h * (1 + s / (12 * h) + V / (12 * L * h))
+        assert megatron_flops(model, B, tensor_parallel=t) == pytest.approx(closed, rel=1e-12)
+    with pytest.raises(InvalidParameterError, match="global_batch must be a positive integer"):
+        megatron_flops(model, 0)
