@@ -336,12 +336,15 @@ def _interleaved_one_f_one_b(params, times):
     ``(p-1)/(v*m)`` of the ideal time, so ``(p-1)/(v*N+p-1)`` of the makespan.
     Peak: device ``r`` runs ``min(v*N, 2(p-r-1) + (v-1)g)`` warm-up forwards
     (Megatron's ``get_pp_rank_microbatches``) and holds one more in the steady
-    state, so ``min(v*N, 2(p-r-1) + (v-1)g + 1)`` chunk activations.
+    state, so ``min(v*N, 2(p-r-1) + (v-1)g + 1)`` chunk activations; the combined 1F1B
+    (``pairs="fused"``) one warm-up forward more, and so one activation more (the bubble
+    is the same: a pair takes what its two operations take under slot costs).
     """
     p, m, v = params["devices"], params["microbatches"], params["chunks"]
     g = params.get("group_size", p)
+    extra = 1 if params.get("pairs") == "fused" else 0
     return {"bubble_ratio": (p - 1) / (v * m + p - 1),
-            "peak_activation": [min(v * m, 2 * (p - d - 1) + (v - 1) * g + 1)
+            "peak_activation": [min(v * m, 2 * (p - d - 1) + (v - 1) * g + 1 + extra)
                                 for d in range(p)],
             "activation_unit": "stage activations of one microbatch",
             "source": "Narayanan et al., Efficient Large-Scale Language Model Training on GPU "

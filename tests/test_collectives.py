@@ -86,7 +86,10 @@ def placed(draw):
     return system, group
 
 
-@given(placed(), st.sampled_from(sorted(COLLECTIVES)),
+RINGS = sorted(set(COLLECTIVES) - {"all_to_all"})
+
+
+@given(placed(), st.sampled_from(RINGS),
        st.lists(st.floats(0, 1e11), min_size=2, max_size=6))
 def test_a_collective_across_nodes_keeps_its_bounds(placement, collective, sizes):
     """Time grows with bytes; the bandwidth part is never below today's one port per
@@ -110,7 +113,7 @@ def test_a_collective_across_nodes_keeps_its_bounds(placement, collective, sizes
     assert group_time(collective, float(sizes[-1]), group, system) == pytest.approx(times[-1])
 
 
-@given(placed(), st.sampled_from(sorted(COLLECTIVES)))
+@given(placed(), st.sampled_from(RINGS))
 def test_the_latency_counts_the_steps_that_cross_nodes(placement, collective):
     """An empty message costs NCCL's ring latency (tuning.cc): the steps between nodes at
     the network's latency, the others at NVLink's."""
@@ -162,3 +165,41 @@ def test_the_dgx_presets_have_a_port_per_gpu():
         system = load_system(name)
         assert (system.nics_per_node, system.inter_node_bandwidth) == (8, port)
         assert system.summary()["nics_per_node"] == 8
+
+
+@given(placed(), st.lists(st.floats(0, 1e11), min_size=2, max_size=6))
+def test_an_all_to_all_across_nodes_sends_each_members_off_node_blocks_on_its_own_ports(
+        placement, sizes):
+    """NCCL's all-to-all is one block per peer, all in flight: a member's ``n - k``
+    blocks for other nodes leave on its own ``r`` ports, its ``k - 1`` node-local ones on
+    NVLink, the slower sets the time; one latency per other node and per local peer;
+    more bytes never take less time."""
+    system, group = placement
+    n, k = group.size, group.per_node
+    sizes = np.sort(np.array(sizes))
+    times = group_time("all_to_all", sizes, group, system)
+    assert np.all(np.diff(times) >= 0)
+    port, network_latency = system.tier_link("network")
+    nvlink, nvlink_latency = system.tier_link("node")
+    latency = (group.nodes - 1) * network_latency + (k - 1) * nvlink_latency
+    assert group_time("all_to_all", 0.0, group, system) == pytest.approx(latency, abs=1e-15)
+    off = sizes * (n - k) / n / (port * system.nics_per_device)
+    local = sizes * (k - 1) / n / nvlink
+    assert times == pytest.approx(latency + np.maximum(off, local), rel=1e-12, abs=1e-15)
+    # the network part is the members' own ports: more ports per GPU, never slower
+    wider = system.replace(nics_per_node=round(2 * system.devices_per_node
+                                               * system.nics_per_device))
+    assert np.all(group_time("all_to_all", sizes, group, wider) <= times * (1 + 1e-12))
+
+
+def test_an_all_to_all_inside_a_node_is_the_ring_formula():
+    system = load_system("dgx-h100")
+    inside = GroupSpan("expert", 8, 1, 8, 1)
+    port, latency = system.tier_link("node")
+    assert group_time("all_to_all", 1e8, inside, system) == pytest.approx(
+        ring_time("all_to_all", 1e8, 8, port, latency), rel=1e-12)
+    across = GroupSpan("expert", 16, 1, 8, 2)
+    # half of every member's bytes leave the node, on its own port
+    network, _ = system.tier_link("network")
+    assert group_time("all_to_all", 1e8, across, system) > 0.5 * 1e8 / (
+        network * system.nics_per_device)

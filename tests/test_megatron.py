@@ -142,6 +142,14 @@ def test_cli_prints_arguments_and_json(cli):
     assert data["command_line"].startswith("--pipeline-model-parallel-size 2")
 
 
+def test_cli_prints_a_flag_without_value_alone(cli):
+    code, out, err = cli("megatron", "interleaved-1f1b", "-p", "4", "-m", "8", "-v", "2",
+                         "--param", "pairs=fused")
+    assert code == 0 and "None" not in out, out
+    assert out.rstrip().endswith("--overlap-moe-expert-parallel-comm \\\n--delay-wgrad-compute")
+    assert "combined 1F1B" in err
+
+
 def test_cli_refusal_is_one_line(cli):
     code, out, err = cli("megatron", "zb-h1", "-p", "4", "-m", "8")
     assert code == 1 and out == "" and err.count("\n") == 1

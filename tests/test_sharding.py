@@ -13,7 +13,7 @@ from tabsched.costs.system import load_system
 from tabsched.lower import lower
 from tabsched.nodes import CELL, OPTIMIZER, REDUCE_GRAD, RESHARD, TRANSFER, UNSHARD
 from tabsched.sharding import gathered_at_once
-from tabsched.table import BACKWARD, FORWARD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, WEIGHT_GRAD
 
 SHARDING = st.tuples(st.sampled_from([2, 3]), st.booleans(), st.integers(0, 3))
 

@@ -229,7 +229,7 @@ def test_summaries_carry_the_results_period():
 
 
 def test_sweep_rows_have_the_period_as_a_last_column():
-    from tabsched.sweeps import COLUMNS, read_sweep_csv, rows_to_csv, sweep
+    from tabsched.sweeps import COLUMNS, sweep
     # the execution fields added since the columns' order was set, then the period
     period = COLUMNS.index("simulation_steady_period_s")
     assert COLUMNS[period - 4:period + 1] == ("p2p", "post_validation", "reshard_after_forward",

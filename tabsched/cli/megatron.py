@@ -35,7 +35,8 @@ def megatron_command(schedule, schedule_params, microbatch_size, data_parallel, 
     if as_json:
         echo_json(launch.to_dict())
         return
-    click.echo(" \\\n".join(f"{flag} {value}" for flag, value in launch.arguments))
+    click.echo(" \\\n".join(flag if value is None else f"{flag} {value}"
+                           for flag, value in launch.arguments))
     click.echo(f"# runs {launch.schedule}", err=True)
     for note in launch.notes:
         click.echo(f"# note: {note}", err=True)
