@@ -15,7 +15,7 @@ from tabsched.formulas import formula_for
 from tabsched.io import to_csv
 from tabsched.schedules import get_family
 from tabsched.schedules.interleaved import schedule_table
-from tabsched.table import FORWARD
+from tabsched.table import BACKWARD, FORWARD
 
 RATIOS = st.sampled_from([(1, 1), (1, 2), (1, 3), (2, 1), (1, 1.5)])
 
@@ -95,6 +95,29 @@ def test_interleaved_properties(size, ratio):
     result = evaluate(table, UnitCosts(f=forward, b=backward))
     assert result.bubble_ratio == pytest.approx(formula["bubble_ratio"], abs=1e-12)
     assert formula["bubble_ratio"] == pytest.approx((p - 1) / (v * n + p - 1))
+
+
+@given(interleaved_sizes(), RATIOS)
+def test_combined_1f1b_properties(size, ratio):
+    """pairs=fused (Megatron-Core's combined 1F1B): a valid table whose steady cells pair
+    a forward with a backward of another microbatch, one activation more than the serial
+    schedule on every device that reaches its steady state, and the same formulas."""
+    p, v, n, g = size
+    table = generate("interleaved-1f1b", devices=p, microbatches=n, chunks=v, group_size=g,
+                     pairs="fused")
+    unit = assert_table_basics(table, p, v * p, n, lambda stage: stage % p)
+    formula = formula_for(table)
+    assert [d.peak_memory for d in unit.devices] == formula["peak_activation"]
+    first = table.cell_starts()
+    for op in np.flatnonzero(~first):
+        assert {int(table.kind[op - 1]), int(table.kind[op])} == {FORWARD, BACKWARD}
+    forward, backward = ratio
+    result = evaluate(table, UnitCosts(f=forward, b=backward))
+    serial = evaluate(generate("interleaved-1f1b", devices=p, microbatches=n, chunks=v,
+                               group_size=g), UnitCosts(f=forward, b=backward))
+    assert result.makespan >= serial.makespan - 1e-9
+    # a pair costs its two operations under slot costs: the bubble is the serial one's
+    assert result.bubble_ratio == pytest.approx(formula["bubble_ratio"], abs=1e-12)
 
 
 @pytest.mark.parametrize("params,message", [
