@@ -59,6 +59,21 @@ def test_summary_agrees_with_run(seed, contention, method):
         np.testing.assert_array_equal(last[:, d], end[:, mine].max(axis=1))
 
 
+@given(seed=st.integers(0, 2**32 - 1), samples=st.sampled_from([1, 2, 33, 65]),
+       integer=st.booleans())
+def test_one_sample_pass_equals_the_blocked_pass(seed, samples, integer):
+    """A lone sample (a nominal run, or the last of 33) takes the scalar path: the same
+    numbers, to the bit, as the same sample carried in a block beside others."""
+    table = random_table(seed)
+    lowered = lower(table, contention="none", optimizer=True)
+    durations = random_durations(lowered, seed, samples=samples, integer=integer)
+    together = lowered.run_summary(durations, method="pull")
+    for row in sorted({0, samples - 1}):
+        alone = lowered.run_summary(durations[row:row + 1], method="pull")
+        for a, b in zip(alone, together):
+            np.testing.assert_array_equal(a[0], b[row])
+
+
 def test_summary_of_a_device_without_nodes():
     table = ScheduleTable([["0F0", "0B0"], []])
     lowered = lower(table)

@@ -94,15 +94,7 @@ def reference_tables(table, costs, budget, names=ALL):
                 extra["costs"] = costs
                 if budget is not None:
                     extra["memory_budget"] = budget
-            reference = generate(family.name, devices=table.num_devices,
-                                 microbatches=table.num_microbatches, **extra)
-            if table.stage_layers is not None and reference.num_stages == table.num_stages:
-                if family.cost_driven:
-                    reference = generate(family.name, devices=table.num_devices,
-                                         microbatches=table.num_microbatches,
-                                         stage_layers=table.stage_layers, **extra)
-                else:
-                    reference = reference.replace(stage_layers=table.stage_layers)
+            reference = _generate(family, table, extra)
             if table.microbatch_sizes != reference.microbatch_sizes:
                 reference = reference.replace(microbatch_sizes=table.microbatch_sizes)
             reference = _with_replica_sync(reference, costs)
@@ -113,6 +105,31 @@ def reference_tables(table, costs, budget, names=ALL):
             continue
         built[label] = reference
     return built, errors
+
+
+def _generate(family, table, extra):
+    """``family`` at the start's devices and microbatches, with its layer split where
+    the reference has as many stages.
+
+    A cost-driven family builds its order for the split, so it is built with the
+    start's stage layers first (one build, not two: at 64 devices a ``zb-auto`` build
+    takes seconds), and without them when it has another number of stages.
+    """
+    shape = dict(devices=table.num_devices, microbatches=table.num_microbatches, **extra)
+    if table.stage_layers is not None and family.cost_driven:
+        try:
+            reference = generate(family.name, stage_layers=table.stage_layers, **shape)
+        except TabschedError:
+            reference = None     # another number of stages (or no build: said below)
+        if reference is not None and reference.num_stages == table.num_stages:
+            return reference
+    reference = generate(family.name, **shape)
+    if table.stage_layers is not None and reference.num_stages == table.num_stages:
+        if family.cost_driven:
+            # a build with the split failed though the stages agree: say why
+            return generate(family.name, stage_layers=table.stage_layers, **shape)
+        reference = reference.replace(stage_layers=table.stage_layers)
+    return reference
 
 
 def _with_replica_sync(reference, costs):

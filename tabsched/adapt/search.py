@@ -526,6 +526,7 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
             log.append(candidate)
             if candidate.status == "evaluated":
                 screened.append((candidate, move))
+                _keep_finalists(screened)
         screened.sort(key=lambda pair: pair[0].score())
         finalists = [candidate for candidate, _ in screened[:FINALISTS]]
         for candidate in finalists:
@@ -660,6 +661,22 @@ def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
                             f"outside [{effect.lower[d]:.6g}, {effect.upper[d]:.6g}] "
                             f"({effect.statement})")
     return candidate
+
+
+def _keep_finalists(screened):
+    """Free the lowered DAG of every screened candidate that can no longer be a finalist.
+
+    Only the ``FINALISTS`` best screened candidates are measured again on all the
+    samples; a candidate pushed out of them never returns (a later one that ties
+    ranks after it, as the stable sort of the round ranks it), so its context goes
+    now and a round holds ``FINALISTS + 1`` DAGs, not one per move (at 64 devices,
+    hundreds of moves of about 8 MB each).
+    """
+    if len(screened) <= FINALISTS:
+        return
+    ranked = sorted(range(len(screened)), key=lambda at: screened[at][0].score())
+    for at in ranked[FINALISTS:]:
+        screened[at][0].context = None
 
 
 def _better(candidate, current, evaluator, significance):

@@ -115,12 +115,17 @@ class Warmup(Transform):
                 # a backward may not move before its own forward
                 pair = table.stage[ops].astype(np.int64) * table.num_microbatches \
                     + table.microbatch[ops]
-                own = dict(zip(pair[is_forward_cell[local]].tolist(),
-                               rank[local[is_forward_cell[local]]].tolist()))
+                # (the forward cells' pairs and ranks, the last one where a pair repeats;
+                # each other cell needs one more than the rank of its ops' own forwards)
+                in_forward = is_forward_cell[local]
+                pairs, last = np.unique(pair[in_forward][::-1], return_index=True)
+                ranks = rank[local[in_forward]][::-1][last]
+                behind = np.flatnonzero(~in_forward & (table.kind[ops] != FORWARD))
+                at = np.minimum(np.searchsorted(pairs, pair[behind]), max(len(pairs) - 1, 0))
+                found = (pairs[at] == pair[behind]) if len(pairs) else \
+                    np.zeros(len(behind), dtype=bool)
                 need = np.zeros(local[-1] + 1, dtype=np.int64)
-                for k in np.flatnonzero(~is_forward_cell[local]).tolist():
-                    if table.kind[ops[k]] != FORWARD and int(pair[k]) in own:
-                        need[local[k]] = max(need[local[k]], own[int(pair[k])] + 1)
+                np.maximum.at(need, local[behind[found]], ranks[at[found]] + 1)
                 after = np.maximum(np.minimum(before + self.delta, forwards),
                                    np.maximum.accumulate(need[others]))
             key = np.empty(local[-1] + 1, dtype=np.int64)

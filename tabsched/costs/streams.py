@@ -170,17 +170,23 @@ def cell_factors(costs, lowered):
     table = lowered.table
     layers, first, last, unique, inverse = costs._shape(table)
     chains = _Chains(costs, layers, first, last, unique)
-    pairs = {}
-    bounds = lowered.cell_first_op
-    for position, cell in enumerate(cells.tolist()):
-        ops = range(int(bounds[cell]), int(bounds[cell + 1]))
-        if len(ops) != 2:
-            continue
-        keys = tuple((int(table.kind[op]), int(table.stage[op]),
-                      int(inverse[table.microbatch[op]])) for op in ops)
-        if keys not in pairs:
-            pairs[keys] = chains.factor(*keys)
-        factors[position] = pairs[keys]
+    bounds = np.asarray(lowered.cell_first_op, dtype=np.int64)
+    cells = np.asarray(cells, dtype=np.int64)
+    pair = np.flatnonzero(bounds[cells + 1] - bounds[cells] == 2)
+    if not len(pair):
+        return factors
+    # each two-operation cell as (kind, stage, microbatch shape) of both operations; the
+    # factor is computed once per distinct key (a table holds few), in the cells' order
+    ops = np.stack([bounds[cells[pair]], bounds[cells[pair]] + 1], axis=1)
+    inverse = np.asarray(inverse, dtype=np.int64)
+    keys = np.stack([np.asarray(table.kind, dtype=np.int64)[ops],
+                     np.asarray(table.stage, dtype=np.int64)[ops],
+                     inverse[np.asarray(table.microbatch, dtype=np.int64)[ops]]], axis=2)
+    distinct, which = np.unique(keys.reshape(len(pair), 6), axis=0, return_inverse=True)
+    values = np.array([chains.factor((int(row[0]), int(row[1]), int(row[2])),
+                                     (int(row[3]), int(row[4]), int(row[5])))
+                       for row in distinct])
+    factors[pair] = values[which.reshape(-1)]
     return factors
 
 
