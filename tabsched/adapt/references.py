@@ -27,7 +27,7 @@ its own).
 """
 
 from tabsched.exceptions import TabschedError
-from tabsched.schedules import families, generate
+from tabsched.schedules import families, fixed_table, generate
 
 __all__ = ["reference_specs", "reference_tables", "ALL"]
 
@@ -123,7 +123,11 @@ def _generate(family, table, extra):
             reference = None     # another number of stages (or no build: said below)
         if reference is not None and reference.num_stages == table.num_stages:
             return reference
-    reference = generate(family.name, **shape)
+    # a fixed-pattern table depends on the sizes alone: remembered, so that zbv-auto's
+    # fixed candidates (V-Half, V-Min: seconds of greedy reordering at 64 devices) and a
+    # later adapt on the same shape reuse it
+    reference = generate(family.name, **shape) if family.cost_driven else \
+        fixed_table(family.name, **shape)
     if table.stage_layers is not None and reference.num_stages == table.num_stages:
         if family.cost_driven:
             # a build with the split failed though the stages agree: say why
