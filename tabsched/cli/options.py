@@ -319,8 +319,8 @@ def parallel_options(command=None, *, lists=False):
                           "are dispatched and combined by all-to-alls."),
         click.option("--max-connections", type=int, metavar="N",
                      help="CUDA_DEVICE_MAX_CONNECTIONS (1 to 32; CUDA's default 8): at 1 "
-                          "kernels are dispatched in launch order (one hardware queue), which slows an overlapped cell's "
-                          "two streams."),
+                          "kernels are dispatched in launch order (one hardware queue), "
+                          "which slows an overlapped cell's two streams."),
         click.option("--data-parallel", "-d", **each,
                      help="Replicas of the pipeline; their gradient all-reduce ends the "
                           "iteration." + also.replace("-t", "-d")),
