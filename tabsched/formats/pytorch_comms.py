@@ -261,7 +261,8 @@ def fsdp_windows(table, actions, source):
             close(device, cell.stage, opened[key][0], slot)
     for device, stage in sorted(opened):
         close(device, stage, opened[(device, stage)][0], np.inf)
-    stage, issue, first, last = (np.array(column, dtype=np.int64) for column in zip(*windows))
+    columns = list(zip(*windows)) or [()] * 4        # no window holds an operation
+    stage, issue, first, last = (np.array(column, dtype=np.int64) for column in columns)
     covered = np.zeros(len(table), dtype=bool)
     for begin, end in zip(first.tolist(), last.tolist()):
         covered[begin:end + 1] |= table.stage[begin:end + 1] == table.stage[begin]
