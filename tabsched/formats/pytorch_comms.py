@@ -45,14 +45,18 @@ from collections import defaultdict
 import numpy as np
 
 from tabsched.cells import BACKWARD, FORWARD, INPUT_GRAD, REDUCE_GRAD, Action, Overlap
+from tabsched.edges import dependencies
 from tabsched.exceptions import DeadlockError, InvalidScheduleError
+from tabsched.formats.cell_arrays import WORD_CODES
 from tabsched.formats.pytorch_ranks import check_expressible
 from tabsched.formats.table_csv import refuse_loss, write_rows
 from tabsched.layout import from_order_arrays
 from tabsched.lower import lower
 from tabsched.nodes import CELL, TRANSFER
 
-__all__ = ["comm_edges", "fsdp_windows", "unit_layout", "to_compute_comms"]
+__all__ = ["comm_edges", "explain_comm_edges", "fsdp_windows", "unit_layout", "to_compute_comms"]
+
+_SEND_F, _RECV_F, _SEND_B = (WORD_CODES[word] for word in ("SEND_F", "RECV_F", "SEND_B"))
 
 
 def _where(source, device, slot):
@@ -86,7 +90,82 @@ def _partner_text(cell):
 
 
 def comm_edges(table, comms, source, p2p):
-    """Validate a compute_comms file's SEND/RECV cells; ``transfer_after`` edges for lower()."""
+    """Validate a compute_comms file's SEND/RECV cells; ``transfer_after`` edges for lower().
+
+    ``comms`` are the file's SEND/RECV :class:`~tabsched.formats.cell_arrays.Cells`.
+    Every rule is checked at once over the arrays; a file that breaks one, or whose
+    order deadlocks, is handed to :func:`explain_comm_edges`, which checks the cells
+    one by one and names the first problem. Both give the same edges.
+    """
+    S, M = table.num_stages, table.num_microbatches
+    word = comms.word
+    stage = comms.stage.astype(np.int64)
+    microbatch = comms.microbatch.astype(np.int64)
+    is_send = (word == _SEND_F) | (word == _SEND_B)
+    forward = (word == _SEND_F) | (word == _RECV_F)
+    producer_stage = np.where(is_send, stage, np.where(forward, stage - 1, stage + 1))
+    consumer_stage = np.where(is_send, np.where(forward, stage + 1, stage - 1), stage)
+    fine = ((stage >= 0) & (stage < S) & (producer_stage >= 0) & (producer_stage < S)
+            & (consumer_stage >= 0) & (consumer_stage < S) & (microbatch >= 0) & (microbatch < M))
+    if not fine.all():
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+    # each (stage, microbatch)'s forward and its B or I (a valid table has both)
+    op_of = np.full((2, S * M), -1, dtype=np.int64)
+    backward = (table.kind == BACKWARD) | (table.kind == INPUT_GRAD)
+    pair = table.stage.astype(np.int64) * M + table.microbatch
+    op_of[0, pair[table.kind == FORWARD]] = np.flatnonzero(table.kind == FORWARD)
+    op_of[1, pair[backward]] = np.flatnonzero(backward)
+    group = (~forward).astype(np.intp)
+    producer = op_of[group, producer_stage * M + microbatch]
+    consumer = op_of[group, consumer_stage * M + microbatch]
+    mine = np.where(is_send, producer, consumer)
+    producers, consumers, _, crossing = dependencies(table)
+    receiver = np.full(len(table), -1, dtype=np.int64)     # of each transfer's producer
+    receiver[producers[crossing]] = consumers[crossing]
+    mine_slot = table.slot[mine]
+    sides = producer * 2 + is_send
+    fine = ((table.device[mine] == comms.device) & (receiver[producer] >= 0)
+            & np.where(is_send, mine_slot <= comms.slot, mine_slot >= comms.slot))
+    if (not fine.all() or len(sides) != 2 * np.count_nonzero(crossing)
+            or len(np.unique(sides)) != len(sides)):
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+
+    # what each transfer waits for besides its producer: the compute cell before each side
+    starts = table.cell_starts()
+    first_op = np.flatnonzero(starts)
+    width = max(int(table.slot.max()), int(comms.slot.max())) + 2    # keys (device, slot)
+    position = np.searchsorted(table.device.astype(np.int64) * width + table.slot,
+                               comms.device.astype(np.int64) * width + comms.slot) - 1
+    inside = (position >= 0) & (table.device[np.maximum(position, 0)] == comms.device)
+    cell_of_op = np.cumsum(starts) - 1
+    before = np.where(inside, first_op[cell_of_op[np.maximum(position, 0)]], -1)
+    waits = (inside & (before != producer)
+             & ~(is_send & (table.slot[np.maximum(before, 0)] == table.slot[producer])))
+    producers, afters = [producer[waits]], [before[waits]]
+    if p2p == "ordered":
+        # the previous SEND/RECV between the same two devices, as both list them
+        peer = table.device[np.where(is_send, receiver[producer], producer)].astype(np.int64)
+        low, high = np.minimum(comms.device, peer), np.maximum(comms.device, peer)
+        queue = [np.flatnonzero(side)[np.lexsort((comms.slot[side], high[side], low[side]))]
+                 for side in (comms.device < peer, comms.device > peer)]
+        if not np.array_equal(producer[queue[0]], producer[queue[1]]):
+            return explain_comm_edges(table, comms.entries(), source, p2p)
+        mine = queue[0]
+        follows = (low[mine][1:] == low[mine][:-1]) & (high[mine][1:] == high[mine][:-1])
+        producers.append(producer[mine][1:][follows])
+        afters.append(-1 - producer[mine][:-1][follows])
+    transfer_after = (np.concatenate(producers).astype(np.int64),
+                      np.concatenate(afters).astype(np.int64))
+    try:
+        _run_unit(table, transfer_after)
+    except DeadlockError:
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+    return transfer_after
+
+
+def explain_comm_edges(table, comms, source, p2p):
+    """:func:`comm_edges` cell by cell over ``(device, slot, Action)`` entries: the first
+    problem named, or the same edges."""
     S, M = table.num_stages, table.num_microbatches
     forward_of, backward_of = {}, {}
     for index in range(len(table)):
@@ -291,14 +370,22 @@ def _order_deadlock(source, device, peer, queue, other, k):
             f"{their_partner[0]}), listed after {mine_cell} (p2p='free' drops this rule)")
 
 
-def _check_comm_deadlock(table, transfer_after, sides, source):
-    """Raise a DeadlockError naming compute and SEND/RECV cells if the file cannot run."""
+def _run_unit(table, transfer_after):
+    """Lower and run the table with its transfer edges (unit cells, free transfers); the
+    lowering, or the kernel's DeadlockError."""
     lowered = lower(table, transfer_after=transfer_after)
     durations = np.zeros(lowered.num_nodes)
     durations[lowered.nodes(CELL)] = 1.0
+    lowered.run(durations, binding=False, end=False)
+    return lowered
+
+
+def _check_comm_deadlock(table, transfer_after, sides, source):
+    """Raise a DeadlockError naming compute and SEND/RECV cells if the file cannot run."""
     try:
-        lowered.run(durations, binding=False, end=False)
+        lowered = _run_unit(table, transfer_after)
     except DeadlockError as error:
+        lowered = lower(table, transfer_after=transfer_after)
         steps = []
         for node in getattr(error, "nodes", ()):
             kind = lowered.kind_of(node)
