@@ -127,7 +127,7 @@ def comm_edges(table, comms, source, p2p):
     fine = ((table.device[mine] == comms.device) & (receiver[producer] >= 0)
             & np.where(is_send, mine_slot <= comms.slot, mine_slot >= comms.slot))
     if (not fine.all() or len(sides) != 2 * np.count_nonzero(crossing)
-            or len(np.unique(sides)) != len(sides)):
+            or len(sides) and np.bincount(sides).max() > 1):
         return explain_comm_edges(table, comms.entries(), source, p2p)
 
     # what each transfer waits for besides its producer: the compute cell before each side
@@ -146,12 +146,14 @@ def comm_edges(table, comms, source, p2p):
         # the previous SEND/RECV between the same two devices, as both list them
         peer = table.device[np.where(is_send, receiver[producer], producer)].astype(np.int64)
         low, high = np.minimum(comms.device, peer), np.maximum(comms.device, peer)
-        queue = [np.flatnonzero(side)[np.lexsort((comms.slot[side], high[side], low[side]))]
+        pair = low * table.num_devices + high
+        # each side's cells by (pair, slot): they are in (device, slot) order already
+        queue = [np.flatnonzero(side)[np.argsort(pair[side], kind="stable")]
                  for side in (comms.device < peer, comms.device > peer)]
         if not np.array_equal(producer[queue[0]], producer[queue[1]]):
             return explain_comm_edges(table, comms.entries(), source, p2p)
         mine = queue[0]
-        follows = (low[mine][1:] == low[mine][:-1]) & (high[mine][1:] == high[mine][:-1])
+        follows = pair[mine][1:] == pair[mine][:-1]
         producers.append(producer[mine][1:][follows])
         afters.append(-1 - producer[mine][:-1][follows])
     transfer_after = (np.concatenate(producers).astype(np.int64),
