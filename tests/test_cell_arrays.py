@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tabsched import _csv_cells, _reference
 from tabsched._testing import random_table
 from tabsched.exceptions import TabschedError
-from tabsched.formats import pytorch_csv, rows
+from tabsched.formats import pytorch_comms, pytorch_csv, rows
 from tabsched.formats.cell_arrays import WORDS, read_plain
 from tabsched.formats.pytorch_comms import explain_comm_edges
 from tabsched.pytorch import from_pytorch_csv, pytorch_refusal, to_compute_comms, to_compute_only
@@ -79,11 +79,12 @@ def outcome(text, general=False, **options):
     """What reading ``text`` gives: the schedule's parts, or the error's class and message.
 
     ``general``: through the general reader and the cell-by-cell checks only (SEND/RECV,
-    REDUCE_GRAD)."""
+    REDUCE_GRAD, FSDP windows)."""
     patches = []
     if general:
         patches = [mock.patch.object(pytorch_csv, "read_plain", return_value=None),
                    mock.patch.object(rows, "_right_after_backwards", return_value=False),
+                   mock.patch.object(pytorch_comms, "_windows_at_once", return_value=None),
                    mock.patch.object(pytorch_csv, "comm_edges",
                                      lambda table, comms, source, p2p: explain_comm_edges(
                                          table, comms.entries(), source, p2p))]

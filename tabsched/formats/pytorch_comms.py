@@ -313,6 +313,9 @@ def fsdp_windows(table, actions, source):
                   key=lambda entry: (entry[0], entry[1]))
     if not fsdp:
         return None
+    windows = _windows_at_once(table, fsdp)
+    if windows is not None:
+        return windows
     ranges = _row_ranges(table)
     opened, windows = {}, []
 
@@ -356,6 +359,48 @@ def fsdp_windows(table, actions, source):
             f"{int(table.stage[op])}'s parameters are not gathered (no UNSHARD before it, or "
             f"a RESHARD between)")
     return stage, issue, first, last
+
+
+def _windows_at_once(table, fsdp):
+    """:func:`fsdp_windows` over arrays for a file it refuses nothing in, else None (its
+    loop names the problem). Windows in the loop's order: closed ones by their
+    RESHARD's place, then the open ones by device and stage."""
+    device, slot, stage = (np.array(column, dtype=np.int64) for column in
+                           zip(*[(device, slot, cell.stage) for device, slot, cell in fsdp]))
+    unshard = np.array([cell.kind == "UNSHARD" for _, _, cell in fsdp])
+    S, ops = max(table.num_stages, 1), len(table)
+    if stage.min() < 0 or stage.max() >= S or not ops:
+        return None
+    # each (device, stage)'s actions in row order: UNSHARD, RESHARD, UNSHARD, ...
+    order = np.argsort(device * S + stage, kind="stable")
+    key, unshard, slot = (device * S + stage)[order], unshard[order], slot[order]
+    opens = np.append(True, key[1:] != key[:-1])
+    if not np.where(opens, unshard, unshard != np.append(False, unshard[:-1])).all():
+        return None
+    begin = np.flatnonzero(unshard)
+    closed = (begin + 1 < len(key)) & (key[np.minimum(begin + 1, len(key) - 1)] == key[begin])
+    width = max(int(table.slot.max()), int(slot.max())) + 2
+    end = np.where(closed, slot[np.minimum(begin + 1, len(key) - 1)], width - 1)
+    window_key, start = key[begin], slot[begin]
+    window_device, window_stage = window_key // S, window_key % S
+    # the operation before each UNSHARD in its row issues the all-gather (-1: none)
+    cells = table.device.astype(np.int64) * width + table.slot
+    issue = np.searchsorted(cells, window_device * width + start) - 1
+    issue = np.where((issue >= 0) & (table.device[np.maximum(issue, 0)] == window_device),
+                     issue, -1)
+    # the stage's operations on the device strictly inside each window
+    op_key = table.device.astype(np.int64) * S + table.stage
+    by_key = np.argsort(op_key, kind="stable")
+    places = op_key[by_key] * width + table.slot[by_key]
+    first = np.searchsorted(places, window_key * width + start, side="right")
+    stop = np.searchsorted(places, window_key * width + end)
+    if int((stop - first).sum()) != ops:
+        return None                   # an operation outside every window of its stage
+    used = stop > first
+    rank = np.lexsort((np.where(closed, end, window_stage), window_device, ~closed))
+    rank = rank[used[rank]]
+    return (window_stage[rank], issue[rank], by_key[first[rank]].astype(np.int64),
+            by_key[stop[rank] - 1].astype(np.int64))
 
 
 def _order_deadlock(source, device, peer, queue, other, k):
