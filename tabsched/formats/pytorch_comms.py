@@ -50,7 +50,7 @@ from tabsched.edges import dependencies
 from tabsched.exceptions import DeadlockError, InvalidScheduleError
 from tabsched.formats.cell_arrays import WORD_CODES
 from tabsched.formats.pytorch_lowering import to_compute_comms
-from tabsched.layout import from_order_arrays
+from tabsched.layout import lay_out
 from tabsched.lower import lower
 from tabsched.nodes import CELL, TRANSFER
 
@@ -418,12 +418,11 @@ def _order_deadlock(source, device, peer, queue, other, k):
 
 
 def _run_unit(table, transfer_after):
-    """Lower and run the table with its transfer edges (unit cells, free transfers); the
-    lowering, or the kernel's DeadlockError."""
+    """The table lowered with its transfer edges, or the DeadlockError of a cycle: without
+    contention a run waits only along edges, so it finishes exactly when the DAG is
+    acyclic (which lowering decides, ordering it)."""
     lowered = lower(table, transfer_after=transfer_after)
-    durations = np.zeros(lowered.num_nodes)
-    durations[lowered.nodes(CELL)] = 1.0
-    lowered.run(durations, binding=False, end=False)
+    lowered.check_acyclic()
     return lowered
 
 
@@ -456,6 +455,10 @@ def unit_layout(table):
     fresh = table.cell_starts()
     cell = np.cumsum(fresh) - 1
     first_cell = cell[np.searchsorted(table.device, table.device)]
-    return from_order_arrays(table.device, cell - first_cell, table.kind,
-                                         table.stage, table.microbatch,
-                                         num_devices=table.num_devices, **table.metadata)
+    position = cell - first_cell
+    # the valid table's own orders, one cell a position: what from_order_arrays would
+    # build and check again
+    lengths = np.zeros(table.num_devices, dtype=np.int32)
+    last = np.append(table.device[1:] != table.device[:-1], True)   # of each row
+    lengths[table.device[last]] = position[last] + 1
+    return lay_out(table._with_slots(position, lengths))
