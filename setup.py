@@ -37,6 +37,8 @@ extensions = [
               depends=["tabsched/_montecarlo.pxi", "tabsched/_types.pxd"]),
     Extension("tabsched._build", ["tabsched/_build.pyx"], extra_compile_args=FLAGS,
               depends=["tabsched/_types.pxd"]),
+    Extension("tabsched._csv_cells", ["tabsched/_csv_cells.pyx"], extra_compile_args=FLAGS,
+              depends=["tabsched/_types.pxd"]),
 ]
 
 # The Monte Carlo pass again, for AVX2 (8 float32 lanes where the x86-64 baseline has

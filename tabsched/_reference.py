@@ -7,6 +7,7 @@ Nothing in the library calls this module at run time.
 """
 
 import heapq
+import re
 from collections import deque
 
 import numpy as np
@@ -916,3 +917,56 @@ def v_heuristic_run(duration, delay, activation, release, limit, allowance, micr
             order_stage[at] = stage
             order_microbatch[at] = microbatch
     return OK
+
+
+# ------------------------------------------------------------ a schedule CSV's cells
+_PLAIN_CELL = re.compile(rb"([0-9]{1,9})([A-Z_]+)([0-9]{0,9})")
+
+
+def scan_cells(text, row, column, word, stage, microbatch):
+    """Twin of ``tabsched._csv_cells.scan_cells``: lines split at ``\\n``, cells at ``,``,
+    each cell matched by a regular expression."""
+    from tabsched._csv_cells import LONGEST_OTHER, NOT_PLAIN, OTHER, WORDS
+    text = bytes(text)
+    capacity = len(row)
+    if (any(len(array) != capacity for array in (column, word, stage, microbatch))
+            or len(text) > 2**31 - 1 or capacity < text.count(b",") + text.count(b"\n") + 1):
+        return -1 - BAD_SHAPE
+    if b'"' in text or re.search(rb"\r(?!\n)", text):
+        return -1 - NOT_PLAIN
+    lines, begin = [], 0       # (first byte, end byte) of each line, without its ending
+    while begin < len(text):
+        feed = text.find(b"\n", begin)
+        end = len(text) if feed < 0 else feed
+        lines.append((begin, end - 1 if end > begin and text[end - 1] == 13 else end))
+        if feed < 0:
+            break
+        begin = feed + 1
+    while lines and lines[-1][0] == lines[-1][1]:
+        lines.pop()
+    if any(first == end for first, end in lines):
+        return -1 - NOT_PLAIN
+    codes = {name: code for code, name in enumerate(WORDS) if name}
+    count = 0
+    for line, (first, end) in enumerate(lines):
+        for place, cell in enumerate(text[first:end].split(b",")):
+            row[count], column[count] = line, place
+            stage[count] = microbatch[count] = -1
+            match = _PLAIN_CELL.fullmatch(cell)
+            code = codes.get(match[2].decode(), OTHER) if match else OTHER
+            takes_microbatch = code < codes["UNSHARD"]
+            if match and code != OTHER and bool(match[3]) == takes_microbatch:
+                stage[count] = int(match[1])
+                if takes_microbatch:
+                    microbatch[count] = int(match[3])
+            elif cell:
+                if len(cell) > LONGEST_OTHER:
+                    return -1 - NOT_PLAIN
+                code = OTHER
+                stage[count], microbatch[count] = first, first + len(cell)
+            else:
+                code = 0
+            word[count] = code
+            count += 1
+            first += len(cell) + 1
+    return count

@@ -15,10 +15,9 @@ depend on the lowering.
 
 import numpy as np
 
-from tabsched import _build
 from tabsched.lower import INDEX, lower, offer_lowering
 from tabsched.nodes import CELL
-from tabsched.table import ScheduleTable, cell_columns
+from tabsched.table import ScheduleTable, cell_columns, certainly_valid
 
 __all__ = ["from_order", "from_order_arrays", "order_table", "lay_out", "unit_layout",
            "certainly_valid"]
@@ -90,23 +89,6 @@ def lay_out(order):
     # the one just made; the next lower(table) takes it instead of redoing it.
     offer_lowering(table, lowered)
     return table
-
-
-def certainly_valid(table):
-    """True if ``table`` passes :meth:`ScheduleTable.validate`, decided in linear time.
-
-    Counts the kinds of every (stage, microbatch) directly: exactly one ``F``,
-    and one ``B`` or one ``I`` and one ``W``, all on one device. ``False``
-    means "look closer" (``validate`` names the first problem), also for a
-    table whose stage x microbatch grid is much larger than its operations.
-    """
-    S, M, count = table.num_stages, table.num_microbatches, len(table)
-    if count == 0 or S * M > count + 1024:
-        return False
-    answer = _build.table_is_valid(table.device, table.kind, table.stage, table.microbatch,
-                                   S, M, np.empty(4 * S * M, dtype=np.int8),
-                                   np.empty(S * M, dtype=np.int32))
-    return answer == 1
 
 
 def unit_layout(table, lowered=None):

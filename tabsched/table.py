@@ -36,13 +36,14 @@ import numbers
 
 import numpy as np
 
+from tabsched import _build
 from tabsched.cells import (  # noqa: F401  (the cell grammar; these names were table's first)
     BACKWARD, FORWARD, INPUT_GRAD, KIND_CODES, KIND_NAMES, KINDS, MAX_ID, WEIGHT_GRAD, Op,
     Overlap, coerce_cell, cut, lone_surrogate, parse_cell, shown, shown_repr)
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 
 __all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut",
-           "MAX_ID"]
+           "MAX_ID", "certainly_valid"]
 
 
 def cell_columns(rows, place="slot", idle_error=None):
@@ -349,10 +350,18 @@ class ScheduleTable:
 
     def placement(self):
         """Map each stage to the sorted tuple of devices that run it."""
-        pairs = np.unique(np.stack([self.stage, self.device]), axis=1)
+        # distinct (stage, device) pairs as keys stage * D + device, in sorted order: a
+        # count per key where the keys are few, else a sort
+        devices = max(self.num_devices, 1)
+        keys = self.stage.astype(np.int64) * devices + self.device
+        span = (int(keys.max()) + 1) if len(keys) else 0
+        if span <= 8 * len(keys) + 1024 and (not len(keys) or int(keys.min()) >= 0):
+            pairs = np.flatnonzero(np.bincount(keys, minlength=span))
+        else:
+            pairs = np.unique(keys)
         placement = {stage: [] for stage in range(self.num_stages)}
-        for stage, device in pairs.T:
-            placement.setdefault(int(stage), []).append(int(device))
+        for stage, device in zip((pairs // devices).tolist(), (pairs % devices).tolist()):
+            placement.setdefault(stage, []).append(device)
         return {stage: tuple(devices) for stage, devices in placement.items()}
 
     def cell_starts(self):
@@ -403,12 +412,31 @@ class ScheduleTable:
         without ``W`` or ``W`` without ``I``; ``B`` together with ``I``/``W``.
         A (stage, microbatch) with no operation at all is reported last.
         """
+        if certainly_valid(self):
+            return self
         problems = _find_problems(self, place)
         if problems:
             raise InvalidScheduleError(min(problems)[1])
         if len(self.device) == 0 and (self.num_stages or self.num_microbatches):
             raise InvalidScheduleError("the table has no operations")
         return self
+
+
+def certainly_valid(table):
+    """True if ``table`` passes :meth:`ScheduleTable.validate`, decided in linear time.
+
+    Counts the kinds of every (stage, microbatch) directly (``_build.table_is_valid``):
+    exactly one ``F``, and one ``B`` or one ``I`` and one ``W``, all on one device.
+    ``False`` means "look closer" (``validate`` names the first problem), also for a
+    table whose stage x microbatch grid is much larger than its operations.
+    """
+    S, M, count = table.num_stages, table.num_microbatches, len(table)
+    if count == 0 or S * M > count + 1024:
+        return False
+    answer = _build.table_is_valid(table.device, table.kind, table.stage, table.microbatch,
+                                   S, M, np.empty(4 * S * M, dtype=np.int8),
+                                   np.empty(S * M, dtype=np.int32))
+    return answer == 1
 
 
 def check_table(table, name="table"):

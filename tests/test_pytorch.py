@@ -59,6 +59,14 @@ def test_unshard_reshard_are_read_as_windows_with_a_note():
     assert schedule.evaluate().notes == schedule.notes
 
 
+def test_windows_that_hold_no_operation_leave_every_operation_ungathered():
+    # every window closes before the stage computes: no window at all (this raised
+    # a bare ValueError from unpacking no windows)
+    with pytest.raises(InvalidScheduleError, match=r"^<csv>: device 0, slot 2: 0F0 runs while "
+                                                   r"stage 0's parameters are not gathered"):
+        from_pytorch_csv(csv_text("0UNSHARD,0RESHARD,0F0,0B0"))
+
+
 def test_reduce_grad_becomes_the_stage_gradient_sync():
     schedule = read_pytorch(DATA / "gpipe_pp4_m4.csv")
     assert schedule.table.grad_sync == (0, 1, 2, 3)

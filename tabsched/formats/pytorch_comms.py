@@ -35,24 +35,28 @@ rides along in :class:`~tabsched.formats.pytorch_csv.TorchSchedule` as the
 
 Writing
 -------
-:func:`to_compute_comms` lowers a table exactly as PyTorch's
-``_PipelineScheduleRuntime`` does (without ``defer_pp_recv``), so the bytes
-equal PyTorch's ``_dump_csv(format="compute_comms")``.
+:func:`to_compute_comms` (:mod:`tabsched.formats.pytorch_lowering`, importable
+from here too) lowers a table exactly as PyTorch's ``_PipelineScheduleRuntime``
+does (without ``defer_pp_recv``), so the bytes equal PyTorch's
+``_dump_csv(format="compute_comms")``.
 """
 
 from collections import defaultdict
 
 import numpy as np
 
-from tabsched.cells import BACKWARD, FORWARD, INPUT_GRAD, REDUCE_GRAD, Action, Overlap
+from tabsched.cells import BACKWARD, FORWARD, INPUT_GRAD, Action
+from tabsched.edges import dependencies
 from tabsched.exceptions import DeadlockError, InvalidScheduleError
-from tabsched.formats.pytorch_ranks import check_expressible
-from tabsched.formats.table_csv import refuse_loss, write_rows
-from tabsched.layout import from_order_arrays
+from tabsched.formats.cell_arrays import WORD_CODES
+from tabsched.formats.pytorch_lowering import to_compute_comms
+from tabsched.layout import lay_out
 from tabsched.lower import lower
 from tabsched.nodes import CELL, TRANSFER
 
-__all__ = ["comm_edges", "fsdp_windows", "unit_layout", "to_compute_comms"]
+__all__ = ["comm_edges", "explain_comm_edges", "fsdp_windows", "unit_layout", "to_compute_comms"]
+
+_SEND_F, _RECV_F, _SEND_B = (WORD_CODES[word] for word in ("SEND_F", "RECV_F", "SEND_B"))
 
 
 def _where(source, device, slot):
@@ -86,7 +90,84 @@ def _partner_text(cell):
 
 
 def comm_edges(table, comms, source, p2p):
-    """Validate a compute_comms file's SEND/RECV cells; ``transfer_after`` edges for lower()."""
+    """Validate a compute_comms file's SEND/RECV cells; ``transfer_after`` edges for lower().
+
+    ``comms`` are the file's SEND/RECV :class:`~tabsched.formats.cell_arrays.Cells`.
+    Every rule is checked at once over the arrays; a file that breaks one, or whose
+    order deadlocks, is handed to :func:`explain_comm_edges`, which checks the cells
+    one by one and names the first problem. Both give the same edges.
+    """
+    S, M = table.num_stages, table.num_microbatches
+    word = comms.word
+    stage = comms.stage.astype(np.int64)
+    microbatch = comms.microbatch.astype(np.int64)
+    is_send = (word == _SEND_F) | (word == _SEND_B)
+    forward = (word == _SEND_F) | (word == _RECV_F)
+    producer_stage = np.where(is_send, stage, np.where(forward, stage - 1, stage + 1))
+    consumer_stage = np.where(is_send, np.where(forward, stage + 1, stage - 1), stage)
+    fine = ((stage >= 0) & (stage < S) & (producer_stage >= 0) & (producer_stage < S)
+            & (consumer_stage >= 0) & (consumer_stage < S) & (microbatch >= 0) & (microbatch < M))
+    if not fine.all():
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+    # each (stage, microbatch)'s forward and its B or I (a valid table has both)
+    op_of = np.full((2, S * M), -1, dtype=np.int64)
+    backward = (table.kind == BACKWARD) | (table.kind == INPUT_GRAD)
+    pair = table.stage.astype(np.int64) * M + table.microbatch
+    op_of[0, pair[table.kind == FORWARD]] = np.flatnonzero(table.kind == FORWARD)
+    op_of[1, pair[backward]] = np.flatnonzero(backward)
+    group = (~forward).astype(np.intp)
+    producer = op_of[group, producer_stage * M + microbatch]
+    consumer = op_of[group, consumer_stage * M + microbatch]
+    mine = np.where(is_send, producer, consumer)
+    producers, consumers, _, crossing = dependencies(table)
+    receiver = np.full(len(table), -1, dtype=np.int64)     # of each transfer's producer
+    receiver[producers[crossing]] = consumers[crossing]
+    mine_slot = table.slot[mine]
+    sides = producer * 2 + is_send
+    fine = ((table.device[mine] == comms.device) & (receiver[producer] >= 0)
+            & np.where(is_send, mine_slot <= comms.slot, mine_slot >= comms.slot))
+    if (not fine.all() or len(sides) != 2 * np.count_nonzero(crossing)
+            or len(sides) and np.bincount(sides).max() > 1):
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+
+    # what each transfer waits for besides its producer: the compute cell before each side
+    starts = table.cell_starts()
+    first_op = np.flatnonzero(starts)
+    width = max(int(table.slot.max()), int(comms.slot.max(initial=0))) + 2  # keys (device, slot)
+    position = np.searchsorted(table.device.astype(np.int64) * width + table.slot,
+                               comms.device.astype(np.int64) * width + comms.slot) - 1
+    inside = (position >= 0) & (table.device[np.maximum(position, 0)] == comms.device)
+    cell_of_op = np.cumsum(starts) - 1
+    before = np.where(inside, first_op[cell_of_op[np.maximum(position, 0)]], -1)
+    waits = (inside & (before != producer)
+             & ~(is_send & (table.slot[np.maximum(before, 0)] == table.slot[producer])))
+    producers, afters = [producer[waits]], [before[waits]]
+    if p2p == "ordered":
+        # the previous SEND/RECV between the same two devices, as both list them
+        peer = table.device[np.where(is_send, receiver[producer], producer)].astype(np.int64)
+        low, high = np.minimum(comms.device, peer), np.maximum(comms.device, peer)
+        pair = low * table.num_devices + high
+        # each side's cells by (pair, slot): they are in (device, slot) order already
+        queue = [np.flatnonzero(side)[np.argsort(pair[side], kind="stable")]
+                 for side in (comms.device < peer, comms.device > peer)]
+        if not np.array_equal(producer[queue[0]], producer[queue[1]]):
+            return explain_comm_edges(table, comms.entries(), source, p2p)
+        mine = queue[0]
+        follows = pair[mine][1:] == pair[mine][:-1]
+        producers.append(producer[mine][1:][follows])
+        afters.append(-1 - producer[mine][:-1][follows])
+    transfer_after = (np.concatenate(producers).astype(np.int64),
+                      np.concatenate(afters).astype(np.int64))
+    try:
+        _run_unit(table, transfer_after)
+    except DeadlockError:
+        return explain_comm_edges(table, comms.entries(), source, p2p)
+    return transfer_after
+
+
+def explain_comm_edges(table, comms, source, p2p):
+    """:func:`comm_edges` cell by cell over ``(device, slot, Action)`` entries: the first
+    problem named, or the same edges."""
     S, M = table.num_stages, table.num_microbatches
     forward_of, backward_of = {}, {}
     for index in range(len(table)):
@@ -232,6 +313,9 @@ def fsdp_windows(table, actions, source):
                   key=lambda entry: (entry[0], entry[1]))
     if not fsdp:
         return None
+    windows = _windows_at_once(table, fsdp)
+    if windows is not None:
+        return windows
     ranges = _row_ranges(table)
     opened, windows = {}, []
 
@@ -261,7 +345,8 @@ def fsdp_windows(table, actions, source):
             close(device, cell.stage, opened[key][0], slot)
     for device, stage in sorted(opened):
         close(device, stage, opened[(device, stage)][0], np.inf)
-    stage, issue, first, last = (np.array(column, dtype=np.int64) for column in zip(*windows))
+    columns = list(zip(*windows)) or [()] * 4        # no window holds an operation
+    stage, issue, first, last = (np.array(column, dtype=np.int64) for column in columns)
     covered = np.zeros(len(table), dtype=bool)
     for begin, end in zip(first.tolist(), last.tolist()):
         covered[begin:end + 1] |= table.stage[begin:end + 1] == table.stage[begin]
@@ -274,6 +359,48 @@ def fsdp_windows(table, actions, source):
             f"{int(table.stage[op])}'s parameters are not gathered (no UNSHARD before it, or "
             f"a RESHARD between)")
     return stage, issue, first, last
+
+
+def _windows_at_once(table, fsdp):
+    """:func:`fsdp_windows` over arrays for a file it refuses nothing in, else None (its
+    loop names the problem). Windows in the loop's order: closed ones by their
+    RESHARD's place, then the open ones by device and stage."""
+    device, slot, stage = (np.array(column, dtype=np.int64) for column in
+                           zip(*[(device, slot, cell.stage) for device, slot, cell in fsdp]))
+    unshard = np.array([cell.kind == "UNSHARD" for _, _, cell in fsdp])
+    S, ops = max(table.num_stages, 1), len(table)
+    if stage.min() < 0 or stage.max() >= S or not ops:
+        return None
+    # each (device, stage)'s actions in row order: UNSHARD, RESHARD, UNSHARD, ...
+    order = np.argsort(device * S + stage, kind="stable")
+    key, unshard, slot = (device * S + stage)[order], unshard[order], slot[order]
+    opens = np.append(True, key[1:] != key[:-1])
+    if not np.where(opens, unshard, unshard != np.append(False, unshard[:-1])).all():
+        return None
+    begin = np.flatnonzero(unshard)
+    closed = (begin + 1 < len(key)) & (key[np.minimum(begin + 1, len(key) - 1)] == key[begin])
+    width = max(int(table.slot.max()), int(slot.max())) + 2
+    end = np.where(closed, slot[np.minimum(begin + 1, len(key) - 1)], width - 1)
+    window_key, start = key[begin], slot[begin]
+    window_device, window_stage = window_key // S, window_key % S
+    # the operation before each UNSHARD in its row issues the all-gather (-1: none)
+    cells = table.device.astype(np.int64) * width + table.slot
+    issue = np.searchsorted(cells, window_device * width + start) - 1
+    issue = np.where((issue >= 0) & (table.device[np.maximum(issue, 0)] == window_device),
+                     issue, -1)
+    # the stage's operations on the device strictly inside each window
+    op_key = table.device.astype(np.int64) * S + table.stage
+    by_key = np.argsort(op_key, kind="stable")
+    places = op_key[by_key] * width + table.slot[by_key]
+    first = np.searchsorted(places, window_key * width + start, side="right")
+    stop = np.searchsorted(places, window_key * width + end)
+    if int((stop - first).sum()) != ops:
+        return None                   # an operation outside every window of its stage
+    used = stop > first
+    rank = np.lexsort((np.where(closed, end, window_stage), window_device, ~closed))
+    rank = rank[used[rank]]
+    return (window_stage[rank], issue[rank], by_key[first[rank]].astype(np.int64),
+            by_key[stop[rank] - 1].astype(np.int64))
 
 
 def _order_deadlock(source, device, peer, queue, other, k):
@@ -290,14 +417,21 @@ def _order_deadlock(source, device, peer, queue, other, k):
             f"{their_partner[0]}), listed after {mine_cell} (p2p='free' drops this rule)")
 
 
+def _run_unit(table, transfer_after):
+    """The table lowered with its transfer edges, or the DeadlockError of a cycle: without
+    contention a run waits only along edges, so it finishes exactly when the DAG is
+    acyclic (which lowering decides, ordering it)."""
+    lowered = lower(table, transfer_after=transfer_after)
+    lowered.check_acyclic()
+    return lowered
+
+
 def _check_comm_deadlock(table, transfer_after, sides, source):
     """Raise a DeadlockError naming compute and SEND/RECV cells if the file cannot run."""
-    lowered = lower(table, transfer_after=transfer_after)
-    durations = np.zeros(lowered.num_nodes)
-    durations[lowered.nodes(CELL)] = 1.0
     try:
-        lowered.run(durations, binding=False, end=False)
+        lowered = _run_unit(table, transfer_after)
     except DeadlockError as error:
+        lowered = lower(table, transfer_after=transfer_after)
         steps = []
         for node in getattr(error, "nodes", ()):
             kind = lowered.kind_of(node)
@@ -321,169 +455,10 @@ def unit_layout(table):
     fresh = table.cell_starts()
     cell = np.cumsum(fresh) - 1
     first_cell = cell[np.searchsorted(table.device, table.device)]
-    return from_order_arrays(table.device, cell - first_cell, table.kind,
-                                         table.stage, table.microbatch,
-                                         num_devices=table.num_devices, **table.metadata)
-
-
-def _write_rows(rows):
-    return write_rows([["" if cell is None else str(cell) for cell in row] for row in rows])
-
-
-def to_compute_comms(table, *, max_active_stages=3, drop_metadata=False):
-    """The compute_comms CSV text PyTorch's runtime would build from ``table``.
-
-    The three passes of ``_PipelineScheduleRuntime._prepare_schedule_with_comms``
-    (PyTorch 2.13, ``defer_pp_recv=False``), re-derived: FSDP ``UNSHARD``/``RESHARD``
-    around the next ``max_active_stages`` stages a rank computes, ``REDUCE_GRAD``
-    after a stage's last ``B`` or ``W``, then ``SEND``/``RECV`` placed by stepping
-    the ranks in lock-step.
-
-    Raises
-    ------
-    InvalidScheduleError
-        If PyTorch cannot express the table (see :func:`pytorch_refusal`), or the
-        file cannot hold its metadata and ``drop_metadata`` is not set.
-    DeadlockError
-        If no rank can take its next step (the row orders cannot run).
-
-    >>> from tabsched.schedules import generate
-    >>> to_compute_comms(generate("gpipe", devices=2, microbatches=1),
-    ...                  drop_metadata=True).splitlines()
-    ['0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD', '1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD']
-    """
-    check_expressible(table)
-    refuse_loss(table, "PyTorch CSV", drop_metadata)
-    orders = [[cell for cell in row if cell is not None] for row in table.rows]
-    lowered = [_add_reduce_grad(_add_unshard_reshard(order, max_active_stages),
-                                table.num_microbatches) for order in orders]
-    stage_device = {stage: devices[0] for stage, devices in table.placement().items()}
-    return _write_rows(_add_send_recv(lowered, stage_device, table.num_stages, table))
-
-
-def _parts(action):
-    return action.parts if isinstance(action, Overlap) else (action,)
-
-
-def _add_unshard_reshard(order, max_active_stages):
-    """FSDP fetch/free around compute, as PyTorch's ``_add_unshard_reshard``.
-
-    Before each action, the stages of the next actions are gathered until
-    ``max_active_stages`` distinct ones are found (whole actions at a time);
-    active stages not among them are resharded, missing ones unsharded. The
-    active set is a Python ``set`` handled in PyTorch's order of operations,
-    so eviction iterates in the same order.
-    """
-    # upcoming[i]: distinct stages from action i on, in order of first appearance,
-    # each with the index of the action that brings it (built backwards: O(actions x stages)).
-    upcoming = [None] * len(order)
-    firsts = []
-    for index in range(len(order) - 1, -1, -1):
-        stages = list(dict.fromkeys(part.stage for part in _parts(order[index])))
-        firsts = [(stage, index) for stage in stages] + [entry for entry in firsts
-                                                         if entry[0] not in stages]
-        upcoming[index] = firsts
-    active, actions = set(), []
-    for index, action in enumerate(order):
-        wanted = []
-        for position, (stage, owner) in enumerate(upcoming[index]):
-            wanted.append(stage)
-            following = upcoming[index][position + 1] if position + 1 < len(
-                upcoming[index]) else None
-            if len(wanted) >= max_active_stages and (following is None or following[1] != owner):
-                break
-        evict = [stage for stage in active if stage not in wanted]
-        fetch = [stage for stage in wanted if stage not in active]
-        for stage in evict:
-            active.remove(stage)
-            actions.append(Action("RESHARD", stage))
-        for stage in fetch:
-            active.add(stage)
-            actions.append(Action("UNSHARD", stage))
-        actions.append(action)
-    for stage in list(active):
-        active.remove(stage)
-        actions.append(Action("RESHARD", stage))
-    return actions
-
-
-def _add_reduce_grad(actions, num_microbatches):
-    """A ``REDUCE_GRAD`` after the action that completes a stage's ``B``/``W`` count."""
-    counted = defaultdict(int)
-    result = []
-    for action in actions:
-        result.append(action)
-        if isinstance(action, Action):
-            continue
-        for part in _parts(action):
-            if part.kind in ("B", "W"):
-                counted[part.stage] += 1
-                if counted[part.stage] == num_microbatches:
-                    result.append(Action(REDUCE_GRAD, part.stage))
-    return result
-
-
-def _add_send_recv(orders, stage_device, num_stages, table):
-    """SEND/RECV placement by PyTorch's ``_add_send_recv`` (lock-step over the ranks).
-
-    In each round every rank, in rank order, takes its next action if its
-    inputs are there (a RECV or the producing action in its own history); each
-    compute action whose output goes to another rank is followed by its SEND,
-    and the matching RECV is appended to the receiver's list at once.
-    """
-    pending = [list(order) for order in orders]
-    heads = [0] * len(pending)
-    result = [[] for _ in pending]
-    history = [set() for _ in pending]
-
-    def crosses(part):
-        if part.kind == "F":
-            return part.stage != num_stages - 1 and \
-                stage_device[part.stage + 1] != stage_device[part.stage]
-        if part.kind in ("I", "B"):
-            return part.stage != 0 and stage_device[part.stage - 1] != stage_device[part.stage]
-        return False
-
-    def ready(part, seen):
-        stage, microbatch = part.stage, part.microbatch
-        if part.kind == "F" and stage != 0:
-            return ("RECV_F", stage, microbatch) in seen or ("F", stage - 1, microbatch) in seen
-        if part.kind in ("I", "B") and stage != num_stages - 1:
-            return (("RECV_B", stage, microbatch) in seen or ("I", stage + 1, microbatch) in seen
-                    or ("B", stage + 1, microbatch) in seen)
-        return True
-
-    while any(head < len(order) for head, order in zip(heads, pending)):
-        progress = False
-        for rank, order in enumerate(pending):
-            if heads[rank] >= len(order):
-                continue
-            action = order[heads[rank]]
-            parts = (action,) if isinstance(action, Action) else _parts(action)
-            if not all(isinstance(part, Action) or ready(part, history[rank])
-                       for part in parts):
-                continue
-            result[rank].append(action)
-            for part in parts:
-                history[rank].add(tuple(part))
-                if isinstance(part, Action) or not crosses(part):
-                    continue
-                forward = part.kind == "F"
-                send = Action("SEND_F" if forward else "SEND_B", part.stage, part.microbatch)
-                peer_stage = part.stage + 1 if forward else part.stage - 1
-                recv = Action("RECV_F" if forward else "RECV_B", peer_stage, part.microbatch)
-                result[rank].append(send)
-                history[rank].add(tuple(send))
-                peer = stage_device[peer_stage]
-                result[peer].append(recv)
-                history[peer].add(tuple(recv))
-            heads[rank] += 1
-            progress = True
-        if not progress:
-            stuck = [f"device {rank} at {order[heads[rank]]}" for rank, order
-                     in enumerate(pending) if heads[rank] < len(order)]
-            raise DeadlockError(f"PyTorch cannot place SEND/RECV for this table: no device can "
-                                f"take its next step ({'; '.join(stuck[:8])}"
-                                f"{'; ...' if len(stuck) > 8 else ''}); the row orders "
-                                f"contradict the dependencies")
-    return result
+    position = cell - first_cell
+    # the valid table's own orders, one cell a position: what from_order_arrays would
+    # build and check again
+    lengths = np.zeros(table.num_devices, dtype=np.int32)
+    last = np.append(table.device[1:] != table.device[:-1], True)   # of each row
+    lengths[table.device[last]] = position[last] + 1
+    return lay_out(table._with_slots(position, lengths))

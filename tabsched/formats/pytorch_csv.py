@@ -68,22 +68,21 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tabsched.cells import COMM_ACTIONS, FSDP_ACTIONS, TOKEN_KINDS, Overlap, parse_torch_token
+from tabsched.cells import (COMM_ACTIONS, FORWARD, FSDP_ACTIONS, TOKEN_KINDS, Overlap,
+                            parse_torch_token)
 from tabsched.evaluate import evaluate
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 from tabsched.files import atomic_write, read_text
+from tabsched.formats.cell_arrays import Cells, is_comm, read_plain
 from tabsched.formats.pytorch_comms import comm_edges, fsdp_windows, to_compute_comms, unit_layout
 from tabsched.formats.pytorch_ranks import check_expressible
 from tabsched.formats.rows import apply_reduce_grad, parse_rows, rows_to_table
 from tabsched.formats.table_csv import csv_row_texts, csv_rows, refuse_loss, write_rows
 from tabsched.lower import lower
-
-if TYPE_CHECKING:
-    from tabsched.table import ScheduleTable
+from tabsched.table import ScheduleTable
 
 __all__ = ["TorchSchedule", "read_pytorch", "from_pytorch_csv", "to_compute_only",
            "pytorch_text", "write_pytorch", "FORMATS", "P2P_MODES"]
@@ -166,31 +165,18 @@ def read_pytorch(path: str | os.PathLike[str], *, legacy: bool = False, format: 
 
 def from_pytorch_csv(text: str, *, source: str = "<csv>", legacy: bool = False,
                      format: str | None = None, p2p: str = "ordered") -> TorchSchedule:
-    """Parse PyTorch schedule CSV text (see :func:`read_pytorch`)."""
+    """Parse PyTorch schedule CSV text (see :func:`read_pytorch`).
+
+    A plain file is read as arrays (:mod:`tabsched.formats.cell_arrays`); any other,
+    and every file with a problem, by the general reader, which names the problem.
+    """
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format {format!r} is not one of {', '.join(FORMATS)}")
     if p2p not in P2P_MODES:
         raise InvalidParameterError(f"p2p {p2p!r} is not one of {', '.join(P2P_MODES)}")
-    rows, actions, empty = parse_rows(csv_rows(text, source), source,
-                                      parse=lambda token: parse_torch_token(token, legacy),
-                                      kinds=TOKEN_KINDS[legacy])
-    comms = [entry for entry in actions if entry[2].kind in COMM_ACTIONS]
-    extras = [entry for entry in actions if entry[2].kind not in COMM_ACTIONS]
-    detected = "compute_comms" if comms else "compute_only"
-    format = format or detected
-    if format == "compute_only" and comms:
-        device, slot, cell = comms[0]
-        raise InvalidScheduleError(f"{source}: device {device}, slot {slot}: {cell} is a "
-                                   f"communication action, which a compute_only schedule has none "
-                                   f"of (read it as compute_comms)")
-    if format == "compute_comms" and empty is not None:
-        raise InvalidScheduleError(f"{source}: device {empty[0]}, slot {empty[1]}: empty cell; "
-                                   f"a compute_comms row lists actions without gaps")
-    try:
-        table = rows_to_table(rows, source=source)
-    except InvalidScheduleError as error:
-        raise InvalidScheduleError(_legacy_hint(str(error), rows, legacy)) from None
-
+    table, extras, comms = (_read_plain(text, legacy, format)
+                            or _read_general(text, source, legacy, format))
+    format = format or ("compute_comms" if len(comms) else "compute_only")
     notes = []
     if legacy:
         notes.append("read PyTorch's legacy tokens: B as input-grad (I), BW as full backward (B)")
@@ -204,6 +190,52 @@ def from_pytorch_csv(text: str, *, source: str = "<csv>", legacy: bool = False,
                                                  "list them" if p2p == "ordered" else ""))
     table = unit_layout(table)
     return TorchSchedule(table, format, notes, transfer_after, p2p, windows)
+
+
+def _read_plain(text, legacy, format):
+    """``(table, extras, comms)`` of a plain file without a problem, else None."""
+    plain = read_plain(text, legacy)
+    if plain is None:
+        return None
+    comm = is_comm(plain.actions.word)
+    has_comms = bool(comm.any())
+    if has_comms and format == "compute_only" or plain.first_empty is not None and (
+            format == "compute_comms" or format is None and has_comms):
+        return None
+    device, slot, kind, stage, microbatch = plain.ops
+    metadata = {}
+    first_stage = np.unique(microbatch[(stage == 0) & (kind == FORWARD)])
+    if len(first_stage):
+        metadata["num_microbatches"] = len(first_stage)
+    try:
+        table = ScheduleTable.from_arrays(device, slot, kind, stage, microbatch,
+                                          plain.row_lengths, **metadata)
+    except InvalidScheduleError:
+        return None
+    return table, plain.actions.take(~comm).entries(), plain.actions.take(comm)
+
+
+def _read_general(text, source, legacy, format):
+    """``(table, extras, comms)`` of any file; raises naming the first problem."""
+    rows, actions, empty = parse_rows(csv_rows(text, source), source,
+                                      parse=lambda token: parse_torch_token(token, legacy),
+                                      kinds=TOKEN_KINDS[legacy])
+    comms = [entry for entry in actions if entry[2].kind in COMM_ACTIONS]
+    extras = [entry for entry in actions if entry[2].kind not in COMM_ACTIONS]
+    format = format or ("compute_comms" if comms else "compute_only")
+    if format == "compute_only" and comms:
+        device, slot, cell = comms[0]
+        raise InvalidScheduleError(f"{source}: device {device}, slot {slot}: {cell} is a "
+                                   f"communication action, which a compute_only schedule has none "
+                                   f"of (read it as compute_comms)")
+    if format == "compute_comms" and empty is not None:
+        raise InvalidScheduleError(f"{source}: device {empty[0]}, slot {empty[1]}: empty cell; "
+                                   f"a compute_comms row lists actions without gaps")
+    try:
+        table = rows_to_table(rows, source=source)
+    except InvalidScheduleError as error:
+        raise InvalidScheduleError(_legacy_hint(str(error), rows, legacy)) from None
+    return table, extras, Cells.from_entries(comms)
 
 
 def _legacy_hint(message, rows, legacy):

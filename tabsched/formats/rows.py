@@ -106,8 +106,11 @@ def apply_reduce_grad(table, actions, source, notes=None):
     once the gradients are complete). One that comes later than right after it
     adds a note: tabsched starts the sync at the end of that backward.
     """
-    if not any(cell.kind == REDUCE_GRAD for _, _, cell in actions):
+    reduce_grads = [entry for entry in actions if entry[2].kind == REDUCE_GRAD]
+    if not reduce_grads:
         return table
+    if _right_after_backwards(table, reduce_grads):
+        return table.replace(grad_sync=sorted({cell.stage for _, _, cell in reduce_grads}))
     placement = table.placement()
     bounds = np.searchsorted(table.device, np.arange(table.num_devices + 1))
     is_backward = (table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD)
@@ -145,6 +148,37 @@ def apply_reduce_grad(table, actions, source, notes=None):
     if reduced:
         table = table.replace(grad_sync=sorted({stage for stage, _ in reduced}))
     return table
+
+
+def _right_after_backwards(table, reduce_grads):
+    """True if every ``REDUCE_GRAD`` of ``(device, slot, Action)`` entries names a stage its
+    device runs, once, and comes after the stage's last backward there with no compute
+    cell between: where :func:`apply_reduce_grad` has nothing to refuse or note (checked
+    over arrays; its loop explains the rest)."""
+    device, slot, stage = (np.array(column, dtype=np.int64) for column in
+                           zip(*[(device, slot, cell.stage) for device, slot, cell in reduce_grads]))
+    devices = max(table.num_devices, 1)
+    if stage.min() < 0 or stage.max() >= table.num_stages or device.max() >= devices:
+        return False
+    key = stage * devices + device
+    if np.bincount(key).max() > 1:
+        return False
+    # each (stage, device)'s last backward: backwards by key, in slot order within one
+    backward = np.flatnonzero((table.kind == BACKWARD) | (table.kind == WEIGHT_GRAD))
+    backward_key = table.stage[backward].astype(np.int64) * devices + table.device[backward]
+    order = np.argsort(backward_key, kind="stable")
+    position = np.searchsorted(backward_key[order], key, side="right") - 1
+    if np.any(position < 0) or np.any(backward_key[order][position] != key):
+        return False                      # the device runs no backward of the stage
+    last = table.slot[backward[order][position]].astype(np.int64)
+    if np.any(last > slot):
+        return False
+    starts = table.cell_starts()
+    width = max(int(table.slot.max()), int(slot.max())) + 2
+    cells = table.device[starts].astype(np.int64) * width + table.slot[starts]
+    between = (np.searchsorted(cells, device * width + slot)
+               - np.searchsorted(cells, device * width + last, side="right"))
+    return not between.any()
 
 
 def refuse_unreadable(table, format_name):
