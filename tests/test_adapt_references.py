@@ -100,3 +100,25 @@ def test_a_variation_that_does_not_fit_a_reference_rules_it_out():
     assert set(found.references) == {"v-half"}
     assert found.reference_errors["1f1b"] == "noise: stage 5 is out of range (the table has " \
                                              "stages 0..3)"
+
+
+def test_a_cost_driven_reference_is_built_once_with_the_starts_layers(monkeypatch):
+    """zb-auto with the start's stage layers is one build (it was built twice: seconds at
+    64 devices); zbv-auto, with twice the stages, is built without them."""
+    from tabsched import StageCosts, generate
+    from tabsched.adapt import references
+    calls = []
+    real = references.generate
+
+    def counted(name, **params):
+        calls.append((name, "stage_layers" in params))
+        return real(name, **params)
+
+    monkeypatch.setattr(references, "generate", counted)
+    start = generate("1f1b", devices=4, microbatches=8).replace(stage_layers=(2, 1, 1, 2))
+    built, errors = references.reference_tables(start, StageCosts(1.0), None,
+                                                ["zb-auto", "zbv-auto", "1f1b"])
+    assert not errors
+    assert built["zb-auto"].stage_layers == (2, 1, 1, 2)
+    assert calls.count(("zb-auto", True)) == 1 and ("zb-auto", False) not in calls
+    assert built["zbv-auto"].num_stages == 8

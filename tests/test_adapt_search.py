@@ -190,3 +190,19 @@ def test_stacked_moves_respect_the_size_limits():
 def test_adapt_checks_its_arguments(call, message):
     with pytest.raises(InvalidParameterError, match=message):
         call(generate("1f1b", devices=2, microbatches=2))
+
+
+def test_a_round_frees_the_dags_of_candidates_that_cannot_be_finalists():
+    """Only the FINALISTS best screened candidates keep their lowered DAG (the memory of
+    a round at 64 devices); a later tie ranks after the earlier ones."""
+    from types import SimpleNamespace
+
+    from tabsched.adapt.search import FINALISTS, _keep_finalists
+    scores = [5.0, 1.0, 4.0, 2.0, 3.0, 1.0]
+    screened = []
+    for score in scores:
+        candidate = SimpleNamespace(context=object(), score=lambda s=score: (0, 0, s))
+        screened.append((candidate, None))
+        _keep_finalists(screened)
+    kept = [at for at, (candidate, _) in enumerate(screened) if candidate.context is not None]
+    assert FINALISTS == 3 and kept == [1, 3, 5]
