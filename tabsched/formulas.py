@@ -129,7 +129,7 @@ def formula_levels(table, cost_models, lowered=None, transfer_times=None):
     comm = _comm_times(np.asarray(transfer_times, dtype=float).reshape(len(cost_models), -1))
     params = table.params
     return [({"level": "formula", "family": table.family,
-              **function(dict(params), _nominal(table, costs, *row))}, None)
+              **function(dict(params), _nominal(table, costs, *row, lazy=True))}, None)
              for costs, row in zip(cost_models, comm)]
 
 
@@ -195,16 +195,39 @@ def _comm_times(rows):
     return list(zip(means, uniform))
 
 
-def _nominal(table, costs, comm, uniform_comm):
-    """:func:`nominal_times` from the transfers' mean time and uniformity."""
+def _nominal(table, costs, comm, uniform_comm, lazy=False):
+    """:func:`nominal_times` from the transfers' mean time and uniformity. ``lazy``: the
+    overlap factor (a two-stream model of every stage's chains) only when a formula
+    reads it, as few do."""
     stage_times = _probe_durations(table, costs)[1]
-    times = {kind: stage_times[kind] for kind in KINDS}
-    factor = getattr(costs, "pair_overlap_factor", None)
-    overlap = float(factor(table)) if factor is not None else float(getattr(costs, "overlap",
-                                                                            1.0))
-    times.update(comm=comm, overlap=overlap,
-                 uniform_stages=stage_times["uniform_stages"], uniform_comm=uniform_comm)
+    times = _LazyOverlap(table, costs) if lazy else {}
+    times.update({kind: stage_times[kind] for kind in KINDS})
+    if not lazy:
+        times["overlap"] = _overlap(table, costs)
+    times.update(comm=comm, uniform_stages=stage_times["uniform_stages"],
+                 uniform_comm=uniform_comm)
     return times
+
+
+def _overlap(table, costs):
+    """The factor on an overlapped F&B pair under ``costs``."""
+    factor = getattr(costs, "pair_overlap_factor", None)
+    return float(factor(table)) if factor is not None else float(getattr(costs, "overlap",
+                                                                         1.0))
+
+
+class _LazyOverlap(dict):
+    """Nominal times whose ``overlap`` is computed when first read."""
+
+    def __init__(self, table, costs):
+        super().__init__()
+        self._source = (table, costs)
+
+    def __missing__(self, key):
+        if key != "overlap":
+            raise KeyError(key)
+        value = self["overlap"] = _overlap(*self._source)
+        return value
 
 
 def _chunked_stages(params):

@@ -43,6 +43,7 @@ overlapped cells leaves every collective exposed in its operation.
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.table import BACKWARD, FORWARD
 
 __all__ = ["segments", "two_streams", "cell_factors", "pair_factor"]
@@ -169,7 +170,8 @@ def cell_factors(costs, lowered):
         return factors
     table = lowered.table
     layers, first, last, unique, inverse = costs._shape(table)
-    chains = _Chains(costs, layers, first, last, unique)
+    chains = _Chains(costs.model, costs.system, costs.placement,
+                     costs.execution.max_connections == 1, layers, first, last, unique)
     bounds = np.asarray(lowered.cell_first_op, dtype=np.int64)
     cells = np.asarray(cells, dtype=np.int64)
     pair = np.flatnonzero(bounds[cells + 1] - bounds[cells] == 2)
@@ -193,11 +195,20 @@ def cell_factors(costs, lowered):
 def pair_factor(costs, table):
     """The factor on an overlapped pair of one full microbatch's forward and backward on
     the same stage, over ``table``'s stages (their sum's weighted mean): what the formula
-    level takes for the F&B of DualPipe's closed form."""
+    level takes for the F&B of DualPipe's closed form. Remembered by what it depends on
+    (a sweep asks it again for every microbatch count of a pipeline depth)."""
+    layers = costs.stage_layers(table)
+    layers = tuple(layers.tolist() if isinstance(layers, np.ndarray) else layers)
+    return _pair_factor(costs.model, costs.system, costs.placement,
+                        costs.execution.max_connections == 1, layers)
+
+
+@memo(limit=1024)
+def _pair_factor(model, system, placement, serial, layers):
     from tabsched.costs.model_work import end_stages, microbatch_samples
-    layers, (first, last) = costs.stage_layers(table), end_stages(table.num_stages)
-    full = microbatch_samples(costs.model, (1.0,))
-    chains = _Chains(costs, layers, first, last, full)
+    first, last = end_stages(len(layers))
+    full = microbatch_samples(model, (1.0,))
+    chains = _Chains(model, system, placement, serial, layers, first, last, full)
     together = total = 0.0
     for stage in range(len(layers)):
         forward, backward = chains.chain(FORWARD, stage, 0), chains.chain(BACKWARD, stage, 0)
@@ -210,14 +221,14 @@ def pair_factor(costs, table):
 class _Chains:
     """The segment chains of a table's operations by (kind, stage, size index)."""
 
-    def __init__(self, costs, layers, first, last, samples):
+    def __init__(self, model, system, placement, serial, layers, first, last, samples):
         from tabsched.costs.model_work import dense_counts, part_kernel_seconds
         self.layers, self.first, self.last = layers, first, last
-        self.dense = dense_counts(costs.model, layers)
-        self.seconds = part_kernel_seconds(costs.model, costs.system, costs.placement,
+        self.dense = dense_counts(model, layers)
+        self.seconds = part_kernel_seconds(model, system, placement,
                                            tuple(np.asarray(samples, dtype=float).tolist()))
-        self.slowdown = float(costs.system.overlap_slowdown)
-        self.serial = costs.execution.max_connections == 1
+        self.slowdown = float(system.overlap_slowdown)
+        self.serial = serial
         self._chains = {}
 
     def chain(self, kind, stage, size):
