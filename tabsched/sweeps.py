@@ -480,7 +480,20 @@ def run_task(task):
     return _asked_columns(task, rows) if len(live) < len(rows) else rows
 
 
-def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
+#: A sweep task's fixed work in operations' worth: its presets, cost models, table and
+#: rows cost about 3.9 ms whatever its size, against about 0.6 us per operation and
+#: system (a least-squares fit over the 288 tasks of the 2,592-configuration grid of
+#: ``bench/bench_limits.py``, on this project's machine). Only ratios matter: it sets
+#: where the work is cut into batches and whether it runs serially.
+TASK_OPERATIONS = 6500
+
+
+def task_weight(task):
+    """A task's work in operations' worth (see :data:`TASK_OPERATIONS`)."""
+    return TASK_OPERATIONS + task.devices * (task.microbatches or 0) * len(task.systems)
+
+
+def run_sweep(tasks, *, jobs=1, dask=None, executor=None, progress=None):
     """Run ``tasks`` and return their rows in task order.
 
     Parameters
@@ -493,8 +506,14 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
         A scheduler address (``tcp://host:8786``), ``"local"`` for a LocalCluster
         of ``jobs`` workers, or a Client; needs ``dask.distributed``
         (the ``dask`` extra: ``pip install 'tabsched[dask]'``).
+    executor : concurrent.futures.Executor, optional
+        Any executor (a process pool, loky's, mpi4py's ...) instead of Dask.
     progress : callable, optional
         Called as ``progress(tasks_done, tasks_total, configurations_done)``.
+
+    With ``jobs > 1``, Dask or an executor, the smallest tasks run here first to
+    price the work; a grid too small to gain from other processes runs here to the
+    end, and the rest goes out in batches (:func:`tabsched.parallel.run_parallel`).
     """
     tasks = list(tasks)
     results = [None] * len(tasks)
@@ -513,8 +532,8 @@ def run_sweep(tasks, *, jobs=1, dask=None, progress=None):
     largest_first = sorted(range(len(tasks)),
                            key=lambda index: -tasks[index].devices
                            * (tasks[index].microbatches or 0))
-    run_parallel(run_task, tasks, jobs=jobs, dask=dask, record=record, order=largest_first,
-                 warm=lambda: _warm(tasks))
+    run_parallel(run_task, tasks, jobs=jobs, dask=dask, executor=executor, record=record,
+                 order=largest_first, warm=lambda: _warm(tasks), weight=task_weight)
     return [row for rows in results for row in rows]
 
 
@@ -577,6 +596,7 @@ def sweep(families: Sequence[str], devices: Sequence[int],
           data_parallel: object = None, contention: str | None = None,
           lengths: object = None, parallel: dict | None = None,
           execution: Execution | None = None, jobs: int = 1, dask: object = None,
+          executor: object = None,
           progress: Callable[[int, int, int], None] | None = None) -> SweepResult:
     """Evaluate a grid of configurations: every family x devices x microbatches x model x
     execution (tensor degree, data degree, microbatch size, recompute) x system.
@@ -584,7 +604,8 @@ def sweep(families: Sequence[str], devices: Sequence[int],
     The Python face of ``tabsched sweep``: the same rows, evaluated the same way
     (a table is generated and lowered once per family, devices, microbatches,
     model and execution; its systems run as samples of one kernel call), serially,
-    on ``jobs`` processes or on Dask. Invalid combinations come back as rows with
+    on ``jobs`` processes, on Dask or on any ``concurrent.futures`` executor (grids too
+    small to gain run here). Invalid combinations come back as rows with
     ``status="skipped"`` and a ``reason``.
 
     Parameters
@@ -611,6 +632,7 @@ def sweep(families: Sequence[str], devices: Sequence[int],
         The execution every configuration starts from (see :func:`grid_tasks`).
     jobs : int
     dask : str or distributed.Client, optional
+    executor : concurrent.futures.Executor, optional
     progress : callable, optional
         ``progress(tables_done, tables_total, configurations_done)``.
 
@@ -639,7 +661,8 @@ def sweep(families: Sequence[str], devices: Sequence[int],
                        tensor_parallel=tensor_parallel, data_parallel=data_parallel,
                        contention=contention, lengths=lengths, parallel=parallel,
                        execution=execution)
-    return SweepResult(run_sweep(tasks, jobs=jobs, dask=dask, progress=progress))
+    return SweepResult(run_sweep(tasks, jobs=jobs, dask=dask, executor=executor,
+                                 progress=progress))
 
 
 def rows_to_csv(rows):

@@ -183,6 +183,15 @@ def test_processes_give_the_serial_answer():
     assert _ranking(forked) == _ranking(serial)
 
 
+def test_an_executor_gives_the_serial_answer():
+    from concurrent.futures import ThreadPoolExecutor
+    options = dict(families=["1f1b", "zbv"], memory_budget="4GB", tensor_parallel=[4])
+    serial = plan(MODEL, SYSTEM, 8, 16, **options)
+    with ThreadPoolExecutor(2) as executor:
+        pooled = plan(MODEL, SYSTEM, 8, 16, executor=executor, **options)
+    assert _ranking(pooled) == _ranking(serial)
+
+
 def test_dask_gives_the_serial_answer():
     pytest.importorskip("distributed")
     options = dict(families=["1f1b", "zbv"], memory_budget="4GB", tensor_parallel=[4])

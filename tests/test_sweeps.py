@@ -15,6 +15,16 @@ def small_grid():
                       systems=("mid_nw_mid_cp", "slow_nw_fast_cp"), global_batch=8)
 
 
+@pytest.fixture
+def eager(monkeypatch):
+    """Other processes take work however little there is (one task calibrates, batches
+    of one task's worth): the parallel paths run on a grid small enough for a test."""
+    import tabsched.parallel as parallel
+    monkeypatch.setattr(parallel, "START_SECONDS", dict.fromkeys(parallel.START_SECONDS, 0.0))
+    monkeypatch.setattr(parallel, "CALIBRATION_SECONDS", 0.0)
+    monkeypatch.setattr(parallel, "BATCH_SECONDS", 1e-9)
+
+
 def test_rows_hold_every_level_with_exact_numbers(small_grid):
     rows = run_sweep(small_grid)
     assert len(rows) == 3 * 2 * 2 * 2
@@ -52,7 +62,7 @@ def test_a_sweep_result_writes_the_csv_of_its_rows_skipped_ones_included(small_g
     assert typed.to_csv() == rows_to_csv(rows)
 
 
-def test_serial_processes_and_dask_give_identical_csv(small_grid, tmp_path):
+def test_serial_processes_and_dask_give_identical_csv(small_grid, tmp_path, eager):
     serial = rows_to_csv(run_sweep(small_grid))
     assert rows_to_csv(run_sweep(small_grid, jobs=2)) == serial
     distributed = pytest.importorskip("distributed")
@@ -160,7 +170,7 @@ def test_csv_cells_keep_their_forms():
     assert line[COLUMNS.index("devices")] == "2" and line[COLUMNS.index("parallel")] == "{}"
 
 
-def test_forked_workers_share_the_tasks_and_report_each_once(small_grid):
+def test_forked_workers_share_the_tasks_and_report_each_once(small_grid, eager):
     serial = rows_to_csv(run_sweep(small_grid))
     seen = []
     rows = run_sweep(small_grid, jobs=3, progress=lambda *args: seen.append(args))
@@ -187,7 +197,7 @@ def _failing_in_workers(failure):
     return run
 
 
-def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
+def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch, eager):
     import multiprocessing
     import tabsched.sweeps as sweeps
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -198,6 +208,71 @@ def test_a_worker_that_fails_fails_the_sweep(small_grid, monkeypatch):
     monkeypatch.setattr(sweeps, "run_task", _failing_in_workers("exit"))
     with pytest.raises(TabschedError, match=r"a worker process died \(exit status 3\)"):
         run_sweep(small_grid, jobs=2)
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_any_executor_gives_the_serial_csv_in_batches(small_grid, eager, monkeypatch, pool):
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    import tabsched.parallel as parallel
+    serial = rows_to_csv(run_sweep(small_grid))
+    sizes = []
+    batched = parallel._batches
+
+    def watched(*args):
+        batches = batched(*args)
+        sizes.append(sorted(len(batch) for batch in batches))
+        return batches
+
+    monkeypatch.setattr(parallel, "_batches", watched)
+    Pool = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
+    with Pool(max_workers=2) as executor:
+        seen = []
+        rows = run_sweep(small_grid, executor=executor,
+                         progress=lambda *args: seen.append(args))
+    assert rows_to_csv(rows) == serial
+    assert [done for done, _, _ in seen] == list(range(1, len(small_grid) + 1))
+    # one task ran here to price the work; the others went out, every one once
+    assert sum(sizes[0]) == len(small_grid) - 1
+
+
+def test_a_grid_too_small_to_gain_runs_here(small_grid, monkeypatch):
+    """No process is started for work that takes less than starting it costs."""
+    import tabsched.parallel as parallel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a worker was started for a small grid")
+
+    for name in ("run_forked", "run_dask", "_run_on_client", "run_executor"):
+        monkeypatch.setattr(parallel, name, refuse)
+    serial = rows_to_csv(run_sweep(small_grid))
+    assert rows_to_csv(run_sweep(small_grid, jobs=2)) == serial
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as executor:
+        assert rows_to_csv(run_sweep(small_grid, executor=executor)) == serial
+    if pytest.importorskip("distributed"):
+        assert rows_to_csv(run_sweep(small_grid, dask="local")) == serial
+
+
+def test_batches_hold_each_task_once_in_order_and_enough_work():
+    from tabsched.parallel import BATCH_SECONDS, _batches
+    tasks = list(range(40))
+    order = list(reversed(tasks))
+    batches = _batches(tasks, order, lambda task: task + 1, 0.01, 2)
+    assert [index for batch in batches for index in batch] == order
+    assert all(sum(0.01 * (index + 1) for index in batch) >= BATCH_SECONDS
+               for batch in batches[:-1])
+    assert _batches(tasks, order, None, None, 2) == [[index] for index in order]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"jobs": 2.5}, "jobs must be a whole number >= 1, not 2.5"),
+    ({"jobs": True}, "jobs must be a whole number >= 1, not True"),
+    ({"executor": object()}, "executor: a concurrent.futures.Executor"),
+    ({"executor": object(), "dask": "local"}, "give dask or executor, not both"),
+])
+def test_bad_parallel_settings_are_refused(small_grid, options, message):
+    with pytest.raises(InvalidParameterError, match=re.escape(message)):
+        run_sweep(small_grid, **options)
 
 
 # ------------------------------------------------- the execution's axes and columns

@@ -97,7 +97,7 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
          max_chunks: int | None = None, zero_stages=(0, 1), sequence_parallel=(False, True),
          uneven: int | None = None, cross_node: bool = False, memory_budget=None,
          execution: Execution | None = None, top: int = 10, tie_band: float | None = None,
-         prune=True, jobs: int = 1, dask=None, progress=None) -> PlanResult:
+         prune=True, jobs: int = 1, dask=None, executor=None, progress=None) -> PlanResult:
     """Search the executions of ``model`` on ``gpus`` devices of ``system``.
 
     Parameters
@@ -154,7 +154,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     prune : bool or set of {"memory", "time"}
         Which bounds prune (``False``: the exhaustive search).
     jobs : int
-        Local processes; ``dask``: a Dask scheduler, ``"local"`` or a Client.
+        Local processes; ``dask``: a Dask scheduler, ``"local"`` or a Client;
+        ``executor``: any ``concurrent.futures.Executor`` instead.
     progress : callable, optional
         ``progress(configurations done, total, simulated)``.
 
@@ -256,7 +257,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
             f"no configuration of {where} is left: {_reasons(refusals.counts)}; closest: "
             f"{refusals.closest_description}")
     entries, outcomes = search(found, model, system, budget, top=top, tie_band=tie_band,
-                               prune=prune, jobs=jobs, dask=dask, progress=progress)
+                               prune=prune, jobs=jobs, dask=dask, executor=executor,
+                               progress=progress)
     if not entries:
         raise MemoryBudgetError(_nothing_fits(found, outcomes, budget, where))
     rows = build_rows(entries, found, outcomes, model, system, budget, top=top,

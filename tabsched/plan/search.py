@@ -441,7 +441,7 @@ class _Ranking:
 
 
 def search(found, model, system, budget, *, top=10, tie_band=TIE_BAND, prune=True, jobs=1,
-           dask=None, progress=None):
+           dask=None, executor=None, progress=None):
     """Branch and bound over ``found`` (:class:`Candidates`); see the module docstring.
 
     Returns ``(ranking, outcomes)``: the fitting configurations' ``(makespan, key,
@@ -463,7 +463,7 @@ def search(found, model, system, budget, *, top=10, tie_band=TIE_BAND, prune=Tru
     use_bound = "time" in rules
     position = 0
     total = len(order)
-    parallel = jobs > 1 or dask is not None
+    parallel = jobs > 1 or dask is not None or executor is not None
     while position < total:
         threshold = ranking.threshold if use_bound else np.inf
         batch, seconds = [], 0.0
@@ -487,7 +487,7 @@ def search(found, model, system, budget, *, top=10, tie_band=TIE_BAND, prune=Tru
                 break
         if not batch:
             break
-        _run(batch, model, system, budget, jobs, dask, outcomes, counts)
+        _run(batch, model, system, budget, (jobs, dask, executor), outcomes, counts)
         for _, chosen in batch:
             for index in chosen:
                 outcome = outcomes[index]
@@ -510,10 +510,12 @@ def _table_key(found, index):
     return (layout, microbatches)
 
 
-def _run(batch, model, system, budget, jobs, dask, outcomes, counts):
-    """Simulate ``batch`` (jobs with the candidate indices they hold) here or in parallel,
-    recording each outcome and the counts."""
-    if jobs == 1 and dask is None:
+def _run(batch, model, system, budget, where, outcomes, counts):
+    """Simulate ``batch`` (jobs with the candidate indices they hold) here or in parallel
+    (``where``: jobs, Dask, an executor), recording each outcome and the counts."""
+    jobs, dask, executor = where
+    serial = jobs == 1 and dask is None and executor is None
+    if serial:
         tasks = [SimulationTask(model, system, budget, (job,)) for job, _ in batch]
     else:
         tasks, current, seconds = [], [], 0.0
@@ -530,12 +532,12 @@ def _run(batch, model, system, budget, jobs, dask, outcomes, counts):
     def record(index, value, done):
         results[index] = value
 
-    if jobs == 1 and dask is None:
+    if serial:
         for index, task in enumerate(tasks):
             record(index, simulate(task), index + 1)
     else:
         from tabsched.parallel import run_parallel
-        run_parallel(simulate, tasks, jobs=jobs, dask=dask, record=record)
+        run_parallel(simulate, tasks, jobs=jobs, dask=dask, executor=executor, record=record)
     flat = [outcome for result in results for outcome in result]
     for (job, chosen), job_outcomes in zip(batch, flat):
         counts.tables += 1 if not job.layout.cost_driven else len(chosen)
