@@ -20,9 +20,10 @@ The passes
         The pull pass over the layout: each node starts at the latest end of its
         predecessors. No resources (a lowering under contention ``none``, or the
         link-chain rewrite of one under ``link``).
-    ``kahn_starts``
+    ``kahn_starts`` / ``ordered_starts``
         The same starts by Kahn's loop itself, pushing each end to the successors:
-        for a lowering run once or twice, no layout to make first.
+        for a lowering run once or twice, no layout to make first; the second run
+        follows the order the first one took.
     ``fifo_starts`` / ``fifo_summary``
         The event order with first-come-first-served resources (links, ports), a
         binary heap of ready nodes.
@@ -649,8 +650,9 @@ def kahn_starts(Graph graph not None, const time_t[:, ::1] durations not None,
         node's start, or NO_NODE_ID.
     scratch : Scratch
         ``indegree`` and ``heap_node`` (the FIFO queue) of nodes entries each.
-        After a DEADLOCK, ``indegree[v] > 0`` marks the nodes that never ran (the
-        indegrees :func:`topological` leaves).
+        After OK, ``heap_node`` holds Kahn's order (:func:`ordered_starts` follows
+        it); after a DEADLOCK, ``indegree[v] > 0`` marks the nodes that never ran
+        (the indegrees :func:`topological` leaves).
 
     Returns
     -------
@@ -706,6 +708,62 @@ cdef index_t _kahn_push(const index_t[::1] indptr, const index_t[::1] successors
                 queue[tail] = u
                 tail += 1
     return STATUS_OK if tail == n else STATUS_DEADLOCK
+
+
+@boundscheck(False)
+@wraparound(False)
+def ordered_starts(Graph graph not None, const index_t[::1] order not None,
+                   const time_t[:, ::1] durations not None, time_t[:, ::1] start not None,
+                   index_t[::1] binding not None):
+    """:func:`kahn_starts` again, in the order a run of it took (its queue, which it
+    leaves in ``scratch.heap_node``): the same pushes without the indegrees.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its edges.
+    order : int32 array, shape (nodes,)
+        Kahn's order of the graph's nodes as :func:`kahn_starts` left it (every
+        entry a node id; that it is that order is the caller's to keep).
+    durations, start, binding :
+        As :func:`kahn_starts`.
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = graph.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t s, i, v, u, e
+    cdef bint record
+    cdef time_t finish
+    cdef index_t status = STATUS_OK
+    if (not graph.has_edges or order.shape[0] != n or durations.shape[1] != n
+            or start.shape[0] != samples or start.shape[1] != n
+            or (binding.shape[0] != 0 and binding.shape[0] != n)):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for i in range(n):
+            if order[i] < 0 or order[i] >= n:
+                status = STATUS_BAD_INDEX
+                break
+        for s in range(samples if status == STATUS_OK else 0):
+            record = binding.shape[0] != 0 and s == 0
+            for v in range(n):
+                start[s, v] = 0.0
+                if record:
+                    binding[v] = NO_NODE
+            for i in range(n):
+                v = order[i]
+                finish = start[s, v] + durations[s, v]
+                for e in range(graph._indptr[v], graph._indptr[v + 1]):
+                    u = graph._successors[e]
+                    if finish > start[s, u]:
+                        start[s, u] = finish
+                        if record:
+                            binding[u] = v
+    return status
 
 
 # Samples a summary pass carries at once, node-major (BLOCK, _types.pxd).

@@ -221,6 +221,7 @@ def kahn_starts(graph, durations, start, binding, scratch):
         taken = 0
         while queue:
             v = queue.popleft()
+            scratch.heap_node[taken] = v        # the queue as the kernel keeps it
             taken += 1
             finish = begins[v] + float(durations[s, v])
             for e in range(indptr[v], indptr[v + 1]):
@@ -236,6 +237,34 @@ def kahn_starts(graph, durations, start, binding, scratch):
         scratch.indegree[:] = remaining
         if taken < n:
             return DEADLOCK
+    return OK
+
+
+def ordered_starts(graph, order, durations, start, binding):
+    """Twin of ``tabsched._kernel.ordered_starts``: the pushes in a given order."""
+    n = graph.num_nodes
+    samples = durations.shape[0]
+    if (not graph.has_edges or len(order) != n or durations.shape[1] != n
+            or start.shape != (samples, n) or len(binding) not in (0, n)):
+        return BAD_SHAPE
+    if any(not 0 <= int(v) < n for v in order):
+        return BAD_INDEX
+    indptr, successors = graph.indptr, graph.successors
+    for s in range(samples):
+        begins = [0.0] * n
+        record = len(binding) and s == 0
+        if record:
+            binding[:] = NO_NODE_ID
+        for v in order:
+            v = int(v)
+            finish = begins[v] + float(durations[s, v])
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > begins[u]:
+                    begins[u] = finish
+                    if record:
+                        binding[u] = v
+        start[s, :] = begins
     return OK
 
 

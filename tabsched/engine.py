@@ -12,7 +12,8 @@ Choosing the pass (``method="auto"``, as scipy's ``shortest_path`` chooses)
         pass over the lowering's Kahn order, every edge pointing backwards. A
         lowering not laid out yet takes its first runs of one sample by Kahn's loop
         itself, pushing each end to the successors (:data:`PUSH_RUNS`; the same
-        starts and binding, to the bit), rather than make a layout for them.
+        starts and binding, to the bit), rather than make a layout for them; a run
+        after the first follows the order the first took.
     ``"chained"``
         Contention ``link`` where the link-chain rewrite is exact
         (:meth:`~tabsched.lower.LoweredSchedule.link_chains`: every cell lasts longer
@@ -251,10 +252,19 @@ def run(lowered, durations, *, binding=False, method="auto"):
     start = np.empty(durations.shape)
     bound = np.empty(n if binding else 0, dtype=INDEX)
     if method == "pull" and _push_instead(target, durations.shape[0]):
-        # no layout yet, and this run may be one of the few: Kahn's loop pushes the ends
+        # no layout yet, and this run may be one of the few: Kahn's loop pushes the ends,
+        # and a later run follows the order it took
         graph = _graph(target, edges=True)
-        scratch = _scratch(graph, queue=True)
-        _check(_kernel.kahn_starts(graph, durations, start, bound, scratch), lowered, scratch)
+        order = target.__dict__.get(KAHN_ORDER)
+        if order is None:
+            scratch = _scratch(graph, queue=True)
+            _check(_kernel.kahn_starts(graph, durations, start, bound, scratch), lowered,
+                   scratch)
+            order = scratch.heap_node
+            order.flags.writeable = False
+            target.__dict__[KAHN_ORDER] = order
+        else:
+            _check(_kernel.ordered_starts(graph, order, durations, start, bound))
         return start, (bound if binding else None)
     lowered.check_acyclic()
     if method == "events":
@@ -268,6 +278,9 @@ def run(lowered, durations, *, binding=False, method="auto"):
     return start, (bound if binding else None)
 
 
+#: Where a lowering keeps the order its first push pass took (int32, read-only; a copy
+#: of the lowering with the same edges takes it along).
+KAHN_ORDER = "_kahn_order"
 #: Runs of one sample a lowering takes by Kahn's push pass before it is laid out:
 #: a layout costs about two push passes, and each pull pass over it half of one.
 PUSH_RUNS = 2

@@ -207,9 +207,14 @@ class LoweredSchedule:
 
     def copied(self, **changes):
         """``dataclasses.replace(self, **changes)`` without making the layout: the copy
-        takes it when it is made, and is laid out on first use when it is not."""
+        takes it when it is made, and is laid out on first use when it is not; it
+        takes the order of the engine's push pass too, when its edges are these."""
         kept = {name: self.__dict__.get(name) for name in LAYOUT_FIELDS}
-        return dataclasses.replace(self, **{**kept, **changes})
+        copy = dataclasses.replace(self, **{**kept, **changes})
+        order = self.__dict__.get(engine.KAHN_ORDER)     # the push pass's, same edges
+        if order is not None and "indptr" not in changes and "successors" not in changes:
+            copy.__dict__[engine.KAHN_ORDER] = order
+        return copy
 
     def __getstate__(self):
         """Pickled without the engine's compiled view and the cached rewrite (made
@@ -409,12 +414,12 @@ class LoweredSchedule:
 
     @property
     def nbytes(self):
-        """Bytes held by the DAG's arrays (not the table)."""
+        """Bytes held by the DAG's arrays (not the table; the layout's once made)."""
         arrays = [self.kind_bounds, self.cell_of_op, self.cell_device, self.indptr,
                   self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
-                  self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
-                  self.topo_predecessors]
+                  self.transfers.gradient] + [self.__dict__.get(name)
+                                              for name in LAYOUT_FIELDS[:3]]
         return sum(array.nbytes for array in arrays if array is not None)
 
     def run(self, durations, *, binding=True, end=True, method="auto"):

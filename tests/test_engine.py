@@ -283,6 +283,8 @@ def test_the_push_pass_serves_a_lowerings_first_runs_then_the_layout():
     durations = random_durations(lowered, 5, integer=True)[0]
     runs = [engine.run(lowered, durations, binding=True) for _ in range(engine.PUSH_RUNS)]
     assert not lowered.laid_out
+    order = lowered.__dict__[engine.KAHN_ORDER]              # the first run's order ...
+    assert lowered.copied().__dict__[engine.KAHN_ORDER] is order     # ... travels along
     laid = engine.run(lowered, durations, binding=True)
     assert lowered.laid_out
     for start, bound in runs:

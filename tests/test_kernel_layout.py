@@ -366,7 +366,8 @@ def push_both(lowered, durations, *, binding=True):
         bound = np.full(n if binding else 0, -7, I32)
         scratch = kernel_scratch(module, graph)
         status = module.kahn_starts(graph, durations, start, bound, scratch)
-        outputs.append((status, start, bound, np.asarray(scratch.indegree).copy()))
+        outputs.append((status, start, bound, np.asarray(scratch.indegree).copy(),
+                        np.asarray(scratch.heap_node).copy()))
     return outputs
 
 
@@ -379,16 +380,25 @@ def test_push_pass_equals_reference_and_the_pull_pass(seed, samples, integer, ta
     lowered = lower(table, blocking_sends=blocking, grad_sync="all" if tail else None,
                     optimizer=tail)
     durations = random_durations(lowered, seed, samples=samples, integer=integer)
-    (status_k, start_k, bound_k, _), (status_r, start_r, bound_r, _) = push_both(lowered,
-                                                                                durations)
+    (status_k, start_k, bound_k, _, order_k), (status_r, start_r, bound_r, _, order_r) = \
+        push_both(lowered, durations)
     assert status_k == status_r == _kernel.OK
     np.testing.assert_array_equal(start_k, start_r)
     np.testing.assert_array_equal(bound_k, bound_r)
+    # the queue it leaves is Kahn's order, the layout's; following it gives the same
+    np.testing.assert_array_equal(order_k, lowered.topo_order)
+    np.testing.assert_array_equal(order_r, lowered.topo_order)
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
+        again = np.full(durations.shape, np.nan)
+        bound = np.full(lowered.num_nodes, -7, I32)
+        assert module.ordered_starts(graph, order_k, durations, again, bound) == _kernel.OK
+        np.testing.assert_array_equal(again, start_k)
+        np.testing.assert_array_equal(bound, bound_k)
     (status_p, start_p, bound_p), _ = pull_both(lowered, durations)
     assert status_p == _kernel.OK
     np.testing.assert_array_equal(start_k, start_p)
     np.testing.assert_array_equal(bound_k, bound_p)
-    (_, unbound, empty, _), _ = push_both(lowered, durations, binding=False)
+    (_, unbound, empty, _, _), _ = push_both(lowered, durations, binding=False)
     np.testing.assert_array_equal(unbound, start_k)
     assert empty.shape == (0,)
 
@@ -409,7 +419,7 @@ def test_push_pass_deadlocks_as_the_layout_does(seed):
     cyclic = lower(table)
     cyclic.indptr, cyclic.successors = indptr, successors
     layout = layout_both(indptr, successors)[0]
-    (status_k, _, _, left_k), (status_r, _, _, left_r) = push_both(
+    (status_k, _, _, left_k, _), (status_r, _, _, left_r, _) = push_both(
         cyclic, np.ones((1, n)))
     assert status_k == status_r == layout[0]
     if layout[0] == _kernel.DEADLOCK:
@@ -428,3 +438,9 @@ def test_push_pass_refuses_wrong_shapes():
                                   scratch) == _kernel.BAD_SHAPE
         assert module.kahn_starts(module.Graph(n), np.ones((1, n)), np.zeros((1, n)),
                                   np.zeros(0, I32), scratch) == _kernel.BAD_SHAPE
+        order = np.arange(n, dtype=I32)
+        assert module.ordered_starts(graph, order[1:], np.ones((1, n)), np.zeros((1, n)),
+                                     np.zeros(0, I32)) == _kernel.BAD_SHAPE
+        order[0] = n
+        assert module.ordered_starts(graph, order, np.ones((1, n)), np.zeros((1, n)),
+                                     np.zeros(0, I32)) == _kernel.BAD_INDEX
