@@ -5,8 +5,9 @@ Each figure is a ratio measured in this run against a yardstick run beside it
 numbers and the load the machine had (``os.getloadavg``). Not collected by pytest.
 
 1. ``generate`` + ``evaluate`` of 1F1B S=64 M=4096 (``UnitCosts(f=1, b=2)``) against
-   ``bench/c/onefoneb.c`` doing the same job (orders, DAG in CSR, Kahn's longest
-   path); target within 4x. And ``generate``'s time per operation at M=4096 and
+   ``bench/c/onefoneb.c`` doing the same job as fast as plain C does it (orders, the
+   DAG with only the edges it needs, Kahn's longest path), with the same makespan
+   and the same sum of operation starts; target within 3x (issue 24). And ``generate``'s time per operation at M=4096 and
    M=32768 (linear: the same).
 2. The kernel's pull pass against ``bench/c/pull.c`` over the same arrays (the
    lowering's predecessor lists and durations in topological order); target
@@ -65,9 +66,11 @@ def compile_c(name, directory):
 
 
 def run_c(binary, *args):
+    """What the C program prints, as floats: its answer, its best seconds, and what
+    else it prints to check the answer by."""
     output = subprocess.run([str(binary), *map(str, args)], check=True, capture_output=True,
                             text=True).stdout.split()
-    return float(output[0]), float(output[1])
+    return tuple(float(value) for value in output)
 
 
 def generate_and_evaluate(c_dir, repeat):
@@ -82,10 +85,12 @@ def generate_and_evaluate(c_dir, repeat):
     # the two alternate, round by round, so that both see the same load; best of each
     seconds = seconds_c = float("inf")
     for _ in range(repeat):
-        makespan_c, once_c = run_c(binary, devices, microbatches, 1, 2, 1)
+        makespan_c, once_c, start_sum_c = run_c(binary, devices, microbatches, 1, 2, 1)
         once, result = best_of(1, job)
         seconds, seconds_c = min(seconds, once), min(seconds_c, once_c)
+    # the same answer: the makespan, and every start (their sum; integers here, exact)
     assert result.makespan == makespan_c, (result.makespan, makespan_c)
+    assert float(result.op_start.sum()) == start_sum_c, (result.op_start.sum(), start_sum_c)
     small, _ = best_of(repeat, lambda: tabsched.generate("1f1b", devices=devices,
                                                          microbatches=microbatches))
     large, table = best_of(repeat, lambda: tabsched.generate(
@@ -93,12 +98,12 @@ def generate_and_evaluate(c_dir, repeat):
     small_ops = 2 * devices * microbatches
     # the C program's own growth per operation over the same sizes: what the memory
     # hierarchy adds when the arrays outgrow the caches
-    _, large_c = run_c(binary, devices, 8 * microbatches, 1, 2, repeat)
-    _, small_c = run_c(binary, devices, microbatches, 1, 2, repeat)
+    _, large_c, _ = run_c(binary, devices, 8 * microbatches, 1, 2, repeat)
+    _, small_c, _ = run_c(binary, devices, microbatches, 1, 2, repeat)
     return {
         "c_growth": (large_c / len(table)) / (small_c / small_ops),
         "generate_evaluate_s": seconds, "c_s": seconds_c, "ratio": seconds / seconds_c,
-        "target_ratio": 4.0, "met": seconds / seconds_c <= 4.0,
+        "target_ratio": 3.0, "met": seconds / seconds_c <= 3.0,
         "generate_ns_per_op_m4096": small / small_ops * 1e9,
         "generate_ns_per_op_m32768": large / len(table) * 1e9,
         "generate_growth": (large / len(table)) / (small / small_ops),
@@ -378,7 +383,7 @@ def print_step(name, f):
         return "met" if met else "NOT met"
     if name == "generate":
         print(f"1. generate + evaluate 1F1B S=64 M=4096: {f['generate_evaluate_s'] * 1e3:.1f} ms, "
-              f"C {f['c_s'] * 1e3:.1f} ms: {f['ratio']:.2f}x (target <= 4x, "
+              f"C {f['c_s'] * 1e3:.1f} ms: {f['ratio']:.2f}x (target <= 3x, "
               f"{verdict(f['met'])}); generate {f['generate_ns_per_op_m4096']:.0f} ns/op at "
               f"M=4096, {f['generate_ns_per_op_m32768']:.0f} ns/op at M=32768 "
               f"(x{f['generate_growth']:.2f} per op; the C program's generate + evaluate "

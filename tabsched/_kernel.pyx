@@ -20,6 +20,10 @@ The passes
         The pull pass over the layout: each node starts at the latest end of its
         predecessors. No resources (a lowering under contention ``none``, or the
         link-chain rewrite of one under ``link``).
+    ``kahn_starts`` / ``ordered_starts``
+        The same starts by Kahn's loop itself, pushing each end to the successors:
+        for a lowering run once or twice, no layout to make first; the second run
+        follows the order the first one took.
     ``fifo_starts`` / ``fifo_summary``
         The event order with first-come-first-served resources (links, ports), a
         binary heap of ready nodes.
@@ -311,7 +315,8 @@ cdef class Scratch:
 
     ``indegree`` (int32, nodes; after a DEADLOCK, > 0 marks the nodes that never
     ran), ``heap_time`` and ``heap_node`` (nodes each, for the event passes),
-    ``free_at`` and ``holder`` (resources each, for the event passes), ``finish``
+    ``free_at`` and ``holder`` (resources each, for the event passes; ``heap_node`` is
+    also :func:`kahn_starts`' FIFO queue), ``finish``
     (float64: nodes for the starts passes; nodes x SUMMARY_BLOCK for the pull
     summary; (nodes + 3 x devices) x SUMMARY_BLOCK for Monte Carlo). Each pass
     checks the sizes of the arrays it uses; the others may be empty.
@@ -615,6 +620,150 @@ cdef index_t _longest_path(const index_t[::1] pred_indptr, const index_t[::1] pr
             ends[i] = begin + length[v]
             begins[v] = begin
     return STATUS_OK
+
+
+@boundscheck(False)
+@wraparound(False)
+def kahn_starts(Graph graph not None, const time_t[:, ::1] durations not None,
+                time_t[:, ::1] start not None, index_t[::1] binding not None,
+                Scratch scratch not None):
+    """Earliest starts by Kahn's loop itself: one push pass a sample, no layout.
+
+    For a lowering run once or twice, laying it out (:func:`topological`: the
+    order, the positions, the predecessor lists) costs more than the runs it
+    serves. This pass takes the nodes in the order Kahn's loop with a FIFO queue
+    gives them (the layout's order) and pushes each node's end to its successors:
+    a successor starts at the latest end pushed to it (0 without any), and its
+    binding is the node whose end was strictly latest, the first in Kahn's order
+    on ties. That is :func:`longest_path_starts` over the layout, to the bit: the
+    same comparisons in the same order.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its edges (the resources are not read).
+    durations : float64 array, shape (samples, nodes)
+    start : float64 array, shape (samples, nodes)
+        Output.
+    binding : int32 array, shape (nodes,) or (0,)
+        Output for sample 0 (skipped when empty): the node that decided each
+        node's start, or NO_NODE_ID.
+    scratch : Scratch
+        ``indegree`` and ``heap_node`` (the FIFO queue) of nodes entries each.
+        After OK, ``heap_node`` holds Kahn's order (:func:`ordered_starts` follows
+        it); after a DEADLOCK, ``indegree[v] > 0`` marks the nodes that never ran
+        (the indegrees :func:`topological` leaves).
+
+    Returns
+    -------
+    int
+        A status: OK, DEADLOCK or BAD_SHAPE.
+    """
+    cdef index_t n = graph.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t status = STATUS_OK
+    cdef index_t s
+    if (not graph.has_edges or durations.shape[1] != n or start.shape[0] != samples
+            or start.shape[1] != n or (binding.shape[0] != 0 and binding.shape[0] != n)
+            or scratch._indegree.shape[0] != n or scratch._heap_node.shape[0] != n):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for s in range(samples):
+            status = _kahn_push(graph._indptr, graph._successors, durations[s], start[s],
+                                binding, binding.shape[0] != 0 and s == 0,
+                                scratch._indegree, scratch._heap_node)
+            if status != STATUS_OK:
+                break
+    return status
+
+
+cdef index_t _kahn_push(const index_t[::1] indptr, const index_t[::1] successors,
+                        const time_t[::1] length, time_t[::1] begins, index_t[::1] binding,
+                        bint record, index_t[::1] indegree,
+                        index_t[::1] queue) noexcept nogil:
+    cdef index_t n = indptr.shape[0] - 1
+    cdef index_t head = 0, tail = 0
+    cdef index_t v, u, e
+    cdef time_t finish
+    _count_indegree(indptr, successors, indegree)
+    for v in range(n):
+        begins[v] = 0.0
+        if record:
+            binding[v] = NO_NODE
+        if indegree[v] == 0:
+            queue[tail] = v
+            tail += 1
+    while head < tail:
+        v = queue[head]
+        head += 1
+        finish = begins[v] + length[v]
+        for e in range(indptr[v], indptr[v + 1]):
+            u = successors[e]
+            if finish > begins[u]:
+                begins[u] = finish
+                if record:
+                    binding[u] = v
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                queue[tail] = u
+                tail += 1
+    return STATUS_OK if tail == n else STATUS_DEADLOCK
+
+
+@boundscheck(False)
+@wraparound(False)
+def ordered_starts(Graph graph not None, const index_t[::1] order not None,
+                   const time_t[:, ::1] durations not None, time_t[:, ::1] start not None,
+                   index_t[::1] binding not None):
+    """:func:`kahn_starts` again, in the order a run of it took (its queue, which it
+    leaves in ``scratch.heap_node``): the same pushes without the indegrees.
+
+    Parameters
+    ----------
+    graph : Graph
+        With its edges.
+    order : int32 array, shape (nodes,)
+        Kahn's order of the graph's nodes as :func:`kahn_starts` left it (every
+        entry a node id; that it is that order is the caller's to keep).
+    durations, start, binding :
+        As :func:`kahn_starts`.
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef index_t n = graph.num_nodes
+    cdef index_t samples = durations.shape[0]
+    cdef index_t s, i, v, u, e
+    cdef bint record
+    cdef time_t finish
+    cdef index_t status = STATUS_OK
+    if (not graph.has_edges or order.shape[0] != n or durations.shape[1] != n
+            or start.shape[0] != samples or start.shape[1] != n
+            or (binding.shape[0] != 0 and binding.shape[0] != n)):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for i in range(n):
+            if order[i] < 0 or order[i] >= n:
+                status = STATUS_BAD_INDEX
+                break
+        for s in range(samples if status == STATUS_OK else 0):
+            record = binding.shape[0] != 0 and s == 0
+            for v in range(n):
+                start[s, v] = 0.0
+                if record:
+                    binding[v] = NO_NODE
+            for i in range(n):
+                v = order[i]
+                finish = start[s, v] + durations[s, v]
+                for e in range(graph._indptr[v], graph._indptr[v + 1]):
+                    u = graph._successors[e]
+                    if finish > start[s, u]:
+                        start[s, u] = finish
+                        if record:
+                            binding[u] = v
+    return status
 
 
 # Samples a summary pass carries at once, node-major (BLOCK, _types.pxd).

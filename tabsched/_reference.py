@@ -202,6 +202,72 @@ def longest_path_starts(graph, durations, start, binding, scratch, by_position=F
     return OK
 
 
+def kahn_starts(graph, durations, start, binding, scratch):
+    """Twin of ``tabsched._kernel.kahn_starts``: Kahn's loop pushing each end on."""
+    n = graph.num_nodes
+    samples = durations.shape[0]
+    if (not graph.has_edges or durations.shape[1] != n or start.shape != (samples, n)
+            or len(binding) not in (0, n) or len(scratch.indegree) != n
+            or len(scratch.heap_node) != n):
+        return BAD_SHAPE
+    indptr, successors = graph.indptr, graph.successors
+    for s in range(samples):
+        remaining = _indegree(indptr, successors, n)
+        begins = [0.0] * n
+        record = len(binding) and s == 0
+        if record:
+            binding[:] = NO_NODE_ID
+        queue = deque(v for v in range(n) if remaining[v] == 0)
+        taken = 0
+        while queue:
+            v = queue.popleft()
+            scratch.heap_node[taken] = v        # the queue as the kernel keeps it
+            taken += 1
+            finish = begins[v] + float(durations[s, v])
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > begins[u]:
+                    begins[u] = finish
+                    if record:
+                        binding[u] = v
+                remaining[u] -= 1
+                if remaining[u] == 0:
+                    queue.append(u)
+        start[s, :] = begins
+        scratch.indegree[:] = remaining
+        if taken < n:
+            return DEADLOCK
+    return OK
+
+
+def ordered_starts(graph, order, durations, start, binding):
+    """Twin of ``tabsched._kernel.ordered_starts``: the pushes in a given order."""
+    n = graph.num_nodes
+    samples = durations.shape[0]
+    if (not graph.has_edges or len(order) != n or durations.shape[1] != n
+            or start.shape != (samples, n) or len(binding) not in (0, n)):
+        return BAD_SHAPE
+    if any(not 0 <= int(v) < n for v in order):
+        return BAD_INDEX
+    indptr, successors = graph.indptr, graph.successors
+    for s in range(samples):
+        begins = [0.0] * n
+        record = len(binding) and s == 0
+        if record:
+            binding[:] = NO_NODE_ID
+        for v in order:
+            v = int(v)
+            finish = begins[v] + float(durations[s, v])
+            for e in range(indptr[v], indptr[v + 1]):
+                u = successors[e]
+                if finish > begins[u]:
+                    begins[u] = finish
+                    if record:
+                        binding[u] = v
+        start[s, :] = begins
+    return OK
+
+
 def _summary_shapes(graph, samples, makespan, busy, first_start, last_end):
     devices = graph.num_devices
     return (graph.has_devices and len(makespan) == samples and busy.shape == (samples, devices)

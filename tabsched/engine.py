@@ -9,7 +9,11 @@ sees only arrays, and turn its status into an exception.
 Choosing the pass (``method="auto"``, as scipy's ``shortest_path`` chooses)
     ``"pull"``
         No node holds a resource (contention ``none``): the longest path, one pull
-        pass over the lowering's Kahn order, every edge pointing backwards.
+        pass over the lowering's Kahn order, every edge pointing backwards. A
+        lowering not laid out yet takes its first runs of one sample by Kahn's loop
+        itself, pushing each end to the successors (:data:`PUSH_RUNS`; the same
+        starts and binding, to the bit), rather than make a layout for them; a run
+        after the first follows the order the first took.
     ``"chained"``
         Contention ``link`` where the link-chain rewrite is exact
         (:meth:`~tabsched.lower.LoweredSchedule.link_chains`: every cell lasts longer
@@ -174,12 +178,14 @@ def carry_layout(source, target):
         target._graph = graph
 
 
-def _scratch(graph, *, events=False, finish=0):
+def _scratch(graph, *, events=False, queue=False, finish=0):
     """The working arrays of one pass, the one place they are allocated: the event
-    passes' indegrees, heap and resource state (``events``), and ``finish`` floats."""
-    nodes = graph.num_nodes if events else 0
+    passes' indegrees, heap and resource state (``events``), the push pass's
+    indegrees and queue (``queue``), and ``finish`` floats."""
+    nodes = graph.num_nodes if events or queue else 0
+    times = graph.num_nodes if events else 0
     resources = graph.num_resources if events else 0
-    return _kernel.Scratch(np.empty(nodes, dtype=INDEX), np.empty(nodes),
+    return _kernel.Scratch(np.empty(nodes, dtype=INDEX), np.empty(times),
                            np.empty(nodes, dtype=INDEX), np.empty(resources),
                            np.empty(resources, dtype=INDEX), np.empty(finish))
 
@@ -241,11 +247,26 @@ def run(lowered, durations, *, binding=False, method="auto"):
         operations on one cycle).
     """
     durations = checked_durations(lowered, durations)
-    lowered.check_acyclic()
     method, target = _method(lowered, durations, method, binding)
     n = lowered.num_nodes
     start = np.empty(durations.shape)
     bound = np.empty(n if binding else 0, dtype=INDEX)
+    if method == "pull" and _push_instead(target, durations.shape[0]):
+        # no layout yet, and this run may be one of the few: Kahn's loop pushes the ends,
+        # and a later run follows the order it took
+        graph = _graph(target, edges=True)
+        order = target.__dict__.get(KAHN_ORDER)
+        if order is None:
+            scratch = _scratch(graph, queue=True)
+            _check(_kernel.kahn_starts(graph, durations, start, bound, scratch), lowered,
+                   scratch)
+            order = scratch.heap_node
+            order.flags.writeable = False
+            target.__dict__[KAHN_ORDER] = order
+        else:
+            _check(_kernel.ordered_starts(graph, order, durations, start, bound))
+        return start, (bound if binding else None)
+    lowered.check_acyclic()
     if method == "events":
         graph = _graph(target, edges=True)
         scratch = _scratch(graph, events=True)
@@ -255,6 +276,29 @@ def run(lowered, durations, *, binding=False, method="auto"):
         _check(_kernel.longest_path_starts(graph, durations, start, bound,
                                            _scratch(graph, finish=n)))
     return start, (bound if binding else None)
+
+
+#: Where a lowering keeps the order its first push pass took (int32, read-only; a copy
+#: of the lowering with the same edges takes it along).
+KAHN_ORDER = "_kahn_order"
+#: Runs of one sample a lowering takes by Kahn's push pass before it is laid out:
+#: a layout costs about two push passes, and each pull pass over it half of one.
+PUSH_RUNS = 2
+
+
+def _push_instead(lowered, samples):
+    """Whether a pull run of ``samples`` samples over ``lowered`` (no resources) takes
+    the push pass (:func:`tabsched._kernel.kahn_starts`, the same starts) instead of
+    laying the lowering out first: while it has no layout, for its first
+    :data:`PUSH_RUNS` runs of one sample. Counted on the lowering; a lowering-like
+    object without ``laid_out`` (an unrolled one, laid out when made) never takes it."""
+    if getattr(lowered, "laid_out", True) or samples != 1:
+        return False
+    runs = lowered.__dict__.get("_push_runs", 0)
+    if runs >= PUSH_RUNS:
+        return False
+    lowered.__dict__["_push_runs"] = runs + 1
+    return True
 
 
 def summarize(lowered, durations, *, method="auto"):

@@ -33,11 +33,13 @@ Resources (``resources``, one row per node)
     and the receiving node's ingress port.
 
 Layout
-    Lowering checks the DAG and finds Kahn's order once (:func:`tabsched.engine.lay_out`),
-    keeping the order and every node's predecessors as positions in it (every
-    edge points backwards: ``topo_order``, ``topo_pred_indptr``,
-    ``topo_predecessors``): each run is then one pull pass. A table whose row
-    orders deadlock still lowers; ``run()`` raises (:mod:`tabsched.deadlock`).
+    The first read of the layout checks the DAG and finds Kahn's order once
+    (:func:`tabsched.engine.lay_out`), keeping the order and every node's
+    predecessors as positions in it (every edge points backwards: ``topo_order``,
+    ``topo_pred_indptr``, ``topo_predecessors``): each run is then one pull pass.
+    A lowering's first runs of one sample do without it (the engine's push pass,
+    the same starts), so one evaluated once or twice never makes it. A table whose
+    row orders deadlock still lowers; ``run()`` raises (:mod:`tabsched.deadlock`).
 Runs
     :func:`tabsched.engine.run` and :func:`~tabsched.engine.summarize` evaluate a
     lowering (``run()`` and ``run_summary()`` here call them); the engine picks the
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
 __all__ = ["lower", "LoweredSchedule", "CONTENTION_MODES"]
 
 INDEX = np.int32
+#: The fields of a lowering's layout, made together when one is first read.
+LAYOUT_FIELDS = ("topo_order", "topo_pred_indptr", "topo_predecessors", "unfinished")
 #: Most nodes or edges a lowered table may have: ids are int32.
 MAX_IDS = int(np.iinfo(INDEX).max) - 1
 
@@ -175,10 +179,42 @@ class LoweredSchedule:
         self.kind_bounds.flags.writeable = False
         self._bounds = tuple(self.kind_bounds.tolist())
         if self.topo_order is None and self.unfinished is None:
-            # validate the DAG and lay it out in Kahn's order, once per lowering
-            layout, self.unfinished = engine.lay_out(self.indptr, self.successors)
-            if layout is not None:
-                self.topo_order, self.topo_pred_indptr, self.topo_predecessors = layout
+            # Not laid out yet: the layout (Kahn's order and the predecessor lists) is
+            # made when first read (__getattr__), once per lowering. A lowering run
+            # once or twice never needs it (the engine's push pass).
+            for name in LAYOUT_FIELDS:
+                del self.__dict__[name]
+
+    def __getattr__(self, name):
+        # only for attributes not found: the layout's fields before they are made
+        if name in LAYOUT_FIELDS and "indptr" in self.__dict__:
+            self._lay_out()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _lay_out(self):
+        """Validate the DAG and lay it out in Kahn's order (:func:`engine.lay_out`)."""
+        layout, unfinished = engine.lay_out(self.indptr, self.successors)
+        order, pred_indptr, predecessors = (None, None, None) if layout is None else layout
+        self.__dict__.update(topo_order=order, topo_pred_indptr=pred_indptr,
+                             topo_predecessors=predecessors, unfinished=unfinished)
+
+    @property
+    def laid_out(self):
+        """Whether the layout (``topo_order`` and the rest, or ``unfinished``) is made:
+        reading any of them makes it."""
+        return "unfinished" in self.__dict__
+
+    def copied(self, **changes):
+        """``dataclasses.replace(self, **changes)`` without making the layout: the copy
+        takes it when it is made, and is laid out on first use when it is not; it
+        takes the order of the engine's push pass too, when its edges are these."""
+        kept = {name: self.__dict__.get(name) for name in LAYOUT_FIELDS}
+        copy = dataclasses.replace(self, **{**kept, **changes})
+        order = self.__dict__.get(engine.KAHN_ORDER)     # the push pass's, same edges
+        if order is not None and "indptr" not in changes and "successors" not in changes:
+            copy.__dict__[engine.KAHN_ORDER] = order
+        return copy
 
     def __getstate__(self):
         """Pickled without the engine's compiled view and the cached rewrite (made
@@ -378,12 +414,12 @@ class LoweredSchedule:
 
     @property
     def nbytes(self):
-        """Bytes held by the DAG's arrays (not the table)."""
+        """Bytes held by the DAG's arrays (not the table; the layout's once made)."""
         arrays = [self.kind_bounds, self.cell_of_op, self.cell_device, self.indptr,
                   self.successors,
                   self.resources, self.transfers.producer, self.transfers.consumer,
-                  self.transfers.gradient, self.topo_order, self.topo_pred_indptr,
-                  self.topo_predecessors]
+                  self.transfers.gradient] + [self.__dict__.get(name)
+                                              for name in LAYOUT_FIELDS[:3]]
         return sum(array.nbytes for array in arrays if array is not None)
 
     def run(self, durations, *, binding=True, end=True, method="auto"):
@@ -449,6 +485,13 @@ class LoweredSchedule:
         if kind in (UNSHARD, RESHARD, REDUCE_GRAD) and self.sharding is not None:
             return self.sharding.describe(kind, index)
         return f"{kind.label} {index}"
+
+
+# The layout's fields have no class-level default (dataclass leaves None there): a
+# lowering not laid out has no such attribute, so reading one reaches __getattr__.
+for _name in LAYOUT_FIELDS:
+    delattr(LoweredSchedule, _name)
+del _name
 
 
 def _check_status(status):
@@ -518,8 +561,8 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                                                       offered.nodes(TRANSFER),
                                                       offered.transfers, table.num_devices,
                                                       devices_per_node)
-            contended = dataclasses.replace(offered, resources=resources,
-                                            num_resources=num_resources, contention=contention)
+            contended = offered.copied(resources=resources, num_resources=num_resources,
+                                       contention=contention)
             engine.carry_layout(offered, contended)
             return contended
 
@@ -625,7 +668,7 @@ def offer_lowering(table, lowered):
     lowers once). It travels on the table, without a reference back to any table
     (no cycle), and is taken once."""
     transfers = dataclasses.replace(lowered.transfers, table=None)
-    table._lowering = dataclasses.replace(lowered, table=None, transfers=transfers)
+    table._lowering = lowered.copied(table=None, transfers=transfers)
     engine.carry_layout(lowered, table._lowering)     # its layout, checked once
 
 
@@ -639,6 +682,6 @@ def _take_offered(table, grad_sync):
         return None
     table._lowering = None
     transfers = dataclasses.replace(offered.transfers, table=table)
-    taken = dataclasses.replace(offered, table=table, transfers=transfers)
+    taken = offered.copied(table=table, transfers=transfers)
     engine.carry_layout(offered, taken)
     return taken

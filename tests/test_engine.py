@@ -177,9 +177,8 @@ def test_a_deadlock_is_raised_before_any_pass():
 
 def test_the_graph_is_made_once_per_lowering_and_the_chains_once():
     table = random_table(11)
-    taken = lower(table, contention="link")     # the layout's lowering: its layout checked
-    assert taken._graph is not None and taken._graph.has_layout
-    assert not taken._graph.has_edges           # the resources are this lowering's own
+    taken = lower(table, contention="link")     # the layout's lowering, run once by push:
+    assert taken._graph is None and not taken.laid_out    # nothing of it carried over
     lowered = lower(table, contention="link")   # lowered afresh
     assert lowered._graph is None
     durations = np.ones(lowered.num_nodes)
@@ -243,3 +242,65 @@ def test_lay_out_and_find_cycle():
     assert layout is None and unfinished.tolist() == [1, 1]
     cycle = engine.find_cycle(np.array([0, 1, 2], I32), np.array([1, 0], I32), unfinished)
     assert sorted(cycle.tolist()) == [0, 1]
+
+
+@pytest.mark.parametrize("family, params", [("1f1b", {}), ("zbv", {}), ("chimera", {}),
+                                            ("interleaved-1f1b", {"chunks": 2})])
+@pytest.mark.parametrize("costs", [None, "stage"])
+def test_a_lowering_run_by_push_gives_the_layouts_results(monkeypatch, family, params, costs):
+    """generate() + evaluate() take the push pass (no layout made); with the layout made
+    first (PUSH_RUNS = 0, every run a pull pass) every result is the same: makespan,
+    every operation's start and end, the critical path, the devices' memory."""
+    import tabsched
+    cost_model = tabsched.UnitCosts(f=1, b=2) if costs is None else tabsched.StageCosts(
+        1.0, comm=0.5)
+
+    def evaluated():
+        table = tabsched.generate(family, devices=4, microbatches=8, **params)
+        return tabsched.evaluate(table, cost_model)
+    pushed = evaluated()
+    assert not pushed._lowered.laid_out
+    monkeypatch.setattr(engine, "PUSH_RUNS", 0)
+    pulled = evaluated()
+    assert pulled._lowered.laid_out
+    assert pushed.makespan == pulled.makespan
+    np.testing.assert_array_equal(pushed.op_start, pulled.op_start)
+    np.testing.assert_array_equal(pushed.op_end, pulled.op_end)
+    np.testing.assert_array_equal(pushed._node_start, pulled._node_start)
+    np.testing.assert_array_equal(pushed._binding, pulled._binding)
+    assert pushed.critical_path == pulled.critical_path
+    assert pushed.devices == pulled.devices
+
+
+def test_the_push_pass_serves_a_lowerings_first_runs_then_the_layout():
+    """A lowering's first PUSH_RUNS runs of one sample take the push pass; the next one
+    lays it out; a run of several samples lays it out at once. The starts are the same
+    whichever pass, and a deadlock raises the same error both ways."""
+    from tabsched import generate
+    table = generate("1f1b", devices=3, microbatches=5)
+    lowered = lower(table)
+    lowered.table._lowering = None
+    durations = random_durations(lowered, 5, integer=True)[0]
+    runs = [engine.run(lowered, durations, binding=True) for _ in range(engine.PUSH_RUNS)]
+    assert not lowered.laid_out
+    order = lowered.__dict__[engine.KAHN_ORDER]              # the first run's order ...
+    assert lowered.copied().__dict__[engine.KAHN_ORDER] is order     # ... travels along
+    laid = engine.run(lowered, durations, binding=True)
+    assert lowered.laid_out
+    for start, bound in runs:
+        np.testing.assert_array_equal(start, laid[0])
+        np.testing.assert_array_equal(bound, laid[1])
+    many = lower(table)
+    engine.run(many, np.stack([durations, durations]))
+    assert many.laid_out
+    # device 1 runs microbatch 1 first, device 0 waits for B(1, 0) first: a cycle
+    stuck = ScheduleTable([["0F0", "0B0", "0F1", "0B1"], ["1F1", "1F0", "1B0", "1B1"]])
+    messages = []
+    for laid_out_first in (False, True):
+        cyclic = lower(stuck)
+        if laid_out_first:
+            assert cyclic.topo_order is None     # reading it lays out: a deadlock
+        with pytest.raises(DeadlockError) as raised:
+            engine.run(cyclic, np.ones(cyclic.num_nodes))
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]

@@ -356,3 +356,91 @@ def test_an_unknown_tabsched_simd_is_named_in_a_warning_and_read_as_auto():
     shown = subprocess.run([sys.executable, "-c", code], env=environment, check=True,
                            capture_output=True, text=True)
     assert shown.stdout.strip() == "baseline" and shown.stderr.count("\n") <= 2
+
+
+def push_both(lowered, durations, *, binding=True):
+    outputs = []
+    n = lowered.num_nodes
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
+        start = np.full(durations.shape, np.nan)
+        bound = np.full(n if binding else 0, -7, I32)
+        scratch = kernel_scratch(module, graph)
+        status = module.kahn_starts(graph, durations, start, bound, scratch)
+        outputs.append((status, start, bound, np.asarray(scratch.indegree).copy(),
+                        np.asarray(scratch.heap_node).copy()))
+    return outputs
+
+
+@given(seed=st.integers(0, 2**32 - 1), samples=st.integers(1, 3), integer=st.booleans(),
+       tail=st.booleans(), blocking=st.booleans())
+def test_push_pass_equals_reference_and_the_pull_pass(seed, samples, integer, tail, blocking):
+    """Kahn's loop pushing the ends gives the pull pass's starts and binding, to the bit
+    (integer durations make ties, where the first in Kahn's order must win)."""
+    table = random_table(seed)
+    lowered = lower(table, blocking_sends=blocking, grad_sync="all" if tail else None,
+                    optimizer=tail)
+    durations = random_durations(lowered, seed, samples=samples, integer=integer)
+    (status_k, start_k, bound_k, _, order_k), (status_r, start_r, bound_r, _, order_r) = \
+        push_both(lowered, durations)
+    assert status_k == status_r == _kernel.OK
+    np.testing.assert_array_equal(start_k, start_r)
+    np.testing.assert_array_equal(bound_k, bound_r)
+    # the queue it leaves is Kahn's order, the layout's; following it gives the same
+    np.testing.assert_array_equal(order_k, lowered.topo_order)
+    np.testing.assert_array_equal(order_r, lowered.topo_order)
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
+        again = np.full(durations.shape, np.nan)
+        bound = np.full(lowered.num_nodes, -7, I32)
+        assert module.ordered_starts(graph, order_k, durations, again, bound) == _kernel.OK
+        np.testing.assert_array_equal(again, start_k)
+        np.testing.assert_array_equal(bound, bound_k)
+    (status_p, start_p, bound_p), _ = pull_both(lowered, durations)
+    assert status_p == _kernel.OK
+    np.testing.assert_array_equal(start_k, start_p)
+    np.testing.assert_array_equal(bound_k, bound_p)
+    (_, unbound, empty, _, _), _ = push_both(lowered, durations, binding=False)
+    np.testing.assert_array_equal(unbound, start_k)
+    assert empty.shape == (0,)
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_push_pass_deadlocks_as_the_layout_does(seed):
+    """On a cycle the push pass says DEADLOCK and leaves the indegrees Kahn's order
+    leaves (those ``topological`` reports), kernel and twin alike."""
+    table = random_table(seed, max_devices=2)
+    lowered = lower(table)
+    n = lowered.num_nodes
+    extra_source = int(np.random.default_rng(seed).integers(n))
+    extra_target = 0 if extra_source else n - 1
+    indptr = lowered.indptr.copy()
+    indptr[extra_source + 1:] += 1
+    successors = np.insert(lowered.successors, lowered.indptr[extra_source + 1],
+                           extra_target).astype(I32)
+    cyclic = lower(table)
+    cyclic.indptr, cyclic.successors = indptr, successors
+    layout = layout_both(indptr, successors)[0]
+    (status_k, _, _, left_k, _), (status_r, _, _, left_r, _) = push_both(
+        cyclic, np.ones((1, n)))
+    assert status_k == status_r == layout[0]
+    if layout[0] == _kernel.DEADLOCK:
+        np.testing.assert_array_equal(left_k, layout[4])
+        np.testing.assert_array_equal(left_r, layout[4])
+
+
+def test_push_pass_refuses_wrong_shapes():
+    lowered = lower(random_table(3))
+    n = lowered.num_nodes
+    for module, graph in zip(MODULES, kernel_graphs(lowered, MODULES)):
+        scratch = kernel_scratch(module, graph)
+        assert module.kahn_starts(graph, np.ones((1, n + 1)), np.zeros((1, n + 1)),
+                                  np.zeros(0, I32), scratch) == _kernel.BAD_SHAPE
+        assert module.kahn_starts(graph, np.ones((1, n)), np.zeros((1, n)), np.zeros(1, I32),
+                                  scratch) == _kernel.BAD_SHAPE
+        assert module.kahn_starts(module.Graph(n), np.ones((1, n)), np.zeros((1, n)),
+                                  np.zeros(0, I32), scratch) == _kernel.BAD_SHAPE
+        order = np.arange(n, dtype=I32)
+        assert module.ordered_starts(graph, order[1:], np.ones((1, n)), np.zeros((1, n)),
+                                     np.zeros(0, I32)) == _kernel.BAD_SHAPE
+        order[0] = n
+        assert module.ordered_starts(graph, order, np.ones((1, n)), np.zeros((1, n)),
+                                     np.zeros(0, I32)) == _kernel.BAD_INDEX
