@@ -1342,3 +1342,396 @@ def v_heuristic_run(const double[:, ::1] duration not None,
     free(r.end_i)
     free(keys)
     return status
+
+
+# ------------------------------------------------------- zb-auto's heuristic
+cdef enum:
+    # a stage's counters (tabsched.schedules.zb_auto's kinds "F", "I", "W")
+    ZB_F = 0
+    ZB_I = 1
+    ZB_W = 2
+    ZB_KINDS = 3
+    # how a run ends, beside STATUS_OK
+    ZB_INTERNAL = 13          # the heuristic placed an operation it could not
+
+#: ``zb_heuristic_run`` returns this when the heuristic placed an operation with none
+#: left, before its input, or past the memory with no ``W`` to free it (an internal error).
+PLACEMENT_ERROR = ZB_INTERNAL
+
+
+cdef struct ZBRun:
+    Py_ssize_t p, m, per_stage
+    const double *duration      # (3, p): F, I, W
+    const double *send_forward  # (p - 1,): stage s to s + 1; NULL when p == 1
+    const double *send_backward # (p - 1,): stage s + 1 to s
+    const double *activation    # (p,)
+    const double *room          # (p,)
+    double release, tolerance
+    long *count                 # (3, p)
+    double *free_at             # (p,)
+    double *idle                # (p,)
+    double *memory              # (p,)
+    double *first_start         # (p,): start of each stage's first operation
+    double *end_f               # (p, m): -1 until placed
+    double *end_i
+    long *extra                 # (p,): the warm-up's extra forwards
+    bint *wanted                # (p,): a round's forwards
+    int8_t *order_kind          # (p, per_stage) out, table kind codes
+    index_t *order_microbatch
+    index_t *order_length       # (p,) out
+
+
+cdef inline double _zb_change(ZBRun *r, int kind, long stage) noexcept nogil:
+    """Memory ``kind`` adds on ``stage`` (negative: frees), as ``_Planner.change``."""
+    cdef double activation = r.activation[stage]
+    if kind == ZB_F:
+        return activation
+    if kind == ZB_I:
+        return -r.release * activation
+    return -(1.0 - r.release) * activation
+
+
+cdef inline double _zb_at_least_one(double value) noexcept nogil:
+    # Python's max(1.0, value): 1.0 unless value is larger (NaN too gives 1.0)
+    return value if value > 1.0 else 1.0
+
+
+cdef inline bint _zb_fits(ZBRun *r, long stage, double amount) noexcept nogil:
+    cdef double room = r.room[stage]
+    cdef double scale = _zb_at_least_one(room if room >= 0.0 else -room)
+    return r.memory[stage] + amount <= room + r.tolerance * scale
+
+
+cdef inline long _zb_pending(ZBRun *r, long stage) noexcept nogil:
+    return r.count[ZB_I * r.p + stage] - r.count[ZB_W * r.p + stage]
+
+
+cdef inline double _zb_largest_idle(ZBRun *r) noexcept nogil:
+    cdef double largest = r.idle[0]
+    cdef long j
+    for j in range(1, r.p):
+        if r.idle[j] > largest:
+            largest = r.idle[j]
+    return largest
+
+
+cdef inline int _zb_arrival(ZBRun *r, int kind, long stage, long microbatch,
+                            double *arrival) noexcept nogil:
+    """When the input of ``kind`` of ``microbatch`` on ``stage`` arrives; ZB_INTERNAL if
+    its producer is not placed yet."""
+    cdef double end
+    arrival[0] = 0.0
+    if microbatch < 0 or microbatch >= r.m:
+        return ZB_INTERNAL
+    if kind == ZB_F and stage > 0:
+        end = r.end_f[(stage - 1) * r.m + microbatch]
+        if end < 0.0:
+            return ZB_INTERNAL
+        arrival[0] = end + r.send_forward[stage - 1]
+    elif kind == ZB_I and stage + 1 < r.p:
+        end = r.end_i[(stage + 1) * r.m + microbatch]
+        if end < 0.0:
+            return ZB_INTERNAL
+        arrival[0] = end + r.send_backward[stage]
+    return STATUS_OK
+
+
+cdef int _zb_put(ZBRun *r, long stage, int kind) noexcept nogil:
+    cdef long microbatch = r.count[kind * r.p + stage]
+    cdef double change, ready, start, end
+    cdef index_t at = r.order_length[stage]
+    if (kind != ZB_W and microbatch >= r.m) or \
+            (kind == ZB_W and microbatch >= r.count[ZB_I * r.p + stage]):
+        return ZB_INTERNAL
+    change = _zb_change(r, kind, stage)
+    if not _zb_fits(r, stage, change):
+        return ZB_INTERNAL
+    if _zb_arrival(r, kind, stage, microbatch, &ready) != STATUS_OK:
+        return ZB_INTERNAL
+    if at >= r.per_stage:
+        return STATUS_BAD_SHAPE
+    # Python's max(free_at, ready): free_at unless ready is later
+    start = ready if ready > r.free_at[stage] else r.free_at[stage]
+    if at > 0:
+        r.idle[stage] += start - r.free_at[stage]
+    end = start + r.duration[kind * r.p + stage]
+    if at == 0:
+        # the span is measured from end - duration, as the Python planner does
+        r.first_start[stage] = end - r.duration[kind * r.p + stage]
+    if kind == ZB_F:
+        r.end_f[stage * r.m + microbatch] = end
+    elif kind == ZB_I:
+        r.end_i[stage * r.m + microbatch] = end
+    r.free_at[stage] = end
+    r.memory[stage] += change
+    r.count[kind * r.p + stage] += 1
+    r.order_kind[stage * r.per_stage + at] = <int8_t>(
+        KIND_F if kind == ZB_F else KIND_I if kind == ZB_I else KIND_W)
+    r.order_microbatch[stage * r.per_stage + at] = <index_t>microbatch
+    r.order_length[stage] = at + 1
+    return STATUS_OK
+
+
+cdef int _zb_make_room(ZBRun *r, long stage, double amount) noexcept nogil:
+    """``W`` s until ``amount`` more memory fits on ``stage``."""
+    cdef int status
+    while not _zb_fits(r, stage, amount):
+        if _zb_pending(r, stage) == 0:
+            return ZB_INTERNAL
+        status = _zb_put(r, stage, ZB_W)
+        if status != STATUS_OK:
+            return status
+    return STATUS_OK
+
+
+cdef int _zb_fill_weights(ZBRun *r, long stage, double arrival, bint greedy) noexcept nogil:
+    """``W`` s into the wait for an input arriving at ``arrival``."""
+    cdef double weight = r.duration[ZB_W * r.p + stage], gap
+    cdef int status
+    while _zb_pending(r, stage) and r.free_at[stage] + weight <= arrival:
+        status = _zb_put(r, stage, ZB_W)
+        if status != STATUS_OK:
+            return status
+    gap = arrival - r.free_at[stage]
+    if _zb_pending(r, stage) and gap > 0:
+        if gap > _zb_largest_idle(r) - r.idle[stage] or greedy:
+            return _zb_put(r, stage, ZB_W)
+    return STATUS_OK
+
+
+cdef int _zb_warm_up(ZBRun *r, bint delay_first_backward) noexcept nogil:
+    cdef long p = r.p, m = r.m, stage, previous, cap, k
+    cdef long *forwards = &r.count[ZB_F * r.p]
+    cdef double gradient_end, arrival, memory, clock, activation, forward, room
+    cdef int status
+    for stage in range(p):
+        status = _zb_put(r, stage, ZB_F)
+        if status != STATUS_OK:
+            return status
+    for stage in range(p):
+        r.extra[stage] = 0
+    gradient_end = r.end_f[(p - 1) * m] + r.duration[ZB_I * p + p - 1]
+    for stage in range(p - 2, -1, -1):
+        arrival = gradient_end + r.send_backward[stage]
+        memory, clock = r.memory[stage], r.free_at[stage]
+        activation, forward = r.activation[stage], r.duration[ZB_F * p + stage]
+        # the Python planner's max(1.0, room) here, without the abs of its fits
+        room = r.room[stage] + r.tolerance * _zb_at_least_one(r.room[stage])
+        while forwards[stage] + r.extra[stage] < m and memory + activation <= room:
+            if delay_first_backward and clock >= arrival:
+                break
+            if not delay_first_backward and clock + forward > arrival:
+                break
+            memory += activation
+            clock += forward
+            r.extra[stage] += 1
+        gradient_end = (arrival if arrival > clock else clock) + r.duration[ZB_I * p + stage]
+    for stage in range(1, p):
+        previous = forwards[stage - 1] + r.extra[stage - 1]
+        # a stage stays at least one forward behind the previous one unless forwards
+        # run out; never ahead of it
+        cap = previous if previous >= m else previous - 1
+        cap -= forwards[stage]
+        if r.extra[stage] > cap:
+            r.extra[stage] = cap
+        if r.extra[stage] < 0:
+            r.extra[stage] = 0
+    for stage in range(p):
+        for k in range(r.extra[stage]):
+            status = _zb_put(r, stage, ZB_F)
+            if status != STATUS_OK:
+                return status
+    for stage in range(p - 1, -1, -1):
+        status = _zb_put(r, stage, ZB_I)
+        if status != STATUS_OK:
+            return status
+    return STATUS_OK
+
+
+cdef bint _zb_wants_forward(ZBRun *r, long stage, bint skip_forward) noexcept nogil:
+    """Whether ``stage`` runs its next forward in this round."""
+    cdef long p = r.p, nxt = stage + 1, pending
+    cdef long *forwards = &r.count[ZB_F * r.p]
+    cdef double horizon, memory, weights, gap
+    if forwards[stage] >= r.m:
+        return False
+    if not (skip_forward and stage + 1 < p and forwards[stage] >= forwards[stage + 1] + 2):
+        return True
+    horizon = (r.free_at[nxt] + r.duration[ZB_F * p + nxt] + r.duration[ZB_I * p + nxt]
+               + r.send_backward[stage])
+    if r.free_at[stage] >= horizon:
+        return False
+    # the W's the forward would need first to fit in memory
+    memory = r.memory[stage] + _zb_change(r, ZB_F, stage)
+    weights = 0.0
+    pending = _zb_pending(r, stage)
+    while not _zb_fits(r, stage, memory - r.memory[stage]) and pending:
+        memory += _zb_change(r, ZB_W, stage)
+        weights += r.duration[ZB_W * p + stage]
+        pending -= 1
+    if r.free_at[stage] + r.duration[ZB_F * p + stage] + weights <= horizon:
+        return True
+    gap = horizon - r.free_at[stage]
+    return gap > _zb_largest_idle(r) - r.idle[stage]
+
+
+cdef int _zb_steady(ZBRun *r, long microbatch, bint skip_forward,
+                    bint greedy_weights) noexcept nogil:
+    """One round: a forward on each stage that wants one, then I of ``microbatch``."""
+    cdef long p = r.p, stage
+    cdef double arrival
+    cdef int status
+    for stage in range(p):
+        r.wanted[stage] = _zb_wants_forward(r, stage, skip_forward)
+    for stage in range(p - 2, -1, -1):
+        r.wanted[stage] = r.wanted[stage] and r.wanted[stage + 1]
+    for stage in range(p):
+        if not r.wanted[stage]:
+            continue
+        status = _zb_make_room(r, stage, _zb_change(r, ZB_F, stage))
+        if status == STATUS_OK and stage > 0:
+            status = _zb_arrival(r, ZB_F, stage, r.count[ZB_F * p + stage], &arrival)
+            if status == STATUS_OK:
+                status = _zb_fill_weights(r, stage, arrival, greedy_weights)
+        if status == STATUS_OK:
+            status = _zb_put(r, stage, ZB_F)
+        if status != STATUS_OK:
+            return status
+    for stage in range(p - 1, -1, -1):
+        status = STATUS_OK
+        if stage + 1 < p:
+            status = _zb_arrival(r, ZB_I, stage, microbatch, &arrival)
+            if status == STATUS_OK:
+                status = _zb_fill_weights(r, stage, arrival, greedy_weights)
+        if status == STATUS_OK and stage == 0 and r.count[ZB_F * p] >= r.m:
+            while status == STATUS_OK and _zb_pending(r, 0):
+                status = _zb_put(r, 0, ZB_W)
+        if status == STATUS_OK:
+            status = _zb_put(r, stage, ZB_I)
+        if status != STATUS_OK:
+            return status
+    return STATUS_OK
+
+
+cdef int _zb_run(ZBRun *r, bint delay_first_backward, bint skip_forward,
+                 bint greedy_weights, double *span) noexcept nogil:
+    cdef long microbatch, stage
+    cdef int status = _zb_warm_up(r, delay_first_backward)
+    if status != STATUS_OK:
+        return status
+    for microbatch in range(1, r.m):
+        status = _zb_steady(r, microbatch, skip_forward, greedy_weights)
+        if status != STATUS_OK:
+            return status
+    for stage in range(r.p):
+        while _zb_pending(r, stage):
+            status = _zb_put(r, stage, ZB_W)
+            if status != STATUS_OK:
+                return status
+    # the paper's cost: the longest time from a stage's first operation to its last
+    span[0] = r.free_at[0] - r.first_start[0]
+    for stage in range(1, r.p):
+        if r.free_at[stage] - r.first_start[stage] > span[0]:
+            span[0] = r.free_at[stage] - r.first_start[stage]
+    return STATUS_OK
+
+
+@boundscheck(False)
+@wraparound(False)
+def zb_heuristic_run(const double[:, ::1] duration not None,
+                     const double[::1] send_forward not None,
+                     const double[::1] send_backward not None,
+                     const double[::1] activation not None,
+                     double release,
+                     const double[::1] room not None,
+                     double tolerance,
+                     Py_ssize_t microbatches,
+                     bint delay_first_backward, bint skip_forward, bint greedy_weights,
+                     int8_t[::1] order_kind not None,
+                     index_t[::1] order_microbatch not None,
+                     index_t[::1] order_length not None,
+                     double[::1] span not None):
+    """One setting of zb-auto's heuristic (``tabsched.schedules.zb_auto``), compiled.
+
+    The steps, tie-breaks and arithmetic of ``tabsched._reference.ZBPlanner`` (its twin),
+    on ``p = room.shape[0]`` stages, one per device: the warm-up, ``microbatches - 1``
+    steady rounds with weight gradients filled into the waits, then the weight
+    gradients left.
+
+    Parameters
+    ----------
+    duration : float64 array (3, p)
+        Per stage the time of a forward, an input gradient and a weight gradient.
+    send_forward, send_backward : float64 arrays (p - 1,)
+        The activation transfer from stage ``s`` to ``s + 1`` and the gradient's back.
+    activation : float64 array (p,)
+        The activation a forward of a stage holds (an input gradient frees ``release``
+        of it, the weight gradient the rest).
+    room : float64 array (p,)
+        The activation memory each stage may hold (``inf``: no limit).
+    tolerance : float
+        Relative slack on memory comparisons (``zb_auto._TOLERANCE``).
+    delay_first_backward, skip_forward, greedy_weights : bool
+        The setting (``zb_auto.Settings``).
+    order_kind, order_microbatch : int8, int32 arrays (p * 3 * microbatches,)
+        Output: stage ``s``'s order from ``s * 3 * microbatches``, kinds as
+        ``tabsched.table`` numbers them (F, I, W).
+    order_length : int32 array (p,)
+        Output: the operations in each stage's order.
+    span : float64 array (1,)
+        Output: the heuristic's estimated span.
+
+    Returns
+    -------
+    int
+        OK; PLACEMENT_ERROR (an internal error); BAD_SHAPE when the arrays disagree;
+        OUT_OF_MEMORY when the scratch could not be allocated.
+    """
+    cdef Py_ssize_t p = room.shape[0], m = microbatches, per_stage = 3 * microbatches, k
+    cdef ZBRun r
+    cdef int status
+    if (p < 1 or m < 1 or duration.shape[0] != ZB_KINDS or duration.shape[1] != p
+            or send_forward.shape[0] != p - 1 or send_backward.shape[0] != p - 1
+            or activation.shape[0] != p or order_length.shape[0] != p
+            or order_kind.shape[0] != p * per_stage
+            or order_microbatch.shape[0] != p * per_stage or span.shape[0] != 1):
+        return STATUS_BAD_SHAPE
+    r.p, r.m, r.per_stage = p, m, per_stage
+    r.duration, r.activation, r.room = &duration[0, 0], &activation[0], &room[0]
+    r.send_forward = &send_forward[0] if p > 1 else NULL
+    r.send_backward = &send_backward[0] if p > 1 else NULL
+    r.release, r.tolerance = release, tolerance
+    r.order_kind, r.order_microbatch = &order_kind[0], &order_microbatch[0]
+    r.order_length = &order_length[0]
+    r.count = <long *>calloc(ZB_KINDS * p, sizeof(long))
+    r.free_at = <double *>calloc(p, sizeof(double))
+    r.idle = <double *>calloc(p, sizeof(double))
+    r.memory = <double *>calloc(p, sizeof(double))
+    r.first_start = <double *>calloc(p, sizeof(double))
+    r.end_f = <double *>malloc(p * m * sizeof(double))
+    r.end_i = <double *>malloc(p * m * sizeof(double))
+    r.extra = <long *>calloc(p, sizeof(long))
+    r.wanted = <bint *>calloc(p, sizeof(bint))
+    if (r.count == NULL or r.free_at == NULL or r.idle == NULL or r.memory == NULL
+            or r.first_start == NULL or r.end_f == NULL or r.end_i == NULL
+            or r.extra == NULL or r.wanted == NULL):
+        status = V_OUT_OF_MEMORY
+    else:
+        with nogil:
+            for k in range(p * m):
+                r.end_f[k] = -1.0
+                r.end_i[k] = -1.0
+            for k in range(p):
+                r.order_length[k] = 0
+            status = _zb_run(&r, delay_first_backward, skip_forward, greedy_weights,
+                             &span[0])
+    free(r.count)
+    free(r.free_at)
+    free(r.idle)
+    free(r.memory)
+    free(r.first_start)
+    free(r.end_f)
+    free(r.end_i)
+    free(r.extra)
+    free(r.wanted)
+    return status

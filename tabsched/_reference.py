@@ -985,6 +985,225 @@ def v_heuristic_run(duration, delay, activation, release, limit, allowance, micr
     return OK
 
 
+# ------------------------------------------------------- zb-auto's heuristic
+class ZBPlanner:
+    """Twin of ``tabsched._build``'s zb-auto heuristic run: per stage the ops placed,
+    their times and memory, in plain Python (zb-auto's planner before it was compiled).
+
+    Times are the heuristic's own estimate (transfers never wait for each other);
+    the table it produces is judged by tabsched's simulation. Every slip (an
+    operation with none left, before its input, past the memory) raises
+    ``_ZBPlacementError``.
+    """
+
+    def __init__(self, duration, send_forward, send_backward, activation, release, room,
+                 tolerance, microbatches):
+        p = len(room)
+        self.num_stages = p
+        self.microbatches = microbatches
+        self.release = float(release)
+        self.tolerance = float(tolerance)
+        self.duration = {kind: [float(v) for v in duration[k]] for k, kind in enumerate("FIW")}
+        self.send_forward = [float(v) for v in send_forward]
+        self.send_backward = [float(v) for v in send_backward]
+        self.activation = [float(v) for v in activation]
+        self.room = [float(v) for v in room]
+        self.count = {kind: [0] * p for kind in "FIW"}
+        self.free_at = [0.0] * p
+        self.idle = [0.0] * p
+        self.memory = [0.0] * p
+        self.end = {}
+        self.orders = [[] for _ in range(p)]
+
+    def change(self, kind, stage):
+        """Memory ``kind`` adds on ``stage`` (negative: frees)."""
+        activation = self.activation[stage]
+        if kind == "F":
+            return activation
+        if kind == "I":
+            return -self.release * activation
+        return -(1.0 - self.release) * activation
+
+    def fits(self, stage, amount):
+        room = self.room[stage]
+        return self.memory[stage] + amount <= room + self.tolerance * max(1.0, abs(room))
+
+    def arrival(self, kind, stage, microbatch):
+        """When the input of ``kind`` of ``microbatch`` on ``stage`` reaches its device."""
+        try:
+            if kind == "F" and stage > 0:
+                return self.end["F", stage - 1, microbatch] + self.send_forward[stage - 1]
+            if kind == "I" and stage + 1 < self.num_stages:
+                return self.end["I", stage + 1, microbatch] + self.send_backward[stage]
+        except KeyError:
+            raise _ZBPlacementError(f"{kind} {microbatch} on stage {stage} before its "
+                                    f"input") from None
+        return 0.0
+
+    def put(self, stage, kind):
+        microbatch = self.count[kind][stage]
+        if kind in "FI" and microbatch >= self.microbatches or \
+                kind == "W" and microbatch >= self.count["I"][stage]:
+            raise _ZBPlacementError(f"{kind} {microbatch} on stage {stage} with none left")
+        if not self.fits(stage, self.change(kind, stage)):
+            raise _ZBPlacementError(f"overran the memory of stage {stage}")
+        start = max(self.free_at[stage], self.arrival(kind, stage, microbatch))
+        if self.orders[stage]:
+            self.idle[stage] += start - self.free_at[stage]
+        end = start + self.duration[kind][stage]
+        self.end[kind, stage, microbatch] = self.free_at[stage] = end
+        self.memory[stage] += self.change(kind, stage)
+        self.count[kind][stage] += 1
+        self.orders[stage].append((kind, microbatch))
+
+    def pending_weights(self, stage):
+        return self.count["I"][stage] - self.count["W"][stage]
+
+    def make_room(self, stage, amount):
+        """Run ``W`` s until ``amount`` more memory fits on ``stage``."""
+        while not self.fits(stage, amount):
+            if not self.pending_weights(stage):
+                raise _ZBPlacementError(f"no W to free memory on stage {stage}")
+            self.put(stage, "W")
+
+    def fill_weights(self, stage, arrival, greedy):
+        """``W`` s into the wait for an input arriving at ``arrival``."""
+        weight = self.duration["W"][stage]
+        while self.pending_weights(stage) and self.free_at[stage] + weight <= arrival:
+            self.put(stage, "W")
+        gap = arrival - self.free_at[stage]
+        if self.pending_weights(stage) and gap > 0:
+            grows_largest = gap > max(self.idle) - self.idle[stage]
+            if grows_largest or greedy:
+                self.put(stage, "W")
+
+    def warm_up(self, delay_first_backward):
+        """Microbatch 0 everywhere, the extra warm-up forwards, then I of microbatch 0."""
+        m, p = self.microbatches, self.num_stages
+        for stage in range(p):
+            self.put(stage, "F")
+        extra = [0] * p
+        gradient_end = self.end["F", p - 1, 0] + self.duration["I"][p - 1]
+        for stage in range(p - 2, -1, -1):
+            arrival = gradient_end + self.send_backward[stage]
+            memory, clock = self.memory[stage], self.free_at[stage]
+            activation, forward = self.activation[stage], self.duration["F"][stage]
+            room = self.room[stage] + self.tolerance * max(1.0, self.room[stage])
+            while self.count["F"][stage] + extra[stage] < m and memory + activation <= room:
+                if delay_first_backward and clock >= arrival:
+                    break
+                if not delay_first_backward and clock + forward > arrival:
+                    break
+                memory += activation
+                clock += forward
+                extra[stage] += 1
+            gradient_end = max(clock, arrival) + self.duration["I"][stage]
+        for stage in range(1, p):
+            previous = self.count["F"][stage - 1] + extra[stage - 1]
+            # a stage stays at least one forward behind the previous one (the paper's
+            # step 3) unless forwards run out; never ahead of it
+            cap = previous if previous >= m else previous - 1
+            extra[stage] = max(0, min(extra[stage], cap - self.count["F"][stage]))
+        for stage in range(p):
+            for _ in range(extra[stage]):
+                self.put(stage, "F")
+        for stage in range(p - 1, -1, -1):
+            self.put(stage, "I")
+
+    def wants_forward(self, stage, skip_forward):
+        """Whether ``stage`` runs its next forward in this round."""
+        count, duration = self.count, self.duration
+        if count["F"][stage] >= self.microbatches:
+            return False
+        if not (skip_forward and stage + 1 < self.num_stages
+                and count["F"][stage] >= count["F"][stage + 1] + 2):
+            return True
+        nxt = stage + 1
+        horizon = (self.free_at[nxt] + duration["F"][nxt] + duration["I"][nxt]
+                   + self.send_backward[stage])
+        if self.free_at[stage] >= horizon:
+            return False
+        # the W's the forward would need first to fit in memory
+        memory = self.memory[stage] + self.change("F", stage)
+        weights, pending = 0.0, self.pending_weights(stage)
+        while not self.fits(stage, memory - self.memory[stage]) and pending:
+            memory += self.change("W", stage)
+            weights += duration["W"][stage]
+            pending -= 1
+        if self.free_at[stage] + duration["F"][stage] + weights <= horizon:
+            return True
+        gap = horizon - self.free_at[stage]
+        return gap > max(self.idle) - self.idle[stage]
+
+    def steady(self, microbatch, skip_forward, greedy_weights):
+        """One round: a forward on each stage that wants one, then I of ``microbatch``."""
+        p = self.num_stages
+        wanted = [self.wants_forward(stage, skip_forward) for stage in range(p)]
+        for stage in range(p - 2, -1, -1):
+            wanted[stage] = wanted[stage] and wanted[stage + 1]
+        for stage in range(p):
+            if not wanted[stage]:
+                continue
+            self.make_room(stage, self.change("F", stage))
+            if stage > 0:
+                self.fill_weights(stage, self.arrival("F", stage, self.count["F"][stage]),
+                                  greedy_weights)
+            self.put(stage, "F")
+        for stage in range(p - 1, -1, -1):
+            if stage + 1 < p:
+                self.fill_weights(stage, self.arrival("I", stage, microbatch), greedy_weights)
+            if stage == 0 and self.count["F"][0] >= self.microbatches:
+                while self.pending_weights(0):
+                    self.put(0, "W")
+            self.put(stage, "I")
+
+    def span(self):
+        """The paper's cost: the longest time from a stage's first op to its last."""
+        spans = []
+        for stage, order in enumerate(self.orders):
+            kind, microbatch = order[0]
+            first_start = self.end[kind, stage, microbatch] - self.duration[kind][stage]
+            spans.append(self.free_at[stage] - first_start)
+        return max(spans)
+
+    def run(self, delay_first_backward, skip_forward, greedy_weights):
+        self.warm_up(delay_first_backward)
+        for microbatch in range(1, self.microbatches):
+            self.steady(microbatch, skip_forward, greedy_weights)
+        for stage in range(self.num_stages):
+            while self.pending_weights(stage):
+                self.put(stage, "W")
+        return self
+
+
+class _ZBPlacementError(Exception):
+    """The heuristic placed an operation it could not (an internal error)."""
+
+
+def zb_heuristic_run(duration, send_forward, send_backward, activation, release, room,
+                     tolerance, microbatches, delay_first_backward, skip_forward,
+                     greedy_weights, order_kind, order_microbatch, order_length, span):
+    """Twin of ``tabsched._build.zb_heuristic_run``: :class:`ZBPlanner` run, its orders
+    written as the compiled run writes them."""
+    from tabsched._build import PLACEMENT_ERROR
+    from tabsched.table import FORWARD, INPUT_GRAD, WEIGHT_GRAD
+    planner = ZBPlanner(duration, send_forward, send_backward, activation, release, room,
+                        tolerance, microbatches)
+    try:
+        planner.run(delay_first_backward, skip_forward, greedy_weights)
+    except _ZBPlacementError:
+        return PLACEMENT_ERROR
+    codes = {"F": FORWARD, "I": INPUT_GRAD, "W": WEIGHT_GRAD}
+    per_stage = 3 * microbatches
+    for stage, order in enumerate(planner.orders):
+        order_length[stage] = len(order)
+        for position, (kind, microbatch) in enumerate(order):
+            order_kind[stage * per_stage + position] = codes[kind]
+            order_microbatch[stage * per_stage + position] = microbatch
+    span[0] = planner.span()
+    return OK
+
+
 # ------------------------------------------------------------ a schedule CSV's cells
 _PLAIN_CELL = re.compile(rb"([0-9]{1,9})([A-Z_]+)([0-9]{0,9})")
 

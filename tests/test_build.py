@@ -329,3 +329,56 @@ def test_v_heuristic_run_refuses_disagreeing_shapes():
                                     np.zeros(72, np.int8), np.zeros(72, I32),
                                     np.zeros(72, I32), np.zeros(3, I32))
     assert status == _build.BAD_SHAPE
+
+
+def _zb_profile(draw_seed, p):
+    """A random zb-auto profile: durations (some all equal, for ties), transfer times,
+    activations, a release and the room per stage (some without bound, some a whole
+    number of activations, which the tolerance decides, some in between)."""
+    rng = np.random.default_rng(draw_seed)
+    if rng.random() < 0.3:
+        duration = np.ascontiguousarray(np.repeat(rng.choice([0.5, 1.0], (3, 1)), p, axis=1))
+    else:
+        duration = np.ascontiguousarray(rng.uniform(0.2, 3.0, (3, p)))
+    send_forward, send_backward = (rng.choice([0.0, 0.05, 0.5], max(p - 1, 0))
+                                   for _ in range(2))
+    activation = rng.uniform(0.5, 2.0, p)
+    count = np.where(rng.random(p) < 0.5, rng.integers(1, 2 * p + 2, p),
+                     rng.uniform(1.0, 2.5 * p, p))
+    room = np.where(rng.random(p) < 0.2, np.inf, count * activation)
+    return (duration, send_forward, send_backward, activation,
+            float(rng.choice([0.0, 0.5, 0.8])), room)
+
+
+@given(seed=st.integers(0, 2**32 - 1), p=st.integers(1, 8), m=st.integers(1, 16),
+       delay_first_backward=st.booleans(), skip_forward=st.booleans(),
+       greedy_weights=st.booleans())
+def test_zb_heuristic_run_equals_reference(seed, p, m, delay_first_backward, skip_forward,
+                                           greedy_weights):
+    from tabsched.schedules.zb_auto import _TOLERANCE
+    profile = _zb_profile(seed, p)
+    outputs = []
+    for module in (_build, _reference):
+        orders = (np.full(3 * m * p, -7, np.int8), np.full(3 * m * p, -7, I32),
+                  np.zeros(p, I32), np.full(1, -7.0))
+        status = module.zb_heuristic_run(*profile, _TOLERANCE, m, delay_first_backward,
+                                         skip_forward, greedy_weights, *orders)
+        outputs.append((status, orders))
+    (mine, my_orders), (theirs, their_orders) = outputs
+    assert mine == theirs == _build.OK
+    for a, b in zip(my_orders, their_orders):
+        np.testing.assert_array_equal(a, b)                     # the span to the bit
+    # every stage runs each of its m F, I and W once
+    np.testing.assert_array_equal(my_orders[2], np.full(p, 3 * m))
+
+
+def test_zb_heuristic_run_refuses_disagreeing_shapes():
+    duration, send_forward, send_backward, activation, release, room = _zb_profile(0, 3)
+    orders = (np.zeros(36, np.int8), np.zeros(36, I32), np.zeros(3, I32), np.zeros(1))
+    status = _build.zb_heuristic_run(duration[:, :-1].copy(), send_forward, send_backward,
+                                     activation, release, room, 1e-9, 4, True, True, True,
+                                     *orders)
+    assert status == _build.BAD_SHAPE
+    status = _build.zb_heuristic_run(duration, send_forward, send_backward, activation,
+                                     release, room, 1e-9, 5, True, True, True, *orders)
+    assert status == _build.BAD_SHAPE

@@ -131,6 +131,11 @@ def orders_only():
         _ORDERS_ONLY.reset(token)
 
 
+def orders_are_wanted():
+    """Whether :func:`ordered_table` returns row orders now (inside :func:`orders_only`)."""
+    return _ORDERS_ONLY.get()
+
+
 def _laid_out(*columns, **metadata):
     return lay_out(order_table(*columns, **metadata))
 
