@@ -52,17 +52,24 @@ def _one_line(text):
 
 
 # ------------------------------------------------------------------ GEMM sweep CSVs
-@given(st.lists(st.tuples(st.integers(0, len(GEMM_LINES) - 1), st.integers(0, 5), TOKENS),
-                min_size=1, max_size=5))
-def test_a_mangled_gemm_sweep_reads_or_is_one_line_error(tmp_path_factory, edits):
-    from tabsched.costs.gemm import read_sweep
+def _mangled(folder, edits):
+    """The measured GEMM sweep with each ``(line, cell, token)`` edit made, written to
+    ``folder``."""
     lines = list(GEMM_LINES)
     for line, cell, token in edits:
         cells = lines[line].split(",")
         cells[cell % len(cells)] = token
         lines[line] = ",".join(cells)
-    path = tmp_path_factory.mktemp("gemm") / "sweep.csv"
+    path = folder / "sweep.csv"
     path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    return path
+
+
+@given(st.lists(st.tuples(st.integers(0, len(GEMM_LINES) - 1), st.integers(0, 5), TOKENS),
+                min_size=1, max_size=5))
+def test_a_mangled_gemm_sweep_reads_or_is_one_line_error(tmp_path_factory, edits):
+    from tabsched.costs.gemm import read_sweep
+    path = _mangled(tmp_path_factory.mktemp("gemm"), edits)
     try:
         rows, _ = read_sweep(path, peak_flops=312e12)
     except InvalidParameterError as error:
@@ -77,14 +84,8 @@ def test_a_mangled_gemm_sweep_reads_or_is_one_line_error(tmp_path_factory, edits
 @given(st.lists(st.tuples(st.integers(0, len(GEMM_LINES) - 1), st.integers(0, 5), TOKENS),
                 min_size=1, max_size=3))
 def test_system_import_gemm_on_a_mangled_sweep_exits_cleanly(tmp_path_factory, edits):
-    lines = list(GEMM_LINES)
-    for line, cell, token in edits:
-        cells = lines[line].split(",")
-        cells[cell % len(cells)] = token
-        lines[line] = ",".join(cells)
     folder = tmp_path_factory.mktemp("import")
-    path = folder / "sweep.csv"
-    path.write_bytes(("\n".join(lines) + "\n").encode("utf-8", "surrogatepass"))
+    path = _mangled(folder, edits)
     out = folder / "system.toml"
     code, output = _invoke(["system", "import", "gemm", path, "--source", "fuzzed",
                             "--system", "dgx-a100", "-o", out])
