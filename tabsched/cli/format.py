@@ -76,7 +76,9 @@ def _json_default(value):
 
 
 def format_number(value):
-    return f"{value:.6g}"
+    """A number in human output: positional, at most 6 significant digits."""
+    from tabsched.costs.units import format_number as positional
+    return positional(value)
 
 
 def format_time(value, unit, *, with_unit=True):
