@@ -118,7 +118,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     >>> from tabsched.schedules import generate
     >>> result = evaluate(generate("1f1b", devices=4, microbatches=8))
     >>> result.level, result.makespan, round(result.bubble_ratio, 4)
-    ('table', 22.0, 0.2727)
+    ('table', 33.0, 0.2727)
     >>> [d.peak_memory for d in result.devices]
     [4.0, 3.0, 2.0, 1.0]
     """

@@ -95,7 +95,7 @@ def test_trace_has_one_event_per_op_and_transfer(result, tmp_path):
 def test_trace_in_slots_maps_a_slot_to_a_microsecond():
     trace = chrome_trace(evaluate(generate("gpipe", devices=2, microbatches=2)))
     ops = [event for event in trace["traceEvents"] if event["ph"] == "X"]
-    assert max(event["ts"] + event["dur"] for event in ops) == 6.0
+    assert max(event["ts"] + event["dur"] for event in ops) == 9.0
     assert trace["otherData"]["time_unit"] == "slots"
 
 
