@@ -564,6 +564,33 @@ class SweepResult(list):
     def __init__(self, rows=()):
         super().__init__(_typed_row(row) for row in rows)
 
+    def __repr__(self):
+        """One line: how many rows, over what, and the fastest configuration."""
+        from tabsched.costs.units import format_quantity
+        ok = self.ok
+
+        def values(key):
+            seen = []
+            for row in self:
+                if row.get(key) not in seen:
+                    seen.append(row.get(key))
+            text = ", ".join(str(value) for value in seen[:4])
+            return text + (f" (+{len(seen) - 4})" if len(seen) > 4 else "")
+        timed = [row for row in ok if row.get("simulation_makespan_s") is not None]
+        best = min(timed, key=lambda row: row["simulation_makespan_s"], default=None)
+        fastest = "" if best is None else (
+            f"; fastest {best['spec']} p={best['devices']} m={best['microbatches']} on "
+            f"{best['system']}: {format_quantity(best['simulation_makespan_s'], 's')}")
+        if not self:
+            return "<SweepResult: no rows>"
+        return (f"<SweepResult {len(self)} rows ({len(ok)} ok, {len(self) - len(ok)} "
+                f"skipped): {values('spec')}; devices {values('devices')}; microbatches "
+                f"{values('microbatches')}; {values('model')} on {values('system')}{fastest}>")
+
+    def _repr_html_(self):
+        from tabsched._html import sweep_html
+        return sweep_html(self)
+
     @property
     def ok(self):
         """The rows that were evaluated."""

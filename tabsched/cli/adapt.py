@@ -106,15 +106,21 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
         from tabsched.formats.table_json import to_json
         data = found.to_dict(log=show_log)
         data["table"] = json.loads(to_json(found.table))
+        described = costs.describe()
+        data["model"] = described.get("transformer") or described.get("model")
+        data["system"] = described.get("system")
+        data["costs"] = described
         data["execution"] = costs.execution.to_dict()
         echo_json(data)
     else:
         click.echo(adapt_summary(found, costs))
         if show_log:
             click.echo(adapt_log(found))
-        click.echo(render_grid(found.table))
-        if out_path:
-            click.echo(f"wrote the adapted table to {out_path}")
+        if out_path:   # the table is in the file; the terminal keeps the decision
+            click.echo(f"wrote the adapted table to {out_path} (`tabsched show {out_path}` "
+                       f"draws it)")
+        else:
+            click.echo(render_grid(found.table))
     if not found.feasible:
         click.echo("warning: no table fits the memory budget; the one shown is the closest "
                    "and is over it", err=True)
@@ -158,7 +164,8 @@ def adapt_summary(found, costs):
             if found.started_from in found.references else start
         steps = [f"start from the reference {found.started_from} (it beat {name} on the "
                  f"search's samples)"] + steps
-    text = " -> ".join(steps) if steps else "none (the start is best)"
+    text = " -> ".join(steps) if steps else (
+        f"none: no transform helped ({len(found.log)} candidates tried; the start is best)")
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
     lines.append(textwrap.fill(text, width=width, initial_indent="decision      ",
                                subsequent_indent=" " * 14, break_on_hyphens=False))

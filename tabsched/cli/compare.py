@@ -132,7 +132,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
     Each level ranks the families (1 = best); a * marks a family whose rank
     differs between levels. The table level runs the table with the slot
-    lengths --f/--b/--i/--w (default 1) and no communication.
+    lengths --f/--b/--i/--w (default F=1 B=2 I=1 W=1) and no communication.
     """
     from tabsched.compare import compare, describe_lengths, disagreements
     lengths = _lengths(options)
@@ -150,7 +150,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     evaluated = [row for row in rows if not row.error]
     capacity = next((row.simulation["memory_capacity"] for row in evaluated), None)
     speeds = any(row.simulation["throughput"] is not None for row in evaluated)
-    header = (["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
+    header = (["family", "formula bubble", "peak (mb)", "rank", "table bubble", "slots", "rank",
                "iteration", "idle"] + (["tokens/s/GPU", "MFU"] if speeds else [])
               + ["peak act", "peak mem"] + (["fits"] if capacity is not None else [])
               + ["rank", ""])
@@ -165,7 +165,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
              "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
              "-" if not peak else format_number(max(peak)),
              str(row.ranks["formula"] or "-"),
-             f"{t['bubble_ratio']:.1%}", f"{t['slots']:g}", str(row.ranks["table"]),
+             f"{t['bubble_ratio']:.1%}", format_number(t['slots']), str(row.ranks["table"]),
              format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}"]
             + ([format_tokens(run["tokens_per_s_per_gpu"]), f"{run['mfu']:.1%}"]
                if speeds else [])
@@ -178,7 +178,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
                f"{system}" + (f", global batch {global_batch}" if global_batch else "")
                + (f", {setting}" if setting else "")
                + (f", execution {path}" if path else ""))
-    click.echo(f"levels: formula (closed form) | table (idle share, slot lengths "
+    click.echo(f"levels: formula (closed form at the table's slot lengths; peak in "
+               f"microbatches' stage activations) | table (idle share, slot lengths "
                f"{describe_lengths(lengths)}, no communication) | simulation "
                f"(peak act / peak mem: the fullest device)")
     if body:
@@ -235,7 +236,7 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     and every field of the execution has a column. -t, -d, --microbatch-size and
     --recompute take lists: every combination is a configuration. Invalid
     combinations are kept as rows with status=skipped and a reason. The table
-    level uses the slot lengths --f/--b/--i/--w (default 1).
+    level uses the slot lengths --f/--b/--i/--w (default F=1 B=2 I=1 W=1).
     """
     from tabsched.files import atomic_write, check_output_path
     from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep

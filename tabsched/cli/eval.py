@@ -46,7 +46,10 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
                     else "the table names no family, so it has no formula level")
             raise click.ClickException(what)
         if as_json:
-            echo_json({**numbers, "execution": costs.execution.to_dict()})
+            described = costs.describe()
+            echo_json({**numbers, "model": described.get("transformer")
+                       or described.get("model"), "system": described.get("system"),
+                       "costs": described, "execution": costs.execution.to_dict()})
         else:
             click.echo(formula_summary(table, numbers))
         return
