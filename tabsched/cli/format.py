@@ -116,7 +116,8 @@ def summary(result):
     table = result.table
     name = table.family or "table"
     params = " ".join(f"{key}={value}" for key, value in table.params.items())
-    costs = " ".join(f"{key}={value}" for key, value in result.costs.items() if key != "model")
+    costs = " ".join(f"{key}={format_number(value) if isinstance(value, float) else value}"
+                     for key, value in result.costs.items() if key != "model")
     lines = [f"{name} {params}".rstrip() + f": {table.num_devices} devices, "
              f"{table.num_stages} stages, {table.num_microbatches} microbatches, "
              f"{len(table)} ops",
@@ -147,7 +148,7 @@ def summary(result):
     counts = result.critical_counts()
     ops = counts.get("op", 0)
     lines.append(f"critical path {ops} ops, {sum(counts.values()) - ops} transfers")
-    header = ["device", "busy", "idle", "warm-up", "inside", "cool-down",
+    header = ["device", f"busy ({unit})", "idle", "warm-up", "inside", "cool-down",
               f"peak memory ({result.memory_unit})"]
     body = [[f"d{d.device}", format_number(d.busy), format_number(d.idle), format_number(d.warmup),
              format_number(d.inside), format_number(d.cooldown), format_number(d.peak_memory)]
