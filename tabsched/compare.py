@@ -287,6 +287,9 @@ class Comparison:
     lengths: dict | None = None
     #: The simulation level's execution (every field resolved), as JSON holds it.
     execution: dict | None = None
+    #: The simulation level's :class:`~tabsched.result.Result` (for the HTML report's
+    #: Gantt chart; not in ``to_dict``), None for a skipped family.
+    result: object = field(default=None, repr=False, compare=False)
 
     @property
     def disagrees(self):
@@ -405,6 +408,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
             rows.append(row)
             continue
         row.params = dict(table.params)
+        row.result = result
         formula = result.formula or {}
         row.formula = {"bubble_ratio": formula.get("bubble_ratio"),
                        "peak_activation": formula.get("peak_activation"),
