@@ -30,7 +30,8 @@ import numpy as np
 
 from tabsched.edges import dependencies
 from tabsched.exceptions import InvalidParameterError, TabschedError
-from tabsched.nodes import CELL, KINDS, OPTIMIZER, RESHARD, SYNC, TRANSFER
+from tabsched.nodes import (CELL, KINDS, OPTIMIZER, REDUCE_GRAD, RESHARD, SYNC, TRANSFER,
+                            UNSHARD)
 
 __all__ = ["html_report", "MAX_BARS", "MAX_MEMORY_POINTS", "HTML_SUFFIXES"]
 
@@ -126,9 +127,20 @@ def _gantt(result, factor, unit, budget):
         links, where = np.unique(link, return_inverse=True)
         lane[transfers] = len(names) + where
         names += [f"link {int(k // D)}->{int(k % D)}" for k in links]
+    sharding = lowered.sharding
     for kind in KINDS:
         if kind in (CELL, TRANSFER, OPTIMIZER, RESHARD) or not lowered.count(kind):
             continue     # a RESHARD frees memory and takes no time: no bar
+        owner = None     # ZeRO's all-gathers and reduce-scatters: a lane per device
+        if sharding is not None and kind == UNSHARD:
+            owner = sharding.unshard_device
+        elif sharding is not None and kind == REDUCE_GRAD:
+            owner = sharding.reduce_device
+        if owner is not None and len(owner) == lowered.count(kind):
+            used, where = np.unique(np.asarray(owner, dtype=np.int64), return_inverse=True)
+            lane[lowered.nodes(kind)] = len(names) + where
+            names += [f"d{int(d)} {kind.label}" for d in used]
+            continue
         lane[lowered.nodes(kind)] = len(names)
         names.append("grad sync" if kind == SYNC else kind.label)
     bars = np.flatnonzero(lane >= 0)
@@ -546,7 +558,7 @@ table.rows th{background:#f2f2f2}tr.tied td{background:#fff6d5}
 .tools span{margin-left:10px;color:#555}
 svg.gantt,svg.memory{display:block;border:1px solid #ddd;background:#fff;user-select:none}
 svg.gantt{cursor:grab}svg.gantt.dragging{cursor:grabbing}
-rect.bar{stroke:#fff;stroke-width:.5}rect.bar.crit{stroke:#000;stroke-width:1.5}
+rect.bar{stroke:#fff;stroke-width:.4}rect.bar.crit{stroke:#000;stroke-width:1.5}
 rect.bar:hover{stroke:#d00;stroke-width:2}
 .axis text,.lane{font:11px system-ui,sans-serif;fill:#333}.axis line{stroke:#ddd}
 .tip{position:fixed;pointer-events:none;background:#fffff0;border:1px solid #888;
@@ -719,7 +731,7 @@ function chart(spec, index) {
       for (var i = 0; i < rects.length; i++) {
         var bar = gantt.bars[i], a = x(bar[1]), b = x(bar[2]);
         rects[i].setAttribute("x", a);
-        rects[i].setAttribute("width", Math.max(b - a, 0.5));
+        rects[i].setAttribute("width", Math.max(b - a, 2));
       }
       axis(ganttAxis, 20, height - 38);
     });
