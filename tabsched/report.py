@@ -69,6 +69,10 @@ def _memory_scale(unit, peak):
 
 
 def _shown(value, factor, unit):
+    """A time or an amount with its unit; seconds in the unit that suits each value."""
+    if unit in ("s", "ms", "µs"):
+        from tabsched.costs.units import format_quantity
+        return format_quantity(float(value), "s")
     return f"{value * factor:.4g} {unit}"
 
 
@@ -90,7 +94,7 @@ def result_data(result, name=None, *, bar_budget=MAX_BARS):
     """The page data of one result: summary numbers, Gantt bars and memory lines."""
     factor, unit = _time_scale(result.time_unit, result.makespan)
     data = {"name": name or _result_title(result), "level": result.level,
-            "unit": unit, "scale": factor, "makespan": _finite(result.makespan),
+            "unit": unit, "scale": factor, "seconds": result.time_unit == "s", "makespan": _finite(result.makespan),
             "summary": _summary_lines(result, factor, unit), "notes": list(result.notes)}
     data["gantt"] = _gantt(result, factor, unit, min(MAX_BARS, bar_budget))
     data["memory"] = _memory(result)
@@ -633,7 +637,14 @@ function chart(spec, index) {
   var left = 92, right = 12, plot = width - left - right;
   function x(t) { return left + (t - view.t0) / (view.t1 - view.t0) * plot; }
   function timeAt(px) { return view.t0 + (px - left) / plot * (view.t1 - view.t0); }
-  function shown(t) { return number(t * scale) + " " + unit; }
+  function shown(t) {
+    if (!spec.seconds) { return number(t * scale) + " " + unit; }
+    var size = Math.abs(t);
+    if (size >= 1 || size === 0) { return number(t) + " s"; }
+    if (size >= 1e-3) { return number(t * 1e3) + " ms"; }
+    if (size >= 1e-6) { return number(t * 1e6) + " \u00b5s"; }
+    return number(t * 1e9) + " ns";
+  }
   function axis(group, top, height) {
     var parts = [];
     ticks(view.t0, view.t1, 8).forEach(function (t) {
