@@ -90,13 +90,14 @@ def _result_title(result):
     return table_title(result.table, limit=200)
 
 
-def result_data(result, name=None, *, bar_budget=MAX_BARS):
+def result_data(result, name=None, *, bar_budget=None):
     """The page data of one result: summary numbers, Gantt bars and memory lines."""
     factor, unit = _time_scale(result.time_unit, result.makespan)
     data = {"name": name or _result_title(result), "level": result.level,
             "unit": unit, "scale": factor, "seconds": result.time_unit == "s", "makespan": _finite(result.makespan),
             "summary": _summary_lines(result, factor, unit), "notes": list(result.notes)}
-    data["gantt"] = _gantt(result, factor, unit, min(MAX_BARS, bar_budget))
+    data["gantt"] = _gantt(result, factor, unit,
+                           MAX_BARS if bar_budget is None else min(MAX_BARS, bar_budget))
     data["memory"] = _memory(result)
     return data
 
@@ -438,7 +439,7 @@ def _adapt_page(found, costs):
     reports = [("start", found.baseline), ("adapted", found.adapted)]
     reports += [(f"reference {name}", report) for name, report in found.references.items()
                 if report is not None]
-    header = ["table", f"mean makespan", "p95 makespan", "nominal", "fits", "transforms"]
+    header = ["table", "mean makespan", "p95 makespan", "nominal", "fits", "transforms"]
     body = [[name, _shown(r.mean, factor, unit), _shown(r.p95, factor, unit),
              _shown(r.nominal, factor, unit), "yes" if r.feasible else "no",
              len(r.transforms)] for name, r in reports]
