@@ -149,6 +149,14 @@ def _gantt(result, factor, unit, budget):
         lane[lowered.nodes(kind)] = len(names)
         names.append("grad sync" if kind == SYNC else kind.label)
     bars = np.flatnonzero(lane >= 0)
+    note = None
+    if len(bars) > budget and np.count_nonzero(lane[bars] < D) <= budget:
+        # the devices' lanes fit: keep them, leave the transfers and the tail out
+        note = (f"{np.count_nonzero(lane[bars] >= D)} bars of transfers, syncs and "
+                f"all-gathers left out: the chart draws {budget} bars at most")
+        lane[lane >= D] = -1
+        names = names[:D]
+        bars = np.flatnonzero(lane >= 0)
     if len(bars) > budget:
         return {"lanes": names, "bars": [], "left_out": int(len(bars)),
                 "note": f"Gantt chart left out: {len(bars)} bars, more than {budget} "
@@ -181,8 +189,9 @@ def _gantt(result, factor, unit, budget):
     tiny = 1e-9 * max(abs(float(result.makespan)), 1e-300)
     bound = binding[bars]
     # a transfer of no time (the table level) stands for its producer
-    hidden = (bound >= 0) & (lane[np.maximum(bound, 0)] < 0) & \
-        (kinds[np.maximum(bound, 0)] == TRANSFER)
+    some = np.maximum(bound, 0)
+    hidden = (bound >= 0) & (lane[some] < 0) & (kinds[some] == TRANSFER) & \
+        (durations[some] == 0)
     bound[hidden] = binding[bound[hidden]]
     labels = _labels(result, bars)
     kind_names = _bar_kinds(result, bars)
@@ -194,7 +203,7 @@ def _gantt(result, factor, unit, budget):
                                         ready, lane_free, labels, lowered, lane_names,
                                         factor, unit, tiny),
                      bool(on_path[node])])
-    return {"lanes": names, "bars": rows, "devices": D}
+    return {"lanes": names, "bars": rows, "devices": D, "note": note}
 
 
 def _labels(result, bars):

@@ -128,6 +128,23 @@ def test_large_runs_leave_the_chart_out(monkeypatch):
     assert "cut to 3 points" in chart["memory"]["note"]
 
 
+def test_past_the_cap_the_devices_lanes_stay_and_the_transfers_go(monkeypatch):
+    result = simulated()
+    monkeypatch.setattr(report, "MAX_BARS", len(result.table))
+    (chart,) = page_data(html_report(result))["charts"]
+    gantt = chart["gantt"]
+    assert len(gantt["bars"]) == len(result.table) and gantt["lanes"] == [
+        "device 0", "device 1", "device 2"]
+    assert gantt["note"].startswith(f"{len(result._lowered.transfers)} bars of transfers")
+    why = {bar[4]: bar[5] for bar in gantt["bars"]}
+    assert why["1F0"] == "waited 1.3 ms for 0F0 d0->d1 (dependency)"
+
+
+def test_the_api_exports_it():
+    import tabsched
+    assert tabsched.html_report is html_report and "html_report" in tabsched.__all__
+
+
 def test_compare_rows_get_a_table_and_a_chart_each():
     from tabsched.compare import compare
     rows = compare(["1f1b", "zb-h1", "chimera"], 4, 8)
