@@ -258,6 +258,20 @@ def test_bad_html_paths_are_refused_before_the_work(cli_error, tmp_path, command
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.html", "folder", "link.html"]
 
 
+def test_a_failed_write_is_one_line_and_leaves_the_old_file(cli_error, tmp_path, monkeypatch):
+    import tabsched.files
+    path = tmp_path / "r.html"
+    path.write_text("before", encoding="utf-8")
+
+    def full(*_):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(tabsched.files.os, "replace", full)
+    message = cli_error("eval", "1f1b", "-p", "2", "-m", "2", "--html", path)
+    assert message.startswith(f"--html {path}: cannot write: No space left on device")
+    assert path.read_text(encoding="utf-8") == "before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
 def test_a_folder_without_write_permission_is_refused(cli_error, tmp_path):
     folder = tmp_path / "locked"
@@ -330,6 +344,15 @@ def test_the_page_in_a_real_browser(tmp_path):
             assert float(bar.get_attribute("width")) == pytest.approx(2 * width, rel=0.01)
             page.click("button.reset")
             assert float(bar.get_attribute("width")) == pytest.approx(width, rel=0.01)
+            shown = page.locator("span.view").first.inner_text()
+            box = page.locator("svg.gantt").bounding_box()
+            page.mouse.move(box["x"] + 400, box["y"] + 40)
+            page.mouse.down()
+            page.mouse.move(box["x"] + 300, box["y"] + 40, steps=3)
+            page.mouse.up()
+            assert page.locator("span.view").first.inner_text() != shown      # panned
+            page.mouse.wheel(0, -200)
+            assert float(bar.get_attribute("width")) > width                   # zoomed
             assert page.locator("svg.memory path.mem").count() == result.table.num_devices
         finally:
             browser.close()
