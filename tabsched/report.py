@@ -94,7 +94,8 @@ def result_data(result, name=None, *, bar_budget=None):
     """The page data of one result: summary numbers, Gantt bars and memory lines."""
     factor, unit = _time_scale(result.time_unit, result.makespan)
     data = {"name": name or _result_title(result), "level": result.level,
-            "unit": unit, "scale": factor, "seconds": result.time_unit == "s", "makespan": _finite(result.makespan),
+            "unit": unit, "scale": factor, "seconds": result.time_unit == "s",
+            "makespan": _finite(result.makespan),
             "summary": _summary_lines(result, factor, unit), "notes": list(result.notes)}
     data["gantt"] = _gantt(result, factor, unit,
                            MAX_BARS if bar_budget is None else min(MAX_BARS, bar_budget))
@@ -195,12 +196,11 @@ def _gantt(result, factor, unit, budget):
     bound[hidden] = binding[bound[hidden]]
     labels = _labels(result, bars)
     kind_names = _bar_kinds(result, bars)
-    lane_names = names
     rows = []
     for k, node in enumerate(bars.tolist()):
         rows.append([int(lane[node]), float(start[node]), float(end[node]), kind_names[k],
                      labels[node], _why(node, int(bound[k]), previous[node], lane, start,
-                                        ready, lane_free, labels, lowered, lane_names,
+                                        ready, lane_free, labels, lowered, names,
                                         factor, unit, tiny),
                      bool(on_path[node])])
     return {"lanes": names, "bars": rows, "devices": D, "note": note}
@@ -688,8 +688,12 @@ function chart(spec, index) {
   }
   zoomIn.onclick = function () { zoom(0.5); };
   zoomOut.onclick = function () { zoom(2); };
-  back.onclick = function () { var s = view.t1 - view.t0; setView(view.t0 - s / 4, view.t1 - s / 4); };
-  ahead.onclick = function () { var s = view.t1 - view.t0; setView(view.t0 + s / 4, view.t1 + s / 4); };
+  function pan(share) {
+    var step = (view.t1 - view.t0) * share;
+    setView(view.t0 + step, view.t1 + step);
+  }
+  back.onclick = function () { pan(-0.25); };
+  ahead.onclick = function () { pan(0.25); };
   reset.onclick = function () { setView(0, end * 1.01); };
   function interactive(svg) {
     svg.addEventListener("wheel", function (event) {
@@ -728,7 +732,8 @@ function chart(spec, index) {
       '<defs><clipPath id="' + clip + '"><rect x="' + left + '" y="0" width="' + plot +
       '" height="' + height + '"></rect></clipPath></defs><g class="axis"></g>'];
     lanes.forEach(function (name, k) {
-      parts.push('<text class="lane" x="' + (left - 6) + '" y="' + (tops[k][0] + tops[k][1] / 2 + 4) +
+      var middle = tops[k][0] + tops[k][1] / 2 + 4;
+      parts.push('<text class="lane" x="' + (left - 6) + '" y="' + middle +
                  '" text-anchor="end">' + esc(name) + '</text>');
     });
     parts.push('<g clip-path="url(#' + clip + ')">');
@@ -804,7 +809,8 @@ function chart(spec, index) {
     var mclip = "mclip-" + index;
     var mparts = ['<svg class="memory" width="' + width + '" height="' + mheight + '">',
       '<defs><clipPath id="' + mclip + '"><rect x="' + left + '" y="0" width="' + plot +
-      '" height="' + mheight + '"></rect></clipPath></defs><g class="axis"></g><g class="yaxis axis">'];
+      '" height="' + mheight + '"></rect></clipPath></defs><g class="axis"></g>' +
+      '<g class="yaxis axis">'];
     ticks(0, top, 4).forEach(function (v) {
       mparts.push('<text x="' + (left - 6) + '" y="' + (my(v) + 4) + '" text-anchor="end">' +
                   esc(number(v)) + '</text>');
