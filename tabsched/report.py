@@ -340,10 +340,23 @@ def _page(title, body, charts):
     return document.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _result_page(result):
+def _result_page(result, runs=None):
     chart = result_data(result)
     chart["heading"] = "Gantt chart and memory"
-    return _page(f"tabsched: {chart['name']}", _notes_html(result.notes), [chart])
+    body = _notes_html(result.notes)
+    if runs is not None:
+        body += _monte_carlo_html(runs, result.makespan)
+    return _page(f"tabsched: {chart['name']}", body, [chart])
+
+
+def _monte_carlo_html(runs, makespan):
+    """The Monte Carlo figures beside the chart (which shows the nominal run)."""
+    factor, unit = _time_scale(runs.time_unit, makespan)
+    header = ["samples", "seed", "mean makespan", "p50", "p95", "max", "run-time bubble"]
+    row = [runs.samples, runs.seed] + [_shown(value, factor, unit) for value in (
+        runs.mean, runs.p50, runs.p95, runs.max, runs.runtime_bubble)]
+    return ("<h2>Run-time variation (Monte Carlo)</h2>" + _table(header, [row])
+            + "<p class='note'>the Gantt chart below is the run at mean durations</p>")
 
 
 def _notes_html(notes):
@@ -487,7 +500,7 @@ def _adapt_page(found, costs):
     return _page("tabsched adapt", "\n".join(parts), charts)
 
 
-def html_report(obj, path=None, *, costs=None, best=None):
+def html_report(obj, path=None, *, costs=None, best=None, monte_carlo=None):
     """The HTML report of ``obj`` as one self-contained page; written to ``path`` if given.
 
     Parameters
@@ -505,6 +518,9 @@ def html_report(obj, path=None, *, costs=None, best=None):
         The costs an adapt result's tables are drawn under (default unit slots).
     best : Result, optional
         A plan's best configuration, evaluated (default: evaluated here).
+    monte_carlo : optional
+        A result's Monte Carlo runs (:func:`tabsched.adapt.monte_carlo`'s summary, as
+        ``tabsched eval --cv`` makes): their figures head the page.
 
     Returns
     -------
@@ -521,13 +537,13 @@ def html_report(obj, path=None, *, costs=None, best=None):
     from tabsched.files import atomic_write, check_output_path
     if path is not None:
         check_output_path(path, suffixes=HTML_SUFFIXES, what="HTML report")
-    page = _build(obj, costs, best)
+    page = _build(obj, costs, best, monte_carlo)
     if path is not None:
         atomic_write(path, page)
     return page
 
 
-def _build(obj, costs, best):
+def _build(obj, costs, best, monte_carlo):
     from tabsched.adapt.search import AdaptResult
     from tabsched.compare import Comparison
     from tabsched.plan.result import PlanResult
@@ -536,7 +552,7 @@ def _build(obj, costs, best):
         if obj._lowered is None:
             raise InvalidParameterError("html_report: this result keeps no run (a result of "
                                         "tabsched.evaluate has one)")
-        return _result_page(obj)
+        return _result_page(obj, monte_carlo)
     if isinstance(obj, PlanResult):
         return _plan_page(obj, best if best is not None else _plan_best(obj))
     if isinstance(obj, AdaptResult):

@@ -189,6 +189,18 @@ def test_eval_html_with_json_keeps_stdout_json(cli, tmp_path):
     assert (tmp_path / "r.htm").exists()
 
 
+def test_eval_html_with_monte_carlo(cli, tmp_path):
+    path = tmp_path / "mc.html"
+    code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "8", "--cv", "0.1", "--samples", "50",
+                       "--html", str(path))
+    assert code == 0
+    page = path.read_text(encoding="utf-8")
+    assert "Run-time variation (Monte Carlo)" in page and "<td>50</td>" in page
+    mean = next(line for line in out.splitlines() if line.startswith("monte carlo"))
+    value = float(mean.split("mean ")[1].split(" slots")[0])
+    assert f"<td>{value:.4g} slots</td>" in page            # the same mean, in slots
+
+
 def test_compare_html(cli, tmp_path):
     path = tmp_path / "compare.html"
     code, out, _ = cli("compare", "1f1b", "zb-h1", "-p", "4", "-m", "8", "--html", str(path))

@@ -67,7 +67,7 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
         **({"transfer_after": torch_schedule.transfer_after,
             "shard_windows": torch_schedule.shard_windows} if torch_schedule else {}))
     if html_path:
-        write_html_report(result, html_path)
+        write_html_report(result, html_path, monte_carlo=runs)
     if as_json:
         data = result.to_dict()
         if runs is not None:
