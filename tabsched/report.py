@@ -534,8 +534,14 @@ def html_report(obj, path=None, *, costs=None, best=None, monte_carlo=None):
     OutputError
         ``path`` cannot be written.
     """
-    from tabsched.files import atomic_write, check_output_path
+    import os
+
+    from tabsched.exceptions import OutputError
+    from tabsched.files import atomic_write, check_output_path, file_path
     if path is not None:
+        path = file_path(path, "path", error=OutputError)
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise OutputError(f"{path}: is a folder; give the HTML report's file name")
         check_output_path(path, suffixes=HTML_SUFFIXES, what="HTML report")
     page = _build(obj, costs, best, monte_carlo)
     if path is not None:

@@ -167,6 +167,10 @@ def test_wrong_objects_and_paths_are_refused(tmp_path):
         html_report(simulated(), tmp_path / "missing" / "r.html")
     with pytest.raises(OutputError, match="must end in .html"):
         html_report(simulated(), tmp_path / "r.txt")
+    with pytest.raises(OutputError, match="is a folder"):
+        html_report(simulated(), tmp_path)
+    with pytest.raises(OutputError, match="must be a file path"):
+        html_report(simulated(), 3)
     assert not list(tmp_path.iterdir())
 
 
