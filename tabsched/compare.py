@@ -294,6 +294,9 @@ class Comparison:
     #: The model and system the simulation level ran (their names).
     model: str | None = None
     system: str | None = None
+    #: The simulation level's :class:`~tabsched.result.Result` (for the HTML report's
+    #: Gantt chart; not in ``to_dict``), None for a skipped family.
+    result: object = field(default=None, repr=False, compare=False)
 
     def __repr__(self):
         """One line: the family and its number at each level."""
@@ -306,8 +309,8 @@ class Comparison:
             parts.append(f"table bubble {self.table['bubble_ratio']:.1%} over "
                          f"{_plain(self.table['slots'])} slots")
         if self.simulation:
-            parts.append(f"simulation {_time(self.simulation['makespan'], self.simulation['time_unit'])}"
-                         f" on {self.model} / {self.system}")
+            time = _time(self.simulation["makespan"], self.simulation["time_unit"])
+            parts.append(f"simulation {time} on {self.model} / {self.system}")
         return f"<Comparison {self.label}: {', '.join(parts)}>"
 
     @property
@@ -476,6 +479,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
             rows.append(row)
             continue
         row.params = dict(table.params)
+        row.result = result
         # the formula level beside the table level, at the same slot lengths (as `eval`
         # gives it for that table); the simulation's own costs would give another number
         formula = formula_for(unit_table, UnitCosts(*lengths)) or {}

@@ -11,10 +11,12 @@ import numpy as np
 from tabsched.cli.build import (build_variation, check_layer_options, check_samples,
                                 costs_from_options, is_table_file, layers_from_model,
                                 load_schedule, memory_budget_value, microbatches_from_execution)
-from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_time,
-                                 progress_reporter, translate_errors)
+from tabsched.cli.format import (OverBudget, check_html_path, echo_json, format_memory,
+                                 format_time, progress_reporter, translate_errors,
+                                 write_html_report)
 from tabsched.cli.options import (SectionedCommand, complete_schedule, cost_options,
-                                  model_options, schedule_options, variation_options)
+                                  html_option, model_options, schedule_options,
+                                  variation_options)
 from tabsched.files import check_output_path
 from tabsched.formats.grid import render_grid
 from tabsched.formats.table_json import write_json
@@ -39,11 +41,12 @@ from tabsched.formats.table_json import write_json
 @click.option("--log", "show_log", is_flag=True,
               help="List every candidate the search tried (in JSON: search.log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@html_option("the start and the adapted table's runs, side by side, and the transforms")
 @translate_errors
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, quiet, show_log, as_json, **parallel):
+                  out_path, quiet, show_log, as_json, html_path, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -65,6 +68,10 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                 f"microbatch sizes a split gives and the table's metadata; a CSV cannot hold "
                 f"them (`tabsched convert adapted.json adapted.csv` says what it would drop)")
         check_output_path(out_path, inputs=(schedule, variation_params.get("replay")))
+    if html_path:
+        check_html_path(html_path, inputs=(schedule, variation_params.get("replay"),
+                                           parallel.get("execution"), model, system),
+                        outputs={"--out": out_path})
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
@@ -102,6 +109,8 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                   progress=progress_reporter("adapt", quiet=quiet, unit="candidates"))
     if out_path:
         write_json(found.table, out_path)
+    if html_path:
+        write_html_report(found, html_path, costs=costs)
     if as_json:
         from tabsched.formats.table_json import to_json
         data = found.to_dict(log=show_log)

@@ -4,12 +4,13 @@
 import click
 
 from tabsched.cli.build import build_model_costs, execution_from_options, int_list, name_list
-from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
-                                 format_time, format_tokens, progress_reporter,
-                                 translate_errors)
+from tabsched.cli.format import (check_html_path, echo_json, format_columns, format_memory,
+                                 format_number, format_time, format_tokens, progress_reporter,
+                                 translate_errors, write_html_report)
 from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
                                   SectionedCommand, complete_family, complete_preset,
-                                  complete_study, execution_option, parallel_options)
+                                  complete_study, execution_option, html_option,
+                                  parallel_options)
 from tabsched.execution import CONTENTION_MODES, RECOMPUTE_MODES
 
 
@@ -124,9 +125,10 @@ def _execution(options, parallel, recompute, contention):
               help="System for the simulation level.")
 @simulation_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
+@html_option("the table of the families and a Gantt chart of each one's simulation")
 @translate_errors
 def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
-                    contention, as_json, **options):
+                    contention, as_json, html_path, **options):
     """Compare FAMILY... at the formula, table and simulation levels.
 
     A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
@@ -135,6 +137,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     lengths --f/--b/--i/--w (default F=1 B=2 I=1 W=1) and no communication.
     """
     from tabsched.compare import compare, describe_lengths, disagreements
+    if html_path:
+        check_html_path(html_path, inputs=(options.get("execution"), model, system))
     lengths = _lengths(options)
     parallel = _parallel(options)
     path = options.get("execution")
@@ -144,6 +148,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     rows = compare(families, devices, microbatches, model=model, system=system,
                    global_batch=global_batch, recompute=recompute, contention=contention,
                    lengths=lengths, parallel=parallel, execution=base)
+    if html_path:
+        write_html_report(rows, html_path)
     if as_json:
         echo_json([row.to_dict() for row in rows])
         return

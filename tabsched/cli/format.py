@@ -337,3 +337,36 @@ def progress_reporter(label, *, quiet=False, unit="tables"):
             bar.__exit__(None, None, None)
             state.pop("bar")
     return report
+
+
+def check_html_path(path, *, inputs=(), outputs=None):
+    """Refuse, before any work, an ``--html`` path that cannot be written, one of the
+    command's ``inputs`` or another of its ``outputs`` (``{flag: path}``); the message
+    names ``--html`` and the path."""
+    import os
+
+    from tabsched.exceptions import OutputError
+    from tabsched.files import check_output_path
+    from tabsched.report import HTML_SUFFIXES
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise OutputError(f"--html {path}: is a folder; give the HTML report's file name")
+    try:
+        check_output_path(path, suffixes=HTML_SUFFIXES, what="HTML report",
+                          inputs=[source for source in inputs if isinstance(source, str)])
+    except OutputError as error:
+        raise OutputError(f"--html {error}") from None
+    for flag, other in (outputs or {}).items():
+        if other and os.path.abspath(other) == os.path.abspath(path):
+            raise OutputError(f"--html {path}: is also the {flag} file; write the HTML "
+                              f"report elsewhere")
+
+
+def write_html_report(obj, path, **options):
+    """Write ``obj``'s HTML report to ``path`` (atomically) and say so on stderr."""
+    from tabsched.exceptions import OutputError
+    from tabsched.report import html_report
+    try:
+        html_report(obj, path, **options)
+    except OutputError as error:
+        raise OutputError(f"--html {error}") from None
+    click.echo(f"wrote the HTML report to {path}", err=True)

@@ -42,7 +42,7 @@ HELP_SECTIONS = {
     "Running": ("jobs", "dask", "quiet"),
     "Output": ("level", "as_json", "out", "out_path", "output", "show_log", "width", "target",
                "drop_metadata", "no_transfers", "labels", "time_range", "metric", "logx",
-               "logy", "capacity", "top", "explain", "save_executions"),
+               "logy", "capacity", "top", "explain", "save_executions", "html_path"),
 }
 
 
@@ -545,3 +545,13 @@ def variation_options(default_samples):
             wrapper = option(wrapper)
         return wrapper
     return decorator
+
+
+def html_option(what):
+    """``--html FILE``: also write the command's report as one self-contained HTML page
+    (:func:`tabsched.report.html_report`); the command receives ``html_path``."""
+    return click.option(
+        "--html", "html_path", metavar="FILE.html",
+        help=f"Also write {what} as one HTML file (.html or .htm) that opens in a browser "
+             f"with nothing else: an interactive Gantt chart (zoom, pan, hover for each "
+             f"operation's times and what it waited for) and the memory per device.")
