@@ -72,8 +72,9 @@ EXAMPLES = {
     "eval": ["tabsched eval 1f1b -p 4 -m 8",
              "tabsched eval zbv -p 4 -m 8 --model llama3-8b --system dgx-h100",
              "tabsched eval 1f1b -p 8 -m 32 --model paper-128l --system dgx-a100 --cv 0.1 "
-             "--json"],
-    "compare": ["tabsched compare gpipe 1f1b zb-h1 -p 4 -m 8",
+             "--json",
+             "tabsched eval zb-h1 -p 4 -m 8 --model llama3-8b --system dgx-h100 --html run.html"],
+    "compare": ["tabsched compare gpipe 1f1b zb-h1 -p 4 -m 8 --html compare.html",
                 "tabsched compare 1f1b interleaved-1f1b:chunks=2 -p 8 -m 16 "
                 "--model llama3-70b --system dgx-h100 -t 8"],
     "sweep": ["tabsched sweep gpipe 1f1b -p 4,8 -m 8,16 -o sweep.csv",
