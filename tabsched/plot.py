@@ -43,6 +43,20 @@ DPI = 150
 MIN_BAR_PIXELS = 1.5
 
 
+#: matplotlib settings in force while tabsched writes a figure (matplotlib's rcParams,
+#: https://matplotlib.org/stable/users/explain/customizing.html): fonts embedded as
+#: TrueType (Type 42) in PDF and PostScript, not as Type 3, which camera-ready checkers
+#: (IEEE PDF eXpress, ACM TAPS) refuse; SVG text kept as <text>, not drawn as paths, so
+#: it can be searched, selected and restyled. Applied with ``rc_context`` around the
+#: save only, so the caller's own rcParams are left as they were.
+PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+
+
+def _print_settings():
+    """A context in which figures are written with ``PRINT_RC``."""
+    return matplotlib_module().rc_context(PRINT_RC)
+
+
 #: Above this many operations a notebook shows no Gantt chart (drawing it takes seconds).
 MAX_INLINE_OPS = 20_000
 
@@ -63,7 +77,8 @@ def gantt_svg(result):
     except MissingDependencyError as error:
         return f"<i>{html.escape(str(error))}</i>"
     buffer = _text.StringIO()
-    figure.savefig(buffer, format="svg")
+    with _print_settings():
+        figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.find("<svg"):]
 
@@ -90,14 +105,18 @@ def check_picture_path(path, inputs=()):
 
 
 def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically.
+    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically, with
+    ``PRINT_RC``: TrueType fonts in a PDF, text as text in an SVG.
 
     matplotlib writes a temporary file beside ``path``, which replaces it only
     once complete (:func:`tabsched.files.atomic_write`).
     """
     suffix = check_picture_path(path)
-    atomic_write(path, write=lambda temporary: figure.savefig(temporary, dpi=DPI,
-                                                              format=suffix[1:]))
+
+    def write(temporary):
+        with _print_settings():
+            figure.savefig(temporary, dpi=DPI, format=suffix[1:])
+    atomic_write(path, write=write)
 
 
 def _critical_nodes(result):

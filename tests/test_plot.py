@@ -265,3 +265,28 @@ def test_trace_has_memory_counters_and_flow_arrows(result):
                    and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"] for s in slices)
     arrow = next(event for event in starts if event["pid"] == 0 and event["name"] == "0F0")
     assert finishes[arrow["id"]]["pid"] == 1                            # into the link track
+
+
+# ---------------------------------------------------------------- figures a paper can print
+def _pdf_fonts(data):
+    """The font subtypes a PDF declares (``/Subtype /Type3`` and so on)."""
+    return set(re.findall(rb"/Subtype\s*/(\w+)", data))
+
+
+def test_pdfs_embed_truetype_not_type3_and_svg_text_stays_text(result, tmp_path):
+    import matplotlib
+    from tabsched.plot import sweep_plot
+    before = matplotlib.rcParams["pdf.fonttype"]
+    pictures = [lambda path: gantt(result, path), lambda path: memory_plot(result, path),
+                lambda path: sweep_plot(sweep_rows(systems=("mid_nw_mid_cp",)), path,
+                                        metric="table_bubble_ratio")]
+    for index, draw in enumerate(pictures):
+        pdf = tmp_path / f"p{index}.pdf"
+        draw(pdf)
+        fonts = _pdf_fonts(pdf.read_bytes())
+        assert b"Type3" not in fonts
+        assert b"TrueType" in fonts or {b"Type0", b"CIDFontType2"} <= fonts
+        svg = tmp_path / f"p{index}.svg"
+        draw(svg)
+        assert "<text" in svg.read_text()
+    assert matplotlib.rcParams["pdf.fonttype"] == before          # the caller's settings stay
