@@ -41,6 +41,21 @@ DPI = 150
 #: Bars narrower than this many pixels are drawn this wide, so that no operation or
 #: transfer vanishes from a picture of a long iteration.
 MIN_BAR_PIXELS = 1.5
+#: Below this median operation width, in pixels at ``DPI``, a Gantt chart is drawn as
+#: columns (``gantt(downsample=...)``): bars a few pixels wide are mostly their
+#: white edges (a washed-out chart) and a critical path's outlines merge into a black bar.
+MERGE_PIXELS = 3.0
+#: The colour of a column where kinds alternate within it (too fine to draw one by one): a dark grey,
+#: apart from idle (#EEEEEE) and the optimizer (#999999), and not black, the critical path's.
+MIXED = "#777777"
+#: Height of the critical-path stripe under a downsampled lane, in lanes (a bar is 0.8).
+CRITICAL_STRIPE = 0.16
+#: Operation labels: font size (points), padding each side (points), and the advance
+#: widths in ems of the characters a label uses, in DejaVu Sans, matplotlib's default
+#: font (its hmtx table: 1303, 690 and 1716 of 2048 units), to tell whether a label fits.
+LABEL_FONTSIZE = 6
+LABEL_PAD_POINTS = 1.0
+CHAR_EMS = {"0": 1303 / 2048, ":": 690 / 2048, "+": 1716 / 2048}
 
 
 #: matplotlib settings in force while tabsched writes a figure (matplotlib's rcParams,
@@ -135,6 +150,56 @@ def _text_color(fill):
     return "black" if luminance > 0.35 else "white"
 
 
+def _root_figure(artist):
+    figure = artist.figure
+    while getattr(figure, "_parent", None) is not None:       # a subfigure's figure
+        figure = figure._parent
+    return figure
+
+
+def _wrapped(text, chars):
+    """``text`` in lines of at most ``chars`` characters, two at most: the second
+    shortened with an ellipsis at its end if the text is longer."""
+    import textwrap
+    lines = textwrap.wrap(text, max(chars, 1), break_on_hyphens=False)
+    if len(lines) > 2:
+        rest = " ".join(lines[1:])
+        lines = [lines[0], rest[:max(chars - 1, 1)].rstrip() + "\u2026"]
+    return "\n".join(lines)
+
+
+def fit_title(artist, margin_points=3.0):
+    """Make a title (any text artist) fit inside its figure's width.
+
+    A title wider than the room on either side of where it is anchored (its axes'
+    centre, the figure's centre for a suptitle) is wrapped into two lines, the second
+    shortened with an ellipsis at its end: the start of a title, which names the
+    schedule, is never cut. The figure is laid out (without rendering) to measure.
+    """
+    text = " ".join(artist.get_text().split())
+    if not text:
+        return artist
+    figure = _root_figure(artist)
+    margin = margin_points * figure.dpi / 72
+    for _ in range(4):
+        figure.draw_without_rendering()
+        box = artist.get_window_extent()      # with the renderer the layout used
+        frame = figure.bbox
+        align = artist.get_horizontalalignment()
+        if align == "center":
+            middle = (box.x0 + box.x1) / 2
+            room = 2 * (min(middle - frame.x0, frame.x1 - middle) - margin)
+        elif align == "left":
+            room = frame.x1 - margin - box.x0
+        else:
+            room = box.x1 - frame.x0 - margin
+        if box.width <= room:
+            break
+        longest = max(len(line) for line in artist.get_text().split("\n"))
+        artist.set_text(_wrapped(text, int(0.95 * longest * max(room, 0) / box.width)))
+    return artist
+
+
 def table_title(table, limit=60):
     """A short name for ``table``: its family and parameters, or what it was adapted from.
 
@@ -174,42 +239,135 @@ def _time_range(time_range, makespan):
     return begin, end
 
 
-def gantt(result, path=None, *, transfers=True, critical=True, labels=None, title=None,
-          width=None, time_range=None):
+def _check_width(width, ax):
+    if width is not None and ax is not None:
+        raise InvalidParameterError("width sizes a new figure: leave it out when drawing "
+                                    "into ax (the axes' figure has its own size)")
+
+
+def _axes_inches(ax, figure):
+    """Width and height of ``ax`` in inches, before the layout runs (its position now)."""
+    box = ax.get_position()
+    return box.width * figure.get_figwidth(), box.height * figure.get_figheight()
+
+
+def _label_fits(text, bar_inches, lane_inches):
+    """Whether ``text`` at ``LABEL_FONTSIZE`` fits inside a bar this wide and tall."""
+    ems = sum(CHAR_EMS.get(character, CHAR_EMS["0"]) for character in text)
+    wide = (ems * LABEL_FONTSIZE + 2 * LABEL_PAD_POINTS) / 72
+    tall = 1.2 * LABEL_FONTSIZE / 72              # a line is 1.2 ems high (matplotlib's)
+    return wide <= bar_inches and tall <= lane_inches
+
+
+def _busy_until(begins, ends, edges):
+    """The time the intervals ``[begins, ends)`` fill before each of ``edges`` (sorted):
+    the sum of ``max(0, x - begin) - max(0, x - end)``, exact even where they overlap."""
+    def ramp(points):
+        points = np.sort(np.asarray(points, dtype=float))
+        prefix = np.concatenate([[0.0], np.cumsum(points)])
+        below = np.searchsorted(points, edges, side="right")
+        return below * edges - prefix[below]
+    return ramp(begins) - ramp(ends)
+
+
+def _columns(begins, durations, colors, critical, edges, busy_at=0.5):
+    """Bars that draw intervals too thin to draw one by one: one per run of columns.
+
+    A column (between two ``edges``) is busy when intervals fill at least ``busy_at`` of
+    it (any of it when 0: a link's short transfers stay visible);
+    a busy column takes the colour that fills at least three quarters of its busy time,
+    else ``MIXED``; a run of columns of one colour is one bar. Returns ``(bars, colours,
+    marked)``: the bars as ``(start, width)``, their colours, and the runs of columns that
+    any ``critical`` interval touches (for a thin stripe, not a fill).
+    """
+    begins = np.asarray(begins, dtype=float)
+    ends = begins + np.asarray(durations, dtype=float)
+    colors = np.asarray(colors, dtype=object)
+    palette = list(dict.fromkeys(colors.tolist()))
+    filled = np.array([np.diff(_busy_until(begins[colors == color], ends[colors == color],
+                                           edges)) for color in palette])
+    width = np.diff(edges)
+    busy = filled.sum(axis=0)
+    idle = busy <= 0 if busy_at <= 0 else busy < busy_at * width
+    choice = np.where(idle, -1,
+                      np.where(filled.max(axis=0) >= 0.75 * busy, filled.argmax(axis=0),
+                               len(palette)))
+    names = palette + [MIXED]
+    bars, fills = [], []
+    for value, first, last in _runs(choice):
+        if value >= 0:
+            bars.append((float(edges[first]), float(edges[last] - edges[first])))
+            fills.append(names[value])
+    marked = []
+    critical = np.asarray(critical, dtype=bool)
+    if critical.any():
+        touched = np.diff(_busy_until(begins[critical], ends[critical], edges)) > 0
+        marked = [(float(edges[first]), float(edges[last] - edges[first]))
+                  for value, first, last in _runs(touched.astype(int)) if value]
+    return bars, fills, marked
+
+
+def _runs(values):
+    """``(value, first, end)`` of every run of equal values (``end`` one past the run)."""
+    values = np.asarray(values)
+    if len(values) == 0:
+        return []
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    firsts = np.concatenate([[0], cuts])
+    lasts = np.concatenate([cuts, [len(values)]])
+    return [(int(values[f]), int(f), int(l)) for f, l in zip(firsts, lasts)]
+
+
+def gantt(result, path=None, *, ax=None, transfers=True, critical=True, labels=None,
+          title=None, width=None, time_range=None, downsample=None):
     """A Gantt chart of an evaluated table.
 
     One lane per device (device 0 on top): operations coloured by kind (an
     overlapped cell in its own colour) and labelled with the microbatch, or
-    ``stage:microbatch`` on devices that hold several stages; idle time shows as
-    the grey lane behind them. Below, one thin lane per directed link with its
-    transfers, and a lane for gradient syncs if the iteration has them. The
-    critical path is outlined in black.
+    ``stage:microbatch`` on devices that hold several stages, where the label fits
+    inside its bar; idle time shows as the grey lane behind them. Below, one thin
+    lane per directed link that carries a transfer of some duration, and a lane
+    for gradient syncs if the iteration has them (a table-level result, whose
+    transfers take no time, has device lanes only). The critical path is outlined
+    in black.
 
     Parameters
     ----------
     result : Result
     path : str or Path, optional
-        Write the figure there (``.png``, ``.svg`` or ``.pdf``).
+        Write the figure there (``.png``, ``.svg`` or ``.pdf``); with ``ax``, the
+        figure that holds ``ax``.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (a panel of the caller's figure) instead of a new figure.
     transfers, critical : bool
         Draw the link lanes; outline the critical path.
     labels : bool, optional
-        Label operations; default only when at most 600 are in view.
+        Label operations; default only when at most 600 are in view. A label that
+        does not fit inside its bar is left out either way.
     title : str, optional
         Default: the table's family and parameters (an adapted table: what it was
         adapted from and how many transforms), the level, makespan and bubble.
+        A title wider than the figure is wrapped, and shortened at its end.
     width : float, optional
-        Figure width in inches (default grows with the number of cells).
+        Figure width in inches (default grows with the number of cells); not with ``ax``.
     time_range : (float, float), optional
         Zoom on this span of time, in the result's time unit.
+    downsample : bool, optional
+        Draw each lane as columns two typical operations wide (a pixel at least),
+        each the colour of the kind that fills it (``MIXED`` where kinds alternate
+        within it), a run of like columns as one bar, and the critical path as a thin
+        stripe under the lane rather than an outline. Default: when the median
+        operation is narrower than ``MERGE_PIXELS``.
 
     Bars narrower than ``MIN_BAR_PIXELS`` at the figure's resolution are drawn
     that wide, so no transfer or operation of a long iteration vanishes.
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     Patch = matplotlib_module("matplotlib.patches").Patch
+    _check_width(width, ax)
 
     table = result.table
     lowered = result._lowered
@@ -219,27 +377,52 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     D = table.num_devices
     links = []
     if transfers and len(lowered.transfers):
-        links = sorted(set(zip(lowered.transfers.src.tolist(), lowered.transfers.dst.tolist())))
-    has_sync = lowered.count(SYNC) > 0
+        # a link lane only where a transfer takes time: a table-level result's take none
+        timed = durations[lowered.nodes(TRANSFER)] > 0
+        links = sorted(set(zip(lowered.transfers.src[timed].tolist(),
+                               lowered.transfers.dst[timed].tolist())))
+    sync_nodes = np.array(lowered.node_ids(SYNC), dtype=int)
+    has_sync = bool(np.any(durations[sync_nodes] > 0)) if len(sync_nodes) else False
     lanes = D + (len(links) + has_sync) * 0.5
     makespan = result.makespan
     begin, end = _time_range(time_range, makespan)
     cell_nodes = lowered.nodes(CELL)
     in_view = (start[cell_nodes] < end) & (start[cell_nodes] + durations[cell_nodes] > begin)
-    if width is None:
-        width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
-    figure = _figure(width, 1.0 + 0.45 * lanes)
-    ax = figure.add_subplot()
-    # one pixel in time units: the axis takes about three quarters of the figure's width
-    minimum = MIN_BAR_PIXELS * (end - begin) / (0.75 * width * DPI)
+    given = ax is not None
+    if given:
+        figure = ax.figure
+        axes_wide, axes_tall = _axes_inches(ax, figure)
+    else:
+        if width is None:
+            width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
+        figure = _figure(width, 1.0 + 0.45 * lanes)
+        ax = figure.add_subplot()
+        # the axis takes about three quarters of the figure's width, 0.45 inch a lane
+        axes_wide, axes_tall = 0.75 * width, 0.45 * (lanes + 1.1)
+    inches_per_time = axes_wide / (end - begin)
+    lane_inches = 0.8 * axes_tall / (lanes + 1.1)    # a bar is 0.8 of a lane
+    # one pixel in time units
+    minimum = MIN_BAR_PIXELS / (inches_per_time * DPI)
     drawn = _widened(durations, minimum)
+    seen = durations[cell_nodes][in_view]
+    typical = float(np.median(seen)) if len(seen) else 0.0
+    if downsample is None:
+        downsample = typical * inches_per_time * DPI < MERGE_PIXELS and len(seen) > 0
+    # columns two typical operations wide (a pixel at least), so that kinds alternating
+    # op by op read as one "mixed" run rather than as stripes of single operations
+    step = max(1 / (inches_per_time * DPI), 2 * typical)
+    edges = np.linspace(begin, end, max(int((end - begin) / step), 1) + 1)
+    # a link's transfers are short and sparse: pixel columns, so idle links look idle
+    pixels = np.linspace(begin, end, max(int(axes_wide * DPI), 1) + 1)
 
     fresh = table.cell_starts()
     parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
     first_op = np.flatnonzero(fresh)
     stages_on = {d: len(set(table.stage[table.device == d].tolist())) for d in range(D)}
     if labels is None:
-        labels = int(in_view.sum()) <= LABEL_LIMIT
+        labels = int(in_view.sum()) <= LABEL_LIMIT and not downsample
+    mixed = marked_any = False
+    labelled = 0
     for d in range(D):
         group = ax.broken_barh([(0.0, makespan)], (d - 0.4, 0.8), facecolors=IDLE,
                                edgecolor="none")
@@ -248,13 +431,25 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         cells = np.flatnonzero(lowered.cell_device == d)
         if len(cells) == 0:
             continue
-        segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
         colors = [KIND_COLORS["overlap"] if parts[c] > 1
                   else KIND_COLORS[table.kind_letter(int(first_op[c]))] for c in cells]
-        edges = [CRITICAL if on_path[c] else "white" for c in cells]
-        widths = [1.6 if on_path[c] else 0.3 for c in cells]
-        bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=colors, edgecolors=edges,
-                              linewidths=widths)
+        if downsample:
+            segments, fills, marked = _columns(start[cells], durations[cells], colors,
+                                               on_path[cells], edges)
+            mixed = mixed or MIXED in fills
+            bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=fills,
+                                  edgecolors="none")
+            if marked:
+                marked_any = True
+                ax.broken_barh(marked, (d + 0.4 - CRITICAL_STRIPE, CRITICAL_STRIPE),
+                               facecolors=CRITICAL, edgecolors="none").set_gid(
+                                   f"critical-{d}")
+        else:
+            segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
+            edge_colors = [CRITICAL if on_path[c] else "white" for c in cells]
+            line_widths = [1.6 if on_path[c] else 0.3 for c in cells]
+            bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=colors,
+                                  edgecolors=edge_colors, linewidths=line_widths)
         bars.set_gid(f"device-{d}")
         if labels:
             for c, color in zip(cells, colors):
@@ -265,14 +460,37 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
                         if stages_on[d] > 1 else str(int(table.microbatch[op])))
                 if parts[c] > 1:
                     text += "+"
+                shown = min(start[c] + durations[c], end) - max(start[c], begin)
+                if not _label_fits(text, shown * inches_per_time, lane_inches):
+                    continue
                 ax.text(start[c] + durations[c] / 2, d, text, ha="center", va="center",
-                        fontsize=6, color=_text_color(color), clip_on=True)
+                        fontsize=LABEL_FONTSIZE, color=_text_color(color), clip_on=True)
+                labelled += 1
     for node in lowered.node_ids(OPTIMIZER):
         d = int(lowered.node_device[node])
         bars = ax.broken_barh([(start[node], drawn[node])], (d - 0.4, 0.8),
                               facecolors=KIND_COLORS["optimizer"],
                               edgecolors=CRITICAL if on_path[node] else "white")
         bars.set_gid(f"optimizer-{d}")
+
+    def thin_lane(nodes, colors, y, gid):
+        nonlocal marked_any
+        if downsample:
+            segments, fills, marked = _columns(start[nodes], drawn[nodes], colors,
+                                               on_path[nodes], pixels, busy_at=0)
+            bars = ax.broken_barh(segments, (y - 0.18, 0.36), facecolors=fills,
+                                  edgecolors="none")
+            if marked:
+                marked_any = True
+                ax.broken_barh(marked, (y + 0.18 - CRITICAL_STRIPE / 2, CRITICAL_STRIPE / 2),
+                               facecolors=CRITICAL, edgecolors="none").set_gid(
+                                   f"critical-{gid}")
+        else:
+            bars = ax.broken_barh(
+                list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
+                facecolors=colors, edgecolors=[CRITICAL if on_path[n] else "none"
+                                               for n in nodes], linewidths=0.8)
+        bars.set_gid(gid)
 
     ticks = list(range(D))
     names = [f"device {d}" for d in range(D)]
@@ -282,22 +500,14 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         for a, b in links:
             y += 0.5
             mine = np.flatnonzero((src == a) & (dst == b))
-            nodes = lowered.nodes(TRANSFER).start + mine
-            bars = ax.broken_barh(
-                list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
-                facecolors=[TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
-                edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes],
-                linewidths=0.8)
-            bars.set_gid(f"link-{a}-{b}")
+            thin_lane(lowered.nodes(TRANSFER).start + mine,
+                      [TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
+                      y, f"link-{a}-{b}")
             ticks.append(y)
             names.append(f"link {a}->{b}")
     if has_sync:
         y += 0.5
-        nodes = np.array(lowered.node_ids(SYNC))
-        bars = ax.broken_barh(list(zip(start[nodes].tolist(), drawn[nodes].tolist())),
-                              (y - 0.18, 0.36), facecolors=KIND_COLORS["sync"],
-                              edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes])
-        bars.set_gid("grad-sync")
+        thin_lane(sync_nodes, [KIND_COLORS["sync"]] * len(sync_nodes), y, "grad-sync")
         ticks.append(y)
         names.append("grad sync")
 
@@ -313,13 +523,17 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds_present]
     if np.any(parts > 1):
         handles.append(Patch(color=KIND_COLORS["overlap"], label="F+B overlap"))
+    if mixed:
+        handles.append(Patch(color=MIXED, label="mixed (kinds alternate\nfaster than drawn)"))
     if links:
         handles += [Patch(color=TRANSFER_COLORS[False], label="activation"),
                     Patch(color=TRANSFER_COLORS[True], label="gradient")]
     handles.append(Patch(color=IDLE, label="idle"))
-    if critical:
+    if critical and downsample and marked_any:
+        handles.append(Patch(color=CRITICAL, label="critical path\n(stripe under a lane)"))
+    elif critical and not downsample:
         handles.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
-    if labels:
+    if labelled:
         several = any(count > 1 for count in stages_on.values())
         handles.append(Patch(facecolor="none", edgecolor="none",
                              label="bar label: microbatch" + (
@@ -332,28 +546,34 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     ax.set_title(title or f"{table_title(table)} - {result.level}: makespan "
                           f"{result.makespan:.4g} {result.time_unit}, bubble "
                           f"{result.bubble_ratio:.1%}{zoom}", fontsize=10)
+    fit_title(ax.title)
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
 
 
-def memory_plot(result, path=None, *, budget=None, total=None, title=None):
+def memory_plot(result, path=None, *, ax=None, budget=None, total=None, title=None):
     """Memory over time, one line per device, with the budget as a dashed line.
 
     Parameters
     ----------
     result : Result
     path : str or Path, optional
+        Write the figure there; with ``ax``, the figure that holds ``ax``.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (a panel of the caller's figure) instead of a new figure.
     budget : float, optional
         Memory budget per device in the result's memory unit (default: the
         result's own ``memory_budget`` if it has one).
     total : bool, optional
         Add each device's persistent memory to its activations (default when the
         result has any persistent memory).
+    title : str, optional
+        Wrapped, and shortened at its end, if wider than the figure.
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     table = result.table
     D = table.num_devices
@@ -365,8 +585,12 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
     scale, unit = 1.0, result.memory_unit
     if result.memory_unit == "bytes":
         scale, unit = 1e-9, "GB"
-    figure = _figure(9, 1.5 + 0.25 * min(D, 16) + 2.5)
-    ax = figure.add_subplot()
+    given = ax is not None
+    if given:
+        figure = ax.figure
+    else:
+        figure = _figure(9, 1.5 + 0.25 * min(D, 16) + 2.5)
+        ax = figure.add_subplot()
     cmap = _colormap(D)
     for d, (times, values) in enumerate(result.memory_timeline()):
         # several changes at one instant (a B ends as the next F starts) draw as one step
@@ -389,9 +613,10 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
               ncol=1 if D <= 16 else 2)
     ax.set_title(title or f"{table_title(table)} - memory per device", fontsize=10)
+    fit_title(ax.title)
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
 
 
 def _colormap(count):

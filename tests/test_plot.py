@@ -290,3 +290,75 @@ def test_pdfs_embed_truetype_not_type3_and_svg_text_stays_text(result, tmp_path)
         draw(svg)
         assert "<text" in svg.read_text()
     assert matplotlib.rcParams["pdf.fonttype"] == before          # the caller's settings stay
+
+
+def test_gantt_and_memory_plot_draw_into_the_panels_of_one_figure(result, tmp_path):
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(10, 6))
+    top, bottom = figure.subplots(2, 1)
+    assert gantt(result, ax=top) is top
+    assert memory_plot(result, ax=bottom) is bottom
+    assert len(figure.axes) == 2
+    assert {c.get_gid() for c in top.collections} >= {"device-0", "device-3"}
+    assert {line.get_gid() for line in bottom.get_lines()} >= {"memory-0", "memory-3"}
+    path = tmp_path / "both.png"
+    gantt(result, path, ax=top)                               # path with ax: its figure
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(InvalidParameterError, match="width sizes a new figure"):
+        gantt(result, ax=top, width=5)
+
+
+def test_a_label_is_drawn_only_where_it_fits_inside_its_bar():
+    table = from_order([["0F0", "0F1", "0B0", "0B1"]])
+    figure = gantt(evaluate(table, UnitCosts(f=10, b=0.02)), labels=True)
+    texts = [text for text in figure.axes[0].texts]
+    assert sorted(text.get_text() for text in texts) == ["0", "1"]   # the two wide Fs
+    assert all(text.get_position()[0] < 20 for text in texts)       # no B label
+
+
+def test_a_table_level_gantt_has_no_empty_link_lanes():
+    result = evaluate(generate("1f1b", devices=4, microbatches=8))
+    assert result.level == "table" and len(result._lowered.transfers) > 0
+    ax = gantt(result).axes[0]
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == [
+        f"device {d}" for d in range(4)]
+    assert not any((c.get_gid() or "").startswith("link") for c in ax.collections)
+
+
+def test_a_long_gantt_in_a_notebook_is_downsampled_and_not_black():
+    from tabsched.plot import CRITICAL_STRIPE, MIXED, gantt_svg
+    result = evaluate(generate("1f1b", devices=8, microbatches=188))
+    assert len(result.table) > 3000
+    svg = gantt_svg(result)
+    groups = re.findall(r'<g id="(?:device|critical)-\d+">(.*?)</g>', svg, flags=re.S)
+    assert sum(group.count("<path") for group in groups) < 3000 / 5
+    ax = gantt(result, width=10).axes[0]
+    lanes = {c.get_gid(): c for c in ax.collections}
+    busy = [p.get_extents() for d in range(8) for p in lanes[f"device-{d}"].get_paths()]
+    stripes = [p.get_extents() for d in range(8) if f"critical-{d}" in lanes
+               for p in lanes[f"critical-{d}"].get_paths()]
+    assert stripes and all(box.height <= CRITICAL_STRIPE + 1e-9 for box in stripes)
+    black = sum(box.width * box.height for box in stripes)
+    assert black < 0.1 * sum(box.width * box.height for box in busy)
+    assert MIXED in {matplotlib_hex(color) for d in range(8)
+                     for color in lanes[f"device-{d}"].get_facecolors()}
+
+
+def matplotlib_hex(rgba):
+    from matplotlib.colors import to_hex
+    return to_hex(rgba).upper()
+
+
+def test_a_long_title_is_wrapped_inside_the_figure_not_cut_at_its_start(result):
+    from tabsched.plot import fit_title
+    long = "zero bubble chimera " * 12 + "END"
+    figure = gantt(result, title=long, width=8)
+    title = figure.axes[0].title
+    figure.canvas.draw()
+    box, frame = title.get_window_extent(), figure.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1
+    assert title.get_text().startswith("zero bubble chimera") and title.get_text().endswith(
+        "\u2026")
+    assert title.get_text().count("\n") == 1
+    short = gantt(result, title="short").axes[0].title
+    assert fit_title(short).get_text() == "short"
