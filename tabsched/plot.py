@@ -27,6 +27,14 @@ __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "ch
 #: deficiencies, and in greyscale together with the markers and line styles below.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000",
            "#F0E442")
+#: Twelve categorical line colours: the eight above, then four of Paul Tol's "muted"
+#: scheme (https://personal.sron.nl/~pault/, "Colour schemes and templates", 2021) that
+#: differ from them: wine, indigo, olive, teal. Neighbouring lines never get near-equal
+#: shades, as they did from a sequential colour map.
+LINE_COLORS = PALETTE + ("#882255", "#332288", "#999933", "#44AA99")
+#: matplotlib's marker and line-style codes; with the colours they make every line's
+#: (colour, marker, line style) unique for up to 12 x 8 x 4 = 384 lines
+#: (:func:`line_style`).
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "I": "#D55E00", "W": "#009E73",
@@ -180,6 +188,8 @@ def fit_title(artist, margin_points=3.0):
     if not text:
         return artist
     figure = _root_figure(artist)
+    if _surely_fits(artist, figure):
+        return artist
     margin = margin_points * figure.dpi / 72
     for _ in range(4):
         figure.draw_without_rendering()
@@ -198,6 +208,25 @@ def fit_title(artist, margin_points=3.0):
         longest = max(len(line) for line in artist.get_text().split("\n"))
         artist.set_text(_wrapped(text, int(0.95 * longest * max(room, 0) / box.width)))
     return artist
+
+
+#: An upper bound on the mean advance width of a title's characters, in ems, in DejaVu
+#: Sans (its widest lower-case letters and digits are 0.64 to 0.98 em, mostly about 0.6).
+TITLE_EMS = 0.7
+
+
+def _surely_fits(artist, figure):
+    """Whether a centred title fits by a generous estimate (no layout needed to check)."""
+    if artist.get_horizontalalignment() != "center":
+        return False
+    longest = max(len(line) for line in artist.get_text().split("\n"))
+    wide = longest * TITLE_EMS * artist.get_fontsize() / 72 / figure.get_figwidth()
+    if artist.axes is not None:
+        box = artist.axes.get_position()         # before the layout: roughly where it goes
+        middle = (box.x0 + box.x1) / 2
+    else:
+        middle = artist.get_position()[0]        # a suptitle: in figure coordinates
+    return wide <= 2 * min(middle, 1 - middle) * 0.8
 
 
 def table_title(table, limit=60):
@@ -620,11 +649,58 @@ def memory_plot(result, path=None, *, ax=None, budget=None, total=None, title=No
 
 
 def _colormap(count):
-    """Colour of line ``k`` of ``count``: the palette, or a colour-blind-safe map beyond it."""
-    if count <= len(PALETTE):
-        return lambda k: PALETTE[k]
+    """Colour of device ``k`` of ``count``: the line colours, or, for more devices than
+    those, a map in device order that is safe for colour-vision deficiency (cividis)."""
+    if count <= len(LINE_COLORS):
+        return lambda k: LINE_COLORS[k]
     cmap = matplotlib_module().colormaps["cividis"]  # designed for colour-vision deficiency
     return lambda k: cmap(k / max(count - 1, 1))
+
+
+def line_style(k):
+    """``(colour, marker, line style)`` of line ``k``: unique for ``k`` below 384.
+
+    The first twelve lines differ in colour; markers and line styles cycle with them
+    too, so lines that coincide stay apart. Beyond twelve the colours repeat, and each
+    round of twelve shifts the marker by one (every eighth round, the line style), so
+    the triple is unique for all 12 x 8 x 4 = 384 combinations.
+
+    >>> line_style(0), line_style(12)
+    (('#0072B2', 'o', '-'), ('#0072B2', 'P', '-'))
+    """
+    rounds = k // len(LINE_COLORS)
+    color = LINE_COLORS[k % len(LINE_COLORS)]
+    marker = MARKERS[(k + rounds) % len(MARKERS)]
+    linestyle = LINESTYLES[(k + rounds // len(MARKERS)) % len(LINESTYLES)]
+    return color, marker, linestyle
+
+
+def microbatch_ticks(values, log=True, most=8):
+    """Where to put the ticks of a microbatch axis: at data values only.
+
+    Every value when there are at most ``most``; else a subset, evenly spread on the
+    axis (on a log axis, in log space), always with the first and the last value.
+
+    >>> microbatch_ticks([4, 8, 16])
+    [4, 8, 16]
+    >>> microbatch_ticks(range(1, 65), most=4)
+    [1, 4, 16, 64]
+    """
+    values = sorted(set(values))
+    if len(values) <= most:
+        return values
+    position = np.log2(values) if log else np.asarray(values, dtype=float)
+    gap = (position[-1] - position[0]) / (most - 1) * (1 - 1e-9)
+    chosen = [0]
+    for index in range(1, len(values)):
+        if position[index] - position[chosen[-1]] >= gap:
+            chosen.append(index)
+    if chosen[-1] != len(values) - 1:
+        if position[-1] - position[chosen[-1]] < gap / 2 and len(chosen) > 1:
+            chosen[-1] = len(values) - 1           # too close to the last: move it there
+        else:
+            chosen.append(len(values) - 1)
+    return [values[index] for index in chosen]
 
 
 #: Sweep columns that place a point on a line (x axis, panel) or describe it, rather than
@@ -669,8 +745,8 @@ def _capacity(system):
         return None
 
 
-def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s", title=None,
-               logx=True, logy=False, capacity=None):
+def sweep_plot(rows, path=None, *, ax=None, devices=None, metric="simulation_makespan_s",
+               title=None, logx=True, logy=False, capacity=None):
     """A metric against microbatches: a line per configuration, a panel per system.
 
     ``rows`` are sweep rows (:mod:`tabsched.sweeps`); skipped configurations are
@@ -682,13 +758,20 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     A line is one family spec and, when they vary on a system, one model and every
     other configuration column (global batch, recomputation, the tensor degree...),
     so a sweep over two models draws two lines per family rather than one zig-zag. Lines differ in
-    colour (a colour-blind-safe palette), marker and line style, so lines that
-    coincide stay visible.
+    colour (12 categorical colours, colour-blind-safe first), marker and line style,
+    so lines that coincide stay visible; beyond 12 lines every (colour, marker, line
+    style) is still unique (:func:`line_style`). Microbatch ticks are at data values
+    (:func:`microbatch_ticks`).
 
     Parameters
     ----------
     rows : list of dict
     path : str or Path, optional
+        Write the figure there; with ``ax``, the figure that holds the axes.
+    ax : matplotlib.axes.Axes or sequence of them, optional
+        Draw into the caller's axes: one per panel (one axes for a one-panel sweep),
+        in the panels' order (by row, then column, of the grid described above). The
+        legend goes in the last of them; ``title``, if given, is the figure's suptitle.
     devices : int, optional
         Plot this pipeline depth; default the only one in ``rows`` (required if several).
     metric : str
@@ -701,7 +784,7 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     ok = [row for row in rows if row.get("status") == "ok" and row.get(metric) is not None]
     depths = sorted({row["devices"] for row in ok})
@@ -740,75 +823,109 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     grid = {systems[0]: (0, 0)} if single else _grid_layout(systems)
     nrows = max(r for r, _ in grid.values()) + 1
     ncols = max(c for _, c in grid.values()) + 1
-    figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
-    axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+    given = ax is not None
+    if given:
+        panels = _given_axes(ax, grid)
+        figure = panels[0].figure
+        axes = {position: panel for position, panel in zip(sorted(grid.values()), panels)}
+    else:
+        figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
+        grid_axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+        axes = {(r, c): grid_axes[r][c] for r in range(nrows) for c in range(ncols)}
     lines = list(dict.fromkeys(line_of(row) for row in ok))
-    color = _colormap(len(lines))
+    ticks = microbatch_ticks([row["microbatches"] for row in ok], log=logx)
     scale, unit = ((1.0, "s") if metric.endswith("_s") else
                    (1e-9, "GB") if metric.endswith("_bytes") else (1.0, ""))
     memory = metric.endswith("_bytes") and "memory" in metric
     if capacity is None:
         capacity = memory
     for system, (r, c) in grid.items():
-        ax = axes[r][c]
+        panel = axes[r, c]
         for index, key in enumerate(lines):
             points = sorted({row["microbatches"]: row[metric] for row in ok
                              if (single or row["system"] == system)
                              and line_of(row) == key}.items())
             if points:
                 xs, ys = zip(*points)
-                line, = ax.plot(xs, [y * scale for y in ys], color=color(index),
-                                marker=MARKERS[index % len(MARKERS)],
-                                linestyle=LINESTYLES[index % len(LINESTYLES)],
-                                # later lines on top with smaller markers: where lines
-                                # coincide, every marker still shows
-                                markersize=max(3.0, 8.0 - 0.6 * index),
-                                markerfacecolor="none" if index % 2 else color(index),
-                                linewidth=1.3, zorder=3 + index,
-                                label=line_label(key))
+                color, marker, linestyle = line_style(index)
+                line, = panel.plot(xs, [y * scale for y in ys], color=color, marker=marker,
+                                   linestyle=linestyle,
+                                   # later lines on top with smaller markers: where lines
+                                   # coincide, every marker still shows
+                                   markersize=max(3.0, 8.0 - 0.6 * index),
+                                   markerfacecolor="none" if index % 2 else color,
+                                   linewidth=1.3, zorder=3 + index,
+                                   label=line_label(key))
                 line.set_gid(f"sweep-{system}-{index}")
         if capacity:
             limits = {_capacity(name) for name in ({row["system"] for row in ok}
                                                    if single else {system})}
             limit = limits.pop() if len(limits) == 1 else None  # one panel: one capacity
             if limit is not None:
-                ax.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
+                panel.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
                            label=f"capacity {limit * scale:.4g} {unit}").set_gid(
                                f"capacity-{system}")
         if logx:
-            ax.set_xscale("log", base=2)
+            panel.set_xscale("log", base=2)
         if logy:
-            ax.set_yscale("log")
-        ax.set_title(system if not single else
-                     "every system (this level does not depend on it)", fontsize=9)
-        ax.tick_params(labelsize=7)
-        if c == 0:
-            ax.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
-                          fontsize=8)
-        if r == nrows - 1:
-            ax.set_xlabel("microbatches M", fontsize=8)
-    for r in range(nrows):
-        for c in range(ncols):
-            if (r, c) not in grid.values():
-                axes[r][c].set_visible(False)
+            panel.set_yscale("log")
+        # ticks at the microbatch counts swept (set after the scale, which resets them)
+        panel.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+        panel.xaxis.set_minor_locator(matplotlib_module("matplotlib.ticker").NullLocator())
+        panel.set_title(system if not single else
+                        "every system (this level does not depend on it)", fontsize=9)
+        panel.tick_params(labelsize=7)
+        if c == 0 or given:
+            panel.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
+                             fontsize=8)
+        if r == nrows - 1 or given:
+            panel.set_xlabel("microbatches M", fontsize=8)
+    for position, panel in axes.items():
+        if position not in grid.values():
+            panel.set_visible(False)
     handles, labels = [], []
     for r, c in grid.values():
-        for handle, label in zip(*axes[r][c].get_legend_handles_labels()):
+        for handle, label in zip(*axes[r, c].get_legend_handles_labels()):
             if label not in labels and not label.startswith("capacity "):
                 handles.append(handle)
                 labels.append(label)
-    if capacity and any(line.get_gid() and line.get_gid().startswith("capacity")
-                                       for ax in figure.axes for line in ax.get_lines()):
+    if capacity and any((line.get_gid() or "").startswith("capacity")
+                        for panel in axes.values() for line in panel.get_lines()):
         handles.append(matplotlib_module("matplotlib.lines").Line2D(
             [], [], color=CAPACITY, linestyle="--", label="memory capacity"))
         labels.append("memory capacity")
-    figure.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
-    models = list(dict.fromkeys(str(row.get("model")) for row in ok))
-    figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
-                             f"{metric_label(metric)} vs microbatches", fontsize=10)
+    for position in grid.values():
+        fit_title(axes[position].title)
+    if given:
+        axes[max(grid.values())].legend(handles, labels, fontsize=7, frameon=False)
+        if title:
+            fit_title(figure.suptitle(title, fontsize=10))
+    else:
+        figure.legend(handles, labels, loc="outside right center", fontsize=8,
+                      frameon=False)
+        models = list(dict.fromkeys(str(row.get("model")) for row in ok))
+        fit_title(figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
+                                           f"{metric_label(metric)} vs microbatches",
+                                  fontsize=10))
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
+
+
+def _given_axes(ax, grid):
+    """The caller's axes for ``sweep_plot``'s panels, one per panel, or a one-line error."""
+    Axes = matplotlib_module("matplotlib.axes").Axes
+    panels = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
+    wanted = len(grid)
+    names = ", ".join(grid)
+    if not all(isinstance(panel, Axes) for panel in panels):
+        raise InvalidParameterError("ax must be matplotlib axes, or a sequence of them "
+                                    f"(one per panel: {names})")
+    if len(panels) != wanted:
+        raise InvalidParameterError(
+            f"ax: the sweep draws {wanted} panel{'s' if wanted != 1 else ''} ({names}), "
+            f"so it needs {wanted} axes, not {len(panels)}")
+    return panels
 
 
 def _grid_layout(systems):

@@ -278,8 +278,7 @@ def test_pdfs_embed_truetype_not_type3_and_svg_text_stays_text(result, tmp_path)
     from tabsched.plot import sweep_plot
     before = matplotlib.rcParams["pdf.fonttype"]
     pictures = [lambda path: gantt(result, path), lambda path: memory_plot(result, path),
-                lambda path: sweep_plot(sweep_rows(systems=("mid_nw_mid_cp",)), path,
-                                        metric="table_bubble_ratio")]
+                lambda path: sweep_plot(synthetic_rows(3), path, metric="table_bubble_ratio")]
     for index, draw in enumerate(pictures):
         pdf = tmp_path / f"p{index}.pdf"
         draw(pdf)
@@ -362,3 +361,81 @@ def test_a_long_title_is_wrapped_inside_the_figure_not_cut_at_its_start(result):
     assert title.get_text().count("\n") == 1
     short = gantt(result, title="short").axes[0].title
     assert fit_title(short).get_text() == "short"
+
+
+def synthetic_rows(lines, microbatches=(1, 2, 4, 8), systems=("a",), metric="table_bubble_ratio"):
+    """Sweep rows without running a sweep: ``lines`` families, one value per point."""
+    return [{"status": "ok", "devices": 4, "microbatches": m, "system": system,
+             "spec": f"family{k}", "model": "tiny", metric: 1.0 / (m + k)}
+            for k in range(lines) for m in microbatches for system in systems]
+
+
+def sweep_lines(figure_or_axes):
+    axes = (figure_or_axes.axes if hasattr(figure_or_axes, "get_axes")   # a figure
+            else [figure_or_axes])
+    return [line for ax in axes for line in ax.get_lines() if line.get_gid()]
+
+
+def test_twelve_sweep_lines_have_twelve_colours_and_twenty_unique_styles():
+    from matplotlib.colors import to_hex
+    from tabsched.plot import sweep_plot
+    lines = sweep_lines(sweep_plot(synthetic_rows(12), metric="table_bubble_ratio"))
+    assert len(lines) == 12 and len({to_hex(line.get_color()) for line in lines}) == 12
+    lines = sweep_lines(sweep_plot(synthetic_rows(20), metric="table_bubble_ratio"))
+    styles = {(to_hex(line.get_color()), line.get_marker(), line.get_linestyle())
+              for line in lines}
+    assert len(lines) == 20 and len(styles) == 20
+
+
+def test_line_styles_stay_unique_long_after_the_colours_repeat():
+    from tabsched.plot import line_style
+    assert len({line_style(k) for k in range(384)}) == 384
+    assert len({line_style(k)[0] for k in range(12)}) == 12
+
+
+@pytest.mark.parametrize("microbatches", [(4, 8, 16), (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+                                                        96, 128)])
+def test_sweep_ticks_are_at_the_microbatch_counts_swept(microbatches):
+    from tabsched.plot import sweep_plot
+    for logx in (True, False):
+        figure = sweep_plot(synthetic_rows(2, microbatches), metric="table_bubble_ratio",
+                            logx=logx)
+        ax = figure.axes[0]
+        ticks = list(ax.get_xticks())
+        assert set(ticks) <= set(microbatches) and len(ticks) >= min(len(microbatches), 5)
+        assert ticks[0] == microbatches[0] and ticks[-1] == microbatches[-1]
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"{t:g}" for t in ticks]
+        assert not ax.xaxis.get_minor_locator()()                # no unlabelled log ticks
+
+
+def test_sweep_plot_draws_into_the_callers_axes_and_checks_their_number(tmp_path):
+    from matplotlib.figure import Figure
+    from tabsched.plot import sweep_plot
+    one = synthetic_rows(2)
+    figure = Figure()
+    ax = figure.add_subplot()
+    assert sweep_plot(one, ax=ax, metric="table_bubble_ratio") is ax
+    assert len(sweep_lines(ax)) == 2 and ax.get_legend() is not None
+    metric = "simulation_makespan_s"
+    two = synthetic_rows(2, systems=("a", "b"), metric=metric)
+    two[0][metric] = 5.0                                       # the systems differ: 2 panels
+    figure = Figure()
+    panels = figure.subplots(1, 2)
+    assert sweep_plot(two, tmp_path / "s.svg", ax=panels, metric=metric, title="mine") is panels
+    assert [len(sweep_lines(panel)) for panel in panels] == [2, 2]
+    assert figure._suptitle.get_text() == "mine" and (tmp_path / "s.svg").exists()
+    with pytest.raises(InvalidParameterError, match=r"^ax: the sweep draws 2 panels \(a, b\), "
+                                                    r"so it needs 2 axes, not 1$"):
+        sweep_plot(two, ax=panels[0], metric=metric)
+    with pytest.raises(InvalidParameterError, match="ax must be matplotlib axes"):
+        sweep_plot(one, ax="left", metric="table_bubble_ratio")
+
+
+def test_a_long_sweep_title_fits_its_figure():
+    from tabsched.plot import sweep_plot
+    figure = sweep_plot(synthetic_rows(2), metric="table_bubble_ratio",
+                        title="chimera devices=4 " * 20)
+    figure.canvas.draw()
+    box = figure._suptitle.get_window_extent()
+    assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
+    assert figure._suptitle.get_text().startswith("chimera devices=4")
