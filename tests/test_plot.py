@@ -92,11 +92,43 @@ def test_trace_has_one_event_per_op_and_transfer(result, tmp_path):
     assert end == pytest.approx(result.makespan * 1e6)
 
 
-def test_trace_in_slots_maps_a_slot_to_a_microsecond():
+def test_a_trace_in_slots_says_so_and_draws_a_slot_as_a_millisecond():
     trace = chrome_trace(evaluate(generate("gpipe", devices=2, microbatches=2)))
     ops = [event for event in trace["traceEvents"] if event["ph"] == "X"]
-    assert max(event["ts"] + event["dur"] for event in ops) == 6.0
-    assert trace["otherData"]["time_unit"] == "slots"
+    assert max(event["ts"] + event["dur"] for event in ops) == 6 * 1000.0
+    other = trace["otherData"]
+    assert other["time_unit"] == "slots" and other["makespan"] == 6
+    assert other["trace_time_unit"] == "us" and other["trace_us_per_time_unit"] == 1000
+    assert "one slot is drawn as 1 ms" in other["note"]
+    assert trace["displayTimeUnit"] == "ms"
+
+
+def test_a_trace_in_seconds_says_its_times_are_microseconds(result):
+    trace = chrome_trace(result)
+    other = trace["otherData"]
+    assert other["time_unit"] == "s" and other["trace_us_per_time_unit"] == 1e6
+    assert other["trace_time_unit"] == "us" and "microseconds" in other["note"]
+    # no event claims its times are seconds
+    assert not any("time_unit" in event.get("args", {}) for event in trace["traceEvents"])
+
+
+def test_an_overlapped_pair_is_one_slice_naming_both_operations():
+    from tabsched import ModelCosts
+    for costs in (None, ModelCosts("paper-128l", "mid_nw_mid_cp")):
+        result = evaluate(generate("dualpipev", devices=4, microbatches=8), costs)
+        lowered = result._lowered
+        trace = chrome_trace(result)
+        ops = [event for event in trace["traceEvents"] if event["ph"] == "X"
+               and event["pid"] == 0 and event["cat"] != "optimizer"]
+        assert len(ops) == lowered.num_cells < len(result.table)     # a slice per cell
+        pairs = [event for event in ops if event["cat"] == "overlap"]
+        parts = np.bincount(lowered.cell_of_op)
+        assert len(pairs) == int(np.sum(parts > 1)) > 0
+        for event in pairs:
+            assert event["name"] == " + ".join(event["args"]["ops"])
+            assert sorted(event["args"]["kinds"]) == ["B", "F"]
+        spans = {(event["tid"], event["ts"], event["dur"]) for event in ops}
+        assert len(spans) == len(ops)                   # no two identical nested slices
 
 
 def test_sweep_plot_needs_a_successful_configuration():
