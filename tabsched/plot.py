@@ -436,7 +436,7 @@ def gantt(result, path=None, *, ax=None, transfers=True, critical=True, labels=N
     seen = durations[cell_nodes][in_view]
     typical = float(np.median(seen)) if len(seen) else 0.0
     if downsample is None:
-        downsample = typical * inches_per_time * DPI < MERGE_PIXELS and len(seen) > 0
+        downsample = 0 < typical * inches_per_time * DPI < MERGE_PIXELS
     # columns two typical operations wide (a pixel at least), so that kinds alternating
     # op by op read as one "mixed" run rather than as stripes of single operations
     step = max(1 / (inches_per_time * DPI), 2 * typical)
