@@ -476,7 +476,11 @@ def gantt(result, path=None, *, ax=None, transfers=True, critical=True, labels=N
         else:
             segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
             edge_colors = [CRITICAL if on_path[c] else "white" for c in cells]
-            line_widths = [1.6 if on_path[c] else 0.3 for c in cells]
+            # an outline at most a quarter of its bar's width (points), so that a
+            # critical bar keeps its fill colour however thin it is
+            bar_points = drawn[cells] * inches_per_time * 72
+            line_widths = np.where(on_path[cells], np.minimum(1.6, bar_points / 4),
+                                   np.minimum(0.3, bar_points / 8)).tolist()
             bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=colors,
                                   edgecolors=edge_colors, linewidths=line_widths)
         bars.set_gid(f"device-{d}")
@@ -541,7 +545,8 @@ def gantt(result, path=None, *, ax=None, transfers=True, critical=True, labels=N
         names.append("grad sync")
 
     ax.set_yticks(ticks, names, fontsize=7 if len(ticks) > 16 else 9)
-    ax.set_ylim(y + 0.5, -0.6)
+    # 0.2 of a lane above the first bar, and below the last (a device's: 0.4 below its tick)
+    ax.set_ylim(y + 0.5 if (links or has_sync) else D - 0.4, -0.6)
     if time_range is None:
         ax.set_xlim(0, makespan * 1.005 if makespan > 0 else 1)
     else:

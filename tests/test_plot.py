@@ -471,3 +471,16 @@ def test_a_long_sweep_title_fits_its_figure():
     box = figure._suptitle.get_window_extent()
     assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
     assert figure._suptitle.get_text().startswith("chimera devices=4")
+
+
+def test_a_critical_outline_is_thinner_than_its_bar():
+    result = evaluate(generate("1f1b", devices=4, microbatches=64), UnitCosts(f=1, b=2))
+    ax = gantt(result, width=8, downsample=False).axes[0]
+    lane = next(c for c in ax.collections if c.get_gid() == "device-3")
+    # the axes are taken as 0.75 of the figure's width (gantt's estimate before layout)
+    widths_points = [p.get_extents().width * 0.75 * 8 * 72 / result.makespan
+                     for p in lane.get_paths()]
+    outlines = lane.get_linewidths()
+    assert len(outlines) == len(widths_points)
+    assert all(lw <= w / 4 + 1e-6 for lw, w in zip(outlines, widths_points))
+    assert 0 < min(outlines) and max(outlines) < 1.6            # thin bars: thinner outlines
