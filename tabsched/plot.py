@@ -4,7 +4,10 @@ matplotlib is imported when a picture is drawn, never by ``import tabsched``; it
 is the ``plot`` extra (``pip install 'tabsched[plot]'``), and a picture without it
 is a one-line error naming the extra.
 Figures are drawn on a plain ``Figure`` (no pyplot, no display needed) and
-written as PNG or SVG by the file's suffix. In SVG output every device lane is a
+written as PNG, SVG or PDF by the file's suffix, with ``PRINT_RC``: TrueType fonts
+in a PDF (no Type 3, which camera-ready checkers refuse) and text as ``<text>`` in
+an SVG. Every drawing function also draws into a caller's axes (``ax=``), so that
+a paper's figure can hold several panels. In SVG output every device lane is a
 group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
@@ -20,7 +23,8 @@ from tabsched.files import atomic_write, check_output_path
 from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
 
 __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
-           "KIND_COLORS"]
+           "fit_title", "line_style", "microbatch_ticks", "KIND_COLORS", "LINE_COLORS",
+           "PRINT_RC"]
 
 #: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
 #: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
@@ -88,7 +92,9 @@ def gantt_svg(result):
     """The Gantt chart of ``result`` as inline SVG for a notebook, or a one-line note.
 
     The note says why there is no chart: matplotlib missing (with the command that
-    installs it) or a table above ``MAX_INLINE_OPS`` operations.
+    installs it) or a table above ``MAX_INLINE_OPS`` operations. A long iteration,
+    whose operations are narrower than ``MERGE_PIXELS``, is drawn downsampled
+    (``gantt(downsample=True)``): runs of columns, the critical path as a stripe.
     """
     import html
     import io as _text

@@ -363,6 +363,7 @@ def test_a_long_gantt_in_a_notebook_is_downsampled_and_not_black():
     svg = gantt_svg(result)
     groups = re.findall(r'<g id="(?:device|critical)-\d+">(.*?)</g>', svg, flags=re.S)
     assert sum(group.count("<path") for group in groups) < 3000 / 5
+    assert svg.count("<path") + svg.count("<rect") < 3000 / 5       # the whole picture
     ax = gantt(result, width=10).axes[0]
     lanes = {c.get_gid(): c for c in ax.collections}
     busy = [p.get_extents() for d in range(8) for p in lanes[f"device-{d}"].get_paths()]
