@@ -274,7 +274,15 @@ def _time_range(time_range, makespan):
     return begin, end
 
 
+def _check_axes(ax):
+    """Refuse an ``ax`` that is not matplotlib axes, in one line."""
+    if ax is not None and not isinstance(ax, matplotlib_module("matplotlib.axes").Axes):
+        raise InvalidParameterError(f"ax must be matplotlib axes (e.g. from "
+                                    f"figure.subplots()), not {type(ax).__name__}")
+
+
 def _check_width(width, ax):
+    _check_axes(ax)
     if width is not None and ax is not None:
         raise InvalidParameterError("width sizes a new figure: leave it out when drawing "
                                     "into ax (the axes' figure has its own size)")
@@ -625,6 +633,7 @@ def memory_plot(result, path=None, *, ax=None, budget=None, total=None, title=No
     scale, unit = 1.0, result.memory_unit
     if result.memory_unit == "bytes":
         scale, unit = 1e-9, "GB"
+    _check_axes(ax)
     given = ax is not None
     if given:
         figure = ax.figure

@@ -337,6 +337,10 @@ def test_gantt_and_memory_plot_draw_into_the_panels_of_one_figure(result, tmp_pa
     assert path.read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(InvalidParameterError, match="width sizes a new figure"):
         gantt(result, ax=top, width=5)
+    for draw in (gantt, memory_plot):
+        with pytest.raises(InvalidParameterError, match="^ax must be matplotlib axes .*, not "
+                                                        "list$"):
+            draw(result, ax=[top, bottom])
 
 
 def test_a_label_is_drawn_only_where_it_fits_inside_its_bar():
