@@ -276,6 +276,10 @@ def test_cli_plot_options(cli, tmp_path):
     code, _, err = cli("plot", "gantt", "1f1b", "-p", "4", "-m", "8", "-o",
                        str(tmp_path / "g.png"), "--time-range", "5")
     assert code == 1 and "--time-range '5': expected START:END" in err
+    code, _, err = cli("plot", "gantt", "1f1b", "-p", "2", "-m", "4", "-o",
+                       str(tmp_path / "d.svg"), "--downsample")
+    assert code == 0, err
+    assert 'id="critical-0"' in (tmp_path / "d.svg").read_text()     # the stripe, not outlines
 
 
 def test_trace_has_memory_counters_and_flow_arrows(result):
