@@ -3,6 +3,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from tabsched import InvalidParameterError, ScheduleTable, StageCosts, UnitCosts, evaluate, generate
 
@@ -493,3 +494,19 @@ def test_a_critical_outline_is_thinner_than_its_bar():
     assert len(outlines) == len(widths_points)
     assert all(lw <= w / 4 + 1e-6 for lw, w in zip(outlines, widths_points))
     assert 0 < min(outlines) and max(outlines) < 1.6            # thin bars: thinner outlines
+
+
+@given(st.sets(st.integers(1, 4096), min_size=1, max_size=60), st.booleans(),
+       st.integers(2, 10))
+def test_microbatch_ticks_are_spread_data_values_from_first_to_last(values, log, most):
+    from tabsched.plot import microbatch_ticks
+    ticks = microbatch_ticks(values, log=log, most=most)
+    assert set(ticks) <= values and ticks == sorted(set(ticks))
+    assert ticks[0] == min(values) and ticks[-1] == max(values)
+    assert len(ticks) <= most + 1
+    if len(values) <= most:
+        assert ticks == sorted(values)
+    else:
+        position = np.log2(ticks) if log else np.asarray(ticks, dtype=float)
+        span = (np.log2(max(values)) - np.log2(min(values))) if log else max(values) - min(values)
+        assert np.all(np.diff(position) >= span / (most - 1) / 2 * (1 - 1e-9))
