@@ -57,8 +57,9 @@ MIN_BAR_PIXELS = 1.5
 #: columns (``gantt(downsample=...)``): bars a few pixels wide are mostly their
 #: white edges (a washed-out chart) and a critical path's outlines merge into a black bar.
 MERGE_PIXELS = 3.0
-#: The colour of a column where kinds alternate within it (too fine to draw one by one): a dark grey,
-#: apart from idle (#EEEEEE) and the optimizer (#999999), and not black, the critical path's.
+#: The colour of a column where kinds alternate within it (too fine to draw one by one):
+#: a mid grey, apart from idle (#EEEEEE), the optimizer (#999999) and black (the
+#: critical path's), and from every kind's colour.
 MIXED = "#777777"
 #: Height of the critical-path stripe under a downsampled lane, in lanes (a bar is 0.8).
 CRITICAL_STRIPE = 0.16
@@ -73,7 +74,7 @@ CHAR_EMS = {"0": 1303 / 2048, ":": 690 / 2048, "+": 1716 / 2048}
 #: matplotlib settings in force while tabsched writes a figure (matplotlib's rcParams,
 #: https://matplotlib.org/stable/users/explain/customizing.html): fonts embedded as
 #: TrueType (Type 42) in PDF and PostScript, not as Type 3, which camera-ready checkers
-#: (IEEE PDF eXpress, ACM TAPS) refuse; SVG text kept as <text>, not drawn as paths, so
+#: (IEEE PDF eXpress among them) refuse; SVG text kept as <text>, not drawn as paths, so
 #: it can be searched, selected and restyled. Applied with ``rc_context`` around the
 #: save only, so the caller's own rcParams are left as they were.
 PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
@@ -216,8 +217,9 @@ def fit_title(artist, margin_points=3.0):
     return artist
 
 
-#: An upper bound on the mean advance width of a title's characters, in ems, in DejaVu
-#: Sans (its widest lower-case letters and digits are 0.64 to 0.98 em, mostly about 0.6).
+#: A generous estimate of the mean advance width of a title's characters, in ems, in
+#: DejaVu Sans (its hmtx table: most lower-case letters about 0.6 em, digits 0.64, a
+#: space 0.32; only m and w, 0.97 and 0.82, and capitals such as M and W are wider).
 TITLE_EMS = 0.7
 
 
