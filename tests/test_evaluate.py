@@ -387,3 +387,13 @@ def test_makespans_of_all_samples_are_each_samples_to_the_bit(family, devices, m
     for row in range(len(durations)):
         *_, makespan, bubble = _device_times(lowered, start[row], durations[row])
         assert spans[row] == (makespan, bubble)
+
+
+def test_a_device_busy_all_along_has_no_idle_not_minus_zero():
+    from tabsched.evaluate import _idle_share
+    busy = sum([0.1] * 10)          # 0.9999999999999999: a makespan of 1.0 summed in parts
+    assert _idle_share(busy, 1, 1.0) > 0 and _idle_share(1.0 + 2e-16, 1, 1.0) == 0.0
+    assert f"{_idle_share(3 * (1.0 + 1e-16), 3, 1.0):.1%}" == "0.0%"
+    assert _idle_share(0.0, 0, 0.0) == 0.0 and _idle_share(1.0, 2, 1.0) == 0.5
+    table = generate("interleaved-1f1b", devices=1, microbatches=16, chunks=3)
+    assert evaluate(table, StageCosts([0.1, 0.2, 0.3])).bubble_ratio >= 0.0
