@@ -480,6 +480,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
             continue
         row.params = dict(table.params)
         row.result = result
+        row.table = table_level_with(unit_table, lengths)   # refuses lengths that overflow
         # the formula level beside the table level, at the same slot lengths (as `eval`
         # gives it for that table); the simulation's own costs would give another number
         formula = formula_for(unit_table, UnitCosts(*lengths)) or {}
@@ -487,7 +488,6 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                        "peak_activation": formula.get("peak_activation"),
                        "activation_unit": formula.get("activation_unit"),
                        "exact": formula.get("exact")}
-        row.table = table_level_with(unit_table, lengths)
         peak = max((d.peak_total_memory for d in result.devices), default=0.0)
         capacity = result.memory_capacity
         row.simulation = {
