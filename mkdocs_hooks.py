@@ -77,13 +77,13 @@ def _family_page(family, picture, numbers, params, result):
              f"The table at p = {DEVICES}, M = {MICROBATCHES}"
              + (f" ({shown})" if shown else "")
              + ", run with unit slots F = 1, B = 2, I = W = 1 and no communication (the table"
-             " level); drawn by `tabsched.plot.gantt` when this site was built, as"
-             f" `tabsched plot gantt {family.name} -p {DEVICES} -m {MICROBATCHES}"
+             f" level): makespan {result.makespan:g} slots, bubble ratio"
+             f" {result.bubble_ratio:.1%}. Drawn by `tabsched.plot.gantt` when this site was"
+             " built; from the command line:", "", "```",
+             f"tabsched plot gantt {family.name} -p {DEVICES} -m {MICROBATCHES}"
              + "".join(f" --{k.replace('_', '-')} {v}" if k in ('chunks', 'waves')
                        else f" --param {k}={v}" for k, v in params.items() if k != "costs")
-             + " --f 1 --b 2 --i 1 --w 1 -o picture.png` draws it from the command line."
-             f" Makespan {result.makespan:g} slots, bubble ratio {result.bubble_ratio:.1%} at"
-             " the table level.", ""]
+             + f" --f 1 --b 2 --i 1 --w 1 -o {family.name}.png", "```", ""]
     lines += ["## Parameters", "", "| parameter | default | meaning |", "|---|---|---|"]
     for parameter in family.parameters:
         default = "required" if parameter.default is None and not parameter.optional else (
@@ -114,29 +114,46 @@ def _family_page(family, picture, numbers, params, result):
     lines += [f"- Generator: `{module.__name__.replace('.', '/')}.py`, whose docstring says:",
               ""]
     doc = _rst_to_markdown(inspect.cleandoc(module.__doc__ or "")).replace(
-        "SCHEDULES.md", "the project's schedule notes (SCHEDULES.md)")
+        "SCHEDULES.md", "the project's SCHEDULES.md")
     lines += ["    > " + line if line else "    >" for line in doc.split("\n")]
     lines.append("")
     return "\n".join(lines)
 
 
+def _draw_family(name, folder):
+    """Draw one family's table-level Gantt chart; returns what its page needs."""
+    from tabsched import plot
+    family = next(family for family in tabsched.families() if family.name == name)
+    table, params = family_table(family)
+    result = tabsched.evaluate(table, _unit_costs())
+    picture = f"gallery/family-{family.name}.png"
+    plot.gantt(result, os.path.join(folder, picture))
+    try:
+        numbers = formula_for(table)
+    except Exception:    # a family without a formula at this size
+        numbers = None
+    return picture, _family_page(family, picture, numbers, params, result)
+
+
 def _gallery(folder):
     """Draw every figure into ``folder``; returns ``{site path: caption}`` and the pages."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    import matplotlib.pyplot  # noqa: F401  (imported once, before the workers fork)
+
     from tabsched import plot
     figures, pages = {}, {}
-    for family in tabsched.families():
-        table, params = family_table(family)
-        result = tabsched.evaluate(table, _unit_costs())
-        picture = f"gallery/family-{family.name}.png"
-        plot.gantt(result, os.path.join(folder, picture))
-        try:
-            numbers = formula_for(table)
-        except Exception:    # a family without a formula at this size
-            numbers = None
-        pages[f"families/{family.name}.md"] = _family_page(family, picture, numbers, params,
-                                                           result)
-        figures[picture] = (f"{family.name}, p = {DEVICES}, M = {MICROBATCHES}, table level",
-                            f"families/{family.name}.md")
+    names = [family.name for family in tabsched.families()]
+    # the Gantt charts are independent: drawn on the machine's cores (forked, so each
+    # worker has tabsched and matplotlib imported already)
+    workers = min(len(names), os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+        drawn = list(pool.map(_draw_family, names, [folder] * len(names)))
+    for name, (picture, page) in zip(names, drawn):
+        pages[f"families/{name}.md"] = page
+        figures[picture] = (f"{name}, p = {DEVICES}, M = {MICROBATCHES}, table level",
+                            f"families/{name}.md")
     costs = tabsched.ModelCosts("paper-128l", "mid_nw_mid_cp")
     result = tabsched.evaluate(tabsched.generate("zbv", devices=4, microbatches=8), costs)
     plot.gantt(result, os.path.join(folder, "gallery/zbv-model.svg"))
