@@ -7,6 +7,7 @@ output (``[(33.0, 66.0)]``) Markdown would read as links. Before griffe parses a
 docstring, this extension
 
 * puts a ``Notes`` heading before a prose paragraph that follows a section's entries, and
+* writes Sphinx roles as code (:func:`plan` as `plan`), which Markdown would show raw, and
 * fences every doctest (a run of ``>>>`` and ``...`` lines and the output after them) as
   a ``pycon`` code block,
 
@@ -19,6 +20,7 @@ from griffe import Extension
 
 SECTIONS = {"parameters", "other parameters", "returns", "yields", "receives", "raises",
             "warns", "attributes", "methods"}
+_ROLE = re.compile(r":(?:func|meth|class|mod|attr|data|obj|exc|const):`~?([^`]+)`")
 _ENTRY = re.compile(r"^\*{0,2}[A-Za-z_][\w.]*(\s*,\s*\*{0,2}[A-Za-z_][\w.]*)*\s*(:.*)?$")
 
 
@@ -52,7 +54,7 @@ def restructure(text):
                 and out and not out[-1].strip() and not _ENTRY.match(line)):
             out += ["Notes", "-----"]
             section = "notes"
-        out.append(line)
+        out.append(_ROLE.sub(r"`\1`", line))
         index += 1
     return "\n".join(out)
 

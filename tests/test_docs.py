@@ -153,3 +153,19 @@ def test_the_readme_picture_is_committed_and_small():
     path = ROOT / picture
     assert path.exists() and path.stat().st_size < 200_000
     assert f"-o {picture}" in " ".join(text.split()), "the README says which command drew it"
+
+
+def test_the_reference_reads_stray_prose_and_doctests_as_their_own_sections():
+    import sys
+    sys.path.insert(0, str(ROOT))
+    try:
+        from docs_griffe import restructure
+    finally:
+        sys.path.pop(0)
+    text = ("Summary.\n\nParameters\n----------\nx : int\n    The x.\n\n"
+            "Durations scale with x.\n\n>>> f(1)\n[(1, 2)]\n\nSee :func:`g`.")
+    out = restructure(text)
+    assert "\nNotes\n-----\nDurations scale" in out
+    assert "```pycon\n>>> f(1)\n[(1, 2)]\n```" in out
+    assert "\nExamples\n--------\n```pycon" in out and "See `g`." in out
+    assert restructure("x : int\n    The x.") == "x : int\n    The x."
