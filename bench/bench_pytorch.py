@@ -12,8 +12,8 @@ default. Then, in this one process, the same job both ways on the same file:
   deadlocks and steps every rank in unit steps. The simulator does not take
   UNSHARD, RESHARD or REDUCE_GRAD ("Unsupported action type"), so they are
   dropped from the lists it gets (inside the timed part).
-* **tabsched**: ``tabsched.read_pytorch(path).evaluate()``: the file read and
-  checked cell by cell against its rules (every SEND with its RECV, orders that
+* **tabsched**: ``tabsched.read_pytorch(path).evaluate(UnitCosts(1, 1, 1, 1))``: the
+  file read and checked cell by cell against its rules (every SEND with its RECV, orders that
   cannot deadlock, FSDP windows, REDUCE_GRAD), then evaluated with unit costs
   (``UnitCosts``: every operation one unit, communication free): the makespan,
   idle time per device and the rest of a Result.
@@ -35,6 +35,7 @@ from _timing import best_of
 import tabsched
 
 SCHEDULES = ("Interleaved1F1B", "ZBVZeroBubble")
+GRID = tabsched.UnitCosts(1, 1, 1, 1)
 
 
 def runtime_for(schedules, ranks, microbatches, stages_per_rank):
@@ -71,7 +72,9 @@ def pytorch_job(schedules, runtime, path):
 
 
 def tabsched_job(path):
-    return tabsched.read_pytorch(path).evaluate().makespan
+    # every action one unit, as PyTorch's simulator steps them (tabsched's default slot
+    # lengths make a full backward 2)
+    return tabsched.read_pytorch(path).evaluate(GRID).makespan
 
 
 def main():

@@ -84,12 +84,23 @@ def discordant_pairs(first, second):
 
 
 def main(argv=None):
+    """Run with ``--out DIR`` to keep the tables, traces and results; without it they go
+    to a temporary folder that is removed at the end (a run leaves hundreds of MB of
+    profiler traces)."""
     arguments = parse_arguments(argv)
+    if arguments.out:
+        out = pathlib.Path(arguments.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return run(arguments, out)
+    with tempfile.TemporaryDirectory(prefix="tabsched-measure-") as folder:
+        return run(arguments, pathlib.Path(folder))
+
+
+def run(arguments, out):
+    """Measure every schedule in ``out``, predict it, print the comparison."""
     config = pipeline.ModelConfig(layers=arguments.layers, hidden=arguments.hidden,
                                   sequence=arguments.sequence, vocabulary=256,
                                   microbatch_size=arguments.microbatch_size)
-    out = pathlib.Path(arguments.out or tempfile.mkdtemp(prefix="tabsched-measure-"))
-    out.mkdir(parents=True, exist_ok=True)
     tables, jobs = {}, [pipeline.pingpong_job("pingpong", config=config)]
     for family in arguments.families:
         table = generate(family, devices=arguments.devices, microbatches=arguments.microbatches,
@@ -104,7 +115,8 @@ def main(argv=None):
                                      profile=True))
     print(f"running {len(tables)} schedules on {arguments.devices} CPU processes "
           f"({arguments.microbatches} microbatches of {config.microbatch_size}x{config.sequence} "
-          f"tokens, {config.layers} layers, hidden {config.hidden}); results in {out}",
+          f"tokens, {config.layers} layers, hidden {config.hidden}); results in "
+          f"{out if arguments.out else 'a temporary folder, removed at the end (--out keeps it)'}",
           file=sys.stderr)
     results = pipeline.run_jobs(jobs, out / "run", timeout=arguments.timeout)
     transfer = pipeline.one_way_time(results, jobs[0])

@@ -72,12 +72,14 @@ _LAZY = {
     "read_pytorch": "tabsched.formats.pytorch_csv",
     "write_pytorch": "tabsched.formats.pytorch_csv",
     "SweepResult": "tabsched.sweeps", "sweep": "tabsched.sweeps",
+    "html_report": "tabsched.report",
 }
 if TYPE_CHECKING:  # what the lazy names are, for readers and type checkers
     from tabsched import adapt
     from tabsched.formats.kineto import KinetoProfile, read_kineto
     from tabsched.formats.pytorch_csv import (TorchSchedule, from_pytorch_csv, read_pytorch,
                                               write_pytorch)
+    from tabsched.report import html_report
     from tabsched.sweeps import SweepResult, sweep
 
 
@@ -121,7 +123,7 @@ __all__ = [
     "evaluate", "Result", "DeviceStats", "PathStep", "LinkStats", "MemoryViolation",
     "evaluate_summaries", "Summary", "formula_for",
     "sweep", "SweepResult", "plan", "PlanResult", "PlanRow",
-    "adapt",
+    "adapt", "html_report",
     "TabschedError", "InvalidScheduleError", "DeadlockError", "MemoryBudgetError",
     "UnknownNameError", "InvalidParameterError", "MissingDependencyError", "OutputError",
 ]

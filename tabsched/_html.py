@@ -10,7 +10,7 @@ nothing that imports a table (no cycle).
 
 import html
 
-__all__ = ["table_html", "result_html", "plan_html"]
+__all__ = ["table_html", "result_html", "plan_html", "compare_html", "sweep_html"]
 
 MAX_SLOTS = 160
 MAX_DEVICES = 64
@@ -69,7 +69,9 @@ def table_html(table):
 
 
 def _number(value):
-    return f"{value:.4g}"
+    """Four significant digits, never in scientific notation."""
+    from tabsched.costs.units import format_number
+    return format_number(value, 4)
 
 
 def result_html(result, gantt=""):
@@ -120,5 +122,85 @@ def plan_html(result):
     if any(row.tied for row in result.rows):
         parts.append(f"<div><i>~ tied: within {result.tie_band:.1%} of the best, the "
                      f"model's measured error</i></div>")
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+def _time(value, unit):
+    from tabsched.costs.units import format_quantity
+    return format_quantity(value, "s") if unit == "s" else f"{_number(value)} {unit}"
+
+
+def _rows_table(header, rows):
+    parts = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    parts.extend("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+                 for row in rows)
+    parts.append("</table>")
+    return parts
+
+
+def compare_html(rows):
+    """A comparison (:class:`tabsched.compare.Comparisons`): what ran, then one row per
+    family with its number and rank at each level (``*``: the ranks disagree)."""
+    lengths = getattr(rows, "lengths", None) or {}
+    where = (f" on {html.escape(str(rows.model))} / {html.escape(str(rows.system))}"
+             if getattr(rows, "model", None) else "")
+    size = (f", {rows.devices} devices, {rows.microbatches} microbatches"
+            if getattr(rows, "devices", None) is not None else "")
+    slots = " ".join(f"{kind}={_number(value)}" for kind, value in lengths.items())
+    parts = [f"<div><b>compare</b>{where}{size}",
+             f"<div><i>formula and table levels at slot lengths {html.escape(slots)}; "
+             f"simulation at the model's costs</i></div>"]
+    body = []
+    for row in rows:
+        if row.error:
+            body.append([row.label, "skipped: " + row.error] + [""] * 6)
+            continue
+        f, t, sim = row.formula or {}, row.table or {}, row.simulation or {}
+        body.append([
+            row.label,
+            "-" if f.get("bubble_ratio") is None else f"{f['bubble_ratio']:.1%}",
+            str(row.ranks.get("formula") or "-"),
+            f"{t['bubble_ratio']:.1%} over {_number(t['slots'])} slots" if t else "-",
+            str(row.ranks.get("table") or "-"),
+            _time(sim["makespan"], sim["time_unit"]) if sim else "-",
+            str(row.ranks.get("simulation") or "-"),
+            "*" if row.disagrees else ""])
+    parts += _rows_table(["family", "formula bubble", "rank", "table bubble", "rank",
+                          "simulated iteration", "rank", ""], body)
+    parts.append("</div>")
+    return "\n".join(parts)
+
+
+#: Rows a notebook shows of a sweep; ``to_dataframe()`` has them all.
+MAX_SWEEP_ROWS = 50
+
+
+def sweep_html(rows):
+    """A sweep (:class:`tabsched.sweeps.SweepResult`): its first ``MAX_SWEEP_ROWS`` rows
+    with the configuration and the simulated figures, units in the header."""
+    header = ["family", "devices", "microbatches", "model", "system", "status",
+              "iteration", "idle", "peak memory", "fits", "MFU"]
+    body = []
+    from tabsched.costs.units import format_quantity
+    for row in rows[:MAX_SWEEP_ROWS]:
+        ok = row.get("status") == "ok"
+
+        def shown(key, render):
+            value = row.get(key)
+            return render(value) if ok and value is not None else "-"
+        body.append([row.get("spec"), row.get("devices"), row.get("microbatches"),
+                     row.get("model"), row.get("system"),
+                     row.get("status") if ok else f"skipped: {row.get('reason')}",
+                     shown("simulation_makespan_s", lambda v: format_quantity(v, "s")),
+                     shown("simulation_bubble_ratio", lambda v: f"{v:.1%}"),
+                     shown("simulation_peak_memory_bytes", lambda v: format_quantity(v, "B")),
+                     shown("simulation_fits", lambda v: "yes" if v else "NO"),
+                     shown("simulation_mfu", lambda v: f"{v:.1%}")])
+    parts = [f"<div><b>sweep</b>: {len(rows)} configurations"]
+    parts += _rows_table(header, body)
+    if len(rows) > MAX_SWEEP_ROWS:
+        parts.append(f"<i>... {len(rows) - MAX_SWEEP_ROWS} more rows (to_dataframe() or "
+                     f"to_csv() hold all)</i>")
     parts.append("</div>")
     return "\n".join(parts)

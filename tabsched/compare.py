@@ -27,9 +27,11 @@ import numpy as np
 
 from tabsched._memo import memo
 from tabsched.costs import ModelCosts, UnitCosts
+from tabsched.costs.base import DEFAULT_SLOT_LENGTHS
 from tabsched.evaluate import evaluate, table_level
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.execution import Execution
+from tabsched.formulas import formula_for
 from tabsched.schedules import generate, get_family
 from tabsched.table import shown_repr
 
@@ -96,20 +98,22 @@ def parse_spec(text):
 
 
 def slot_lengths(lengths=None):
-    """``(F, B, I, W)`` slot lengths of the table level from a tuple, a dict or None (all 1).
+    """``(F, B, I, W)`` slot lengths of the table level from a tuple, a dict or None
+    (:data:`tabsched.costs.base.DEFAULT_SLOT_LENGTHS`: F=1 B=2 I=1 W=1, so I + W = B).
 
     >>> slot_lengths({"b": 2})
     (1.0, 2.0, 1.0, 1.0)
     """
     if lengths is None:
-        return (1.0, 1.0, 1.0, 1.0)
+        return DEFAULT_SLOT_LENGTHS
     if isinstance(lengths, dict):
         unknown = sorted(set(lengths) - set("fbiw"))
         if unknown:
             raise InvalidParameterError(f"slot lengths: unknown kind {unknown[0]!r} (expected "
                                         f"f, b, i, w)")
         lengths = [lengths.get(kind) for kind in "fbiw"]
-        lengths = [1.0 if value is None else value for value in lengths]
+        lengths = [default if value is None else value
+                   for value, default in zip(lengths, DEFAULT_SLOT_LENGTHS)]
     lengths = tuple(lengths)
     if len(lengths) != 4:
         raise InvalidParameterError(f"slot lengths must be four numbers (F, B, I, W), not "
@@ -143,8 +147,8 @@ def table_level_with(table, lengths=None):
 
     >>> from tabsched.schedules import generate
     >>> chimera = generate("chimera", devices=8, microbatches=16)
-    >>> round(table_level_with(chimera)["bubble_ratio"], 4), round(
-    ...     table_level_with(chimera, (1, 2, 1, 1))["bubble_ratio"], 4)
+    >>> round(table_level_with(chimera, (1, 1, 1, 1))["bubble_ratio"], 4), round(
+    ...     table_level_with(chimera)["bubble_ratio"], 4)
     (0.1579, 0.2727)
     """
     lengths = slot_lengths(lengths)
@@ -287,6 +291,27 @@ class Comparison:
     lengths: dict | None = None
     #: The simulation level's execution (every field resolved), as JSON holds it.
     execution: dict | None = None
+    #: The model and system the simulation level ran (their names).
+    model: str | None = None
+    system: str | None = None
+    #: The simulation level's :class:`~tabsched.result.Result` (for the HTML report's
+    #: Gantt chart; not in ``to_dict``), None for a skipped family.
+    result: object = field(default=None, repr=False, compare=False)
+
+    def __repr__(self):
+        """One line: the family and its number at each level."""
+        if self.error:
+            return f"<Comparison {self.label}: skipped ({self.error})>"
+        parts = []
+        if self.formula and self.formula.get("bubble_ratio") is not None:
+            parts.append(f"formula bubble {self.formula['bubble_ratio']:.1%}")
+        if self.table:
+            parts.append(f"table bubble {self.table['bubble_ratio']:.1%} over "
+                         f"{_plain(self.table['slots'])} slots")
+        if self.simulation:
+            time = _time(self.simulation["makespan"], self.simulation["time_unit"])
+            parts.append(f"simulation {time} on {self.model} / {self.system}")
+        return f"<Comparison {self.label}: {', '.join(parts)}>"
 
     @property
     def disagrees(self):
@@ -303,7 +328,19 @@ class Comparison:
             data["error"] = self.error
         if self.execution is not None:
             data["execution"] = self.execution
+        if self.model is not None:
+            data["model"], data["system"] = self.model, self.system
         return data
+
+
+def _plain(value):
+    from tabsched.costs.units import format_number
+    return format_number(value)
+
+
+def _time(value, unit):
+    from tabsched.costs.units import format_number, format_quantity
+    return format_quantity(value, "s") if unit == "s" else f"{format_number(value)} {unit}"
 
 
 def rank(values):
@@ -334,7 +371,41 @@ def generate_spec(spec, devices, microbatches, model_layers=None, costs=None):
 
 class Comparisons(list):
     """What :func:`compare` returns: a list of :class:`Comparison`, one per family, that
-    also turns into a pandas DataFrame (:func:`tabsched.frames.compare_frame`)."""
+    also turns into a pandas DataFrame (:func:`tabsched.frames.compare_frame`).
+
+    ``model``, ``system``, ``devices``, ``microbatches`` and ``lengths`` (the table
+    level's slot lengths) say what was compared; the repr is one line and a notebook
+    shows the ranked table (``_repr_html_``).
+    """
+
+    def __init__(self, rows=(), *, model=None, system=None, devices=None, microbatches=None,
+                 lengths=None):
+        super().__init__(rows)
+        self.model, self.system = model, system
+        self.devices, self.microbatches, self.lengths = devices, microbatches, lengths
+
+    def _best(self):
+        ranked = [row for row in self if not row.error and row.ranks.get("simulation") == 1]
+        return ranked[0] if ranked else None
+
+    def __repr__(self):
+        size = ("" if self.devices is None else
+                f", {self.devices} devices, {self.microbatches} microbatches")
+        where = f" on {self.model} / {self.system}" if self.model else ""
+        best = self._best()
+        shown = (f"; fastest simulated {best.label} "
+                 f"{_time(best.simulation['makespan'], best.simulation['time_unit'])}"
+                 if best is not None else "")
+        skipped = sum(1 for row in self if row.error)
+        agree = "" if len([r for r in self if not r.error]) < 2 else (
+            "; rankings disagree" if any(row.disagrees for row in self) else
+            "; rankings agree")
+        return (f"<Comparisons of {len(self)} families{where}{size}{shown}{agree}"
+                + (f"; {skipped} skipped" if skipped else "") + ">")
+
+    def _repr_html_(self):
+        from tabsched._html import compare_html
+        return compare_html(self)
 
     def to_dataframe(self):
         from tabsched.frames import compare_frame
@@ -363,7 +434,7 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
     grad_sync : default "replicas"
         Replicated stages (Chimera, BitPipe, DualPipe) pay their gradient sync.
     lengths : (F, B, I, W) or dict, optional
-        Slot lengths of the table level (default all 1, as the layout is drawn).
+        Slot lengths of the table level (default F=1 B=2 I=1 W=1: I + W = B).
     parallel : dict, optional
         Tensor, sequence and data parallelism of the simulation level (see
         :func:`model_costs_for`).
@@ -388,11 +459,14 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
         layers = costs.model.layers
     else:
         layers = getattr(getattr(costs, "model", None), "layers", None)
+    model_name = getattr(getattr(costs, "model", None), "name", None) or type(costs).__name__
+    system_name = getattr(getattr(costs, "system", None), "name", None)
     rows = []
     for spec in specs:
         row = Comparison(spec.label, spec.family, spec.kwargs(),
                          lengths=dict(zip("FBIW", lengths)),
-                         execution=costs.execution.to_dict())
+                         execution=costs.execution.to_dict(), model=model_name,
+                         system=system_name)
         try:
             table = generate_spec(spec, devices, microbatches, layers, costs)
             # a cost-driven family's table level is its table for the slot lengths
@@ -405,7 +479,10 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
             rows.append(row)
             continue
         row.params = dict(table.params)
-        formula = result.formula or {}
+        row.result = result
+        # the formula level beside the table level, at the same slot lengths (as `eval`
+        # gives it for that table); the simulation's own costs would give another number
+        formula = formula_for(unit_table, UnitCosts(*lengths)) or {}
         row.formula = {"bubble_ratio": formula.get("bubble_ratio"),
                        "peak_activation": formula.get("peak_activation"),
                        "activation_unit": formula.get("activation_unit"),
@@ -432,7 +509,8 @@ def compare(specs, devices, microbatches, *, model=DEFAULT_MODEL, system=DEFAULT
                                    [bool(r.simulation and r.simulation["fits"]) for r in rows])
     for row, position in zip(rows, simulated):
         row.ranks["simulation"] = position
-    return Comparisons(rows)
+    return Comparisons(rows, model=model_name, system=system_name, devices=devices,
+                       microbatches=microbatches, lengths=dict(zip("FBIW", lengths)))
 
 
 def rank_fitting_first(values, fits):

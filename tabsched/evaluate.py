@@ -118,7 +118,7 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     >>> from tabsched.schedules import generate
     >>> result = evaluate(generate("1f1b", devices=4, microbatches=8))
     >>> result.level, result.makespan, round(result.bubble_ratio, 4)
-    ('table', 22.0, 0.2727)
+    ('table', 33.0, 0.2727)
     >>> [d.peak_memory for d in result.devices]
     [4.0, 3.0, 2.0, 1.0]
     """
@@ -223,8 +223,17 @@ def _device_times(lowered, node_start, durations):
     first = np.where(has_ops, first, makespan)
     last = np.where(has_ops, last, makespan)
     total = float(busy.sum())
-    bubble = 1.0 - total / (D * makespan) if makespan > 0 and D else 0.0
+    bubble = _idle_share(total, D, makespan)
     return busy, first, last, has_ops, makespan, bubble
+
+
+def _idle_share(busy, devices, makespan):
+    """``1 - busy / (devices x makespan)``; a sum of busy times that rounds a hair past
+    the makespan (a device busy all along) is no idle, not -0.0%."""
+    if not (makespan > 0 and devices):
+        return 0.0
+    share = 1.0 - busy / (devices * makespan)
+    return 0.0 if -1e-12 < share < 0.0 else share
 
 
 @np.errstate(over="ignore", invalid="ignore")
@@ -254,8 +263,7 @@ def _makespans(lowered, start, durations):
     for row in range(samples):
         makespan = max(float(last[row].max()) if D else 0.0, float(tail_end[row]))
         total = float(busy[row].sum())
-        totals.append((makespan, 1.0 - total / (D * makespan) if makespan > 0 and D
-                       else 0.0))
+        totals.append((makespan, _idle_share(total, D, makespan)))
     return totals
 
 

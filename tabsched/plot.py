@@ -4,7 +4,10 @@ matplotlib is imported when a picture is drawn, never by ``import tabsched``; it
 is the ``plot`` extra (``pip install 'tabsched[plot]'``), and a picture without it
 is a one-line error naming the extra.
 Figures are drawn on a plain ``Figure`` (no pyplot, no display needed) and
-written as PNG or SVG by the file's suffix. In SVG output every device lane is a
+written as PNG, SVG or PDF by the file's suffix, with ``PRINT_RC``: TrueType fonts
+in a PDF (no Type 3, which camera-ready checkers refuse) and text as ``<text>`` in
+an SVG. Every drawing function also draws into a caller's axes (``ax=``), so that
+a paper's figure can hold several panels. In SVG output every device lane is a
 group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
@@ -20,13 +23,22 @@ from tabsched.files import atomic_write, check_output_path
 from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
 
 __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
-           "KIND_COLORS"]
+           "fit_title", "line_style", "microbatch_ticks", "KIND_COLORS", "LINE_COLORS",
+           "PRINT_RC"]
 
 #: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
 #: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
 #: deficiencies, and in greyscale together with the markers and line styles below.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000",
            "#F0E442")
+#: Twelve categorical line colours: the eight above, then four of Paul Tol's "muted"
+#: scheme (https://personal.sron.nl/~pault/, "Colour schemes and templates", 2021) that
+#: differ from them: wine, indigo, olive, teal. Neighbouring lines never get near-equal
+#: shades, as they did from a sequential colour map.
+LINE_COLORS = PALETTE + ("#882255", "#332288", "#999933", "#44AA99")
+#: matplotlib's marker and line-style codes; with the colours they make every line's
+#: (colour, marker, line style) unique for up to 12 x 8 x 4 = 384 lines
+#: (:func:`line_style`).
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":")
 KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "I": "#D55E00", "W": "#009E73",
@@ -41,6 +53,36 @@ DPI = 150
 #: Bars narrower than this many pixels are drawn this wide, so that no operation or
 #: transfer vanishes from a picture of a long iteration.
 MIN_BAR_PIXELS = 1.5
+#: Below this median operation width, in pixels at ``DPI``, a Gantt chart is drawn as
+#: columns (``gantt(downsample=...)``): bars a few pixels wide are mostly their
+#: white edges (a washed-out chart) and a critical path's outlines merge into a black bar.
+MERGE_PIXELS = 3.0
+#: The colour of a column where kinds alternate within it (too fine to draw one by one):
+#: a mid grey, apart from idle (#EEEEEE), the optimizer (#999999) and black (the
+#: critical path's), and from every kind's colour.
+MIXED = "#777777"
+#: Height of the critical-path stripe under a downsampled lane, in lanes (a bar is 0.8).
+CRITICAL_STRIPE = 0.16
+#: Operation labels: font size (points), padding each side (points), and the advance
+#: widths in ems of the characters a label uses, in DejaVu Sans, matplotlib's default
+#: font (its hmtx table: 1303, 690 and 1716 of 2048 units), to tell whether a label fits.
+LABEL_FONTSIZE = 6
+LABEL_PAD_POINTS = 1.0
+CHAR_EMS = {"0": 1303 / 2048, ":": 690 / 2048, "+": 1716 / 2048}
+
+
+#: matplotlib settings in force while tabsched writes a figure (matplotlib's rcParams,
+#: https://matplotlib.org/stable/users/explain/customizing.html): fonts embedded as
+#: TrueType (Type 42) in PDF and PostScript, not as Type 3, which camera-ready checkers
+#: (IEEE PDF eXpress among them) refuse; SVG text kept as <text>, not drawn as paths, so
+#: it can be searched, selected and restyled. Applied with ``rc_context`` around the
+#: save only, so the caller's own rcParams are left as they were.
+PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+
+
+def _print_settings():
+    """A context in which figures are written with ``PRINT_RC``."""
+    return matplotlib_module().rc_context(PRINT_RC)
 
 
 #: Above this many operations a notebook shows no Gantt chart (drawing it takes seconds).
@@ -51,7 +93,9 @@ def gantt_svg(result):
     """The Gantt chart of ``result`` as inline SVG for a notebook, or a one-line note.
 
     The note says why there is no chart: matplotlib missing (with the command that
-    installs it) or a table above ``MAX_INLINE_OPS`` operations.
+    installs it) or a table above ``MAX_INLINE_OPS`` operations. A long iteration,
+    whose operations are narrower than ``MERGE_PIXELS``, is drawn downsampled
+    (``gantt(downsample=True)``): runs of columns, the critical path as a stripe.
     """
     import html
     import io as _text
@@ -63,7 +107,8 @@ def gantt_svg(result):
     except MissingDependencyError as error:
         return f"<i>{html.escape(str(error))}</i>"
     buffer = _text.StringIO()
-    figure.savefig(buffer, format="svg")
+    with _print_settings():
+        figure.savefig(buffer, format="svg")
     text = buffer.getvalue()
     return text[text.find("<svg"):]
 
@@ -90,14 +135,18 @@ def check_picture_path(path, inputs=()):
 
 
 def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically.
+    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically, with
+    ``PRINT_RC``: TrueType fonts in a PDF, text as text in an SVG.
 
     matplotlib writes a temporary file beside ``path``, which replaces it only
     once complete (:func:`tabsched.files.atomic_write`).
     """
     suffix = check_picture_path(path)
-    atomic_write(path, write=lambda temporary: figure.savefig(temporary, dpi=DPI,
-                                                              format=suffix[1:]))
+
+    def write(temporary):
+        with _print_settings():
+            figure.savefig(temporary, dpi=DPI, format=suffix[1:])
+    atomic_write(path, write=write)
 
 
 def _critical_nodes(result):
@@ -114,6 +163,78 @@ def _text_color(fill):
                for c in (red, green, blue)]
     luminance = 0.2126 * channel[0] + 0.7152 * channel[1] + 0.0722 * channel[2]
     return "black" if luminance > 0.35 else "white"
+
+
+def _root_figure(artist):
+    figure = artist.figure
+    while getattr(figure, "_parent", None) is not None:       # a subfigure's figure
+        figure = figure._parent
+    return figure
+
+
+def _wrapped(text, chars):
+    """``text`` in lines of at most ``chars`` characters, two at most: the second
+    shortened with an ellipsis at its end if the text is longer."""
+    import textwrap
+    lines = textwrap.wrap(text, max(chars, 1), break_on_hyphens=False)
+    if len(lines) > 2:
+        rest = " ".join(lines[1:])
+        lines = [lines[0], rest[:max(chars - 1, 1)].rstrip() + "\u2026"]
+    return "\n".join(lines)
+
+
+def fit_title(artist, margin_points=3.0):
+    """Make a title (any text artist) fit inside its figure's width.
+
+    A title wider than the room on either side of where it is anchored (its axes'
+    centre, the figure's centre for a suptitle) is wrapped into two lines, the second
+    shortened with an ellipsis at its end: the start of a title, which names the
+    schedule, is never cut. The figure is laid out (without rendering) to measure.
+    """
+    text = " ".join(artist.get_text().split())
+    if not text:
+        return artist
+    figure = _root_figure(artist)
+    if _surely_fits(artist, figure):
+        return artist
+    margin = margin_points * figure.dpi / 72
+    for _ in range(4):
+        figure.draw_without_rendering()
+        box = artist.get_window_extent()      # with the renderer the layout used
+        frame = figure.bbox
+        align = artist.get_horizontalalignment()
+        if align == "center":
+            middle = (box.x0 + box.x1) / 2
+            room = 2 * (min(middle - frame.x0, frame.x1 - middle) - margin)
+        elif align == "left":
+            room = frame.x1 - margin - box.x0
+        else:
+            room = box.x1 - frame.x0 - margin
+        if box.width <= room:
+            break
+        longest = max(len(line) for line in artist.get_text().split("\n"))
+        artist.set_text(_wrapped(text, int(0.95 * longest * max(room, 0) / box.width)))
+    return artist
+
+
+#: A generous estimate of the mean advance width of a title's characters, in ems, in
+#: DejaVu Sans (its hmtx table: most lower-case letters about 0.6 em, digits 0.64, a
+#: space 0.32; only m and w, 0.97 and 0.82, and capitals such as M and W are wider).
+TITLE_EMS = 0.7
+
+
+def _surely_fits(artist, figure):
+    """Whether a centred title fits by a generous estimate (no layout needed to check)."""
+    if artist.get_horizontalalignment() != "center":
+        return False
+    longest = max(len(line) for line in artist.get_text().split("\n"))
+    wide = longest * TITLE_EMS * artist.get_fontsize() / 72 / figure.get_figwidth()
+    if artist.axes is not None:
+        box = artist.axes.get_position()         # before the layout: roughly where it goes
+        middle = (box.x0 + box.x1) / 2
+    else:
+        middle = artist.get_position()[0]        # a suptitle: in figure coordinates
+    return wide <= 2 * min(middle, 1 - middle) * 0.8
 
 
 def table_title(table, limit=60):
@@ -155,42 +276,143 @@ def _time_range(time_range, makespan):
     return begin, end
 
 
-def gantt(result, path=None, *, transfers=True, critical=True, labels=None, title=None,
-          width=None, time_range=None):
+def _check_axes(ax):
+    """Refuse an ``ax`` that is not matplotlib axes, in one line."""
+    if ax is not None and not isinstance(ax, matplotlib_module("matplotlib.axes").Axes):
+        raise InvalidParameterError(f"ax must be matplotlib axes (e.g. from "
+                                    f"figure.subplots()), not {type(ax).__name__}")
+
+
+def _check_width(width, ax):
+    _check_axes(ax)
+    if width is not None and ax is not None:
+        raise InvalidParameterError("width sizes a new figure: leave it out when drawing "
+                                    "into ax (the axes' figure has its own size)")
+
+
+def _axes_inches(ax, figure):
+    """Width and height of ``ax`` in inches, before the layout runs (its position now)."""
+    box = ax.get_position()
+    return box.width * figure.get_figwidth(), box.height * figure.get_figheight()
+
+
+def _label_fits(text, bar_inches, lane_inches):
+    """Whether ``text`` at ``LABEL_FONTSIZE`` fits inside a bar this wide and tall."""
+    ems = sum(CHAR_EMS.get(character, CHAR_EMS["0"]) for character in text)
+    wide = (ems * LABEL_FONTSIZE + 2 * LABEL_PAD_POINTS) / 72
+    tall = 1.2 * LABEL_FONTSIZE / 72              # a line is 1.2 ems high (matplotlib's)
+    return wide <= bar_inches and tall <= lane_inches
+
+
+def _busy_until(begins, ends, edges):
+    """The time the intervals ``[begins, ends)`` fill before each of ``edges`` (sorted):
+    the sum of ``max(0, x - begin) - max(0, x - end)``, exact even where they overlap."""
+    def ramp(points):
+        points = np.sort(np.asarray(points, dtype=float))
+        prefix = np.concatenate([[0.0], np.cumsum(points)])
+        below = np.searchsorted(points, edges, side="right")
+        return below * edges - prefix[below]
+    return ramp(begins) - ramp(ends)
+
+
+def _columns(begins, durations, colors, critical, edges, busy_at=0.5):
+    """Bars that draw intervals too thin to draw one by one: one per run of columns.
+
+    A column (between two ``edges``) is busy when intervals fill at least ``busy_at`` of
+    it (any of it when 0: a link's short transfers stay visible);
+    a busy column takes the colour that fills at least three quarters of its busy time,
+    else ``MIXED``; a run of columns of one colour is one bar. Returns ``(bars, colours,
+    marked)``: the bars as ``(start, width)``, their colours, and the runs of columns that
+    any ``critical`` interval touches (for a thin stripe, not a fill).
+    """
+    begins = np.asarray(begins, dtype=float)
+    ends = begins + np.asarray(durations, dtype=float)
+    colors = np.asarray(colors, dtype=object)
+    palette = list(dict.fromkeys(colors.tolist()))
+    filled = np.array([np.diff(_busy_until(begins[colors == color], ends[colors == color],
+                                           edges)) for color in palette])
+    width = np.diff(edges)
+    busy = filled.sum(axis=0)
+    idle = busy <= 0 if busy_at <= 0 else busy < busy_at * width
+    choice = np.where(idle, -1,
+                      np.where(filled.max(axis=0) >= 0.75 * busy, filled.argmax(axis=0),
+                               len(palette)))
+    names = palette + [MIXED]
+    bars, fills = [], []
+    for value, first, last in _runs(choice):
+        if value >= 0:
+            bars.append((float(edges[first]), float(edges[last] - edges[first])))
+            fills.append(names[value])
+    marked = []
+    critical = np.asarray(critical, dtype=bool)
+    if critical.any():
+        touched = np.diff(_busy_until(begins[critical], ends[critical], edges)) > 0
+        marked = [(float(edges[first]), float(edges[last] - edges[first]))
+                  for value, first, last in _runs(touched.astype(int)) if value]
+    return bars, fills, marked
+
+
+def _runs(values):
+    """``(value, first, end)`` of every run of equal values (``end`` one past the run)."""
+    values = np.asarray(values)
+    if len(values) == 0:
+        return []
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    firsts = np.concatenate([[0], cuts])
+    lasts = np.concatenate([cuts, [len(values)]])
+    return [(int(values[f]), int(f), int(l)) for f, l in zip(firsts, lasts)]
+
+
+def gantt(result, path=None, *, ax=None, transfers=True, critical=True, labels=None,
+          title=None, width=None, time_range=None, downsample=None):
     """A Gantt chart of an evaluated table.
 
     One lane per device (device 0 on top): operations coloured by kind (an
     overlapped cell in its own colour) and labelled with the microbatch, or
-    ``stage:microbatch`` on devices that hold several stages; idle time shows as
-    the grey lane behind them. Below, one thin lane per directed link with its
-    transfers, and a lane for gradient syncs if the iteration has them. The
-    critical path is outlined in black.
+    ``stage:microbatch`` on devices that hold several stages, where the label fits
+    inside its bar; idle time shows as the grey lane behind them. Below, one thin
+    lane per directed link that carries a transfer of some duration, and a lane
+    for gradient syncs if the iteration has them (a table-level result, whose
+    transfers take no time, has device lanes only). The critical path is outlined
+    in black.
 
     Parameters
     ----------
     result : Result
     path : str or Path, optional
-        Write the figure there (``.png``, ``.svg`` or ``.pdf``).
+        Write the figure there (``.png``, ``.svg`` or ``.pdf``); with ``ax``, the
+        figure that holds ``ax``.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (a panel of the caller's figure) instead of a new figure.
     transfers, critical : bool
         Draw the link lanes; outline the critical path.
     labels : bool, optional
-        Label operations; default only when at most 600 are in view.
+        Label operations; default only when at most 600 are in view. A label that
+        does not fit inside its bar is left out either way.
     title : str, optional
         Default: the table's family and parameters (an adapted table: what it was
         adapted from and how many transforms), the level, makespan and bubble.
+        A title wider than the figure is wrapped, and shortened at its end.
     width : float, optional
-        Figure width in inches (default grows with the number of cells).
+        Figure width in inches (default grows with the number of cells); not with ``ax``.
     time_range : (float, float), optional
         Zoom on this span of time, in the result's time unit.
+    downsample : bool, optional
+        Draw each lane as columns two typical operations wide (a pixel at least),
+        each the colour of the kind that fills it (``MIXED`` where kinds alternate
+        within it), a run of like columns as one bar, and the critical path as a thin
+        stripe under the lane rather than an outline. Default: when the median
+        operation is narrower than ``MERGE_PIXELS``.
 
     Bars narrower than ``MIN_BAR_PIXELS`` at the figure's resolution are drawn
     that wide, so no transfer or operation of a long iteration vanishes.
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     Patch = matplotlib_module("matplotlib.patches").Patch
+    _check_width(width, ax)
 
     table = result.table
     lowered = result._lowered
@@ -200,27 +422,52 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     D = table.num_devices
     links = []
     if transfers and len(lowered.transfers):
-        links = sorted(set(zip(lowered.transfers.src.tolist(), lowered.transfers.dst.tolist())))
-    has_sync = lowered.count(SYNC) > 0
+        # a link lane only where a transfer takes time: a table-level result's take none
+        timed = durations[lowered.nodes(TRANSFER)] > 0
+        links = sorted(set(zip(lowered.transfers.src[timed].tolist(),
+                               lowered.transfers.dst[timed].tolist())))
+    sync_nodes = np.array(lowered.node_ids(SYNC), dtype=int)
+    has_sync = bool(np.any(durations[sync_nodes] > 0)) if len(sync_nodes) else False
     lanes = D + (len(links) + has_sync) * 0.5
     makespan = result.makespan
     begin, end = _time_range(time_range, makespan)
     cell_nodes = lowered.nodes(CELL)
     in_view = (start[cell_nodes] < end) & (start[cell_nodes] + durations[cell_nodes] > begin)
-    if width is None:
-        width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
-    figure = _figure(width, 1.0 + 0.45 * lanes)
-    ax = figure.add_subplot()
-    # one pixel in time units: the axis takes about three quarters of the figure's width
-    minimum = MIN_BAR_PIXELS * (end - begin) / (0.75 * width * DPI)
+    given = ax is not None
+    if given:
+        figure = ax.figure
+        axes_wide, axes_tall = _axes_inches(ax, figure)
+    else:
+        if width is None:
+            width = float(np.clip(int(in_view.sum()) / max(D, 1) * 0.25, 8, 24))
+        figure = _figure(width, 1.0 + 0.45 * lanes)
+        ax = figure.add_subplot()
+        # the axis takes about three quarters of the figure's width, 0.45 inch a lane
+        axes_wide, axes_tall = 0.75 * width, 0.45 * (lanes + 1.1)
+    inches_per_time = axes_wide / (end - begin)
+    lane_inches = 0.8 * axes_tall / (lanes + 1.1)    # a bar is 0.8 of a lane
+    # one pixel in time units
+    minimum = MIN_BAR_PIXELS / (inches_per_time * DPI)
     drawn = _widened(durations, minimum)
+    seen = durations[cell_nodes][in_view]
+    typical = float(np.median(seen)) if len(seen) else 0.0
+    if downsample is None:
+        downsample = 0 < typical * inches_per_time * DPI < MERGE_PIXELS
+    # columns two typical operations wide (a pixel at least), so that kinds alternating
+    # op by op read as one "mixed" run rather than as stripes of single operations
+    step = max(1 / (inches_per_time * DPI), 2 * typical)
+    edges = np.linspace(begin, end, max(int((end - begin) / step), 1) + 1)
+    # a link's transfers are short and sparse: pixel columns, so idle links look idle
+    pixels = np.linspace(begin, end, max(int(axes_wide * DPI), 1) + 1)
 
     fresh = table.cell_starts()
     parts = np.bincount(lowered.cell_of_op, minlength=lowered.num_cells)
     first_op = np.flatnonzero(fresh)
     stages_on = {d: len(set(table.stage[table.device == d].tolist())) for d in range(D)}
     if labels is None:
-        labels = int(in_view.sum()) <= LABEL_LIMIT
+        labels = int(in_view.sum()) <= LABEL_LIMIT and not downsample
+    mixed = marked_any = False
+    labelled = 0
     for d in range(D):
         group = ax.broken_barh([(0.0, makespan)], (d - 0.4, 0.8), facecolors=IDLE,
                                edgecolor="none")
@@ -229,13 +476,29 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         cells = np.flatnonzero(lowered.cell_device == d)
         if len(cells) == 0:
             continue
-        segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
         colors = [KIND_COLORS["overlap"] if parts[c] > 1
                   else KIND_COLORS[table.kind_letter(int(first_op[c]))] for c in cells]
-        edges = [CRITICAL if on_path[c] else "white" for c in cells]
-        widths = [1.6 if on_path[c] else 0.3 for c in cells]
-        bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=colors, edgecolors=edges,
-                              linewidths=widths)
+        if downsample:
+            segments, fills, marked = _columns(start[cells], durations[cells], colors,
+                                               on_path[cells], edges)
+            mixed = mixed or MIXED in fills
+            bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=fills,
+                                  edgecolors="none")
+            if marked:
+                marked_any = True
+                ax.broken_barh(marked, (d + 0.4 - CRITICAL_STRIPE, CRITICAL_STRIPE),
+                               facecolors=CRITICAL, edgecolors="none").set_gid(
+                                   f"critical-{d}")
+        else:
+            segments = list(zip(start[cells].tolist(), drawn[cells].tolist()))
+            edge_colors = [CRITICAL if on_path[c] else "white" for c in cells]
+            # an outline at most a quarter of its bar's width (points), so that a
+            # critical bar keeps its fill colour however thin it is
+            bar_points = drawn[cells] * inches_per_time * 72
+            line_widths = np.where(on_path[cells], np.minimum(1.6, bar_points / 4),
+                                   np.minimum(0.3, bar_points / 8)).tolist()
+            bars = ax.broken_barh(segments, (d - 0.4, 0.8), facecolors=colors,
+                                  edgecolors=edge_colors, linewidths=line_widths)
         bars.set_gid(f"device-{d}")
         if labels:
             for c, color in zip(cells, colors):
@@ -246,14 +509,37 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
                         if stages_on[d] > 1 else str(int(table.microbatch[op])))
                 if parts[c] > 1:
                     text += "+"
+                shown = min(start[c] + durations[c], end) - max(start[c], begin)
+                if not _label_fits(text, shown * inches_per_time, lane_inches):
+                    continue
                 ax.text(start[c] + durations[c] / 2, d, text, ha="center", va="center",
-                        fontsize=6, color=_text_color(color), clip_on=True)
+                        fontsize=LABEL_FONTSIZE, color=_text_color(color), clip_on=True)
+                labelled += 1
     for node in lowered.node_ids(OPTIMIZER):
         d = int(lowered.node_device[node])
         bars = ax.broken_barh([(start[node], drawn[node])], (d - 0.4, 0.8),
                               facecolors=KIND_COLORS["optimizer"],
                               edgecolors=CRITICAL if on_path[node] else "white")
         bars.set_gid(f"optimizer-{d}")
+
+    def thin_lane(nodes, colors, y, gid):
+        nonlocal marked_any
+        if downsample:
+            segments, fills, marked = _columns(start[nodes], drawn[nodes], colors,
+                                               on_path[nodes], pixels, busy_at=0)
+            bars = ax.broken_barh(segments, (y - 0.18, 0.36), facecolors=fills,
+                                  edgecolors="none")
+            if marked:
+                marked_any = True
+                ax.broken_barh(marked, (y + 0.18 - CRITICAL_STRIPE / 2, CRITICAL_STRIPE / 2),
+                               facecolors=CRITICAL, edgecolors="none").set_gid(
+                                   f"critical-{gid}")
+        else:
+            bars = ax.broken_barh(
+                list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
+                facecolors=colors, edgecolors=[CRITICAL if on_path[n] else "none"
+                                               for n in nodes], linewidths=0.8)
+        bars.set_gid(gid)
 
     ticks = list(range(D))
     names = [f"device {d}" for d in range(D)]
@@ -263,27 +549,20 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
         for a, b in links:
             y += 0.5
             mine = np.flatnonzero((src == a) & (dst == b))
-            nodes = lowered.nodes(TRANSFER).start + mine
-            bars = ax.broken_barh(
-                list(zip(start[nodes].tolist(), drawn[nodes].tolist())), (y - 0.18, 0.36),
-                facecolors=[TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
-                edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes],
-                linewidths=0.8)
-            bars.set_gid(f"link-{a}-{b}")
+            thin_lane(lowered.nodes(TRANSFER).start + mine,
+                      [TRANSFER_COLORS[bool(g)] for g in lowered.transfers.gradient[mine]],
+                      y, f"link-{a}-{b}")
             ticks.append(y)
             names.append(f"link {a}->{b}")
     if has_sync:
         y += 0.5
-        nodes = np.array(lowered.node_ids(SYNC))
-        bars = ax.broken_barh(list(zip(start[nodes].tolist(), drawn[nodes].tolist())),
-                              (y - 0.18, 0.36), facecolors=KIND_COLORS["sync"],
-                              edgecolors=[CRITICAL if on_path[n] else "none" for n in nodes])
-        bars.set_gid("grad-sync")
+        thin_lane(sync_nodes, [KIND_COLORS["sync"]] * len(sync_nodes), y, "grad-sync")
         ticks.append(y)
         names.append("grad sync")
 
     ax.set_yticks(ticks, names, fontsize=7 if len(ticks) > 16 else 9)
-    ax.set_ylim(y + 0.5, -0.6)
+    # 0.2 of a lane above the first bar, and below the last (a device's: 0.4 below its tick)
+    ax.set_ylim(y + 0.5 if (links or has_sync) else D - 0.4, -0.6)
     if time_range is None:
         ax.set_xlim(0, makespan * 1.005 if makespan > 0 else 1)
     else:
@@ -294,13 +573,17 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     handles = [Patch(color=KIND_COLORS[k], label=k) for k in kinds_present]
     if np.any(parts > 1):
         handles.append(Patch(color=KIND_COLORS["overlap"], label="F+B overlap"))
+    if mixed:
+        handles.append(Patch(color=MIXED, label="mixed (kinds alternate\nfaster than drawn)"))
     if links:
         handles += [Patch(color=TRANSFER_COLORS[False], label="activation"),
                     Patch(color=TRANSFER_COLORS[True], label="gradient")]
     handles.append(Patch(color=IDLE, label="idle"))
-    if critical:
+    if critical and downsample and marked_any:
+        handles.append(Patch(color=CRITICAL, label="critical path\n(stripe under a lane)"))
+    elif critical and not downsample:
         handles.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
-    if labels:
+    if labelled:
         several = any(count > 1 for count in stages_on.values())
         handles.append(Patch(facecolor="none", edgecolor="none",
                              label="bar label: microbatch" + (
@@ -313,28 +596,34 @@ def gantt(result, path=None, *, transfers=True, critical=True, labels=None, titl
     ax.set_title(title or f"{table_title(table)} - {result.level}: makespan "
                           f"{result.makespan:.4g} {result.time_unit}, bubble "
                           f"{result.bubble_ratio:.1%}{zoom}", fontsize=10)
+    fit_title(ax.title)
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
 
 
-def memory_plot(result, path=None, *, budget=None, total=None, title=None):
+def memory_plot(result, path=None, *, ax=None, budget=None, total=None, title=None):
     """Memory over time, one line per device, with the budget as a dashed line.
 
     Parameters
     ----------
     result : Result
     path : str or Path, optional
+        Write the figure there; with ``ax``, the figure that holds ``ax``.
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes (a panel of the caller's figure) instead of a new figure.
     budget : float, optional
         Memory budget per device in the result's memory unit (default: the
         result's own ``memory_budget`` if it has one).
     total : bool, optional
         Add each device's persistent memory to its activations (default when the
         result has any persistent memory).
+    title : str, optional
+        Wrapped, and shortened at its end, if wider than the figure.
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     table = result.table
     D = table.num_devices
@@ -346,8 +635,13 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
     scale, unit = 1.0, result.memory_unit
     if result.memory_unit == "bytes":
         scale, unit = 1e-9, "GB"
-    figure = _figure(9, 1.5 + 0.25 * min(D, 16) + 2.5)
-    ax = figure.add_subplot()
+    _check_axes(ax)
+    given = ax is not None
+    if given:
+        figure = ax.figure
+    else:
+        figure = _figure(9, 1.5 + 0.25 * min(D, 16) + 2.5)
+        ax = figure.add_subplot()
     cmap = _colormap(D)
     for d, (times, values) in enumerate(result.memory_timeline()):
         # several changes at one instant (a B ends as the next F starts) draw as one step
@@ -370,17 +664,65 @@ def memory_plot(result, path=None, *, budget=None, total=None, title=None):
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False,
               ncol=1 if D <= 16 else 2)
     ax.set_title(title or f"{table_title(table)} - memory per device", fontsize=10)
+    fit_title(ax.title)
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
 
 
 def _colormap(count):
-    """Colour of line ``k`` of ``count``: the palette, or a colour-blind-safe map beyond it."""
-    if count <= len(PALETTE):
-        return lambda k: PALETTE[k]
+    """Colour of device ``k`` of ``count``: the line colours, or, for more devices than
+    those, a map in device order that is safe for colour-vision deficiency (cividis)."""
+    if count <= len(LINE_COLORS):
+        return lambda k: LINE_COLORS[k]
     cmap = matplotlib_module().colormaps["cividis"]  # designed for colour-vision deficiency
     return lambda k: cmap(k / max(count - 1, 1))
+
+
+def line_style(k):
+    """``(colour, marker, line style)`` of line ``k``: unique for ``k`` below 384.
+
+    The first twelve lines differ in colour; markers and line styles cycle with them
+    too, so lines that coincide stay apart. Beyond twelve the colours repeat, and each
+    round of twelve shifts the marker by one (every eighth round, the line style), so
+    the triple is unique for all 12 x 8 x 4 = 384 combinations.
+
+    >>> line_style(0), line_style(12)
+    (('#0072B2', 'o', '-'), ('#0072B2', 'P', '-'))
+    """
+    rounds = k // len(LINE_COLORS)
+    color = LINE_COLORS[k % len(LINE_COLORS)]
+    marker = MARKERS[(k + rounds) % len(MARKERS)]
+    linestyle = LINESTYLES[(k + rounds // len(MARKERS)) % len(LINESTYLES)]
+    return color, marker, linestyle
+
+
+def microbatch_ticks(values, log=True, most=8):
+    """Where to put the ticks of a microbatch axis: at data values only.
+
+    Every value when there are at most ``most``; else a subset, evenly spread on the
+    axis (on a log axis, in log space), always with the first and the last value.
+
+    >>> microbatch_ticks([4, 8, 16])
+    [4, 8, 16]
+    >>> microbatch_ticks(range(1, 65), most=4)
+    [1, 4, 16, 64]
+    """
+    values = sorted(set(values))
+    if len(values) <= most:
+        return values
+    position = np.log2(values) if log else np.asarray(values, dtype=float)
+    gap = (position[-1] - position[0]) / (most - 1) * (1 - 1e-9)
+    chosen = [0]
+    for index in range(1, len(values)):
+        if position[index] - position[chosen[-1]] >= gap:
+            chosen.append(index)
+    if chosen[-1] != len(values) - 1:
+        if position[-1] - position[chosen[-1]] < gap / 2 and len(chosen) > 1:
+            chosen[-1] = len(values) - 1           # too close to the last: move it there
+        else:
+            chosen.append(len(values) - 1)
+    return [values[index] for index in chosen]
 
 
 #: Sweep columns that place a point on a line (x axis, panel) or describe it, rather than
@@ -425,8 +767,8 @@ def _capacity(system):
         return None
 
 
-def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s", title=None,
-               logx=True, logy=False, capacity=None):
+def sweep_plot(rows, path=None, *, ax=None, devices=None, metric="simulation_makespan_s",
+               title=None, logx=True, logy=False, capacity=None):
     """A metric against microbatches: a line per configuration, a panel per system.
 
     ``rows`` are sweep rows (:mod:`tabsched.sweeps`); skipped configurations are
@@ -438,13 +780,20 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     A line is one family spec and, when they vary on a system, one model and every
     other configuration column (global batch, recomputation, the tensor degree...),
     so a sweep over two models draws two lines per family rather than one zig-zag. Lines differ in
-    colour (a colour-blind-safe palette), marker and line style, so lines that
-    coincide stay visible.
+    colour (12 categorical colours, colour-blind-safe first), marker and line style,
+    so lines that coincide stay visible; beyond 12 lines every (colour, marker, line
+    style) is still unique (:func:`line_style`). Microbatch ticks are at data values
+    (:func:`microbatch_ticks`).
 
     Parameters
     ----------
     rows : list of dict
     path : str or Path, optional
+        Write the figure there; with ``ax``, the figure that holds the axes.
+    ax : matplotlib.axes.Axes or sequence of them, optional
+        Draw into the caller's axes: one per panel (one axes for a one-panel sweep),
+        in the panels' order (by row, then column, of the grid described above). The
+        legend goes in the last of them; ``title``, if given, is the figure's suptitle.
     devices : int, optional
         Plot this pipeline depth; default the only one in ``rows`` (required if several).
     metric : str
@@ -457,7 +806,7 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
 
     Returns
     -------
-    matplotlib.figure.Figure
+    matplotlib.figure.Figure, or ``ax`` when given
     """
     ok = [row for row in rows if row.get("status") == "ok" and row.get(metric) is not None]
     depths = sorted({row["devices"] for row in ok})
@@ -496,75 +845,109 @@ def sweep_plot(rows, path=None, *, devices=None, metric="simulation_makespan_s",
     grid = {systems[0]: (0, 0)} if single else _grid_layout(systems)
     nrows = max(r for r, _ in grid.values()) + 1
     ncols = max(c for _, c in grid.values()) + 1
-    figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
-    axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+    given = ax is not None
+    if given:
+        panels = _given_axes(ax, grid)
+        figure = panels[0].figure
+        axes = {position: panel for position, panel in zip(sorted(grid.values()), panels)}
+    else:
+        figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
+        grid_axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+        axes = {(r, c): grid_axes[r][c] for r in range(nrows) for c in range(ncols)}
     lines = list(dict.fromkeys(line_of(row) for row in ok))
-    color = _colormap(len(lines))
+    ticks = microbatch_ticks([row["microbatches"] for row in ok], log=logx)
     scale, unit = ((1.0, "s") if metric.endswith("_s") else
                    (1e-9, "GB") if metric.endswith("_bytes") else (1.0, ""))
     memory = metric.endswith("_bytes") and "memory" in metric
     if capacity is None:
         capacity = memory
     for system, (r, c) in grid.items():
-        ax = axes[r][c]
+        panel = axes[r, c]
         for index, key in enumerate(lines):
             points = sorted({row["microbatches"]: row[metric] for row in ok
                              if (single or row["system"] == system)
                              and line_of(row) == key}.items())
             if points:
                 xs, ys = zip(*points)
-                line, = ax.plot(xs, [y * scale for y in ys], color=color(index),
-                                marker=MARKERS[index % len(MARKERS)],
-                                linestyle=LINESTYLES[index % len(LINESTYLES)],
-                                # later lines on top with smaller markers: where lines
-                                # coincide, every marker still shows
-                                markersize=max(3.0, 8.0 - 0.6 * index),
-                                markerfacecolor="none" if index % 2 else color(index),
-                                linewidth=1.3, zorder=3 + index,
-                                label=line_label(key))
+                color, marker, linestyle = line_style(index)
+                line, = panel.plot(xs, [y * scale for y in ys], color=color, marker=marker,
+                                   linestyle=linestyle,
+                                   # later lines on top with smaller markers: where lines
+                                   # coincide, every marker still shows
+                                   markersize=max(3.0, 8.0 - 0.6 * index),
+                                   markerfacecolor="none" if index % 2 else color,
+                                   linewidth=1.3, zorder=3 + index,
+                                   label=line_label(key))
                 line.set_gid(f"sweep-{system}-{index}")
         if capacity:
             limits = {_capacity(name) for name in ({row["system"] for row in ok}
                                                    if single else {system})}
             limit = limits.pop() if len(limits) == 1 else None  # one panel: one capacity
             if limit is not None:
-                ax.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
+                panel.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
                            label=f"capacity {limit * scale:.4g} {unit}").set_gid(
                                f"capacity-{system}")
         if logx:
-            ax.set_xscale("log", base=2)
+            panel.set_xscale("log", base=2)
         if logy:
-            ax.set_yscale("log")
-        ax.set_title(system if not single else
-                     "every system (this level does not depend on it)", fontsize=9)
-        ax.tick_params(labelsize=7)
-        if c == 0:
-            ax.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
-                          fontsize=8)
-        if r == nrows - 1:
-            ax.set_xlabel("microbatches M", fontsize=8)
-    for r in range(nrows):
-        for c in range(ncols):
-            if (r, c) not in grid.values():
-                axes[r][c].set_visible(False)
+            panel.set_yscale("log")
+        # ticks at the microbatch counts swept (set after the scale, which resets them)
+        panel.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+        panel.xaxis.set_minor_locator(matplotlib_module("matplotlib.ticker").NullLocator())
+        panel.set_title(system if not single else
+                        "every system (this level does not depend on it)", fontsize=9)
+        panel.tick_params(labelsize=7)
+        if c == 0 or given:
+            panel.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
+                             fontsize=8)
+        if r == nrows - 1 or given:
+            panel.set_xlabel("microbatches M", fontsize=8)
+    for position, panel in axes.items():
+        if position not in grid.values():
+            panel.set_visible(False)
     handles, labels = [], []
     for r, c in grid.values():
-        for handle, label in zip(*axes[r][c].get_legend_handles_labels()):
+        for handle, label in zip(*axes[r, c].get_legend_handles_labels()):
             if label not in labels and not label.startswith("capacity "):
                 handles.append(handle)
                 labels.append(label)
-    if capacity and any(line.get_gid() and line.get_gid().startswith("capacity")
-                                       for ax in figure.axes for line in ax.get_lines()):
+    if capacity and any((line.get_gid() or "").startswith("capacity")
+                        for panel in axes.values() for line in panel.get_lines()):
         handles.append(matplotlib_module("matplotlib.lines").Line2D(
             [], [], color=CAPACITY, linestyle="--", label="memory capacity"))
         labels.append("memory capacity")
-    figure.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
-    models = list(dict.fromkeys(str(row.get("model")) for row in ok))
-    figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
-                             f"{metric_label(metric)} vs microbatches", fontsize=10)
+    for position in grid.values():
+        fit_title(axes[position].title)
+    if given:
+        axes[max(grid.values())].legend(handles, labels, fontsize=7, frameon=False)
+        if title:
+            fit_title(figure.suptitle(title, fontsize=10))
+    else:
+        figure.legend(handles, labels, loc="outside right center", fontsize=8,
+                      frameon=False)
+        models = list(dict.fromkeys(str(row.get("model")) for row in ok))
+        fit_title(figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
+                                           f"{metric_label(metric)} vs microbatches",
+                                  fontsize=10))
     if path is not None:
         save_figure(figure, path)
-    return figure
+    return ax if given else figure
+
+
+def _given_axes(ax, grid):
+    """The caller's axes for ``sweep_plot``'s panels, one per panel, or a one-line error."""
+    Axes = matplotlib_module("matplotlib.axes").Axes
+    panels = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
+    wanted = len(grid)
+    names = ", ".join(grid)
+    if not all(isinstance(panel, Axes) for panel in panels):
+        raise InvalidParameterError("ax must be matplotlib axes, or a sequence of them "
+                                    f"(one per panel: {names})")
+    if len(panels) != wanted:
+        raise InvalidParameterError(
+            f"ax: the sweep draws {wanted} panel{'s' if wanted != 1 else ''} ({names}), "
+            f"so it needs {wanted} axes, not {len(panels)}")
+    return panels
 
 
 def _grid_layout(systems):

@@ -244,14 +244,15 @@ class Result:
     # ------------------------------------------------------------------ notebooks
     def __repr__(self):
         """One line: the table, the level, makespan, bubble and the fullest device."""
-        from tabsched.costs.units import format_quantity
+        from tabsched.costs.units import format_number, format_quantity
         top = max(self.devices, key=lambda d: d.peak_total_memory, default=None)
         time = (format_quantity(self.makespan, "s") if self.time_unit == "s"
-                else f"{self.makespan:g} {self.time_unit}")
+                else f"{format_number(self.makespan)} {self.time_unit}")
         peak = "" if top is None else (
             f", peak memory {format_quantity(top.peak_total_memory, 'B')} on d{top.device}"
             if self.memory_unit == "bytes" else
-            f", peak {top.peak_total_memory:g} {self.memory_unit} on d{top.device}")
+            f", peak {format_number(top.peak_total_memory)} {self.memory_unit} on "
+            f"d{top.device}")
         return (f"<Result {self.level}: {_label(self.table)}, makespan {time}, "
                 f"bubble {self.bubble_ratio:.1%}{peak}>")
 
@@ -400,16 +401,16 @@ class Result:
         """Raise ``MemoryBudgetError`` (one line) if a device went over the budget."""
         if not self.violations:
             return self
-        from tabsched.costs.units import format_quantity
+        from tabsched.costs.units import format_number, format_quantity
 
         def amount(value):
             if self.memory_unit == "bytes":
                 return format_quantity(value, "B")
-            return f"{value:.6g} {self.memory_unit}"
+            return f"{format_number(value)} {self.memory_unit}"
 
         def moment(value):
             return (format_quantity(value, "s") if self.time_unit == "s"
-                    else f"{value:.6g} {self.time_unit}")
+                    else f"{format_number(value)} {self.time_unit}")
         shown = [f"d{v.device} by {amount(v.over)} at {moment(v.time)}"
                  for v in self.violations[:4]]
         more = len(self.violations) - len(shown)
@@ -433,6 +434,10 @@ class Result:
             "bubble_ratio": self.bubble_ratio,
             "time_unit": self.time_unit,
             "memory_unit": self.memory_unit,
+            # what ran: the model and system by name (slot lengths: the cost model's
+            # class, no system), then every setting of the costs
+            "model": _named(self.costs, "transformer"),
+            "system": _named(self.costs, "system"),
             "costs": self.costs,
             "contention": self.contention,
             "peak_memory": self.peak_memory,
@@ -464,6 +469,16 @@ class Result:
                             "start": float(self.op_start[k]), "end": float(self.op_end[k])}
                            for k in range(len(table))]
         return data
+
+
+def _named(costs, key):
+    """The model (``transformer``) or ``system`` a costs description names; a model
+    without a transformer is named by its class (``UnitCosts``), a system-less one None."""
+    if not isinstance(costs, dict):
+        return None
+    if key == "transformer":
+        return costs.get("transformer") or costs.get("model")
+    return costs.get(key)
 
 
 def _violation(violation):

@@ -14,8 +14,9 @@ batch counts every data-parallel replica's samples (Megatron-LM's meaning).
 
 Each row holds the configuration, ``status`` (``ok`` or ``skipped``, with the
 ``reason``), and one column per metric named after its level: ``formula_*``,
-``table_*`` and ``simulation_*`` (seconds and bytes). The table level runs with
-the task's slot lengths (``slot_lengths``, default all 1); the simulation
+``table_*`` and ``simulation_*`` (seconds and bytes). The formula and table
+levels run with the task's slot lengths (``slot_lengths``, default F=1 B=2 I=1
+W=1), as :func:`tabsched.compare.compare` gives them; the simulation
 with its parallelism (``parallel``, the non-default ModelCosts settings as JSON,
 and a column per field of the execution it ran, :data:`EXECUTION_COLUMNS`), the
 device's memory (``memory_capacity_bytes``, ``simulation_fits``,
@@ -46,6 +47,7 @@ from tabsched.costs import UnitCosts
 from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.execution import FIELDS, RECOMPUTE_MODES, Execution
+from tabsched.formulas import formula_for
 from tabsched.schedules import get_family
 from tabsched.costs.transformer import load_model
 from tabsched.costs.system import load_system
@@ -419,20 +421,23 @@ def run_task(task):
     layers = costs[0].model.layers
     try:
         sync = grad_sync_for(costs[0], task.grad_sync)   # overlapped DP: every stage
+        unit = UnitCosts(*task.lengths)
         if get_family(spec.family).cost_driven:
             # one table per system, built for its costs; the table level for the slot lengths
             tables = [generate_spec(spec, task.devices, task.microbatches, layers, system)
                       for system in costs]
-            results = [evaluate_summaries(table, [system], grad_sync=sync, steady=True)[0]
+            results = [evaluate_summaries(table, [system], grad_sync=sync, steady=True,
+                                          formula=False)[0]
                        for table, system in zip(tables, costs)]
-            level = table_level_with(generate_spec(spec, task.devices, task.microbatches,
-                                                   layers, UnitCosts(*task.lengths)),
-                                     task.lengths)
+            unit_table = generate_spec(spec, task.devices, task.microbatches, layers, unit)
         else:
-            table = generate_spec(spec, task.devices, task.microbatches, layers)
+            unit_table = table = generate_spec(spec, task.devices, task.microbatches, layers)
             tables = [table] * len(costs)
-            results = evaluate_summaries(table, costs, grad_sync=sync, steady=True)
-            level = table_level_with(table, task.lengths)
+            results = evaluate_summaries(table, costs, grad_sync=sync, steady=True,
+                                         formula=False)
+        level = table_level_with(unit_table, task.lengths)
+        # the formula level beside the table level, at its slot lengths, as compare gives it
+        formula = formula_for(unit_table, unit) or {}
     except TabschedError as error:
         return skip(str(error), live)
     described = {}      # the params of each table, written once for all its rows
@@ -441,7 +446,6 @@ def run_task(task):
         params = described.get(id(table))
         if params is None:
             params = described[id(table)] = json.dumps(table.params, sort_keys=True)
-        formula = result.formula or {}
         peaks = formula.get("peak_activation")
         bounds = formula.get("peak_activation_bounds")
         activation = result.peak_activation
@@ -563,6 +567,33 @@ class SweepResult(list):
 
     def __init__(self, rows=()):
         super().__init__(_typed_row(row) for row in rows)
+
+    def __repr__(self):
+        """One line: how many rows, over what, and the fastest configuration."""
+        from tabsched.costs.units import format_quantity
+        ok = self.ok
+
+        def values(key):
+            seen = []
+            for row in self:
+                if row.get(key) not in seen:
+                    seen.append(row.get(key))
+            text = ", ".join(str(value) for value in seen[:4])
+            return text + (f" (+{len(seen) - 4})" if len(seen) > 4 else "")
+        timed = [row for row in ok if row.get("simulation_makespan_s") is not None]
+        best = min(timed, key=lambda row: row["simulation_makespan_s"], default=None)
+        fastest = "" if best is None else (
+            f"; fastest {best['spec']} p={best['devices']} m={best['microbatches']} on "
+            f"{best['system']}: {format_quantity(best['simulation_makespan_s'], 's')}")
+        if not self:
+            return "<SweepResult: no rows>"
+        return (f"<SweepResult {len(self)} rows ({len(ok)} ok, {len(self) - len(ok)} "
+                f"skipped): {values('spec')}; devices {values('devices')}; microbatches "
+                f"{values('microbatches')}; {values('model')} on {values('system')}{fastest}>")
+
+    def _repr_html_(self):
+        from tabsched._html import sweep_html
+        return sweep_html(self)
 
     @property
     def ok(self):

@@ -9,7 +9,7 @@ from tabsched.io import write_table
 def test_eval_prints_a_summary(cli):
     code, out, err = cli("eval", "1f1b", "--devices", "8", "--microbatches", "32")
     assert code == 0 and err == ""
-    assert "makespan      78 slots" in out
+    assert "makespan      117 slots" in out   # (32 + 7) x (F=1 + B=2)
     assert "bubble ratio  17.95%" in out
     assert "d7" in out and "peak memory" in out
 
@@ -30,14 +30,14 @@ def test_eval_with_communication_is_a_simulation(cli):
                        "--contention", "link")
     data = json.loads(out)
     assert data["level"] == "simulation" and data["contention"] == "link"
-    assert data["makespan"] == 7.0
+    assert data["makespan"] == 10.0   # 2 F, a 0.5 send, 2 B of 2, a 0.5 send, the last B
 
 
 def test_eval_and_show_accept_files(cli, tmp_path):
     path = tmp_path / "s.csv"
     write_table(generate("1f1b", devices=2, microbatches=3), path, drop_metadata=True)
     code, out, _ = cli("eval", str(path), "--json")
-    assert code == 0 and json.loads(out)["makespan"] == 8
+    assert code == 0 and json.loads(out)["makespan"] == 12   # (3 + 1) x (F + B)
     code, out, _ = cli("show", str(path))
     assert code == 0 and "d1" in out
     code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "3", "--format", "csv", "--drop-metadata")
@@ -63,7 +63,6 @@ def test_list_shows_families(cli):
 
 @pytest.mark.parametrize("argv,message", [
     (["eval", "lf1b", "-p", "2", "-m", "2"], "unknown schedule family 'lf1b'"),
-    (["eval", "1f1b"], "1f1b needs --devices and --microbatches"),
     (["eval", "1f1b", "-p", "2", "-m", "2", "--chunks", "2"], "1f1b does not take --chunks"),
     (["eval", "1f1b", "-p", "2", "-m", "2", "--f", "-1"], "f must be finite and >= 0"),
     (["eval", "1f1b", "-p", "0", "-m", "2"], "devices must be >= 1"),
@@ -83,6 +82,11 @@ def test_bad_input_is_one_line_and_exit_1(cli, argv, message):
      "tabsched eval [OPTIONS] SCHEDULE", "Invalid value for '--contention'"),
     (["eval", "1f1b", "--frob"], "tabsched eval [OPTIONS] SCHEDULE", "No such option '--frob'"),
     (["eval"], "tabsched eval [OPTIONS] SCHEDULE", "Missing argument 'SCHEDULE'."),
+    # a family's missing size is a missing option, as the README's exit status 2 says
+    (["eval", "1f1b"], "tabsched eval [OPTIONS] SCHEDULE",
+     "1f1b needs --devices and --microbatches"),
+    (["eval", "gpipe", "-p", "2"], "tabsched eval [OPTIONS] SCHEDULE",
+     "gpipe needs --microbatches"),
     (["frobnicate"], "tabsched [OPTIONS] COMMAND [ARGS]...", "No such command 'frobnicate'."),
     (["convert", "1f1b", "-p", "2", "-m", "2"], "tabsched convert [OPTIONS] SCHEDULE [OUTPUT]",
      "convert needs OUTPUT (or -o FILE; '-' for stdout)"),
@@ -120,7 +124,7 @@ def test_python_dash_m_runs_the_cli():
     import sys
     done = subprocess.run([sys.executable, "-m", "tabsched", "eval", "gpipe", "-p", "2", "-m",
                            "1", "--json"], capture_output=True, text=True, check=True)
-    assert json.loads(done.stdout)["makespan"] == 4
+    assert json.loads(done.stdout)["makespan"] == 6   # two forwards of 1, two backwards of 2
 
 
 # ------------------------------------------------------------- PyTorch files
@@ -178,9 +182,9 @@ def test_show_and_eval_take_pytorch_files(cli):
     code, out, _ = cli("show", "1f1b", "-p", "2", "-m", "2")
     assert out.endswith("stage map: loop (stage s on device s)\n")
     code, out, _ = cli("eval", str(PYTORCH_DATA / "interleaved_1f1b_pp2_m4.csv"))
-    assert code == 0 and "makespan      18 slots" in out
+    assert code == 0 and "makespan      27 slots" in out
     code, out, _ = cli("eval", str(PYTORCH_DATA / "gpipe_pp4_m4.csv"), "--json")
-    assert code == 0 and json.loads(out)["makespan"] == 14
+    assert code == 0 and json.loads(out)["makespan"] == 21   # (4 + 3) x (F=1 + B=2)
     code, out, _ = cli("eval", str(PYTORCH_DATA / "dualpipev_pp4_m8_comms.csv"), "--comm", "1",
                        "--b", "2", "--json")
     data = json.loads(out)

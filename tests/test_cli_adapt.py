@@ -52,7 +52,9 @@ def test_adapt_prints_the_decision_the_gain_and_the_table(cli, tmp_path):
     assert any(line.startswith("zb-auto ") for line in lines)
     assert any(line.startswith("best ref.     ") and "against it" in line for line in lines)
     assert any(line.startswith("headroom      ") for line in lines)
-    assert "d7 " in out and f"wrote the adapted table to {out_path}" in out
+    # with --out the table goes to the file and the terminal keeps the decision
+    assert f"wrote the adapted table to {out_path}" in out
+    assert not any(line.startswith("slot ") for line in lines)
     table = read_table(out_path)
     # the table the search started from: 1F1B or the best reference
     assert "devices=8 microbatches=32" in table.params.get("adapted_from", "devices=8 "
@@ -65,6 +67,7 @@ def test_adapt_with_unit_costs_and_the_log(cli):
                        "--max-rounds", "1", "--log")
     assert code == 0
     assert "variation     none (the cost model's durations)" in out
+    assert any(line.startswith("slot ") for line in out.splitlines())   # the table, no --out
     assert "candidates (id, parent, round, status, mean, p95, transforms):" in out
     assert "(start)" in out
 
@@ -127,7 +130,7 @@ def test_eval_gives_monte_carlo_figures_for_any_table(cli, golden):
                          "--samples", "200", "--seed", "3")
     assert code == 0 and err == ""
     assert "monte carlo   200 samples (seed 3): mean " in out
-    assert "run-time bubble " in out and "of the mean makespan) over 50 slots at mean " \
+    assert "run-time bubble " in out and "of the mean makespan) over 73 slots at mean " \
                                          "durations" in out
     assert "device  mean busy  mean idle  idle at mean durations  run-time bubble" in out
     code, out, _ = cli("eval", "1f1b", "-p", "8", "-m", "32", *PAPER, "--straggler", "2:1.5",
@@ -176,3 +179,36 @@ def test_adapt_model_options_need_a_model(cli):
     code, out, err = cli("adapt", "1f1b", "-p", "4", "-m", "8", "--memory-budget", "8",
                          "--recompute", "full")
     assert code == 1 and out == "" and err == "Error: --recompute needs --model and --system\n"
+
+
+def test_adapt_says_when_no_transform_helped(cli):
+    # one device, two microbatches: nothing can remove a bubble that is not there
+    code, out, _ = cli("adapt", "1f1b", "-p", "1", "-m", "2", "--memory-budget", "100",
+                       "--max-rounds", "1")
+    assert code == 0
+    decision = next(line for line in out.splitlines() if line.startswith("decision"))
+    assert "no transform helped" in decision and "candidates tried" in decision
+
+
+def test_a_replay_on_slot_costs_reports_seconds(cli, tmp_path):
+    """Measured seconds replayed on a table evaluated in slots: the figures are seconds
+    (every device has a measurement to convert its slots), never printed as slots; a
+    device with none is refused, naming it."""
+    full = tmp_path / "full.csv"
+    full.write_text("op,duration\n" + "".join(
+        f"{d}{kind}{m},{3 if kind == 'F' else 6}ms\n"
+        for d in range(2) for kind in "FB" for m in range(2)))
+    code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(full),
+                       "--samples", "4")
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("monte carlo"))
+    assert "mean 27 ms" in line and "slots" not in line
+    code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(full),
+                       "--samples", "4", "--json")
+    assert json.loads(out)["monte_carlo"]["time_unit"] == "s"
+    partial = tmp_path / "partial.csv"
+    partial.write_text("op,duration\n0F0,3ms\n0F1,3ms\n0B0,6ms\n0B1,6ms\n")
+    code, _, err = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(partial),
+                       "--replay-partial", "--samples", "4")
+    assert code == 1 and err.count("\n") == 1
+    assert "device 1 has no measured operation" in err

@@ -29,10 +29,44 @@ def test_eval_help_is_grouped_in_sections(cli):
     headings = [line.rstrip(":") for line in out.splitlines()
                 if line and not line.startswith(" ") and line.endswith(":")]
     assert code == 0 and headings == [
-        "Schedule", "Costs without a model (slots)", "Model, system and parallelism",
-        "Memory and the iteration's tail", "Run-time variation (Monte Carlo)", "Output",
-        "Other options"]
+        "Arguments", "Schedule", "Costs without a model (slots)",
+        "Model, system and parallelism", "Memory and the iteration's tail",
+        "Run-time variation (Monte Carlo)", "Output", "Other options", "Examples"]
     assert "Options:" not in out
+    # the argument is explained first, not listed bare among "Other options"
+    other = out[out.index("Other options:"):out.index("Examples:")]
+    assert "SCHEDULE" not in other
+    assert "SCHEDULE  A family name" in out
+
+
+@pytest.mark.parametrize("path,command", [pair for pair in all_commands()],
+                         ids=lambda value: " ".join(value) if isinstance(value, tuple) else "")
+def test_every_argument_is_explained(path, command):
+    from tabsched.cli.options import ARGUMENT_HELP, SectionedCommand
+    if not isinstance(command, SectionedCommand):
+        return
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            metavar = (param.metavar or param.name.upper())
+            assert metavar in ARGUMENT_HELP, f"{' '.join(path)} {metavar} has no help"
+
+
+def test_every_help_example_runs(cli, tmp_path, monkeypatch):
+    """The examples at the end of each --help, in order in one folder (a later one may read
+    an earlier one's file). `study` is left out: it runs for minutes (test_cli_study)."""
+    import shlex
+
+    from tabsched.cli.options import EXAMPLES
+    monkeypatch.chdir(tmp_path)
+    for path, examples in EXAMPLES.items():
+        assert any(" ".join(found[1:]) == path for found, _ in all_commands()), path
+        _, out, _ = cli(*path.split(), "--help")
+        for example in examples:
+            assert example in out, (path, example)
+            if path == "study":
+                continue
+            code, _, err = cli(*shlex.split(example)[1:])
+            assert code == 0, (example, err)
 
 
 def test_a_small_command_keeps_one_options_list(cli):

@@ -84,7 +84,11 @@ def test_compare_takes_slot_lengths_and_shows_them(cli):
     assert "27.3%" in chimera                            # the paper's table shows about 26%
     code, out, _ = cli("compare", "chimera", "-p", "8", "-m", "16", "--json")
     data = json.loads(out)[0]
-    assert data["table"]["bubble_ratio"] == pytest.approx(6 / 38)
+    assert data["table"]["bubble_ratio"] == pytest.approx(0.2727, abs=1e-4)   # B = 2 default
+    assert data["table_lengths"] == {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+    code, out, _ = cli("compare", "chimera", "-p", "8", "-m", "16", "--b", "1", "--json")
+    data = json.loads(out)[0]
+    assert data["table"]["bubble_ratio"] == pytest.approx(6 / 38)      # the grid as drawn
     assert data["table_lengths"] == {"F": 1.0, "B": 1.0, "I": 1.0, "W": 1.0}
 
 

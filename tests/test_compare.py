@@ -7,7 +7,9 @@ from tabsched.evaluate import table_level
 
 
 def test_unit_cost_comparison_has_exact_numbers():
-    rows = compare(["gpipe", "1f1b", "chimera"], 4, 8, costs=UnitCosts())
+    # F = B: the lengths SCHEDULES.md's Chimera figures assume
+    rows = compare(["gpipe", "1f1b", "chimera"], 4, 8, costs=UnitCosts(1, 1, 1, 1),
+                   lengths=(1, 1, 1, 1))
     gpipe, one, chimera = rows
     for row in (gpipe, one):
         assert row.formula["bubble_ratio"] == pytest.approx(3 / 11)
@@ -21,6 +23,43 @@ def test_unit_cost_comparison_has_exact_numbers():
         {"formula": 2, "table": 2, "simulation": 2}, {"formula": 2, "table": 2, "simulation": 2},
         {"formula": 1, "table": 1, "simulation": 1}]
     assert not any(row.disagrees for row in rows) and disagreements(rows) == []
+
+
+def test_split_backward_costs_what_a_full_one_does_and_the_formula_matches_eval():
+    """The default slot lengths make I + W = B (F=1 B=2 I=1 W=1), so ZB-H1 takes fewer
+    slots than 1F1B as it ranks first; the formula column is the table's own at those
+    lengths, the number `eval` prints for the same table, not the simulation's costs'."""
+    from tabsched.formulas import formula_for
+    rows = compare(["1f1b", "zb-h1"], 4, 8)
+    one, zb = rows
+    assert rows.lengths == {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+    assert zb.table["slots"] < one.table["slots"] and zb.ranks["table"] == 1
+    assert (one.table["slots"], zb.table["slots"]) == (33, 27)   # 11 x 3; 8 x 3 + 3
+    for row in rows:
+        table = generate(row.family, devices=4, microbatches=8)
+        at_table = evaluate(table)   # eval's table level, the same default lengths
+        assert row.formula["bubble_ratio"] == pytest.approx(at_table.formula["bubble_ratio"])
+        assert row.formula["bubble_ratio"] == pytest.approx(
+            formula_for(table, UnitCosts())["bubble_ratio"])
+    assert zb.formula["bubble_ratio"] == pytest.approx(1 / 9)     # 3 idle of 27
+    with_b1 = compare(["zb-h1"], 4, 8, lengths=(1, 1, 1, 1))[0]
+    assert with_b1.formula["bubble_ratio"] == pytest.approx(
+        formula_for(generate("zb-h1", devices=4, microbatches=8),
+                    UnitCosts(1, 1, 1, 1))["bubble_ratio"])
+
+
+def test_comparisons_say_what_ran_in_one_line():
+    rows = compare(["1f1b", "zb-h1", "chimera"], 4, 8)
+    text = repr(rows)
+    assert "\n" not in text and len(text) < 300
+    assert text.startswith("<Comparisons of 3 families on paper-128l / mid_nw_mid_cp, 4 "
+                           "devices, 8 microbatches; fastest simulated ")
+    assert all("\n" not in repr(row) and len(repr(row)) < 300 for row in rows)
+    page = rows._repr_html_()
+    assert page.count("<tr>") == 4 and "slot lengths F=1 B=2 I=1 W=1" in page
+    data = rows[0].to_dict()
+    assert (data["model"], data["system"]) == ("paper-128l", "mid_nw_mid_cp")
+    assert data["execution"]["tensor_parallel"] == 1
 
 
 def test_simulation_level_matches_evaluate_and_marks_disagreement():

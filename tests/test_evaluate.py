@@ -221,14 +221,14 @@ def test_split_backward_memory_release():
 def test_microbatch_sizes_scale_time_and_memory():
     table = ScheduleTable([["0F0", "0F1", "0B0", "0B1"]], microbatch_sizes=[1.0, 0.5])
     result = evaluate(table)
-    assert result.makespan == 3.0
+    assert result.makespan == 4.5   # (1 + 0.5) x (F=1 + B=2)
     assert result.devices[0].peak_memory == 1.5
 
 
 def test_overlap_factor():
     table = ScheduleTable([["0F0", "0F1", "(0F2;0B0)OVERLAP_F_B", "0B1", "0B2"]])
-    assert evaluate(table).makespan == 6.0
-    assert evaluate(table, UnitCosts(overlap=0.5)).makespan == 5.0
+    assert evaluate(table).makespan == 9.0     # 1 + 1 + (1 + 2) + 2 + 2
+    assert evaluate(table, UnitCosts(overlap=0.5)).makespan == 7.5
 
 
 def test_deadlock_names_a_cycle_with_devices_and_slots():
@@ -280,7 +280,7 @@ def test_samples_axis_evaluates_each_row():
     base = UnitCosts().node_durations(lowered)
     durations = np.stack([base, base * 2, base * 0.5])
     _, end, _ = lowered.run(durations)
-    assert end.max(axis=1).tolist() == [22.0, 44.0, 11.0]
+    assert end.max(axis=1).tolist() == [33.0, 66.0, 16.5]
 
 
 def test_to_dict_is_json_ready():
@@ -294,13 +294,13 @@ def test_to_dict_is_json_ready():
 
 def test_tail_extends_the_iteration_and_counts_the_optimizer_as_busy():
     table = ScheduleTable([["0F0", "0B0", None, None], [None, None, "0F1", "0B1"]])
-    result = evaluate(table, UnitCosts(sync=2, optimizer=1), grad_sync="replicas",
-                      optimizer=True)
+    result = evaluate(table, UnitCosts(1, 1, 1, 1, sync=2, optimizer=1),
+                      grad_sync="replicas", optimizer=True)
     assert result.makespan == 5.0
     assert [step.kind for step in result.critical_path] == ["op", "op", "sync", "optimizer"]
     assert [d.busy for d in result.devices] == [3.0, 3.0]
     assert result.devices[0].cooldown == 0.0
-    plain = evaluate(table, UnitCosts(sync=2, optimizer=1))
+    plain = evaluate(table, UnitCosts(1, 1, 1, 1, sync=2, optimizer=1))
     assert plain.makespan == 2.0
 
 
@@ -331,10 +331,10 @@ def test_evaluate_many_equals_one_by_one():
 
 def test_table_grad_sync_is_the_default_tail_and_notes_reach_the_dict():
     table = generate("1f1b", devices=2, microbatches=2)
-    assert evaluate(table, UnitCosts(sync=5)).makespan == 6
+    assert evaluate(table, UnitCosts(sync=5)).makespan == 9
     synced = table.replace(grad_sync=[0])
-    assert evaluate(synced, UnitCosts(sync=5)).makespan == 11   # stage 0's last B ends at 6
-    assert evaluate(synced, UnitCosts(sync=5), grad_sync=[]).makespan == 6
+    assert evaluate(synced, UnitCosts(sync=5)).makespan == 14   # stage 0's last B ends at 9
+    assert evaluate(synced, UnitCosts(sync=5), grad_sync=[]).makespan == 9
     result = evaluate(synced)
     assert result.notes == [] and result.to_dict()["notes"] == []
 
@@ -387,3 +387,13 @@ def test_makespans_of_all_samples_are_each_samples_to_the_bit(family, devices, m
     for row in range(len(durations)):
         *_, makespan, bubble = _device_times(lowered, start[row], durations[row])
         assert spans[row] == (makespan, bubble)
+
+
+def test_a_device_busy_all_along_has_no_idle_not_minus_zero():
+    from tabsched.evaluate import _idle_share
+    busy = sum([0.1] * 10)          # 0.9999999999999999: a makespan of 1.0 summed in parts
+    assert _idle_share(busy, 1, 1.0) > 0 and _idle_share(1.0 + 2e-16, 1, 1.0) == 0.0
+    assert f"{_idle_share(3 * (1.0 + 1e-16), 3, 1.0):.1%}" == "0.0%"
+    assert _idle_share(0.0, 0, 0.0) == 0.0 and _idle_share(1.0, 2, 1.0) == 0.5
+    table = generate("interleaved-1f1b", devices=1, microbatches=16, chunks=3)
+    assert evaluate(table, StageCosts([0.1, 0.2, 0.3])).bubble_ratio >= 0.0

@@ -87,7 +87,7 @@ def test_import_tabsched_needs_no_optional_dependency():
             "print(tabsched.evaluate(t, tabsched.UnitCosts()).makespan)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "6.0"
+    assert out.strip() == "9.0"
 
 
 def test_version_comes_from_the_package_metadata():

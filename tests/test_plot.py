@@ -3,6 +3,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from tabsched import InvalidParameterError, ScheduleTable, StageCosts, UnitCosts, evaluate, generate
 
@@ -92,11 +93,43 @@ def test_trace_has_one_event_per_op_and_transfer(result, tmp_path):
     assert end == pytest.approx(result.makespan * 1e6)
 
 
-def test_trace_in_slots_maps_a_slot_to_a_microsecond():
+def test_a_trace_in_slots_says_so_and_draws_a_slot_as_a_millisecond():
     trace = chrome_trace(evaluate(generate("gpipe", devices=2, microbatches=2)))
     ops = [event for event in trace["traceEvents"] if event["ph"] == "X"]
-    assert max(event["ts"] + event["dur"] for event in ops) == 6.0
-    assert trace["otherData"]["time_unit"] == "slots"
+    assert max(event["ts"] + event["dur"] for event in ops) == 9 * 1000.0   # F=1, B=2
+    other = trace["otherData"]
+    assert other["time_unit"] == "slots" and other["makespan"] == 9
+    assert other["trace_time_unit"] == "us" and other["trace_us_per_time_unit"] == 1000
+    assert "one slot is drawn as 1 ms" in other["note"]
+    assert trace["displayTimeUnit"] == "ms"
+
+
+def test_a_trace_in_seconds_says_its_times_are_microseconds(result):
+    trace = chrome_trace(result)
+    other = trace["otherData"]
+    assert other["time_unit"] == "s" and other["trace_us_per_time_unit"] == 1e6
+    assert other["trace_time_unit"] == "us" and "microseconds" in other["note"]
+    # no event claims its times are seconds
+    assert not any("time_unit" in event.get("args", {}) for event in trace["traceEvents"])
+
+
+def test_an_overlapped_pair_is_one_slice_naming_both_operations():
+    from tabsched import ModelCosts
+    for costs in (None, ModelCosts("paper-128l", "mid_nw_mid_cp")):
+        result = evaluate(generate("dualpipev", devices=4, microbatches=8), costs)
+        lowered = result._lowered
+        trace = chrome_trace(result)
+        ops = [event for event in trace["traceEvents"] if event["ph"] == "X"
+               and event["pid"] == 0 and event["cat"] != "optimizer"]
+        assert len(ops) == lowered.num_cells < len(result.table)     # a slice per cell
+        pairs = [event for event in ops if event["cat"] == "overlap"]
+        parts = np.bincount(lowered.cell_of_op)
+        assert len(pairs) == int(np.sum(parts > 1)) > 0
+        for event in pairs:
+            assert event["name"] == " + ".join(event["args"]["ops"])
+            assert sorted(event["args"]["kinds"]) == ["B", "F"]
+        spans = {(event["tid"], event["ts"], event["dur"]) for event in ops}
+        assert len(spans) == len(ops)                   # no two identical nested slices
 
 
 def test_sweep_plot_needs_a_successful_configuration():
@@ -244,6 +277,10 @@ def test_cli_plot_options(cli, tmp_path):
     code, _, err = cli("plot", "gantt", "1f1b", "-p", "4", "-m", "8", "-o",
                        str(tmp_path / "g.png"), "--time-range", "5")
     assert code == 1 and "--time-range '5': expected START:END" in err
+    code, _, err = cli("plot", "gantt", "1f1b", "-p", "2", "-m", "4", "-o",
+                       str(tmp_path / "d.svg"), "--downsample")
+    assert code == 0, err
+    assert 'id="critical-0"' in (tmp_path / "d.svg").read_text()     # the stripe, not outlines
 
 
 def test_trace_has_memory_counters_and_flow_arrows(result):
@@ -265,3 +302,211 @@ def test_trace_has_memory_counters_and_flow_arrows(result):
                    and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"] for s in slices)
     arrow = next(event for event in starts if event["pid"] == 0 and event["name"] == "0F0")
     assert finishes[arrow["id"]]["pid"] == 1                            # into the link track
+
+
+# ---------------------------------------------------------------- figures a paper can print
+def _pdf_fonts(data):
+    """The font subtypes a PDF declares (``/Subtype /Type3`` and so on)."""
+    return set(re.findall(rb"/Subtype\s*/(\w+)", data))
+
+
+def test_pdfs_embed_truetype_not_type3_and_svg_text_stays_text(result, tmp_path):
+    import matplotlib
+    from tabsched.plot import sweep_plot
+    before = matplotlib.rcParams["pdf.fonttype"]
+    pictures = [lambda path: gantt(result, path), lambda path: memory_plot(result, path),
+                lambda path: sweep_plot(synthetic_rows(3), path, metric="table_bubble_ratio")]
+    for index, draw in enumerate(pictures):
+        pdf = tmp_path / f"p{index}.pdf"
+        draw(pdf)
+        fonts = _pdf_fonts(pdf.read_bytes())
+        assert b"Type3" not in fonts
+        assert b"TrueType" in fonts or {b"Type0", b"CIDFontType2"} <= fonts
+        svg = tmp_path / f"p{index}.svg"
+        draw(svg)
+        assert "<text" in svg.read_text()
+    assert matplotlib.rcParams["pdf.fonttype"] == before          # the caller's settings stay
+
+
+def test_gantt_and_memory_plot_draw_into_the_panels_of_one_figure(result, tmp_path):
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(10, 6))
+    top, bottom = figure.subplots(2, 1)
+    assert gantt(result, ax=top) is top
+    assert memory_plot(result, ax=bottom) is bottom
+    assert len(figure.axes) == 2
+    assert {c.get_gid() for c in top.collections} >= {"device-0", "device-3"}
+    assert {line.get_gid() for line in bottom.get_lines()} >= {"memory-0", "memory-3"}
+    path = tmp_path / "both.png"
+    gantt(result, path, ax=top)                               # path with ax: its figure
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(InvalidParameterError, match="width sizes a new figure"):
+        gantt(result, ax=top, width=5)
+    for draw in (gantt, memory_plot):
+        with pytest.raises(InvalidParameterError, match="^ax must be matplotlib axes .*, not "
+                                                        "list$"):
+            draw(result, ax=[top, bottom])
+
+
+def test_a_label_is_drawn_only_where_it_fits_inside_its_bar():
+    table = from_order([["0F0", "0F1", "0B0", "0B1"]])
+    figure = gantt(evaluate(table, UnitCosts(f=10, b=0.02)), labels=True)
+    texts = [text for text in figure.axes[0].texts]
+    assert sorted(text.get_text() for text in texts) == ["0", "1"]   # the two wide Fs
+    assert all(text.get_position()[0] < 20 for text in texts)       # no B label
+
+
+def test_a_table_level_gantt_has_no_empty_link_lanes():
+    result = evaluate(generate("1f1b", devices=4, microbatches=8))
+    assert result.level == "table" and len(result._lowered.transfers) > 0
+    ax = gantt(result).axes[0]
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == [
+        f"device {d}" for d in range(4)]
+    assert not any((c.get_gid() or "").startswith("link") for c in ax.collections)
+
+
+def test_a_long_gantt_in_a_notebook_is_downsampled_and_not_black():
+    from tabsched.plot import CRITICAL_STRIPE, MIXED, gantt_svg
+    result = evaluate(generate("1f1b", devices=8, microbatches=188))
+    assert len(result.table) > 3000
+    svg = gantt_svg(result)
+    groups = re.findall(r'<g id="(?:device|critical)-\d+">(.*?)</g>', svg, flags=re.S)
+    assert sum(group.count("<path") for group in groups) < 3000 / 5
+    assert svg.count("<path") + svg.count("<rect") < 3000 / 5       # the whole picture
+    ax = gantt(result, width=10).axes[0]
+    lanes = {c.get_gid(): c for c in ax.collections}
+    busy = [p.get_extents() for d in range(8) for p in lanes[f"device-{d}"].get_paths()]
+    stripes = [p.get_extents() for d in range(8) if f"critical-{d}" in lanes
+               for p in lanes[f"critical-{d}"].get_paths()]
+    assert stripes and all(box.height <= CRITICAL_STRIPE + 1e-9 for box in stripes)
+    black = sum(box.width * box.height for box in stripes)
+    assert black < 0.1 * sum(box.width * box.height for box in busy)
+    assert MIXED in {matplotlib_hex(color) for d in range(8)
+                     for color in lanes[f"device-{d}"].get_facecolors()}
+
+
+def matplotlib_hex(rgba):
+    from matplotlib.colors import to_hex
+    return to_hex(rgba).upper()
+
+
+def test_a_long_title_is_wrapped_inside_the_figure_not_cut_at_its_start(result):
+    from tabsched.plot import fit_title
+    long = "zero bubble chimera " * 12 + "END"
+    figure = gantt(result, title=long, width=8)
+    title = figure.axes[0].title
+    figure.canvas.draw()
+    box, frame = title.get_window_extent(), figure.bbox
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1
+    assert title.get_text().startswith("zero bubble chimera") and title.get_text().endswith(
+        "\u2026")
+    assert title.get_text().count("\n") == 1
+    short = gantt(result, title="short").axes[0].title
+    assert fit_title(short).get_text() == "short"
+
+
+def synthetic_rows(lines, microbatches=(1, 2, 4, 8), systems=("a",), metric="table_bubble_ratio"):
+    """Sweep rows without running a sweep: ``lines`` families, one value per point."""
+    return [{"status": "ok", "devices": 4, "microbatches": m, "system": system,
+             "spec": f"family{k}", "model": "tiny", metric: 1.0 / (m + k)}
+            for k in range(lines) for m in microbatches for system in systems]
+
+
+def sweep_lines(figure_or_axes):
+    axes = (figure_or_axes.axes if hasattr(figure_or_axes, "get_axes")   # a figure
+            else [figure_or_axes])
+    return [line for ax in axes for line in ax.get_lines() if line.get_gid()]
+
+
+def test_twelve_sweep_lines_have_twelve_colours_and_twenty_unique_styles():
+    from matplotlib.colors import to_hex
+    from tabsched.plot import sweep_plot
+    lines = sweep_lines(sweep_plot(synthetic_rows(12), metric="table_bubble_ratio"))
+    assert len(lines) == 12 and len({to_hex(line.get_color()) for line in lines}) == 12
+    lines = sweep_lines(sweep_plot(synthetic_rows(20), metric="table_bubble_ratio"))
+    styles = {(to_hex(line.get_color()), line.get_marker(), line.get_linestyle())
+              for line in lines}
+    assert len(lines) == 20 and len(styles) == 20
+
+
+def test_line_styles_stay_unique_long_after_the_colours_repeat():
+    from tabsched.plot import line_style
+    assert len({line_style(k) for k in range(384)}) == 384
+    assert len({line_style(k)[0] for k in range(12)}) == 12
+
+
+@pytest.mark.parametrize("microbatches", [(4, 8, 16), (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64,
+                                                        96, 128)])
+def test_sweep_ticks_are_at_the_microbatch_counts_swept(microbatches):
+    from tabsched.plot import sweep_plot
+    for logx in (True, False):
+        figure = sweep_plot(synthetic_rows(2, microbatches), metric="table_bubble_ratio",
+                            logx=logx)
+        ax = figure.axes[0]
+        ticks = list(ax.get_xticks())
+        assert set(ticks) <= set(microbatches) and len(ticks) >= min(len(microbatches), 5)
+        assert ticks[0] == microbatches[0] and ticks[-1] == microbatches[-1]
+        assert [t.get_text() for t in ax.get_xticklabels()] == [f"{t:g}" for t in ticks]
+        assert not ax.xaxis.get_minor_locator()()                # no unlabelled log ticks
+
+
+def test_sweep_plot_draws_into_the_callers_axes_and_checks_their_number(tmp_path):
+    from matplotlib.figure import Figure
+    from tabsched.plot import sweep_plot
+    one = synthetic_rows(2)
+    figure = Figure()
+    ax = figure.add_subplot()
+    assert sweep_plot(one, ax=ax, metric="table_bubble_ratio") is ax
+    assert len(sweep_lines(ax)) == 2 and ax.get_legend() is not None
+    metric = "simulation_makespan_s"
+    two = synthetic_rows(2, systems=("a", "b"), metric=metric)
+    two[0][metric] = 5.0                                       # the systems differ: 2 panels
+    figure = Figure()
+    panels = figure.subplots(1, 2)
+    assert sweep_plot(two, tmp_path / "s.svg", ax=panels, metric=metric, title="mine") is panels
+    assert [len(sweep_lines(panel)) for panel in panels] == [2, 2]
+    assert figure._suptitle.get_text() == "mine" and (tmp_path / "s.svg").exists()
+    with pytest.raises(InvalidParameterError, match=r"^ax: the sweep draws 2 panels \(a, b\), "
+                                                    r"so it needs 2 axes, not 1$"):
+        sweep_plot(two, ax=panels[0], metric=metric)
+    with pytest.raises(InvalidParameterError, match="ax must be matplotlib axes"):
+        sweep_plot(one, ax="left", metric="table_bubble_ratio")
+
+
+def test_a_long_sweep_title_fits_its_figure():
+    from tabsched.plot import sweep_plot
+    figure = sweep_plot(synthetic_rows(2), metric="table_bubble_ratio",
+                        title="chimera devices=4 " * 20)
+    figure.canvas.draw()
+    box = figure._suptitle.get_window_extent()
+    assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
+    assert figure._suptitle.get_text().startswith("chimera devices=4")
+
+
+def test_a_critical_outline_is_thinner_than_its_bar():
+    result = evaluate(generate("1f1b", devices=4, microbatches=64), UnitCosts(f=1, b=2))
+    ax = gantt(result, width=8, downsample=False).axes[0]
+    lane = next(c for c in ax.collections if c.get_gid() == "device-3")
+    # the axes are taken as 0.75 of the figure's width (gantt's estimate before layout)
+    widths_points = [p.get_extents().width * 0.75 * 8 * 72 / result.makespan
+                     for p in lane.get_paths()]
+    outlines = lane.get_linewidths()
+    assert len(outlines) == len(widths_points)
+    assert all(lw <= w / 4 + 1e-6 for lw, w in zip(outlines, widths_points))
+    assert 0 < min(outlines) and max(outlines) < 1.6            # thin bars: thinner outlines
+
+
+@given(st.sets(st.integers(1, 4096), min_size=1, max_size=60), st.booleans(),
+       st.integers(2, 10))
+def test_microbatch_ticks_are_spread_data_values_from_first_to_last(values, log, most):
+    from tabsched.plot import microbatch_ticks
+    ticks = microbatch_ticks(values, log=log, most=most)
+    assert set(ticks) <= values and ticks == sorted(set(ticks))
+    assert ticks[0] == min(values) and ticks[-1] == max(values)
+    assert len(ticks) <= most + 1
+    if len(values) <= most:
+        assert ticks == sorted(values)
+    else:
+        position = np.log2(ticks) if log else np.asarray(ticks, dtype=float)
+        span = (np.log2(max(values)) - np.log2(min(values))) if log else max(values) - min(values)
+        assert np.all(np.diff(position) >= span / (most - 1) / 2 * (1 - 1e-9))

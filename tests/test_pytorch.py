@@ -16,6 +16,9 @@ from tabsched.pytorch import (describe_stage_map, from_pytorch_csv, pytorch_refu
 from tabsched.schedules import families
 
 DATA = pathlib.Path(__file__).resolve().parent / "data" / "pytorch"
+#: Every action one step, as PyTorch's grids (and _simulate_comms_compute) count them;
+#: tabsched's default slot lengths make a full backward two (I + W = B).
+GRID = UnitCosts(1, 1, 1, 1)
 
 
 def csv_text(*rows):
@@ -71,9 +74,9 @@ def test_reduce_grad_becomes_the_stage_gradient_sync():
     schedule = read_pytorch(DATA / "gpipe_pp4_m4.csv")
     assert schedule.table.grad_sync == (0, 1, 2, 3)
     # every stage syncs after its last backward; stage 0's ends last, at 14
-    assert schedule.evaluate().makespan == 14
-    assert schedule.evaluate(UnitCosts(sync=1)).makespan == 15
-    assert evaluate(schedule.table, UnitCosts(sync=1), grad_sync=[]).makespan == 14
+    assert schedule.evaluate(GRID).makespan == 14
+    assert schedule.evaluate(UnitCosts(1, 1, 1, 1, sync=1)).makespan == 15
+    assert evaluate(schedule.table, UnitCosts(1, 1, 1, 1, sync=1), grad_sync=[]).makespan == 14
 
 
 def test_reduce_grad_after_other_cells_is_noted():
@@ -178,7 +181,7 @@ def test_pair_order_mismatch_is_a_deadlock_naming_both_cells():
                                             r"1SEND_B0, which waits for 0RECV_B0 \(device 0, "
                                             r"slot 4\)"):
         from_pytorch_csv(crossed)
-    assert from_pytorch_csv(crossed, p2p="free").evaluate().makespan == 6
+    assert from_pytorch_csv(crossed, p2p="free").evaluate(GRID).makespan == 6
 
 
 def test_comm_order_that_cannot_run_names_compute_and_comm_cells():
@@ -373,7 +376,7 @@ def test_pytorch_tables_read_evaluate_and_write_back(stem, makespan, style, busy
     assert schedule.format == "compute_only" and schedule.notes == []
     assert (table.num_devices, table.num_stages, table.num_microbatches) == (4, 8, 8)
     assert stage_map(table) == style and describe_stage_map(table).startswith(style)
-    result = schedule.evaluate()
+    result = schedule.evaluate(GRID)
     assert result.makespan == makespan and result.devices[0].busy == busy
     # the same bytes back, and PyTorch's own lowering to compute_comms, byte for byte
     assert to_compute_only(table) == path.read_bytes().decode()
@@ -382,7 +385,7 @@ def test_pytorch_tables_read_evaluate_and_write_back(stem, makespan, style, busy
     comms = read_pytorch(comms_path)
     assert comms.format == "compute_comms" and comms.table.orders() == table.orders()
     assert comms.table.grad_sync == tuple(range(8))
-    assert comms.evaluate().makespan == makespan   # free transfers: positions cost nothing
+    assert comms.evaluate(GRID).makespan == makespan   # free transfers: positions cost nothing
     assert comms.evaluate(StageCosts(1.0, 2.0, comm=1.0)).makespan >= \
         schedule.evaluate(StageCosts(1.0, 2.0, comm=1.0)).makespan
 
@@ -399,7 +402,7 @@ def test_small_interleaved_1f1b_makespan_by_hand():
     #   d0 0B2 16-17 0B3 17-18.  Makespan 18 (PyTorch's own grid is 22 slots wide).
     schedule = read_pytorch(DATA / "interleaved_1f1b_pp2_m4.csv")
     assert schedule.table.num_slots == 22
-    result = schedule.evaluate()
+    result = schedule.evaluate(GRID)
     assert result.makespan == 18
     assert result.bubble_ratio == pytest.approx(1 - 32 / 36)
     table = schedule.table
@@ -416,7 +419,7 @@ def test_dualpipev_overlap_is_one_step_with_both_parts_dependencies():
     assert (DATA / "dualpipev_pp4_m8.csv").read_text().count("OVERLAP_F_B") == 25
     assert overlapped.sum() == 2 * 25
     assert lower(table).num_cells == len(table) - 25
-    result = schedule.evaluate(UnitCosts(overlap=0.75))
+    result = schedule.evaluate(UnitCosts(1, 1, 1, 1, overlap=0.75))
     index = {str(table.op(k)): k for k in range(len(table))}
     # rank 0 runs (7F4;0B0)OVERLAP_F_B: 7F4 needs 6F4 (rank 1), 0B0 needs 1B0 (rank 1)
     f_part, b_part = index["7F4"], index["0B0"]
@@ -427,7 +430,8 @@ def test_dualpipev_overlap_is_one_step_with_both_parts_dependencies():
                                             & (table.slot == table.slot[f_part] - 1))].max()
     assert result.op_start[f_part] == max(previous, result.op_end[index["6F4"]],
                                           result.op_end[index["1B0"]])
-    assert schedule.evaluate(UnitCosts(overlap=0.5)).makespan < schedule.evaluate().makespan
+    assert schedule.evaluate(UnitCosts(1, 1, 1, 1, overlap=0.5)).makespan < \
+        schedule.evaluate(GRID).makespan
 
 
 # ------------------------------------------------------------------ stage maps

@@ -6,7 +6,7 @@ import pytest
 from tabsched import InvalidParameterError, TabschedError, evaluate, generate
 from tabsched.compare import model_costs_for
 from tabsched.sweeps import (COLUMNS, SYSTEM_GRID, grid_tasks, read_sweep_csv, rows_to_csv,
-                            run_sweep, run_task)
+                            SweepResult, run_sweep, run_task)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def test_rows_hold_every_level_with_exact_numbers(small_grid):
                and r["microbatches"] == 8 and r["system"] == "slow_nw_fast_cp")
     assert row["status"] == "ok" and row["microbatch_size"] == 1
     assert row["formula_bubble_ratio"] == pytest.approx(3 / 11)
-    assert row["table_bubble_ratio"] == pytest.approx(3 / 11) and row["table_slots"] == 22
+    assert row["table_bubble_ratio"] == pytest.approx(3 / 11) and row["table_slots"] == 33
     costs = model_costs_for("paper-128l", "slow_nw_fast_cp", 8, global_batch=8)
     single = evaluate(generate("1f1b", devices=4, microbatches=8), costs)
     assert row["simulation_makespan_s"] == single.makespan
@@ -468,3 +468,18 @@ def test_the_columns_of_earlier_releases_keep_their_positions():
     assert "optimizer_step" in earlier and earlier.index("blocking_sends") + 1 == \
         earlier.index("overlap_grad_reduce")
     assert not {"p2p", "post_validation", "reshard_after_forward", "prefetch"} & set(earlier)
+
+
+def test_a_sweep_reprs_in_one_line_and_shows_a_table_in_a_notebook(small_grid):
+    rows = SweepResult(run_sweep(small_grid))   # what tabsched.sweep returns
+    text = repr(rows)
+    assert "\n" not in text and len(text) < 400, text[:400]
+    assert text.startswith(f"<SweepResult {len(rows)} rows ({len(rows.ok)} ok, ")
+    assert "fastest " in text and text.endswith("s>")
+    page = rows._repr_html_()
+    assert page.count("<tr>") == len(rows) + 1 and "<th>iteration</th>" in page
+    from tabsched._html import MAX_SWEEP_ROWS
+    many = SweepResult(list(rows) * (MAX_SWEEP_ROWS // len(rows) + 2))
+    assert many._repr_html_().count("<tr>") == MAX_SWEEP_ROWS + 1
+    assert "more rows" in many._repr_html_()
+    assert repr(SweepResult()) == "<SweepResult: no rows>"

@@ -103,3 +103,27 @@ def test_format(value, unit, text):
                                        ("500 ns", "s"), ("1 PFLOP/s", "FLOP/s")])
 def test_format_and_parse_round_trip(text, unit):
     assert format_quantity(parse_quantity(text, unit), unit) == text
+
+
+@pytest.mark.parametrize("value,expected", [
+    (3e6, "3000000"), (1.23654e6, "1236540"), (27.0, "27"), (2.3127, "2.3127"),
+    (1 / 3, "0.333333"), (2.5e-7, "0.00000025"), (-4.5, "-4.5"), (0.0, "0"),
+    (float("nan"), "nan"), (1e20, "100000000000000000000"),
+])
+def test_numbers_a_user_reads_are_never_in_scientific_notation(value, expected):
+    from tabsched.costs.units import format_number
+    assert format_number(value) == expected
+    assert "e+" not in format_number(value) and "e-" not in format_number(value)
+
+
+def test_counts_take_a_thousands_prefix():
+    from tabsched.costs.units import format_count
+    assert [format_count(v) for v in (1.008e12, 8.03e9, 950, 46.7e9, 999.96e9)] == [
+        "1.01T", "8.03B", "950", "46.7B", "1T"]
+
+
+def test_human_output_has_no_scientific_notation(cli):
+    code, out, _ = cli("eval", "gpipe", "-p", "1", "-m", "100000")
+    assert code == 0 and "makespan      300000 slots" in out and "e+" not in out
+    code, out, _ = cli("presets")
+    assert code == 0 and "1.01T" in out and "e+" not in out

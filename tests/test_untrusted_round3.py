@@ -240,10 +240,16 @@ def test_a_replay_that_measures_some_devices_only_is_an_error_unless_partial(cli
     partial = Replay.from_csv(path, partial=True)
     partial.check(table)
     assert partial.describe()["modelled_devices"] == [1, 2, 3]
+    # modelled times in seconds beside the measured ones: the partial replay runs
     code, out, _ = cli("eval", "1f1b", "-p", "4", "-m", "4", "--replay", str(path),
-                       "--replay-partial", "--samples", "2")
+                       "--replay-partial", "--samples", "2", "--model", "paper-128l",
+                       "--system", "mid_nw_mid_cp")
     assert code == 0 and ("note          devices 1, 2 and 3 measured nothing and keep "
                           "modelled times (partial replay)") in out
+    # in slots, those devices' times could not become seconds: refused, naming them
+    assert "devices 1, 2 and 3 have no measured operation to convert slots to seconds" in \
+        cli_error("eval", "1f1b", "-p", "4", "-m", "4", "--replay", path, "--replay-partial",
+                  "--samples", "2")
     every = tmp_path / "all.csv"
     every.write_text("".join(f"{stage}F0,2\n" for stage in range(4)))
     code, _, _ = cli("eval", "1f1b", "-p", "4", "-m", "4", "--replay", str(every),
@@ -271,5 +277,8 @@ def test_a_profile_of_one_rank_is_a_partial_replay(cli, cli_error, tmp_path):
         f"beside the measured ones of the others; replay every device, or accept it with "
         f"--replay-partial (partial=True)")
     code, out, _ = cli("eval", "1f1b", "-p", "2", "-m", "2", "--replay", str(path),
-                       "--replay-partial", "--samples", "1")
+                       "--replay-partial", "--samples", "1", "--model", "paper-128l",
+                       "--system", "mid_nw_mid_cp")
     assert code == 0 and "device 1 measured nothing and keeps modelled times" in out
+    assert "device 1 has no measured operation to convert slots to seconds" in cli_error(
+        "eval", "1f1b", "-p", "2", "-m", "2", "--replay", path, "--replay-partial")

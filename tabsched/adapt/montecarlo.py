@@ -352,6 +352,7 @@ def run_monte_carlo(context, variation, *, samples, chunk_bytes=DEFAULT_CHUNK_BY
     return MonteCarloResult(
         table=table, samples=samples, seed=context.seed, iteration=context.iteration,
         makespans=makespans, nominal_makespan=nominal_makespan, devices=devices,
-        time_unit=context.costs.time_unit,
+        time_unit=(context.costs.time_unit if variation is None
+                   else variation.time_unit(context)),
         variation=None if variation is None else variation.describe(), chunks=chunks,
         busy=busy if keep_busy else None)

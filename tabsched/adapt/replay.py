@@ -315,6 +315,34 @@ class Replay(Variation):
         draw.latency[:, sends[0]] = pick(draw.samples, *sends[1:4])
         draw.volume[:, sends[0]] = 0.0
 
+    def time_unit(self, context):
+        """Seconds: what was measured. On costs in another unit (slots) every duration
+        must become seconds: an unmeasured operation does, by its device's ratio of
+        measured to modelled time, so every device that works needs a measurement, and
+        every transfer that costs time needs one (a slot of latency has no ratio)."""
+        if context.costs.time_unit == "s":
+            return "s"
+        (ops, sends), _, _ = self._plan(context)
+        device = context.table.device
+        working = np.unique(device[context.op_durations > 0])
+        unconverted = sorted(set(working.tolist()) - set(device[ops[0]].tolist()))
+        where = self.source or "the replay"
+        if unconverted:
+            raise InvalidParameterError(
+                f"{where}: measured seconds against durations in {context.costs.time_unit}: "
+                f"{_devices(unconverted)} {'has' if len(unconverted) == 1 else 'have'} no "
+                f"measured operation to convert {context.costs.time_unit} to seconds; replay every device, or evaluate "
+                f"with --model and --system (seconds)")
+        unsent = np.ones(context.num_transfers, dtype=bool)
+        unsent[sends[0]] = False
+        if np.any((context.latency + context.volume)[unsent] > 0):
+            raise InvalidParameterError(
+                f"{where}: measured seconds against transfers in {context.costs.time_unit}: "
+                f"{int(np.count_nonzero(unsent & ((context.latency + context.volume) > 0)))} "
+                f"transfers are not measured; measure them, drop --comm, or evaluate with "
+                f"--model and --system (seconds)")
+        return "s"
+
     def apply(self, context, draw):
         def pick(samples, counts, table, means):
             column = samples[:, None] % np.maximum(counts, 1)[None, :]

@@ -563,9 +563,12 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
     validation_seed = seed + 1 if validation_seed is None else validation_seed
     validation_samples = evaluator.samples if validation_samples is None else validation_samples
 
+    units = []   # the sampled durations' unit: seconds when a replay brings them
+
     def report(name, chosen, transforms):
         runs, totals, over = evaluator.measure(chosen, seed=validation_seed,
                                                samples=validation_samples)
+        units.append(runs.time_unit)
         return TableReport(name=name, table=chosen, transforms=tuple(transforms),
                            mean=runs.mean, p50=runs.p50, p95=runs.p95, max=runs.max,
                            nominal=runs.nominal_makespan, peak_memory=totals,
@@ -595,7 +598,7 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
         baseline=baseline, adapted=adapted, references=found, reference_errors=errors,
         log=log, rounds=rounds, seconds=time.perf_counter() - started,
         samples=evaluator.samples, seed=seed, validation_seed=validation_seed,
-        time_unit=costs.time_unit, memory_unit=costs.memory_unit,
+        time_unit=units[0], memory_unit=costs.memory_unit,
         variation=None if variation is None else variation.describe(),
         started_from=started_from, returned_reference=returned)
 

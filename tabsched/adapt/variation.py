@@ -314,6 +314,11 @@ class Variation:
         """Plain data for reports and JSON."""
         raise NotImplementedError
 
+    def time_unit(self, context):
+        """The unit of the sampled durations: the cost model's, unless the model brings
+        measured ones (:class:`tabsched.adapt.replay.Replay`: seconds)."""
+        return context.costs.time_unit
+
     def __add__(self, other):
         if other is None:
             return self
@@ -364,6 +369,11 @@ class Combined(Variation):
 
     def describe(self):
         return [part.describe() for part in self.parts]
+
+    def time_unit(self, context):
+        units = {part.time_unit(context) for part in self.parts}
+        units.discard(context.costs.time_unit)
+        return units.pop() if units else context.costs.time_unit
 
 
 class Noise(Variation):

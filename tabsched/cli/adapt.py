@@ -11,10 +11,12 @@ import numpy as np
 from tabsched.cli.build import (build_variation, check_layer_options, check_samples,
                                 costs_from_options, is_table_file, layers_from_model,
                                 load_schedule, memory_budget_value, microbatches_from_execution)
-from tabsched.cli.format import (OverBudget, echo_json, format_memory, format_time,
-                                 progress_reporter, translate_errors)
+from tabsched.cli.format import (OverBudget, check_html_path, echo_json, format_memory,
+                                 format_time, progress_reporter, translate_errors,
+                                 write_html_report)
 from tabsched.cli.options import (SectionedCommand, complete_schedule, cost_options,
-                                  model_options, schedule_options, variation_options)
+                                  html_option, model_options, schedule_options,
+                                  variation_options)
 from tabsched.files import check_output_path
 from tabsched.formats.grid import render_grid
 from tabsched.formats.table_json import write_json
@@ -39,11 +41,12 @@ from tabsched.formats.table_json import write_json
 @click.option("--log", "show_log", is_flag=True,
               help="List every candidate the search tried (in JSON: search.log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@html_option("the start and the adapted table's runs, side by side, and the transforms")
 @translate_errors
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, quiet, show_log, as_json, **parallel):
+                  out_path, quiet, show_log, as_json, html_path, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -65,6 +68,10 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                 f"microbatch sizes a split gives and the table's metadata; a CSV cannot hold "
                 f"them (`tabsched convert adapted.json adapted.csv` says what it would drop)")
         check_output_path(out_path, inputs=(schedule, variation_params.get("replay")))
+    if html_path:
+        check_html_path(html_path, inputs=(schedule, variation_params.get("replay"),
+                                           parallel.get("execution"), model, system),
+                        outputs={"--out": out_path})
     if memory_budget is None:
         raise click.ClickException("adapt needs --memory-budget (e.g. 80GB, or 'capacity' "
                                    "with a --system that states its memory)")
@@ -102,19 +109,27 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
                   progress=progress_reporter("adapt", quiet=quiet, unit="candidates"))
     if out_path:
         write_json(found.table, out_path)
+    if html_path:
+        write_html_report(found, html_path, costs=costs)
     if as_json:
         from tabsched.formats.table_json import to_json
         data = found.to_dict(log=show_log)
         data["table"] = json.loads(to_json(found.table))
+        described = costs.describe()
+        data["model"] = described.get("transformer") or described.get("model")
+        data["system"] = described.get("system")
+        data["costs"] = described
         data["execution"] = costs.execution.to_dict()
         echo_json(data)
     else:
         click.echo(adapt_summary(found, costs))
         if show_log:
             click.echo(adapt_log(found))
-        click.echo(render_grid(found.table))
-        if out_path:
-            click.echo(f"wrote the adapted table to {out_path}")
+        if out_path:   # the table is in the file; the terminal keeps the decision
+            click.echo(f"wrote the adapted table to {out_path} (`tabsched show {out_path}` "
+                       f"draws it)")
+        else:
+            click.echo(render_grid(found.table))
     if not found.feasible:
         click.echo("warning: no table fits the memory budget; the one shown is the closest "
                    "and is over it", err=True)
@@ -158,7 +173,8 @@ def adapt_summary(found, costs):
             if found.started_from in found.references else start
         steps = [f"start from the reference {found.started_from} (it beat {name} on the "
                  f"search's samples)"] + steps
-    text = " -> ".join(steps) if steps else "none (the start is best)"
+    text = " -> ".join(steps) if steps else (
+        f"none: no transform helped ({len(found.log)} candidates tried; the start is best)")
     width = max(60, shutil.get_terminal_size((100, 24)).columns)
     lines.append(textwrap.fill(text, width=width, initial_indent="decision      ",
                                subsequent_indent=" " * 14, break_on_hyphens=False))

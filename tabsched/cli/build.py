@@ -67,7 +67,9 @@ def load_schedule(schedule, costs=None, memory_budget=None, **params):
                if name in accepted and name not in given]
     if missing:
         flags = " and ".join(f"--{name}" for name in missing)
-        raise click.ClickException(f"{family.name} needs {flags}")
+        # a missing option is a usage error (exit 2, with the usage line), as click's own
+        raise click.UsageError(f"{family.name} needs {flags}",
+                               ctx=click.get_current_context(silent=True))
     return generate(family.name, **given)
 
 

@@ -4,12 +4,13 @@
 import click
 
 from tabsched.cli.build import build_model_costs, execution_from_options, int_list, name_list
-from tabsched.cli.format import (echo_json, format_columns, format_memory, format_number,
-                                 format_time, format_tokens, progress_reporter,
-                                 translate_errors)
+from tabsched.cli.format import (check_html_path, echo_json, format_columns, format_memory,
+                                 format_number, format_time, format_tokens, progress_reporter,
+                                 translate_errors, write_html_report)
 from tabsched.cli.options import (CONTENTION_HELP, PARALLEL_OPTIONS, RECOMPUTE_HELP,
                                   SectionedCommand, complete_family, complete_preset,
-                                  complete_study, execution_option, parallel_options)
+                                  complete_study, execution_option, html_option,
+                                  parallel_options)
 from tabsched.execution import CONTENTION_MODES, RECOMPUTE_MODES
 
 
@@ -124,17 +125,20 @@ def _execution(options, parallel, recompute, contention):
               help="System for the simulation level.")
 @simulation_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per family.")
+@html_option("the table of the families and a Gantt chart of each one's simulation")
 @translate_errors
 def compare_command(families, devices, microbatches, model, system, global_batch, recompute,
-                    contention, as_json, **options):
+                    contention, as_json, html_path, **options):
     """Compare FAMILY... at the formula, table and simulation levels.
 
     A FAMILY may carry parameters: hanayo:waves=2, chimera:stage_layers_ratio=1:2.
     Each level ranks the families (1 = best); a * marks a family whose rank
     differs between levels. The table level runs the table with the slot
-    lengths --f/--b/--i/--w (default 1) and no communication.
+    lengths --f/--b/--i/--w (default F=1 B=2 I=1 W=1) and no communication.
     """
     from tabsched.compare import compare, describe_lengths, disagreements
+    if html_path:
+        check_html_path(html_path, inputs=(options.get("execution"), model, system))
     lengths = _lengths(options)
     parallel = _parallel(options)
     path = options.get("execution")
@@ -144,13 +148,15 @@ def compare_command(families, devices, microbatches, model, system, global_batch
     rows = compare(families, devices, microbatches, model=model, system=system,
                    global_batch=global_batch, recompute=recompute, contention=contention,
                    lengths=lengths, parallel=parallel, execution=base)
+    if html_path:
+        write_html_report(rows, html_path)
     if as_json:
         echo_json([row.to_dict() for row in rows])
         return
     evaluated = [row for row in rows if not row.error]
     capacity = next((row.simulation["memory_capacity"] for row in evaluated), None)
     speeds = any(row.simulation["throughput"] is not None for row in evaluated)
-    header = (["family", "formula bubble", "peak", "rank", "table bubble", "slots", "rank",
+    header = (["family", "formula bubble", "peak (mb)", "rank", "table bubble", "slots", "rank",
                "iteration", "idle"] + (["tokens/s/GPU", "MFU"] if speeds else [])
               + ["peak act", "peak mem"] + (["fits"] if capacity is not None else [])
               + ["rank", ""])
@@ -165,7 +171,7 @@ def compare_command(families, devices, microbatches, model, system, global_batch
              "-" if f["bubble_ratio"] is None else f"{f['bubble_ratio']:.1%}",
              "-" if not peak else format_number(max(peak)),
              str(row.ranks["formula"] or "-"),
-             f"{t['bubble_ratio']:.1%}", f"{t['slots']:g}", str(row.ranks["table"]),
+             f"{t['bubble_ratio']:.1%}", format_number(t['slots']), str(row.ranks["table"]),
              format_time(sim["makespan"], sim["time_unit"]), f"{sim['bubble_ratio']:.1%}"]
             + ([format_tokens(run["tokens_per_s_per_gpu"]), f"{run['mfu']:.1%}"]
                if speeds else [])
@@ -178,7 +184,8 @@ def compare_command(families, devices, microbatches, model, system, global_batch
                f"{system}" + (f", global batch {global_batch}" if global_batch else "")
                + (f", {setting}" if setting else "")
                + (f", execution {path}" if path else ""))
-    click.echo(f"levels: formula (closed form) | table (idle share, slot lengths "
+    click.echo(f"levels: formula (closed form at the table's slot lengths; peak in "
+               f"microbatches' stage activations) | table (idle share, slot lengths "
                f"{describe_lengths(lengths)}, no communication) | simulation "
                f"(peak act / peak mem: the fullest device)")
     if body:
@@ -235,7 +242,7 @@ def sweep_command(families, devices, microbatches, models, systems, global_batch
     and every field of the execution has a column. -t, -d, --microbatch-size and
     --recompute take lists: every combination is a configuration. Invalid
     combinations are kept as rows with status=skipped and a reason. The table
-    level uses the slot lengths --f/--b/--i/--w (default 1).
+    level uses the slot lengths --f/--b/--i/--w (default F=1 B=2 I=1 W=1).
     """
     from tabsched.files import atomic_write, check_output_path
     from tabsched.sweeps import SYSTEM_GRID, grid_tasks, rows_to_csv, run_sweep

@@ -4,10 +4,11 @@
 import click
 
 from tabsched.cli.build import monte_carlo_from_options, prepare_evaluation, run_evaluation
-from tabsched.cli.format import (OverBudget, echo_json, formula_summary, monte_carlo_summary,
-                                 summary, translate_errors)
+from tabsched.cli.format import (OverBudget, check_html_path, echo_json, formula_summary,
+                                 monte_carlo_summary, summary, translate_errors,
+                                 write_html_report)
 from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
-                                  variation_options)
+                                  html_option, variation_options)
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.formulas import formula_level
 
@@ -21,8 +22,10 @@ from tabsched.formulas import formula_level
                    "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @variation_options(default_samples=None)
+@html_option("the evaluated run")
 @translate_errors
-def eval_command(schedule, schedule_params, evaluation, level, as_json, variation_params):
+def eval_command(schedule, schedule_params, evaluation, level, as_json, variation_params,
+                 html_path):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
@@ -31,6 +34,14 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
     --slow-link, --replay or --samples, Monte Carlo figures follow: mean, p50,
     p95 and max makespan and the run-time bubble, per device too.
     """
+    if html_path:
+        if level == "formula":
+            raise click.ClickException(f"--html {html_path}: --level formula has no times "
+                                       f"per operation to draw; drop --html or use --level "
+                                       f"table or simulation")
+        check_html_path(html_path, inputs=(schedule, evaluation["execution"],
+                                           evaluation["model"], evaluation["system"],
+                                           variation_params["replay"]))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
                                                       level)
     if level == "formula" and (any(variation_params[name] for name in
@@ -46,7 +57,10 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
                     else "the table names no family, so it has no formula level")
             raise click.ClickException(what)
         if as_json:
-            echo_json({**numbers, "execution": costs.execution.to_dict()})
+            described = costs.describe()
+            echo_json({**numbers, "model": described.get("transformer")
+                       or described.get("model"), "system": described.get("system"),
+                       "costs": described, "execution": costs.execution.to_dict()})
         else:
             click.echo(formula_summary(table, numbers))
         return
@@ -55,6 +69,8 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
         table, costs, variation_params,
         **({"transfer_after": torch_schedule.transfer_after,
             "shard_windows": torch_schedule.shard_windows} if torch_schedule else {}))
+    if html_path:
+        write_html_report(result, html_path, monte_carlo=runs)
     if as_json:
         data = result.to_dict()
         if runs is not None:

@@ -76,7 +76,9 @@ def _json_default(value):
 
 
 def format_number(value):
-    return f"{value:.6g}"
+    """A number in human output: positional, at most 6 significant digits."""
+    from tabsched.costs.units import format_number as positional
+    return positional(value)
 
 
 def format_time(value, unit, *, with_unit=True):
@@ -114,7 +116,8 @@ def summary(result):
     table = result.table
     name = table.family or "table"
     params = " ".join(f"{key}={value}" for key, value in table.params.items())
-    costs = " ".join(f"{key}={value}" for key, value in result.costs.items() if key != "model")
+    costs = " ".join(f"{key}={format_number(value) if isinstance(value, float) else value}"
+                     for key, value in result.costs.items() if key != "model")
     lines = [f"{name} {params}".rstrip() + f": {table.num_devices} devices, "
              f"{table.num_stages} stages, {table.num_microbatches} microbatches, "
              f"{len(table)} ops",
@@ -145,7 +148,7 @@ def summary(result):
     counts = result.critical_counts()
     ops = counts.get("op", 0)
     lines.append(f"critical path {ops} ops, {sum(counts.values()) - ops} transfers")
-    header = ["device", "busy", "idle", "warm-up", "inside", "cool-down",
+    header = ["device", f"busy ({unit})", "idle", "warm-up", "inside", "cool-down",
               f"peak memory ({result.memory_unit})"]
     body = [[f"d{d.device}", format_number(d.busy), format_number(d.idle), format_number(d.warmup),
              format_number(d.inside), format_number(d.cooldown), format_number(d.peak_memory)]
@@ -334,3 +337,36 @@ def progress_reporter(label, *, quiet=False, unit="tables"):
             bar.__exit__(None, None, None)
             state.pop("bar")
     return report
+
+
+def check_html_path(path, *, inputs=(), outputs=None):
+    """Refuse, before any work, an ``--html`` path that cannot be written, one of the
+    command's ``inputs`` or another of its ``outputs`` (``{flag: path}``); the message
+    names ``--html`` and the path."""
+    import os
+
+    from tabsched.exceptions import OutputError
+    from tabsched.files import check_output_path
+    from tabsched.report import HTML_SUFFIXES
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise OutputError(f"--html {path}: is a folder; give the HTML report's file name")
+    try:
+        check_output_path(path, suffixes=HTML_SUFFIXES, what="HTML report",
+                          inputs=[source for source in inputs if isinstance(source, str)])
+    except OutputError as error:
+        raise OutputError(f"--html {error}") from None
+    for flag, other in (outputs or {}).items():
+        if other and os.path.abspath(other) == os.path.abspath(path):
+            raise OutputError(f"--html {path}: is also the {flag} file; write the HTML "
+                              f"report elsewhere")
+
+
+def write_html_report(obj, path, **options):
+    """Write ``obj``'s HTML report to ``path`` (atomically) and say so on stderr."""
+    from tabsched.exceptions import OutputError
+    from tabsched.report import html_report
+    try:
+        html_report(obj, path, **options)
+    except OutputError as error:
+        raise OutputError(f"--html {error}") from None
+    click.echo(f"wrote the HTML report to {path}", err=True)

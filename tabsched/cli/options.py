@@ -42,11 +42,68 @@ HELP_SECTIONS = {
     "Running": ("jobs", "dask", "quiet"),
     "Output": ("level", "as_json", "out", "out_path", "output", "show_log", "width", "target",
                "drop_metadata", "no_transfers", "labels", "time_range", "metric", "logx",
-               "logy", "capacity", "top", "explain", "save_executions"),
+               "logy", "capacity", "top", "explain", "save_executions", "html_path"),
 }
 
 
 _SECTION_OF = {name: section for section, names in HELP_SECTIONS.items() for name in names}
+
+#: What each positional argument is, listed first in ``--help`` under "Arguments"
+#: (by metavar; click gives arguments no help of their own).
+ARGUMENT_HELP = {
+    "SCHEDULE": "A family name (`tabsched list`) built with the schedule options, or a "
+                "table file: .csv (PyTorch's compute_only or compute_comms tokens) or "
+                ".json (tabsched's table with its metadata).",
+    "FAMILY...": "Families to compare, each optionally with parameters: 1f1b, "
+                 "interleaved-1f1b:chunks=2, zb-h1 (`tabsched list`).",
+    "MODEL": "A model preset (`tabsched presets`) or a model TOML file.",
+    "SYSTEM": "A system preset (`tabsched presets`) or a system TOML file.",
+    "NAME": "A name: a study for `study`, a family for `list`.",
+    "SWEEP.csv": "A CSV written by `tabsched sweep -o`.",
+    "OUTPUT": "The file to write; its extension picks the format (.csv, .json), '-' stdout.",
+    "FILE.csv": "A GEMM timing CSV (m, n, k, seconds per row).",
+    "FILE...": "nccl-tests output files (all_reduce_perf and friends).",
+}
+
+#: Examples at the end of each command's ``--help`` (by command path without
+#: ``tabsched``): real presets, small enough to run in a second or two. Each runs in
+#: tests/test_cli_conventions.py.
+EXAMPLES = {
+    "eval": ["tabsched eval 1f1b -p 4 -m 8",
+             "tabsched eval zbv -p 4 -m 8 --model llama3-8b --system dgx-h100",
+             "tabsched eval 1f1b -p 8 -m 32 --model paper-128l --system dgx-a100 --cv 0.1 "
+             "--json",
+             "tabsched eval zb-h1 -p 4 -m 8 --model llama3-8b --system dgx-h100 --html run.html"],
+    "compare": ["tabsched compare gpipe 1f1b zb-h1 -p 4 -m 8 --html compare.html",
+                "tabsched compare 1f1b interleaved-1f1b:chunks=2 -p 8 -m 16 "
+                "--model llama3-70b --system dgx-h100 -t 8"],
+    "sweep": ["tabsched sweep gpipe 1f1b -p 4,8 -m 8,16 -o sweep.csv",
+              "tabsched sweep 1f1b zbv -p 4,8 -m 16 --systems dgx-h100,dgx-a100 -j 2"],
+    "study": ["tabsched study tabular-paper -o study/ -j 2"],
+    "costs": ["tabsched costs llama3-8b dgx-h100 -t 2",
+              "tabsched costs gpt3-175b dgx-a100 -t 8 --sequence-parallel"],
+    "execution": ["tabsched execution --model gpt3-175b --system dgx-a100 -t 8 -d 8"],
+    "megatron": ["tabsched megatron interleaved-1f1b -p 4 -m 8 -v 2 --layers 32"],
+    "plan": ["tabsched plan llama3-8b dgx-h100 --gpus 8 --global-batch 32 --top 5",
+             "tabsched plan gpt3-175b dgx-a100 --gpus 64 --global-batch 64 -t 8 "
+             "--families 1f1b --explain"],
+    "adapt": ["tabsched adapt zb-h1 -p 4 -m 8 --memory-budget 6",
+              "tabsched adapt 1f1b -p 8 -m 32 --model paper-128l --system slow_nw_mid_cp "
+              "--memory-budget capacity --cv 0.1 -o adapted.json"],
+    "plot gantt": ["tabsched plot gantt zbv -p 4 -m 8 -o zbv.png",
+                   "tabsched plot gantt 1f1b -p 4 -m 8 --model paper-128l --system dgx-h100 "
+                   "-o 1f1b.pdf"],
+    "plot memory": ["tabsched plot memory 1f1b -p 4 -m 8 --model paper-128l "
+                    "--system dgx-h100 -o memory.png"],
+    "plot sweep": ["tabsched plot sweep sweep.csv -p 8 -o sweep.png"],
+    "trace": ["tabsched trace dualpipev -p 4 -m 8 --model paper-128l --system dgx-h100 "
+              "-o trace.json"],
+    "presets": ["tabsched presets", "tabsched presets --json"],
+    "list": ["tabsched list", "tabsched list zbv"],
+    "show": ["tabsched show 1f1b -p 4 -m 8", "tabsched show 1f1b -p 4 -m 8 --format csv"],
+    "convert": ["tabsched convert 1f1b -p 4 -m 8 1f1b.csv",
+                "tabsched convert 1f1b.csv 1f1b_comms.csv --to torch-comms"],
+}
 
 
 class SectionedCommand(click.Command):
@@ -56,19 +113,43 @@ class SectionedCommand(click.Command):
     """
 
     def format_options(self, ctx, formatter):
+        arguments = [(param.make_metavar(ctx) if _takes_ctx(param) else param.make_metavar(),
+                      "") for param in self.get_params(ctx)
+                     if isinstance(param, click.Argument)]
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl([(metavar, ARGUMENT_HELP.get(metavar.rstrip("]").lstrip("["),
+                                                                ""))
+                                    for metavar, _ in arguments])
         sections = {}
         for param in self.get_params(ctx):
-            record = param.get_help_record(ctx)
+            record = None if isinstance(param, click.Argument) else param.get_help_record(ctx)
             if record is not None:
                 sections.setdefault(_SECTION_OF.get(param.name, "Other options"),
                                     []).append(record)
-        if len(sections) <= 2:   # one section and --help: headings would only add noise
-            super().format_options(ctx, formatter)
-            return
         order = list(HELP_SECTIONS) + ["Other options"]
+        if len(sections) <= 2:   # one section and --help: headings would only add noise
+            with formatter.section("Options"):
+                formatter.write_dl([record for section in sorted(sections, key=order.index)
+                                    for record in sections[section]])
+            return
         for section in sorted(sections, key=order.index):
             with formatter.section(section):
                 formatter.write_dl(sections[section])
+
+    def format_epilog(self, ctx, formatter):
+        super().format_epilog(ctx, formatter)
+        examples = EXAMPLES.get(ctx.command_path.partition(" ")[2])
+        if examples:
+            with formatter.section("Examples"):
+                for example in examples:   # as typed: never wrapped
+                    formatter.write(" " * formatter.current_indent + example + "\n")
+
+
+def _takes_ctx(param):
+    """click 8.2 passes the context to ``make_metavar``; 8.0 and 8.1 do not."""
+    import inspect
+    return "ctx" in inspect.signature(param.make_metavar).parameters
 
 
 def complete_schedule(ctx, param, incomplete):
@@ -231,7 +312,8 @@ def torch_options(command):
 def cost_options(command):
     options = [
         click.option("--f", "forward", type=float, help="Forward length (default 1)."),
-        click.option("--b", "backward", type=float, help="Full backward length (default 1)."),
+        click.option("--b", "backward", type=float,
+                     help="Full backward length (default 2: an input-grad plus a weight-grad)."),
         click.option("--i", "input_grad", type=float, help="Input-grad length (default 1)."),
         click.option("--w", "weight_grad", type=float, help="Weight-grad length (default 1)."),
         click.option("--comm", type=float,
@@ -464,3 +546,13 @@ def variation_options(default_samples):
             wrapper = option(wrapper)
         return wrapper
     return decorator
+
+
+def html_option(what):
+    """``--html FILE``: also write the command's report as one self-contained HTML page
+    (:func:`tabsched.report.html_report`); the command receives ``html_path``."""
+    return click.option(
+        "--html", "html_path", metavar="FILE.html",
+        help=f"Also write {what} as one HTML file (.html or .htm) that opens in a browser "
+             f"with nothing else: an interactive Gantt chart (zoom, pan, hover for each "
+             f"operation's times and what it waited for) and the memory per device.")

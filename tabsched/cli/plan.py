@@ -5,9 +5,10 @@ import os
 import click
 
 from tabsched.cli.build import int_list, name_list
-from tabsched.cli.format import (OverBudget, echo_json, format_columns, format_memory,
-                                 format_time, progress_reporter, translate_errors)
-from tabsched.cli.options import SectionedCommand, complete_preset
+from tabsched.cli.format import (OverBudget, check_html_path, echo_json, format_columns,
+                                 format_memory, format_time, progress_reporter, translate_errors,
+                                 write_html_report)
+from tabsched.cli.options import SectionedCommand, complete_preset, html_option
 from tabsched.exceptions import MemoryBudgetError
 
 
@@ -88,13 +89,14 @@ def _zero_stages(text):
 @click.option("--jobs", "-j", type=int, default=1, show_default=True, help="Local processes.")
 @click.option("--dask", metavar="ADDRESS|local", help="Run the simulations on a Dask cluster.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
+@html_option("the ranked executions with their tie band and the best one's run")
 @translate_errors
 def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
                  pipeline_degrees, context_degrees, expert_degrees, microbatch_sizes,
                  recompute_modes,
                  max_chunks, zero, sequence_parallel_choice, uneven, cross_node,
                  memory_budget, execution, tie_band, exhaustive, top, explain, as_json,
-                 out, save_executions, jobs, dask, quiet):
+                 out, save_executions, jobs, dask, quiet, html_path):
     """Search the executions of MODEL on --gpus GPUs of SYSTEM for the fastest that fits.
 
     Every split t x p x d (t x cp x p x d with --context-parallel), schedule family and its
@@ -109,6 +111,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
     from tabsched.plan import plan
     if out:
         check_output_path(out)
+    if html_path:
+        check_html_path(html_path, inputs=(execution, model, system), outputs={"--out": out})
     if save_executions:
         check_output_folder(save_executions)
     if top < 1:
@@ -151,6 +155,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
             path = os.path.join(save_executions, f"rank-{row.rank}.toml")
             row.execution.write(path)
         click.echo(f"wrote {len(result.rows)} executions into {save_executions}", err=True)
+    if html_path:
+        write_html_report(result, html_path)
     if as_json:
         echo_json(result.to_dict())
         return

@@ -28,16 +28,20 @@ def _picture_output(command):
 @click.option("--time-range", metavar="START:END",
               help="Zoom on this span of the iteration, e.g. 0:2.5 (slots) or 1.2s:1.5s "
                    "(with --model/--system).")
+@click.option("--downsample/--no-downsample", default=None,
+              help="Draw runs of columns of the dominant kind, the critical path as a "
+                   "stripe (default: when ops are under a few pixels wide).")
 @translate_errors
 def plot_gantt_command(schedule, schedule_params, evaluation, out, no_transfers, labels,
-                       time_range):
+                       time_range, downsample):
     """A Gantt chart of SCHEDULE: a lane per device and per link, the critical path outlined."""
     from tabsched.plot import check_picture_path, gantt
     check_picture_path(out, inputs=(schedule,))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation)
     result = run_evaluation(table, torch_schedule, costs, evaluation)
     span = None if time_range is None else _parse_time_range(time_range, result.time_unit)
-    gantt(result, out, transfers=not no_transfers, labels=labels, time_range=span)
+    gantt(result, out, transfers=not no_transfers, labels=labels, time_range=span,
+          downsample=downsample)
     click.echo(f"wrote {out}", err=True)
 
 

@@ -5,7 +5,7 @@ import click
 
 from tabsched.cli.format import echo_json, format_columns, translate_errors
 from tabsched.cli.options import SectionedCommand
-from tabsched.costs.units import format_quantity
+from tabsched.costs.units import format_count, format_quantity
 from tabsched.exceptions import UnknownNameError
 
 
@@ -44,7 +44,7 @@ def presets_command(name, as_json):
     for model in models.values():
         rows.append([model.name, str(model.layers), str(model.hidden),
                      f"{model.heads}/{model.kv_heads}", str(model.ffn), str(model.sequence),
-                     str(model.vocab), f"{model.parameters / 1e9:.3g}B", model.recompute,
+                     str(model.vocab), format_count(model.parameters), model.recompute,
                      model.description])
     click.echo(format_columns(rows))
     click.echo("")

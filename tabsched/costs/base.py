@@ -320,6 +320,16 @@ def _short(value, limit=4):
     return repr(value) if isinstance(value, str) else str(value)
 
 
+#: The table level's default slot lengths ``(F, B, I, W)``: a full backward is an
+#: input-grad plus a weight-grad (I + W = B), each as long as a forward, as the
+#: zero-bubble paper counts them (Qi et al., ICLR 2024, section 2: T_F = T_B = T_W
+#: for its B and W, so a whole backward takes 2 T_F; a transformer layer's backward
+#: also does twice its forward's FLOPs, Narayanan et al., SC 2021, section 3.5).
+#: With all four 1 (the grid as drawn, before 0.2) a split backward cost twice a full
+#: one, so ZB-H1 needed more slots than 1F1B while ranking first by bubble.
+DEFAULT_SLOT_LENGTHS = (1.0, 2.0, 1.0, 1.0)
+
+
 class UnitCosts(CostModel):
     """The idealized-table level: a fixed length per kind, no communication.
 
@@ -327,8 +337,8 @@ class UnitCosts(CostModel):
     ----------
     f, b, i, w : float
         Slot length of a forward, full backward, input-grad and weight-grad of a
-        full microbatch (DESIGN.md default: all 1). A microbatch of relative size
-        ``x`` takes ``x`` times as long.
+        full microbatch; default :data:`DEFAULT_SLOT_LENGTHS`, F=1 B=2 I=1 W=1. A
+        microbatch of relative size ``x`` takes ``x`` times as long.
     input_grad_release : float
         Part of an activation freed when ``I`` ends; ``W`` frees the rest.
         Default 0: the whole activation lives until ``W``, as the zero-bubble
@@ -349,7 +359,8 @@ class UnitCosts(CostModel):
 
     level = "table"
 
-    def __init__(self, f=1.0, b=1.0, i=1.0, w=1.0, *, input_grad_release=0.0, overlap=1.0,
+    def __init__(self, f=DEFAULT_SLOT_LENGTHS[0], b=DEFAULT_SLOT_LENGTHS[1],
+                 i=DEFAULT_SLOT_LENGTHS[2], w=DEFAULT_SLOT_LENGTHS[3], *, input_grad_release=0.0, overlap=1.0,
                  sync=0.0, optimizer=0.0, execution=None):
         self.lengths = np.array([_non_negative("f", f), _non_negative("b", b),
                                  _non_negative("i", i), _non_negative("w", w)])

@@ -581,12 +581,12 @@ max_connections
         >>> ModelCosts("paper-128l", "mid_nw_mid_cp")  # doctest: +ELLIPSIS
         ModelCosts(paper-128l: 128 layers, hidden 4096, ... on mid_nw_mid_cp: 1 PFLOP/s, ...)
         """
-        from tabsched.costs.units import format_quantity
+        from tabsched.costs.units import format_count, format_quantity
         model, system = self.model, self.system
         settings = ", ".join(f"{key}={value}" for key, value in self.describe().items()
                              if key not in ("model", "transformer", "system"))
         return (f"ModelCosts({model.name}: {model.layers} layers, hidden {model.hidden}, "
-                f"{model.parameters / 1e9:.3g}B parameters on {system.name}: "
+                f"{format_count(model.parameters)} parameters on {system.name}: "
                 f"{format_quantity(system.peak_flops, 'FLOP/s')}, "
                 f"{format_quantity(system.memory_bandwidth, 'B/s')} memory, "
                 f"{format_quantity(system.intra_node_bandwidth, 'B/s')} / "

@@ -20,8 +20,12 @@ The two operations' segments run on two streams, as the runtimes launch them:
   when the one before it in its operation has ended);
 * segments are launched alternately, one of each operation in turn (DualPipe's and
   Megatron-Core's interleaving: the forward's attention beside the backward's combine,
-  the forward's dispatch beside the backward's MLP, ...), and a stream takes the first
-  launched segment that is ready;
+  the forward's dispatch beside the backward's MLP, ...), and each stream runs its
+  segments in launch order, as a CUDA stream runs its kernels (first in, first out): a
+  segment that is not ready holds back the stream's later ones. (Taking the first ready
+  segment instead is a list schedule, and a longer segment could then shorten the cell,
+  Graham's anomaly; in launch order every segment waits only for segments launched
+  before it, so the cell is monotone in every segment's length and cannot deadlock);
 * while a collective runs, compute runs ``1 + overlap_slowdown`` times slower: the
   communication kernels occupy SMs (DeepSeek-V3 gives 20 of the H800's 132 SMs to
   communication, a slowdown of 132/112 - 1 = 0.18; the systems' ``overlap_slowdown`` is
@@ -126,15 +130,17 @@ def two_streams(first, second, slowdown, serial_launch=False):
                     if serial_launch and position != dispatched:
                         break
                     comm, seconds, last = chains[op][index]
-                    if comm == stream and done[op] == index:
+                    if comm != stream:
+                        if serial_launch:
+                            break
+                        continue
+                    if done[op] == index:
                         running[stream] = [position, seconds, last]
                         begun[position] = changed = True
                         whole[position] = seconds - last <= tolerance()
                         while dispatched < len(launch) and whole[dispatched]:
                             dispatched += 1
-                        break
-                    if serial_launch:
-                        break
+                    break   # a stream runs its segments in launch order (FIFO)
         active = [stream for stream in (False, True) if running[stream] is not None]
         if not active:
             return now

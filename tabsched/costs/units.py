@@ -34,7 +34,8 @@ import re
 
 from tabsched.exceptions import InvalidParameterError
 
-__all__ = ["parse_quantity", "format_quantity", "UNITS", "ACCEPTED"]
+__all__ = ["parse_quantity", "format_quantity", "format_number", "format_count", "UNITS",
+           "ACCEPTED"]
 
 #: The units tabsched knows, each with an example for error messages.
 UNITS = {"B": "80GB", "B/s": "450GB/s", "s": "1.2ms", "FLOP/s": "1PFLOP/s", "FLOP": "2TFLOP"}
@@ -228,6 +229,49 @@ def format_quantity(value: float, unit: str, *, digits: int = 3) -> str:
     if unit == "s":
         return f"{_significant(value / scale, digits)} {prefix}"
     return f"{_significant(value / scale, digits)} {prefix}{unit}"
+
+
+def format_number(value, digits=6):
+    """``value`` positionally, never in scientific notation: a whole number in full, any
+    other with at most ``digits`` significant digits (trailing zeros dropped).
+
+    For counts a user reads (slots, cells, microbatches), where ``3e+06 slots`` hides
+    the size.
+
+    >>> format_number(3e6), format_number(27.0), format_number(1 / 3), format_number(1234567.891)
+    ('3000000', '27', '0.333333', '1234568')
+    >>> format_number(2.5e-7), format_number(-0.0), format_number(float("inf"))
+    ('0.00000025', '0', 'inf')
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0.0:
+        return "0"
+    if value.is_integer() and abs(value) < 1e18:
+        return str(int(value))
+    exponent = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - exponent)
+    text = f"{value:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def format_count(value, digits=3):
+    """A large count with a thousands prefix (k, M, B for billions as model sizes are
+    named, T): ``format_count(1.008e12)`` is ``'1.01T'``, never ``'1.01e+03B'``.
+
+    >>> format_count(8.03e9), format_count(1.008e12), format_count(175e9), format_count(950)
+    ('8.03B', '1.01T', '175B', '950')
+    """
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    for scale, prefix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if _rounds_to_at_least_one(abs(value) / scale, digits):
+            return f"{_significant(value / scale, digits)}{prefix}"
+    return _significant(value, digits)
 
 
 def _rounds_to_at_least_one(mantissa, digits):

@@ -5,8 +5,18 @@ One simulated iteration becomes a JSON trace that ``ui.perfetto.dev`` and
 track per device (every operation a complete event, the optimizer step too),
 a process "links" with one track per directed link that carries traffic (every
 transfer an event), and, when the iteration has a tail, a "collectives" track
-for the gradient syncs. Times are in microseconds, as the format wants; a
-result in slots maps one slot to one microsecond (``args.time_unit`` says so).
+for the gradient syncs. ``ts`` and ``dur`` are in microseconds, as the format
+wants: a result in seconds is converted; a result in slots (the table level, no
+seconds at all) draws one slot as 1 ms, so that slots read as whole milliseconds
+in the viewer. ``otherData`` says which: ``time_unit`` is the result's unit
+(``"s"`` or ``"slots"``), ``trace_time_unit`` is ``"us"`` and
+``trace_us_per_time_unit`` the scale (1e6 or 1000), with a one-line ``note``.
+
+An overlapped forward-backward pair (DualPipe's two-microbatch cell) is one
+slice named after both operations (``"0F7 + 7B3"``, category ``overlap``) with
+both in ``args.ops``: the cost model runs the two together for the whole
+interval, so two nested slices of equal length, or halves, would both say
+something the model does not.
 
 As in a ``torch.profiler`` trace, memory is a counter track per device
 (``device <d> memory``: activations, and persistent + activations when the
@@ -34,19 +44,36 @@ DEVICES_PID = 0
 LINKS_PID = 1
 COLLECTIVES_PID = 2
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "input-grad", "W": "weight-grad"}
+#: Trace microseconds per unit of a result's time: seconds are converted; a slot, which
+#: is no length of time, is drawn as 1 ms (1000 us), a length the viewers show well.
+US_PER_TIME_UNIT = {"s": 1e6, "slots": 1e3}
 
 
 def _microseconds(result):
-    """Factor from the result's time unit to microseconds."""
-    return 1e6 if result.time_unit == "s" else 1.0
+    """Factor from the result's time unit to the trace's microseconds."""
+    return US_PER_TIME_UNIT.get(result.time_unit, 1.0)
+
+
+def _time_metadata(result):
+    """What the trace's times mean: ``otherData`` entries."""
+    scale = _microseconds(result)
+    if result.time_unit == "s":
+        note = "ts and dur are microseconds of simulated time"
+    elif result.time_unit == "slots":
+        note = ("times are schedule slots, not seconds: one slot is drawn as 1 ms "
+                "(ts and dur are slots x 1000)")
+    else:
+        note = f"ts and dur are {result.time_unit}"
+    return {"time_unit": result.time_unit, "trace_time_unit": "us",
+            "trace_us_per_time_unit": scale, "note": note}
 
 
 def chrome_trace(result):
     """The trace of ``result`` as a dict in the Trace Event Format.
 
-    Every operation and every transfer is one ``"X"`` (complete) event; the
-    parts of an overlapped cell are two events on one track at the same time.
-    Events on the critical path carry ``args.critical = true``.
+    Every operation and every transfer is one ``"X"`` (complete) event, but an
+    overlapped cell is one event for its parts (``args.ops`` lists them). Events
+    on the critical path carry ``args.critical = true``.
     """
     scale = _microseconds(result)
     table = result.table
@@ -62,16 +89,27 @@ def chrome_trace(result):
         events.append(_meta(DEVICES_PID, device, "thread_name", f"device {device}"))
         events.append(_meta(DEVICES_PID, device, "thread_sort_index", device))
 
+    cells = {}
     for k in range(len(table)):
-        cell = int(lowered.cell_of_op[k])
-        kind = table.kind_letter(k)
+        cells.setdefault(int(lowered.cell_of_op[k]), []).append(k)
+    for cell, ops in cells.items():
+        kinds = [table.kind_letter(k) for k in ops]
+        timing = {"pid": DEVICES_PID, "tid": int(table.device[ops[0]]),
+                  "ts": float(start[cell]) * scale, "dur": float(durations[cell]) * scale}
+        if len(ops) == 1:
+            k, kind = ops[0], kinds[0]
+            events.append({
+                "name": str(table.op(k)), "cat": KIND_NAMES[kind], "ph": "X", **timing,
+                "args": {"stage": int(table.stage[k]), "microbatch": int(table.microbatch[k]),
+                         "kind": kind, "critical": bool(critical[cell])}})
+            continue
+        # one slice for the overlapped pair: the model runs both for all of the interval
+        names = [str(table.op(k)) for k in ops]
         events.append({
-            "name": str(table.op(k)), "cat": KIND_NAMES[kind], "ph": "X",
-            "pid": DEVICES_PID, "tid": int(table.device[k]),
-            "ts": float(start[cell]) * scale, "dur": float(durations[cell]) * scale,
-            "args": {"stage": int(table.stage[k]), "microbatch": int(table.microbatch[k]),
-                     "kind": kind, "critical": bool(critical[cell]),
-                     "time_unit": result.time_unit}})
+            "name": " + ".join(names), "cat": "overlap", "ph": "X", **timing,
+            "args": {"ops": names, "stages": [int(table.stage[k]) for k in ops],
+                     "microbatches": [int(table.microbatch[k]) for k in ops],
+                     "kinds": kinds, "critical": bool(critical[cell])}})
 
     transfers = lowered.transfers
     if len(transfers):
@@ -90,8 +128,7 @@ def chrome_trace(result):
                 "cat": "gradient" if transfers.gradient[k] else "activation", "ph": "X",
                 "pid": LINKS_PID, "tid": track[int(src[k]), int(dst[k])],
                 "ts": float(start[node]) * scale, "dur": float(durations[node]) * scale,
-                "args": {"bytes": float(nbytes[k]), "critical": bool(critical[node]),
-                         "time_unit": result.time_unit}})
+                "args": {"bytes": float(nbytes[k]), "critical": bool(critical[node])}})
 
     if lowered.count(SYNC):
         events.append(_meta(COLLECTIVES_PID, None, "process_name", "collectives"))
@@ -117,7 +154,7 @@ def chrome_trace(result):
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"generator": "tabsched", "family": table.family,
                           "params": table.params, "level": result.level,
-                          "makespan": result.makespan, "time_unit": result.time_unit}}
+                          "makespan": result.makespan, **_time_metadata(result)}}
 
 
 def _memory_counters(result, scale):

@@ -126,7 +126,7 @@ class TorchSchedule:
         >>> schedule = from_pytorch_csv("0F0,0SEND_F0,0RECV_B0,0B0\\r\\n"
         ...                             "1RECV_F0,1F0,1B0,1SEND_B0\\r\\n")
         >>> schedule.evaluate().makespan
-        4.0
+        6.0
         """
         result = evaluate(self.table, costs, transfer_after=self.transfer_after,
                           shard_windows=self.shard_windows, **options)
