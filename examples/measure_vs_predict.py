@@ -23,7 +23,7 @@ makes the replayed durations longer than these). Run it with torch installed::
     python examples/measure_vs_predict.py                  # 2 processes, 16 microbatches
     python examples/measure_vs_predict.py --families 1f1b zbv --microbatches 32
 
-The README's "Measured vs predicted" section shows a run and discusses it.
+The fidelity report (``docs/fidelity.md``) shows a run and discusses it.
 """
 
 import argparse

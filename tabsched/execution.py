@@ -289,6 +289,8 @@ class Execution:
         CUDA's 8); 1 starts kernels in launch order, which an overlapped cell's two streams
         feel (:mod:`tabsched.costs.streams`).
 
+    Notes
+    -----
     Assigning to a field raises (the dataclass is frozen): use :meth:`replace`.
     """
 

@@ -1,5 +1,6 @@
 """The layout the architecture map (ARCHITECTURE.md) promises: no import cycle among
-tabsched's modules, and every name and path the README uses exists."""
+tabsched's modules, and every name and path the README and the documentation pages (docs/)
+use exists."""
 
 import ast
 import importlib
@@ -122,13 +123,34 @@ def test_the_table_does_not_import_the_lowering():
     assert "tabsched.layout" not in graph["tabsched.table"]
 
 
+def documents():
+    """README.md and every page of docs/ (the README's manual moved there)."""
+    return [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
+
+
+def python_blocks():
+    """``(document, code)`` of every Python block of the README and the docs pages."""
+    return [(path.relative_to(ROOT), block) for path in documents()
+            for block in re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"),
+                                    flags=re.S)]
+
+
 def readme_python():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
+    """The Python of the README and the docs pages, in the order the pages are read."""
+    return "\n".join(block for _, block in python_blocks())
+
+
+def test_the_docs_pages_hold_the_python_the_readme_held():
+    assert len(python_blocks()) >= 6          # the six blocks the README held before issue 25
+    assert any(str(document).startswith("docs") for document, _ in python_blocks())
 
 
 def test_readme_python_blocks_parse():
-    ast.parse(readme_python())
+    for document, block in python_blocks():
+        try:
+            ast.parse(block)
+        except SyntaxError as error:
+            raise AssertionError(f"{document}: a Python block does not parse: {error}")
 
 
 def readme_imports():
@@ -161,8 +183,9 @@ def test_readme_names_public_names_only_from_all():
 
 
 def test_every_source_path_the_docs_name_exists():
-    for document in ("README.md", "ARCHITECTURE.md"):
-        text = (ROOT / document).read_text(encoding="utf-8")
+    for path in documents() + [ROOT / "ARCHITECTURE.md"]:
+        document = path.relative_to(ROOT)
+        text = path.read_text(encoding="utf-8")
         for path in re.findall(r"`((?:tabsched|tests|bench)/[\w/.]+\.(?:py|pyx|pxd|toml))`",
                                text):
             assert (ROOT / path).exists(), f"{document} names {path}, which does not exist"

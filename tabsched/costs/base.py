@@ -351,6 +351,8 @@ class UnitCosts(CostModel):
     execution : Execution, optional
         How the table runs (its contention and tail; default ``Execution()``).
 
+    Examples
+    --------
     >>> UnitCosts(b=2).describe()
     {'model': 'UnitCosts', 'F': 1.0, 'B': 2.0, 'I': 1.0, 'W': 1.0}
     """
@@ -421,8 +423,12 @@ class StageCosts(CostModel):
     time_unit : str
         Label of the unit the numbers are in (default "s").
 
+    Notes
+    -----
     Durations scale linearly with a microbatch's relative size.
 
+    Examples
+    --------
     >>> costs = StageCosts([1.0, 2.0], comm=0.5)
     >>> costs.describe()["B"]
     [2.0, 4.0]

@@ -141,6 +141,8 @@ def to_csv(table: ScheduleTable, *, drop_metadata: bool = False) -> str:
         sizes, layers per stage or family (see :func:`csv_loss`); by default
         such a table is refused, since it would read back different.
 
+    Examples
+    --------
     >>> from tabsched.schedules import generate
     >>> to_csv(generate("gpipe", devices=2, microbatches=1), drop_metadata=True)
     '0F0,,,0B0\\r\\n,1F0,1B0,\\r\\n'
