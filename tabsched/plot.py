@@ -1,4 +1,5 @@
-"""Pictures of evaluated tables: Gantt charts and memory timelines.
+"""Pictures of evaluated tables: Gantt charts and memory timelines (a sweep's are
+:mod:`tabsched.plot_sweep`, re-exported here).
 
 matplotlib is imported when a picture is drawn, never by ``import tabsched``; it
 is the ``plot`` extra (``pip install 'tabsched[plot]'``), and a picture without it
@@ -12,44 +13,24 @@ group with id ``device-<d>`` (and every link lane ``link-<a>-<b>``), so a
 picture can be checked or styled by id.
 """
 
-import os
-import re
-
 import numpy as np
 
-from tabsched._extras import require
 from tabsched.exceptions import InvalidParameterError, MissingDependencyError
-from tabsched.files import atomic_write, check_output_path
+from tabsched.figures import (DPI, LINE_COLORS, PALETTE, PRINT_RC, _figure, _print_settings,
+                              check_picture_path, fit_title, matplotlib_module, save_figure)
 from tabsched.nodes import CELL, OPTIMIZER, SYNC, TRANSFER
+from tabsched.plot_sweep import line_style, microbatch_ticks, sweep_plot
 
 __all__ = ["gantt", "memory_plot", "sweep_plot", "gantt_svg", "save_figure", "check_picture_path",
            "fit_title", "line_style", "microbatch_ticks", "KIND_COLORS", "LINE_COLORS",
-           "PRINT_RC"]
+           "PALETTE", "PRINT_RC"]
 
-#: A colour-blind-safe palette (Okabe and Ito 2008, "Color Universal Design",
-#: https://jfly.uni-koeln.de/color/): distinguishable under the common colour-vision
-#: deficiencies, and in greyscale together with the markers and line styles below.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000",
-           "#F0E442")
-#: Twelve categorical line colours: the eight above, then four of Paul Tol's "muted"
-#: scheme (https://personal.sron.nl/~pault/, "Colour schemes and templates", 2021) that
-#: differ from them: wine, indigo, olive, teal. Neighbouring lines never get near-equal
-#: shades, as they did from a sequential colour map.
-LINE_COLORS = PALETTE + ("#882255", "#332288", "#999933", "#44AA99")
-#: matplotlib's marker and line-style codes; with the colours they make every line's
-#: (colour, marker, line style) unique for up to 12 x 8 x 4 = 384 lines
-#: (:func:`line_style`).
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-LINESTYLES = ("-", "--", "-.", ":")
 KIND_COLORS = {"F": "#0072B2", "B": "#E69F00", "I": "#D55E00", "W": "#009E73",
                "overlap": "#CC79A7", "optimizer": "#999999", "sync": "#56B4E9"}
 TRANSFER_COLORS = {False: "#56B4E9", True: "#F0E442"}
 CRITICAL = "#000000"
 IDLE = "#EEEEEE"
-CAPACITY = "#C00000"
-PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
 LABEL_LIMIT = 600
-DPI = 150
 #: Bars narrower than this many pixels are drawn this wide, so that no operation or
 #: transfer vanishes from a picture of a long iteration.
 MIN_BAR_PIXELS = 1.5
@@ -69,20 +50,6 @@ CRITICAL_STRIPE = 0.16
 LABEL_FONTSIZE = 6
 LABEL_PAD_POINTS = 1.0
 CHAR_EMS = {"0": 1303 / 2048, ":": 690 / 2048, "+": 1716 / 2048}
-
-
-#: matplotlib settings in force while tabsched writes a figure (matplotlib's rcParams,
-#: https://matplotlib.org/stable/users/explain/customizing.html): fonts embedded as
-#: TrueType (Type 42) in PDF and PostScript, not as Type 3, which camera-ready checkers
-#: (IEEE PDF eXpress among them) refuse; SVG text kept as <text>, not drawn as paths, so
-#: it can be searched, selected and restyled. Applied with ``rc_context`` around the
-#: save only, so the caller's own rcParams are left as they were.
-PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
-
-
-def _print_settings():
-    """A context in which figures are written with ``PRINT_RC``."""
-    return matplotlib_module().rc_context(PRINT_RC)
 
 
 #: Above this many operations a notebook shows no Gantt chart (drawing it takes seconds).
@@ -113,42 +80,6 @@ def gantt_svg(result):
     return text[text.find("<svg"):]
 
 
-def matplotlib_module(name="matplotlib"):
-    """``name`` from matplotlib, or a one-line error naming the ``plot`` extra."""
-    return require(name, "plot", "drawing pictures")
-
-
-def _figure(width, height):
-    return matplotlib_module("matplotlib.figure").Figure(figsize=(width, height),
-                                                          layout="constrained")
-
-
-def check_picture_path(path, inputs=()):
-    """Refuse, before drawing, a picture path with another suffix or in no folder (or one
-    that names an input, ``inputs``: ``files.check_output_path``)."""
-    suffix = os.path.splitext(os.fspath(path))[1].lower()
-    if suffix not in PICTURE_SUFFIXES:
-        raise InvalidParameterError(f"{path}: pictures are written as "
-                                    f"{', '.join(PICTURE_SUFFIXES)}, not {suffix or 'no suffix'}")
-    check_output_path(path, inputs=inputs)
-    return suffix
-
-
-def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (PNG, SVG or PDF by suffix), atomically, with
-    ``PRINT_RC``: TrueType fonts in a PDF, text as text in an SVG.
-
-    matplotlib writes a temporary file beside ``path``, which replaces it only
-    once complete (:func:`tabsched.files.atomic_write`).
-    """
-    suffix = check_picture_path(path)
-
-    def write(temporary):
-        with _print_settings():
-            figure.savefig(temporary, dpi=DPI, format=suffix[1:])
-    atomic_write(path, write=write)
-
-
 def _critical_nodes(result):
     lowered = result._lowered
     mask = np.zeros(lowered.num_nodes, dtype=bool)
@@ -163,78 +94,6 @@ def _text_color(fill):
                for c in (red, green, blue)]
     luminance = 0.2126 * channel[0] + 0.7152 * channel[1] + 0.0722 * channel[2]
     return "black" if luminance > 0.35 else "white"
-
-
-def _root_figure(artist):
-    figure = artist.figure
-    while getattr(figure, "_parent", None) is not None:       # a subfigure's figure
-        figure = figure._parent
-    return figure
-
-
-def _wrapped(text, chars):
-    """``text`` in lines of at most ``chars`` characters, two at most: the second
-    shortened with an ellipsis at its end if the text is longer."""
-    import textwrap
-    lines = textwrap.wrap(text, max(chars, 1), break_on_hyphens=False)
-    if len(lines) > 2:
-        rest = " ".join(lines[1:])
-        lines = [lines[0], rest[:max(chars - 1, 1)].rstrip() + "\u2026"]
-    return "\n".join(lines)
-
-
-def fit_title(artist, margin_points=3.0):
-    """Make a title (any text artist) fit inside its figure's width.
-
-    A title wider than the room on either side of where it is anchored (its axes'
-    centre, the figure's centre for a suptitle) is wrapped into two lines, the second
-    shortened with an ellipsis at its end: the start of a title, which names the
-    schedule, is never cut. The figure is laid out (without rendering) to measure.
-    """
-    text = " ".join(artist.get_text().split())
-    if not text:
-        return artist
-    figure = _root_figure(artist)
-    if _surely_fits(artist, figure):
-        return artist
-    margin = margin_points * figure.dpi / 72
-    for _ in range(4):
-        figure.draw_without_rendering()
-        box = artist.get_window_extent()      # with the renderer the layout used
-        frame = figure.bbox
-        align = artist.get_horizontalalignment()
-        if align == "center":
-            middle = (box.x0 + box.x1) / 2
-            room = 2 * (min(middle - frame.x0, frame.x1 - middle) - margin)
-        elif align == "left":
-            room = frame.x1 - margin - box.x0
-        else:
-            room = box.x1 - frame.x0 - margin
-        if box.width <= room:
-            break
-        longest = max(len(line) for line in artist.get_text().split("\n"))
-        artist.set_text(_wrapped(text, int(0.95 * longest * max(room, 0) / box.width)))
-    return artist
-
-
-#: A generous estimate of the mean advance width of a title's characters, in ems, in
-#: DejaVu Sans (its hmtx table: most lower-case letters about 0.6 em, digits 0.64, a
-#: space 0.32; only m and w, 0.97 and 0.82, and capitals such as M and W are wider).
-TITLE_EMS = 0.7
-
-
-def _surely_fits(artist, figure):
-    """Whether a centred title fits by a generous estimate (no layout needed to check)."""
-    if artist.get_horizontalalignment() != "center":
-        return False
-    longest = max(len(line) for line in artist.get_text().split("\n"))
-    wide = longest * TITLE_EMS * artist.get_fontsize() / 72 / figure.get_figwidth()
-    if artist.axes is not None:
-        box = artist.axes.get_position()         # before the layout: roughly where it goes
-        middle = (box.x0 + box.x1) / 2
-    else:
-        middle = artist.get_position()[0]        # a suptitle: in figure coordinates
-    return wide <= 2 * min(middle, 1 - middle) * 0.8
 
 
 def table_title(table, limit=60):
@@ -677,288 +536,3 @@ def _colormap(count):
         return lambda k: LINE_COLORS[k]
     cmap = matplotlib_module().colormaps["cividis"]  # designed for colour-vision deficiency
     return lambda k: cmap(k / max(count - 1, 1))
-
-
-def line_style(k):
-    """``(colour, marker, line style)`` of line ``k``: unique for ``k`` below 384.
-
-    The first twelve lines differ in colour; markers and line styles cycle with them
-    too, so lines that coincide stay apart. Beyond twelve the colours repeat, and each
-    round of twelve shifts the marker by one (every eighth round, the line style), so
-    the triple is unique for all 12 x 8 x 4 = 384 combinations.
-
-    >>> line_style(0), line_style(12)
-    (('#0072B2', 'o', '-'), ('#0072B2', 'P', '-'))
-    """
-    rounds = k // len(LINE_COLORS)
-    color = LINE_COLORS[k % len(LINE_COLORS)]
-    marker = MARKERS[(k + rounds) % len(MARKERS)]
-    linestyle = LINESTYLES[(k + rounds // len(MARKERS)) % len(LINESTYLES)]
-    return color, marker, linestyle
-
-
-def microbatch_ticks(values, log=True, most=8):
-    """Where to put the ticks of a microbatch axis: at data values only.
-
-    Every value when there are at most ``most``; else a subset, evenly spread on the
-    axis (on a log axis, in log space), always with the first and the last value.
-
-    >>> microbatch_ticks([4, 8, 16])
-    [4, 8, 16]
-    >>> microbatch_ticks(range(1, 65), most=4)
-    [1, 4, 16, 64]
-    """
-    values = sorted(set(values))
-    if len(values) <= most:
-        return values
-    position = np.log2(values) if log else np.asarray(values, dtype=float)
-    gap = (position[-1] - position[0]) / (most - 1) * (1 - 1e-9)
-    chosen = [0]
-    for index in range(1, len(values)):
-        if position[index] - position[chosen[-1]] >= gap:
-            chosen.append(index)
-    if chosen[-1] != len(values) - 1:
-        if position[-1] - position[chosen[-1]] < gap / 2 and len(chosen) > 1:
-            chosen[-1] = len(values) - 1           # too close to the last: move it there
-        else:
-            chosen.append(len(values) - 1)
-    return [values[index] for index in chosen]
-
-
-#: Sweep columns that place a point on a line (x axis, panel) or describe it, rather than
-#: tell lines apart.
-_NOT_A_LINE = {"family", "params", "devices", "microbatches", "system", "microbatch_size",
-               "status", "reason", "gpus"}
-_LEVELS = {"formula": "formula level", "table": "table level", "simulation": "simulation"}
-
-
-def metric_label(metric):
-    """``"iteration time (simulation)"`` for ``simulation_makespan_s``, and so on.
-
-    >>> metric_label("simulation_makespan_s"), metric_label("table_bubble_ratio")
-    ('iteration time (simulation)', 'bubble ratio (table level)')
-    """
-    level, _, rest = metric.partition("_")
-    if level not in _LEVELS:
-        return metric.replace("_", " ")
-    rest = re.sub(r"_(s|bytes)$", "", rest)
-    name = {"makespan": "iteration time", "slots": "schedule length (slots)"}.get(
-        rest, rest.replace("_", " "))
-    return f"{name} ({_LEVELS[level]})"
-
-
-def _system_independent(metric, ok, line_of):
-    """Whether ``metric`` is the same on every system for each line and microbatch count."""
-    if metric.startswith(("formula_", "table_")):
-        return True
-    values = {}
-    for row in ok:
-        values.setdefault((line_of(row), row["microbatches"]), set()).add(row[metric])
-    return len({row["system"] for row in ok}) > 1 and all(len(v) == 1 for v in values.values())
-
-
-def _capacity(system):
-    """The memory capacity of a system preset or file, or None."""
-    from tabsched.costs.system import load_system
-    from tabsched.exceptions import TabschedError
-    try:
-        return load_system(system).memory_capacity
-    except (TabschedError, OSError):
-        return None
-
-
-def sweep_plot(rows, path=None, *, ax=None, devices=None, metric="simulation_makespan_s",
-               title=None, logx=True, logy=False, capacity=None):
-    """A metric against microbatches: a line per configuration, a panel per system.
-
-    ``rows`` are sweep rows (:mod:`tabsched.sweeps`); skipped configurations are
-    left out. Systems named like the tabular paper's grid are laid out as the
-    grid (network slow..fast down, compute slow..fast across); others in order.
-    When the metric does not depend on the system (the formula and table levels,
-    or equal values everywhere) one panel shows it.
-
-    A line is one family spec and, when they vary on a system, one model and every
-    other configuration column (global batch, recomputation, the tensor degree...),
-    so a sweep over two models draws two lines per family rather than one zig-zag. Lines differ in
-    colour (12 categorical colours, colour-blind-safe first), marker and line style,
-    so lines that coincide stay visible; beyond 12 lines every (colour, marker, line
-    style) is still unique (:func:`line_style`). Microbatch ticks are at data values
-    (:func:`microbatch_ticks`).
-
-    Parameters
-    ----------
-    rows : list of dict
-    path : str or Path, optional
-        Write the figure there; with ``ax``, the figure that holds the axes.
-    ax : matplotlib.axes.Axes or sequence of them, optional
-        Draw into the caller's axes: one per panel (one axes for a one-panel sweep),
-        in the panels' order (by row, then column, of the grid described above). The
-        legend goes in the last of them; ``title``, if given, is the figure's suptitle.
-    devices : int, optional
-        Plot this pipeline depth; default the only one in ``rows`` (required if several).
-    metric : str
-        A numeric sweep column (default the simulated iteration time).
-    logx, logy : bool
-        Logarithmic axes (microbatches on base 2 by default).
-    capacity : bool, optional
-        Draw each system's memory capacity on memory metrics (default: when the
-        metric is a memory in bytes and the system states its capacity).
-
-    Returns
-    -------
-    matplotlib.figure.Figure, or ``ax`` when given
-    """
-    ok = [row for row in rows if row.get("status") == "ok" and row.get(metric) is not None]
-    depths = sorted({row["devices"] for row in ok})
-    if devices is None:
-        if len(depths) > 1:
-            raise InvalidParameterError(f"the sweep has devices {', '.join(map(str, depths))}: "
-                                        f"choose one to plot (--devices)")
-        devices = depths[0] if depths else None
-    ok = [row for row in ok if row["devices"] == devices]
-    if not ok:
-        raise InvalidParameterError(f"no successful configuration with devices={devices} "
-                                    f"to plot")
-    columns = [column for column in ok[0] if column not in _NOT_A_LINE
-               and not column.startswith(tuple(f"{level}_" for level in _LEVELS))
-               # the execution's own columns say what "parallel" says (older CSVs lack them)
-               and not (column == "parallel" and "tensor_parallel" in ok[0])]
-    by_system = {}
-    for row in ok:
-        by_system.setdefault(row["system"], []).append(row)
-    # a column that varies only from system to system (the contention or the node size
-    # an execution takes from its system, the system's memory) draws no lines of its own
-    varying = [column for column in columns if column != "spec"
-               and any(len({str(row.get(column)) for row in group}) > 1
-                       for group in by_system.values())]
-
-    def line_of(row):
-        return (row["spec"],) + tuple(str(row.get(column)) for column in varying)
-
-    def line_label(key):
-        extra = ", ".join(f"{value}" if column == "model" else f"{column} {value}"
-                          for column, value in zip(varying, key[1:]))
-        return f"{key[0]} ({extra})" if extra else key[0]
-
-    single = _system_independent(metric, ok, line_of)
-    systems = ["all systems"] if single else list(dict.fromkeys(row["system"] for row in ok))
-    grid = {systems[0]: (0, 0)} if single else _grid_layout(systems)
-    nrows = max(r for r, _ in grid.values()) + 1
-    ncols = max(c for _, c in grid.values()) + 1
-    given = ax is not None
-    if given:
-        panels = _given_axes(ax, grid)
-        figure = panels[0].figure
-        axes = {position: panel for position, panel in zip(sorted(grid.values()), panels)}
-    else:
-        figure = _figure(max(3.4 * ncols + 2.6, 8.0), 2.6 * nrows + 0.8)
-        grid_axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
-        axes = {(r, c): grid_axes[r][c] for r in range(nrows) for c in range(ncols)}
-    lines = list(dict.fromkeys(line_of(row) for row in ok))
-    ticks = microbatch_ticks([row["microbatches"] for row in ok], log=logx)
-    scale, unit = ((1.0, "s") if metric.endswith("_s") else
-                   (1e-9, "GB") if metric.endswith("_bytes") else (1.0, ""))
-    memory = metric.endswith("_bytes") and "memory" in metric
-    if capacity is None:
-        capacity = memory
-    for system, (r, c) in grid.items():
-        panel = axes[r, c]
-        for index, key in enumerate(lines):
-            points = sorted({row["microbatches"]: row[metric] for row in ok
-                             if (single or row["system"] == system)
-                             and line_of(row) == key}.items())
-            if points:
-                xs, ys = zip(*points)
-                color, marker, linestyle = line_style(index)
-                line, = panel.plot(xs, [y * scale for y in ys], color=color, marker=marker,
-                                   linestyle=linestyle,
-                                   # later lines on top with smaller markers: where lines
-                                   # coincide, every marker still shows
-                                   markersize=max(3.0, 8.0 - 0.6 * index),
-                                   markerfacecolor="none" if index % 2 else color,
-                                   linewidth=1.3, zorder=3 + index,
-                                   label=line_label(key))
-                line.set_gid(f"sweep-{system}-{index}")
-        if capacity:
-            limits = {_capacity(name) for name in ({row["system"] for row in ok}
-                                                   if single else {system})}
-            limit = limits.pop() if len(limits) == 1 else None  # one panel: one capacity
-            if limit is not None:
-                panel.axhline(limit * scale, color=CAPACITY, linestyle="--", linewidth=1.0,
-                           label=f"capacity {limit * scale:.4g} {unit}").set_gid(
-                               f"capacity-{system}")
-        if logx:
-            panel.set_xscale("log", base=2)
-        if logy:
-            panel.set_yscale("log")
-        # ticks at the microbatch counts swept (set after the scale, which resets them)
-        panel.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
-        panel.xaxis.set_minor_locator(matplotlib_module("matplotlib.ticker").NullLocator())
-        panel.set_title(system if not single else
-                        "every system (this level does not depend on it)", fontsize=9)
-        panel.tick_params(labelsize=7)
-        if c == 0 or given:
-            panel.set_ylabel(f"{metric_label(metric)}" + (f" ({unit})" if unit else ""),
-                             fontsize=8)
-        if r == nrows - 1 or given:
-            panel.set_xlabel("microbatches M", fontsize=8)
-    for position, panel in axes.items():
-        if position not in grid.values():
-            panel.set_visible(False)
-    handles, labels = [], []
-    for r, c in grid.values():
-        for handle, label in zip(*axes[r, c].get_legend_handles_labels()):
-            if label not in labels and not label.startswith("capacity "):
-                handles.append(handle)
-                labels.append(label)
-    if capacity and any((line.get_gid() or "").startswith("capacity")
-                        for panel in axes.values() for line in panel.get_lines()):
-        handles.append(matplotlib_module("matplotlib.lines").Line2D(
-            [], [], color=CAPACITY, linestyle="--", label="memory capacity"))
-        labels.append("memory capacity")
-    for position in grid.values():
-        fit_title(axes[position].title)
-    if given:
-        axes[max(grid.values())].legend(handles, labels, fontsize=7, frameon=False)
-        if title:
-            fit_title(figure.suptitle(title, fontsize=10))
-    else:
-        figure.legend(handles, labels, loc="outside right center", fontsize=8,
-                      frameon=False)
-        models = list(dict.fromkeys(str(row.get("model")) for row in ok))
-        fit_title(figure.suptitle(title or f"{', '.join(models)}, {devices} devices: "
-                                           f"{metric_label(metric)} vs microbatches",
-                                  fontsize=10))
-    if path is not None:
-        save_figure(figure, path)
-    return ax if given else figure
-
-
-def _given_axes(ax, grid):
-    """The caller's axes for ``sweep_plot``'s panels, one per panel, or a one-line error."""
-    Axes = matplotlib_module("matplotlib.axes").Axes
-    panels = [ax] if isinstance(ax, Axes) else list(np.ravel(np.asarray(ax, dtype=object)))
-    wanted = len(grid)
-    names = ", ".join(grid)
-    if not all(isinstance(panel, Axes) for panel in panels):
-        raise InvalidParameterError("ax must be matplotlib axes, or a sequence of them "
-                                    f"(one per panel: {names})")
-    if len(panels) != wanted:
-        raise InvalidParameterError(
-            f"ax: the sweep draws {wanted} panel{'s' if wanted != 1 else ''} ({names}), "
-            f"so it needs {wanted} axes, not {len(panels)}")
-    return panels
-
-
-def _grid_layout(systems):
-    """Panel (row, column) of each system: the nw x cp grid when the names say so."""
-    speeds = {"slow": 0, "mid": 1, "fast": 2}
-    pattern = re.compile(r"(slow|mid|fast)_nw_(slow|mid|fast)_cp")
-    matches = [pattern.fullmatch(system) for system in systems]
-    if all(matches):  # the paper's layout, keeping only the rows and columns present
-        rows = sorted({speeds[m.group(1)] for m in matches})
-        columns = sorted({speeds[m.group(2)] for m in matches})
-        return {system: (rows.index(speeds[m.group(1)]), columns.index(speeds[m.group(2)]))
-                for system, m in zip(systems, matches)}
-    columns = int(np.ceil(np.sqrt(len(systems))))
-    return {system: divmod(index, columns) for index, system in enumerate(systems)}
