@@ -137,19 +137,12 @@ def _draw_family(name, folder):
 
 def _gallery(folder):
     """Draw every figure into ``folder``; returns ``{site path: caption}`` and the pages."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    import matplotlib.pyplot  # noqa: F401  (imported once, before the workers fork)
-
     from tabsched import plot
     figures, pages = {}, {}
     names = [family.name for family in tabsched.families()]
-    # the Gantt charts are independent: drawn on the machine's cores (forked, so each
-    # worker has tabsched and matplotlib imported already)
-    workers = min(len(names), os.cpu_count() or 1)
-    with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-        drawn = list(pool.map(_draw_family, names, [folder] * len(names)))
+    # drawn here, one after another: mkdocs loads this hook as a module no other process
+    # can import, so a process pool cannot pickle its functions
+    drawn = [_draw_family(name, folder) for name in names]
     for name, (picture, page) in zip(names, drawn):
         pages[f"families/{name}.md"] = page
         figures[picture] = (f"{name}, p = {DEVICES}, M = {MICROBATCHES}, table level",
