@@ -156,6 +156,8 @@ def test_the_readme_picture_is_committed_and_small():
 
 
 def test_the_reference_reads_stray_prose_and_doctests_as_their_own_sections():
+    # the docs extra (pip install -e '.[docs]'); CI installs it after the suite
+    pytest.importorskip("griffe", reason="griffe comes with the docs extra")
     import sys
     sys.path.insert(0, str(ROOT))
     try:
