@@ -360,10 +360,13 @@ class TransformerModel:
 
     @property
     def embedding_parameters(self):
+        """Parameters of the input embedding (``vocab * hidden``), on the first stage."""
         return self.vocab * self.hidden
 
     @property
     def output_parameters(self):
+        """Parameters of the output layer (``vocab * hidden``), on the last stage (the embedding's
+        when tied)."""
         return self.vocab * self.hidden
 
     @property
