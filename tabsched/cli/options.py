@@ -63,6 +63,8 @@ ARGUMENT_HELP = {
     "OUTPUT": "The file to write; its extension picks the format (.csv, .json), '-' stdout.",
     "FILE.csv": "A GEMM timing CSV (m, n, k, seconds per row).",
     "FILE...": "nccl-tests output files (all_reduce_perf and friends).",
+    "TRACE...": "PyTorch profiler (Kineto) traces of a GPU run, .json or .json.gz, or "
+                "directories of them (one file per rank).",
 }
 
 #: Examples at the end of each command's ``--help`` (by command path without
