@@ -169,8 +169,10 @@ class ScheduleTable:
         if len(device) and np.any(slot < 0):
             raise InvalidScheduleError("slots must not be negative")
         if len(device):
+            # sorted by device, then slot: each row's last operation holds its last slot
+            ends = np.append(np.flatnonzero(device[1:] != device[:-1]), len(device) - 1)
             last = np.zeros(len(row_lengths), dtype=np.int32)
-            np.maximum.at(last, device, slot + 1)
+            last[device[ends]] = slot[ends] + 1
             row_lengths = np.maximum(row_lengths, last)
         if np.any((kind < 0) | (kind >= len(KINDS))):
             raise InvalidScheduleError("kind codes must be 0..3 (F, B, I, W)")
