@@ -113,7 +113,10 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
     cdef Py_ssize_t pairs = forward_of.shape[0]
     cdef Py_ssize_t k, pair
     cdef index_t g, count, source
+    cdef index_t[GROUPS] cursor
     cdef int8_t code
+    for g in range(GROUPS):
+        cursor[g] = 0
     for pair in range(pairs):
         forward_of[pair] = NO_NODE
         backward_of[pair] = NO_NODE
@@ -124,41 +127,71 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
             return -1 - STATUS_BAD_INDEX
         pair = <Py_ssize_t>stage[k] * M + microbatch[k]
         code = kind[k]
+        # each group's size, counted here; then one pass writes every dependency at
+        # its group's cursor: group by group, in the consumer's order within a group
         if code == KIND_F:
             forward_of[pair] = <index_t>k
+            if stage[k] != 0:
+                cursor[GROUP_ACTIVATION] += 1
         elif code == KIND_B or code == KIND_I:
             backward_of[pair] = <index_t>k
             if code == KIND_I:
                 input_of[pair] = <index_t>k
+            cursor[GROUP_OWN_FORWARD] += 1
+            if stage[k] != S - 1:
+                cursor[GROUP_INPUT_GRADIENT] += 1
+        else:
+            cursor[GROUP_WEIGHT_AFTER_INPUT] += 1
     count = 0
     for g in range(GROUPS):
-        for k in range(ops):
-            code = kind[k]
-            pair = <Py_ssize_t>stage[k] * M + microbatch[k]
-            if g == GROUP_ACTIVATION:
-                if code != KIND_F or stage[k] == 0:
-                    continue
-                source = forward_of[pair - M]
-            elif g == GROUP_OWN_FORWARD:
-                if code != KIND_B and code != KIND_I:
-                    continue
-                source = forward_of[pair]
-            elif g == GROUP_INPUT_GRADIENT:
-                if (code != KIND_B and code != KIND_I) or stage[k] == S - 1:
-                    continue
-                source = backward_of[pair + M]
-            else:
-                if code != KIND_W:
-                    continue
-                source = input_of[pair]
-            if source == NO_NODE:
+        source = cursor[g]
+        cursor[g] = count
+        count += source
+    if count == 0:
+        return 0
+    cdef Out out
+    out.producer, out.consumer = &producer[0], &consumer[0]
+    out.group, out.crossing, out.device = &group[0], &crossing[0], &device[0]
+    for k in range(ops):
+        code = kind[k]
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        if code == KIND_F:
+            if stage[k] != 0 and _put(&out, forward_of[pair - M], k, GROUP_ACTIVATION,
+                                      cursor):
                 return MISSING_PRODUCER
-            producer[count] = source
-            consumer[count] = <index_t>k
-            group[count] = <int8_t>g
-            crossing[count] = device[source] != device[k]
-            count += 1
+        elif code == KIND_B or code == KIND_I:
+            if _put(&out, forward_of[pair], k, GROUP_OWN_FORWARD, cursor):
+                return MISSING_PRODUCER
+            if stage[k] != S - 1 and _put(&out, backward_of[pair + M], k,
+                                          GROUP_INPUT_GRADIENT, cursor):
+                return MISSING_PRODUCER
+        elif _put(&out, input_of[pair], k, GROUP_WEIGHT_AFTER_INPUT, cursor):
+            return MISSING_PRODUCER
     return count
+
+
+cdef struct Out:
+    # where _dependencies writes (its outputs' first entries)
+    index_t *producer
+    index_t *consumer
+    int8_t *group
+    int8_t *crossing
+    const index_t *device
+
+
+cdef inline bint _put(Out *out, index_t source, Py_ssize_t k, int g,
+                      index_t *cursor) noexcept nogil:
+    """Write dependency ``source -> k`` of group ``g`` at its cursor; True when the
+    producer is missing."""
+    cdef index_t at = cursor[g]
+    if source == NO_NODE:
+        return True
+    out.producer[at] = source
+    out.consumer[at] = <index_t>k
+    out.group[at] = <int8_t>g
+    out.crossing[at] = out.device[source] != out.device[k]
+    cursor[g] = at + 1
+    return False
 
 
 @boundscheck(False)
