@@ -100,9 +100,14 @@ def lay_out(order, *, lazy=False):
     return table
 
 
-def _placed(order):
-    """``(slots, row_lengths)`` of the valid table ``order`` laid out (a lazy layout's)."""
-    return unit_layout(order, lower(order))
+def _placed(order, table):
+    """``(slots, row_lengths)`` of the valid table ``order`` laid out, for ``table``
+    whose layout was left for later; its lowering is offered to ``table``'s next
+    ``lower()``, as an eager layout's is."""
+    lowered = lower(order)
+    slots, lengths = unit_layout(order, lowered)
+    offer_lowering(table, lowered)
+    return slots, lengths
 
 
 def unit_layout(table, lowered=None):

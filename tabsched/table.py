@@ -285,7 +285,8 @@ class ScheduleTable:
 
     def _laid_out_later(self, place):
         """This table (a valid order table: its slots are its rows' positions) whose
-        slots ``place(order)`` gives, as ``(slots, row_lengths)``, when first read.
+        slots ``place(order, table)`` gives, as ``(slots, row_lengths)``, when first read
+        (``place`` may offer ``table`` the lowering it made).
 
         Everything but the slots reads the row orders, which the order table holds:
         lowering and evaluating the table do not make the layout. ``place`` must keep
@@ -298,7 +299,8 @@ class ScheduleTable:
 
     def _make_layout(self):
         order, place = self._order, self._place
-        slots, lengths = place(order)   # raises (a DeadlockError) before anything changes
+        # raises (a DeadlockError) before anything changes
+        slots, lengths = place(order, self)
         slots = np.array(slots, dtype=np.int32)
         lengths = np.array(lengths, dtype=np.int32)
         slots.flags.writeable = lengths.flags.writeable = False

@@ -136,3 +136,18 @@ def test_a_lazy_layout_of_an_order_that_deadlocks_raises_when_read():
         lazy.row_lengths
     with pytest.raises(DeadlockError):
         evaluate(lazy)
+
+
+def test_a_lazy_layout_offers_its_lowering_to_the_next_lower():
+    """Reading the slots lowers the order; that lowering serves the table's next
+    lower(), as an eager layout's does, and equals one made afresh."""
+    from tabsched.lower import lower
+    table = generate("interleaved-1f1b", devices=4, microbatches=8, chunks=2)
+    assert table._lowering is None
+    table.rows
+    assert table._lowering is not None
+    fresh = lower(table._order if table._order is not None else table.replace())
+    reused = lower(table)
+    assert table._lowering is None and reused.table is table
+    for name in ("cell_of_op", "cell_device", "indptr", "successors", "kind_bounds"):
+        assert np.array_equal(getattr(fresh, name), getattr(reused, name)), name
