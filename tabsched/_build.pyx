@@ -113,7 +113,10 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
     cdef Py_ssize_t pairs = forward_of.shape[0]
     cdef Py_ssize_t k, pair
     cdef index_t g, count, source
+    cdef index_t[GROUPS] cursor
     cdef int8_t code
+    for g in range(GROUPS):
+        cursor[g] = 0
     for pair in range(pairs):
         forward_of[pair] = NO_NODE
         backward_of[pair] = NO_NODE
@@ -124,41 +127,71 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
             return -1 - STATUS_BAD_INDEX
         pair = <Py_ssize_t>stage[k] * M + microbatch[k]
         code = kind[k]
+        # each group's size, counted here; then one pass writes every dependency at
+        # its group's cursor: group by group, in the consumer's order within a group
         if code == KIND_F:
             forward_of[pair] = <index_t>k
+            if stage[k] != 0:
+                cursor[GROUP_ACTIVATION] += 1
         elif code == KIND_B or code == KIND_I:
             backward_of[pair] = <index_t>k
             if code == KIND_I:
                 input_of[pair] = <index_t>k
+            cursor[GROUP_OWN_FORWARD] += 1
+            if stage[k] != S - 1:
+                cursor[GROUP_INPUT_GRADIENT] += 1
+        else:
+            cursor[GROUP_WEIGHT_AFTER_INPUT] += 1
     count = 0
     for g in range(GROUPS):
-        for k in range(ops):
-            code = kind[k]
-            pair = <Py_ssize_t>stage[k] * M + microbatch[k]
-            if g == GROUP_ACTIVATION:
-                if code != KIND_F or stage[k] == 0:
-                    continue
-                source = forward_of[pair - M]
-            elif g == GROUP_OWN_FORWARD:
-                if code != KIND_B and code != KIND_I:
-                    continue
-                source = forward_of[pair]
-            elif g == GROUP_INPUT_GRADIENT:
-                if (code != KIND_B and code != KIND_I) or stage[k] == S - 1:
-                    continue
-                source = backward_of[pair + M]
-            else:
-                if code != KIND_W:
-                    continue
-                source = input_of[pair]
-            if source == NO_NODE:
+        source = cursor[g]
+        cursor[g] = count
+        count += source
+    if count == 0:
+        return 0
+    cdef Out out
+    out.producer, out.consumer = &producer[0], &consumer[0]
+    out.group, out.crossing, out.device = &group[0], &crossing[0], &device[0]
+    for k in range(ops):
+        code = kind[k]
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        if code == KIND_F:
+            if stage[k] != 0 and _put(&out, forward_of[pair - M], k, GROUP_ACTIVATION,
+                                      cursor):
                 return MISSING_PRODUCER
-            producer[count] = source
-            consumer[count] = <index_t>k
-            group[count] = <int8_t>g
-            crossing[count] = device[source] != device[k]
-            count += 1
+        elif code == KIND_B or code == KIND_I:
+            if _put(&out, forward_of[pair], k, GROUP_OWN_FORWARD, cursor):
+                return MISSING_PRODUCER
+            if stage[k] != S - 1 and _put(&out, backward_of[pair + M], k,
+                                          GROUP_INPUT_GRADIENT, cursor):
+                return MISSING_PRODUCER
+        elif _put(&out, input_of[pair], k, GROUP_WEIGHT_AFTER_INPUT, cursor):
+            return MISSING_PRODUCER
     return count
+
+
+cdef struct Out:
+    # where _dependencies writes (its outputs' first entries)
+    index_t *producer
+    index_t *consumer
+    int8_t *group
+    int8_t *crossing
+    const index_t *device
+
+
+cdef inline bint _put(Out *out, index_t source, Py_ssize_t k, int g,
+                      index_t *cursor) noexcept nogil:
+    """Write dependency ``source -> k`` of group ``g`` at its cursor; True when the
+    producer is missing."""
+    cdef index_t at = cursor[g]
+    if source == NO_NODE:
+        return True
+    out.producer[at] = source
+    out.consumer[at] = <index_t>k
+    out.group[at] = <int8_t>g
+    out.crossing[at] = out.device[source] != out.device[k]
+    cursor[g] = at + 1
+    return False
 
 
 @boundscheck(False)
@@ -209,6 +242,117 @@ cdef index_t _csr(const index_t[::1] sources, const index_t[::1] targets,
         v = sources[e]
         successors[indptr[v]] = targets[e]
         indptr[v] += 1
+    previous = 0
+    for v in range(n):
+        cursor = indptr[v]
+        indptr[v] = previous
+        previous = cursor
+    return STATUS_OK
+
+
+@boundscheck(False)
+@wraparound(False)
+def plain_csr(const index_t[::1] cell_device not None,
+              const index_t[::1] cell_of_op not None,
+              const index_t[::1] producer not None,
+              const index_t[::1] consumer not None,
+              const int8_t[::1] crossing not None,
+              index_t[::1] indptr not None, index_t[::1] successors not None):
+    """The CSR of a plain lowering (no extra edges), written straight from the
+    dependencies: what :func:`csr` builds from lowering's three edge groups, in
+    their order, without the edge lists.
+
+    Groups, each node's successors in this order: row order (cell ``c`` -> ``c +
+    1`` when both are on one device); every dependency, in the order given, from
+    its producer's cell to its consumer's cell, or to its transfer node when it
+    is ``crossing`` (transfer ``j``, node ``cells + j``, is the ``j``-th crossing
+    dependency); each transfer node to its consumer's cell.
+
+    Parameters
+    ----------
+    cell_device : int32 array (cells,)
+        The device of each compute node.
+    cell_of_op : int32 array (operations,)
+        The compute node of each operation, in ``0 .. cells - 1``.
+    producer, consumer : int32 arrays (dependencies,)
+        Operation indices.
+    crossing : int8 array (dependencies,)
+        1 where the dependency is a transfer.
+    indptr : int32 array, shape (cells + transfers + 1,)
+    successors : int32 array, shape (edges,)
+        Outputs: every row edge, dependency and transfer, exactly.
+
+    Returns
+    -------
+    int
+        A status: OK, BAD_SHAPE or BAD_INDEX.
+    """
+    cdef Py_ssize_t deps = producer.shape[0]
+    cdef index_t status
+    if consumer.shape[0] != deps or crossing.shape[0] != deps or indptr.shape[0] < 1:
+        return STATUS_BAD_SHAPE
+    with nogil:
+        status = _plain_csr(cell_device, cell_of_op, producer, consumer, crossing, indptr,
+                            successors)
+    return status
+
+
+cdef index_t _plain_csr(const index_t[::1] cell_device, const index_t[::1] cell_of_op,
+                        const index_t[::1] producer, const index_t[::1] consumer,
+                        const int8_t[::1] crossing, index_t[::1] indptr,
+                        index_t[::1] successors) noexcept nogil:
+    cdef index_t cells = cell_device.shape[0]
+    cdef index_t n = indptr.shape[0] - 1
+    cdef Py_ssize_t ops = cell_of_op.shape[0]
+    cdef Py_ssize_t deps = producer.shape[0]
+    cdef Py_ssize_t k, edges = 0
+    cdef index_t v, c, cursor, previous, transfer
+    # the ids first: every operation's cell, every dependency's operations, and the
+    # transfers (one node each after the cells) exactly the nodes left
+    for k in range(ops):
+        if <size_t>cell_of_op[k] >= <size_t>cells:
+            return STATUS_BAD_INDEX
+    transfer = cells
+    for k in range(deps):
+        if <size_t>producer[k] >= <size_t>ops or <size_t>consumer[k] >= <size_t>ops:
+            return STATUS_BAD_INDEX
+        if crossing[k]:
+            transfer += 1
+    if transfer != n:
+        return STATUS_BAD_SHAPE
+    for v in range(n + 1):
+        indptr[v] = 0
+    for c in range(cells - 1):
+        if cell_device[c + 1] == cell_device[c]:
+            indptr[c + 1] += 1
+    for k in range(deps):
+        indptr[cell_of_op[producer[k]] + 1] += 1
+    for v in range(cells, n):
+        indptr[v + 1] += 1
+    for v in range(n):
+        indptr[v + 1] += indptr[v]
+    if indptr[n] != successors.shape[0]:
+        return STATUS_BAD_SHAPE
+    # indptr[v] serves as v's cursor (as in _csr), group by group
+    for c in range(cells - 1):
+        if cell_device[c + 1] == cell_device[c]:
+            successors[indptr[c]] = c + 1
+            indptr[c] += 1
+    transfer = cells
+    for k in range(deps):
+        v = cell_of_op[producer[k]]
+        if crossing[k]:
+            successors[indptr[v]] = transfer     # whose own list is filled below
+            transfer += 1
+        else:
+            successors[indptr[v]] = cell_of_op[consumer[k]]
+        indptr[v] += 1
+    transfer = cells
+    for k in range(deps):
+        if crossing[k]:
+            successors[indptr[transfer]] = cell_of_op[consumer[k]]
+            indptr[transfer] += 1
+            transfer += 1
     previous = 0
     for v in range(n):
         cursor = indptr[v]

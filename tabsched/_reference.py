@@ -479,6 +479,36 @@ def csr(sources, targets, indptr, successors):
     return OK
 
 
+def plain_csr(cell_device, cell_of_op, producer, consumer, crossing, indptr, successors):
+    """Twin of ``tabsched._build.plain_csr``: the three edge groups as lists, then
+    :func:`csr` of them."""
+    cells, n, ops = len(cell_device), len(indptr) - 1, len(cell_of_op)
+    if len(consumer) != len(producer) or len(crossing) != len(producer) or n < 0:
+        return BAD_SHAPE
+    if any(not 0 <= int(c) < cells for c in cell_of_op) or any(
+            not (0 <= int(p) < ops and 0 <= int(q) < ops) for p, q in zip(producer, consumer)):
+        return BAD_INDEX
+    crossing_at = [k for k in range(len(producer)) if crossing[k]]
+    if cells + len(crossing_at) != n:
+        return BAD_SHAPE
+    transfer_of = {k: cells + j for j, k in enumerate(crossing_at)}
+    sources, targets = [], []
+    for c in range(cells - 1):                          # row order
+        if cell_device[c + 1] == cell_device[c]:
+            sources.append(c)
+            targets.append(c + 1)
+    for k in range(len(producer)):                      # dependencies
+        sources.append(int(cell_of_op[producer[k]]))
+        targets.append(transfer_of[k] if crossing[k] else int(cell_of_op[consumer[k]]))
+    for k in crossing_at:                               # transfers to their consumers
+        sources.append(transfer_of[k])
+        targets.append(int(cell_of_op[consumer[k]]))
+    if len(successors) != len(sources):
+        return BAD_SHAPE
+    return csr(np.array(sources, dtype=np.int32), np.array(targets, dtype=np.int32), indptr,
+               successors)
+
+
 def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activation,
                      transient, release, peaks):
     """Twin of ``tabsched._build.activation_peaks``: each device's events (a start and an

@@ -174,6 +174,12 @@ def checked_durations(costs, lowered, durations):
     second line of defence, so that no result holds ``inf`` or ``nan``.
     """
     durations = np.asarray(durations, dtype=np.float64)
+    # a sum and a minimum first, no temporaries: the sum is finite only if every
+    # duration is (or they overflow it: then look closer, as for a negative one)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = durations.sum()
+    if np.isfinite(total) and (not durations.size or durations.min() >= 0):
+        return durations
     bad = np.flatnonzero(~np.isfinite(durations) | (durations < 0))
     if len(bad):
         node = int(bad[0])

@@ -40,14 +40,14 @@ def from_order(orders, **metadata):
 
 
 def from_order_arrays(device, position, kind, stage, microbatch, *, num_devices=None,
-                      **metadata):
+                      lazy=False, **metadata):
     """:func:`from_order` for generators that build their orders as arrays.
 
     ``position`` orders the operations of one device; operations sharing a
-    device and position form one overlapped cell.
+    device and position form one overlapped cell. ``lazy``: as :func:`lay_out`'s.
     """
     return lay_out(order_table(device, position, kind, stage, microbatch,
-                               num_devices=num_devices, **metadata))
+                               num_devices=num_devices, **metadata), lazy=lazy)
 
 
 def order_table(device, position, kind, stage, microbatch, *, num_devices=None, **metadata):
@@ -76,11 +76,20 @@ def order_table(device, position, kind, stage, microbatch, *, num_devices=None, 
     return order
 
 
-def lay_out(order):
+def lay_out(order, *, lazy=False):
     """``order`` (a valid table) with its cells in the slots of unit-length execution.
 
     Raises ``DeadlockError`` if the row orders contradict the dependencies.
+
+    ``lazy=True`` leaves the layout for the first read of the table's ``slot`` or
+    ``row_lengths`` (its grid, its rows, its length in slots): evaluation reads the
+    row orders alone, so a table generated and evaluated never makes it. Only for
+    orders known not to deadlock (the generators' orders, which the tests run):
+    the ``DeadlockError`` of one that does comes when the slots are first read, or
+    from the evaluation, naming the order's positions.
     """
+    if lazy:
+        return order._laid_out_later(_placed)
     lowered = lower(order)
     slots, lengths = unit_layout(order, lowered)
     # a row's cells take slots in its order, and every row is as long as the layout
@@ -89,6 +98,16 @@ def lay_out(order):
     # the one just made; the next lower(table) takes it instead of redoing it.
     offer_lowering(table, lowered)
     return table
+
+
+def _placed(order, table):
+    """``(slots, row_lengths)`` of the valid table ``order`` laid out, for ``table``
+    whose layout was left for later; its lowering is offered to ``table``'s next
+    ``lower()``, as an eager layout's is."""
+    lowered = lower(order)
+    slots, lengths = unit_layout(order, lowered)
+    offer_lowering(table, lowered)
+    return slots, lengths
 
 
 def unit_layout(table, lowered=None):

@@ -589,61 +589,72 @@ def lower(table: ScheduleTable, *, contention: str = "none",
 
     # Edge groups (sources, targets), each node's successors listed group by group:
     # its next cell, its dependencies (a crossing one through its transfer node),
-    # then whatever the options add.
-    edge_groups = []
-    same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(INDEX)
-    edge_groups.append((same_row, same_row + 1))
+    # then whatever the options add (``extra_groups``).
+    extra_groups = []
     transfer_node = np.arange(num_cells, num_nodes, dtype=INDEX)
-    dependency_targets = cell_of_op[consumers]
-    dependency_targets[crossing] = transfer_node
-    edge_groups.append((cell_of_op[producers], dependency_targets))
-    del producers, consumers, gradient, crossing, dependency_targets
-    edge_groups.append((transfer_node, cell_of_op[tr_consumer]))
     if blocking_sends and num_transfers:
         sender_cell = cell_of_op[tr_producer]
         has_next = np.zeros(num_transfers, dtype=bool)
         inside = sender_cell + 1 < num_cells
         has_next[inside] = cell_device[sender_cell[inside] + 1] == device[tr_producer[inside]]
-        edge_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
+        extra_groups.append((transfer_node[has_next], sender_cell[has_next] + 1))
     scheduled = p2p_edges(table, p2p, cell_of_op, cell_device, tr_producer, tr_consumer,
                           num_cells)
-    edge_groups.extend(scheduled)
+    extra_groups.extend(scheduled)
     if transfer_after is not None:
-        edge_groups.extend(transfer_after_edges(transfer_after, tr_producer, cell_of_op,
-                                                num_cells))
+        extra_groups.extend(transfer_after_edges(transfer_after, tr_producer, cell_of_op,
+                                                 num_cells))
 
     first_sync = num_nodes
     sync_stage, sync_groups = sync_nodes(table, grad_sync, cell_of_op, first_sync)
-    edge_groups.extend(sync_groups)
+    extra_groups.extend(sync_groups)
     num_nodes += len(sync_stage)
     first_optimizer = num_nodes
     if optimizer:
         num_nodes += D
-        edge_groups.extend(optimizer_edges(table, cell_device, sync_stage, first_sync,
-                                           first_optimizer))
+        extra_groups.extend(optimizer_edges(table, cell_device, sync_stage, first_sync,
+                                            first_optimizer))
     first_shard = num_nodes
     shard, shard_counts = None, (0, 0, 0)
     if sharding is not None:
         shard, shard_counts, shard_groups = shard_nodes(
             table, sharding, cell_of_op, cell_device, first_shard,
             first_optimizer if optimizer else None, shard_windows)
-        edge_groups.extend(shard_groups)
+        extra_groups.extend(shard_groups)
         num_nodes += sum(shard_counts)
 
-    num_edges = sum(len(sources) for sources, _ in edge_groups)
+    # a row edge wherever two neighbouring cells share a device
+    row_edges = num_cells - 1 - int(np.count_nonzero(np.diff(cell_device))) if num_cells else 0
+    num_edges = (row_edges + len(producers) + num_transfers
+                 + sum(len(sources) for sources, _ in extra_groups))
     if max(num_nodes, num_edges) > MAX_IDS:
         raise InvalidParameterError(
             f"the lowered table has {num_nodes} nodes and {num_edges} edges; the kernel's "
             f"int32 ids hold at most {MAX_IDS}")
-    edge_sources = np.concatenate([group for group, _ in edge_groups]).astype(INDEX,
-                                                                              copy=False)
-    edge_targets = np.concatenate([group for _, group in edge_groups]).astype(INDEX,
-                                                                              copy=False)
-    del edge_groups
     indptr = np.empty(num_nodes + 1, dtype=INDEX)
     successors = np.empty(num_edges, dtype=INDEX)
-    _check_status(_build.csr(edge_sources, edge_targets, indptr, successors))
-    del edge_sources, edge_targets
+    if not extra_groups:
+        # the plain lowering: the three groups written as CSR at once (_build.plain_csr,
+        # the same lists as the edge lists' CSR below)
+        _check_status(_build.plain_csr(cell_device, cell_of_op, producers, consumers,
+                                       crossing.view(np.int8), indptr, successors))
+        del producers, consumers, gradient, crossing
+    else:
+        same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(INDEX)
+        dependency_targets = cell_of_op[consumers]
+        dependency_targets[crossing] = transfer_node[:num_transfers]
+        edge_groups = [(same_row, same_row + 1), (cell_of_op[producers], dependency_targets),
+                       (transfer_node[:num_transfers], cell_of_op[tr_consumer])]
+        del producers, consumers, gradient, crossing, dependency_targets
+        edge_groups.extend(extra_groups)
+        del extra_groups
+        edge_sources = np.concatenate([group for group, _ in edge_groups]).astype(
+            INDEX, copy=False)
+        edge_targets = np.concatenate([group for _, group in edge_groups]).astype(
+            INDEX, copy=False)
+        del edge_groups
+        _check_status(_build.csr(edge_sources, edge_targets, indptr, successors))
+        del edge_sources, edge_targets
 
     # each kind's range, in the order of nodes.KINDS (the kinds still to come: empty)
     kind_bounds = np.full(len(KINDS) + 1, num_nodes, dtype=INDEX)

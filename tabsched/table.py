@@ -115,9 +115,12 @@ class ScheduleTable:
         For the first problem in row order, with its device and slot.
     """
 
-    __slots__ = ("device", "slot", "kind", "stage", "microbatch", "row_lengths",
+    __slots__ = ("device", "_slot", "kind", "stage", "microbatch", "_row_lengths",
                  "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
-                 "grad_sync", "_rows", "_lowering")
+                 "grad_sync", "_rows", "_lowering", "_order", "_place")
+    #: What a table is made of and pickles as (a pending layout is made first).
+    _STATE = ("device", "slot", "kind", "stage", "microbatch", "row_lengths", "num_stages",
+              "microbatch_sizes", "stage_layers", "family", "params", "grad_sync", "_rows")
 
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
                  microbatch_sizes=None, stage_layers=None, family=None, params=None,
@@ -166,8 +169,10 @@ class ScheduleTable:
         if len(device) and np.any(slot < 0):
             raise InvalidScheduleError("slots must not be negative")
         if len(device):
+            # sorted by device, then slot: each row's last operation holds its last slot
+            ends = np.append(np.flatnonzero(device[1:] != device[:-1]), len(device) - 1)
             last = np.zeros(len(row_lengths), dtype=np.int32)
-            np.maximum.at(last, device, slot + 1)
+            last[device[ends]] = slot[ends] + 1
             row_lengths = np.maximum(row_lengths, last)
         if np.any((kind < 0) | (kind >= len(KINDS))):
             raise InvalidScheduleError("kind codes must be 0..3 (F, B, I, W)")
@@ -234,6 +239,8 @@ class ScheduleTable:
         # the lowering a layout made of these row orders, for the table's next lower()
         # (tabsched.lower owns it; not compared, copied or pickled)
         self._lowering = None
+        # a layout not made yet (_laid_out_later): the order table and what places it
+        self._order = self._place = None
 
     def _check_ids(self, ids, what, count):
         """Refuse, naming its cell, the first id a table of ``count`` operations cannot hold."""
@@ -248,9 +255,68 @@ class ScheduleTable:
 
     # ------------------------------------------------------------------ views
     @property
+    def slot(self):
+        """The slot of every operation (int32, read-only); a layout left for later
+        (:func:`tabsched.layout.lay_out` with ``lazy=True``) is made on first read."""
+        if self._slot is None:
+            self._make_layout()
+        return self._slot
+
+    @slot.setter
+    def slot(self, value):
+        self._slot = value
+
+    @property
+    def row_lengths(self):
+        """Every row's length in slots (int32, read-only); as :attr:`slot`, a layout
+        left for later is made on first read."""
+        if self._row_lengths is None:
+            self._make_layout()
+        return self._row_lengths
+
+    @row_lengths.setter
+    def row_lengths(self, value):
+        self._row_lengths = value
+
+    @property
+    def laid_out(self):
+        """Whether the slots are made (False only for a layout left for later)."""
+        return self._slot is not None
+
+    def _laid_out_later(self, place):
+        """This table (a valid order table: its slots are its rows' positions) whose
+        slots ``place(order, table)`` gives, as ``(slots, row_lengths)``, when first read
+        (``place`` may offer ``table`` the lowering it made).
+
+        Everything but the slots reads the row orders, which the order table holds:
+        lowering and evaluating the table do not make the layout. ``place`` must keep
+        every row's order (the layout does), so the cells, and so ``cell_starts``, are
+        the order table's."""
+        table = self._copy()
+        table._slot = table._row_lengths = None
+        table._order, table._place = self, place
+        return table
+
+    def _make_layout(self):
+        order, place = self._order, self._place
+        # raises (a DeadlockError) before anything changes
+        slots, lengths = place(order, self)
+        slots = np.array(slots, dtype=np.int32)
+        lengths = np.array(lengths, dtype=np.int32)
+        slots.flags.writeable = lengths.flags.writeable = False
+        self._slot, self._row_lengths = slots, lengths
+        self._order = self._place = None
+
+    def _placed_slot(self):
+        """Slots that order every row as :attr:`slot` does, without making a layout
+        left for later (the order table's positions)."""
+        return self._order.slot if self._slot is None else self._slot
+
+    @property
     def num_devices(self):
         """Rows of the table: the pipeline's devices."""
-        return len(self.row_lengths)
+        lengths = self._order.row_lengths if self._row_lengths is None else self._row_lengths
+        return len(lengths)
 
     @property
     def num_microbatches(self):
@@ -286,16 +352,23 @@ class ScheduleTable:
         again what this table passed. Only for slots that keep every row's order
         (not decreasing along a row) and rows that reach past their last slot, as
         a row order laid out gives them (``layout.lay_out``)."""
-        table = ScheduleTable.__new__(ScheduleTable)
-        for name in ScheduleTable.__slots__:
-            setattr(table, name, getattr(self, name))
+        table = self._copy()
         table.slot = np.array(slot, dtype=np.int32)
         table.row_lengths = np.array(row_lengths, dtype=np.int32)
         for array in (table.slot, table.row_lengths):
             array.flags.writeable = False
+        return table
+
+    def _copy(self):
+        """A new table object with this one's arrays and metadata (its own params, no
+        rows view, no lowering offered, no layout pending: the slots are set after)."""
+        table = ScheduleTable.__new__(ScheduleTable)
+        for name in ScheduleTable.__slots__:
+            setattr(table, name, getattr(self, name))
         table.params = dict(self.params)
         table._rows = None
         table._lowering = None
+        table._order = table._place = None
         return table
 
     def replace(self, **metadata):
@@ -371,7 +444,9 @@ class ScheduleTable:
         """Boolean mask: True where an operation opens a new cell (overlaps share one)."""
         fresh = np.ones(len(self.device), dtype=bool)
         if len(self.device) > 1:
-            fresh[1:] = (self.device[1:] != self.device[:-1]) | (self.slot[1:] != self.slot[:-1])
+            # a layout keeps the rows' orders: the order table's positions tell the cells
+            slot = self._placed_slot()
+            fresh[1:] = (self.device[1:] != self.device[:-1]) | (slot[1:] != slot[:-1])
         return fresh
 
     def __eq__(self, other):
@@ -384,11 +459,12 @@ class ScheduleTable:
     __hash__ = None  # type: ignore[assignment]  # equal tables compare arrays: no hash
 
     def __getstate__(self):
-        """The slots, less the lowering a layout left for the next ``lower()``."""
-        return None, {name: getattr(self, name) for name in ScheduleTable.__slots__
-                      if name != "_lowering"}
+        """The slots (a layout left for later made first), less the lowering a layout
+        left for the next ``lower()``."""
+        return None, {name: getattr(self, name) for name in ScheduleTable._STATE}
 
     def __setstate__(self, state):
+        self._order = self._place = None
         for name, value in state[1].items():
             setattr(self, name, value)
         self._lowering = None

@@ -77,6 +77,62 @@ def test_csr_checks_ids():
                           np.zeros(2, I32)) == _build.BAD_SHAPE
 
 
+def edge_list_csr(table):
+    """The plain lowering's CSR as lowering built it before ``plain_csr``: its three
+    edge groups (row order, dependencies through transfer nodes, transfers to their
+    consumers) as edge lists, then ``csr``; with the arrays ``plain_csr`` reads."""
+    from tabsched.edges import dependencies
+    fresh = table.cell_starts()
+    cell_of_op = (np.cumsum(fresh, dtype=I32) - 1).astype(I32)
+    cell_device = table.device[fresh].astype(I32)
+    cells = len(cell_device)
+    producers, consumers, _, crossing = dependencies(table)
+    transfers = int(crossing.sum())
+    transfer_node = np.arange(cells, cells + transfers, dtype=I32)
+    same_row = np.flatnonzero(cell_device[1:] == cell_device[:-1]).astype(I32)
+    targets = cell_of_op[consumers]
+    targets[crossing] = transfer_node
+    sources = np.concatenate([same_row, cell_of_op[producers], transfer_node])
+    targets = np.concatenate([same_row + 1, targets, cell_of_op[consumers[crossing]]])
+    indptr, successors = np.empty(cells + transfers + 1, I32), np.empty(len(sources), I32)
+    assert _build.csr(sources.astype(I32), targets.astype(I32), indptr, successors) == _build.OK
+    return (indptr, successors), (cell_device, cell_of_op, producers, consumers,
+                                  crossing.view(np.int8))
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_plain_csr_is_the_csr_of_the_edge_lists(seed):
+    """The plain lowering's CSR written at once is the one the edge lists give, every
+    node's successors in the same order (Kahn's order and the binding depend on it)."""
+    table = random_table(seed)
+    (indptr, successors), arrays = edge_list_csr(table)
+    for module in (_build, _reference):
+        mine_indptr, mine = np.full(len(indptr), -9, I32), np.full(len(successors), -9, I32)
+        assert module.plain_csr(*arrays, mine_indptr, mine) == _build.OK
+        np.testing.assert_array_equal(mine_indptr, indptr)
+        np.testing.assert_array_equal(mine, successors)
+
+
+def test_plain_csr_checks_ids_and_shapes():
+    table = random_table(7)
+    (indptr, successors), arrays = edge_list_csr(table)
+    cell_device, cell_of_op, producers, consumers, crossing = arrays
+    bad_cell = cell_of_op.copy()
+    bad_cell[0] = len(cell_device)
+    bad_op = producers.copy()
+    bad_op[0] = len(cell_of_op)
+    for module in (_build, _reference):
+        def status(*given, nodes=len(indptr), edges=len(successors)):
+            return module.plain_csr(*given, np.empty(nodes, I32), np.empty(edges, I32))
+        assert status(*arrays) == _build.OK
+        assert status(cell_device, bad_cell, producers, consumers, crossing) == _build.BAD_INDEX
+        assert status(cell_device, cell_of_op, bad_op, consumers, crossing) == _build.BAD_INDEX
+        assert status(*arrays, nodes=len(indptr) + 1) == _build.BAD_SHAPE  # transfers missing
+        assert status(*arrays, edges=len(successors) - 1) == _build.BAD_SHAPE
+        assert status(cell_device, cell_of_op, producers, consumers[:-1],
+                      crossing) == _build.BAD_SHAPE
+
+
 @given(seed=st.integers(0, 2**32 - 1), release=st.sampled_from([0.0, 0.3, 1.0]),
        integer=st.booleans())
 def test_activation_peaks_equal_the_timelines(seed, release, integer):

@@ -397,3 +397,25 @@ def test_a_device_busy_all_along_has_no_idle_not_minus_zero():
     assert _idle_share(0.0, 0, 0.0) == 0.0 and _idle_share(1.0, 2, 1.0) == 0.5
     table = generate("interleaved-1f1b", devices=1, microbatches=16, chunks=3)
     assert evaluate(table, StageCosts([0.1, 0.2, 0.3])).bubble_ratio >= 0.0
+
+
+def test_checked_durations_names_the_first_bad_node_and_passes_large_finite_ones():
+    """A sum and a minimum decide most durations at once; a NaN, an infinity or a
+    negative one is still named (the first), and finite ones whose sum overflows pass."""
+    import sys
+    import numpy as np
+    from tabsched import InvalidParameterError, UnitCosts, generate, lower
+    checked = sys.modules["tabsched.evaluate"].checked_durations
+    lowered = lower(generate("1f1b", devices=2, microbatches=2))
+    costs = UnitCosts()
+    durations = costs.node_durations(lowered)
+    assert checked(costs, lowered, durations) is not None
+    huge = np.full(lowered.num_nodes, 1e308)
+    assert np.array_equal(checked(costs, lowered, huge), huge)
+    for value, shown in ((np.nan, "nan"), (np.inf, "inf"), (-1.0, "-1.0")):
+        bad = durations.copy()
+        bad[[1, 2]] = value
+        with pytest.raises(InvalidParameterError,
+                           match=rf"^the costs give {lowered.describe_node(1)} a duration of "
+                                 rf"{shown} "):
+            checked(costs, lowered, bad)

@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from tabsched import InvalidParameterError, ScheduleTable, generate
 from tabsched._testing import random_table
@@ -200,6 +202,16 @@ def test_tables_beyond_int32_ids_are_refused(monkeypatch):
         lower(generate("1f1b", devices=2, microbatches=4))
 
 
+def laid_out_now(family, **params):
+    """``generate(family, **params)`` with its layout made at once (``lay_out``), which
+    offers its lowering to the table's next ``lower()``; a generator's own layout is
+    made when its slots are first read, and offers none."""
+    from tabsched.layout import lay_out
+    lazy = generate(family, **params)
+    assert not lazy.laid_out and lazy._lowering is None
+    return lay_out(lazy._order)
+
+
 @pytest.mark.parametrize("family", ["1f1b", "zbv", "chimera", "dualpipe"])
 @pytest.mark.parametrize("contention, grad_sync", [("none", None), ("link", "replicas"),
                                                    ("nic", None), ("link", [])])
@@ -208,8 +220,8 @@ def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family,
     """The layout's lowering serves the next lower() of its table whatever the
     contention, when no sync node is added; it equals a lowering made afresh. It
     travels on the table (no module-level slot): another table's layout leaves it."""
-    offered = generate(family, devices=4, microbatches=8)   # the layout offers this one's
-    made = generate(family, devices=4, microbatches=8)
+    offered = laid_out_now(family, devices=4, microbatches=8)   # the layout offers its own
+    made = laid_out_now(family, devices=4, microbatches=8)
     pending = offered._lowering
     assert pending is not None and pending.table is None    # no cycle back to the table
     made._lowering = None                                   # lowered afresh below
@@ -231,7 +243,7 @@ def test_a_generated_tables_lowering_is_reused_only_where_it_is_the_same(family,
 def test_a_tables_offered_lowering_is_not_compared_copied_or_pickled():
     import copy
     import pickle
-    table = generate("1f1b", devices=4, microbatches=8)
+    table = laid_out_now("1f1b", devices=4, microbatches=8)
     assert table._lowering is not None
     for other in (copy.copy(table), copy.deepcopy(table), pickle.loads(pickle.dumps(table)),
                   table.replace(family="mine")):
@@ -246,3 +258,27 @@ def test_sync_devices_are_the_stages_holders():
     for k, stage in enumerate(lowered.sync_stage.tolist()):
         expected = tuple(sorted(set(table.device[table.stage == stage].tolist())))
         assert lowered.sync_devices(k) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(family=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv",
+                               "dualpipev", "chimera", "hanayo"]),
+       devices=st.sampled_from([2, 4, 6, 8]), microbatches=st.integers(1, 16))
+def test_the_plain_lowering_written_at_once_is_the_edge_lists_csr(family, devices,
+                                                                   microbatches):
+    """A plain lowering's CSR comes from ``_build.plain_csr``; with an (empty) extra edge
+    group the lowering goes through the edge lists and ``csr`` as before. The DAGs are
+    the same, every node's successors in the same order, and so are the runs."""
+    from tabsched import UnitCosts
+    try:
+        table = generate(family, devices=devices, microbatches=microbatches)
+    except InvalidParameterError:
+        assume(False)
+    nothing = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    plain, listed = lower(table), lower(table, transfer_after=nothing)
+    for name in ("kind_bounds", "cell_of_op", "cell_device", "indptr", "successors"):
+        assert np.array_equal(getattr(plain, name), getattr(listed, name)), name
+    durations = UnitCosts(f=1, b=2).node_durations(plain)
+    mine, theirs = plain.run(durations), listed.run(durations)
+    for a, b in zip(mine, theirs):
+        assert np.array_equal(a, b)

@@ -1,5 +1,6 @@
 """Generators and the registry: golden tables, the worked grids of SCHEDULES.md."""
 
+import numpy as np
 import pytest
 
 from tabsched import (InvalidParameterError, UnitCosts, UnknownNameError, evaluate, generate,
@@ -195,3 +196,26 @@ def test_check_parameters_builds_a_cost_driven_family():
     assert check_parameters("zb-auto", devices=4, microbatches=8, costs=costs) == 4
     with pytest.raises(InvalidParameterError, match="zb-auto needs costs"):
         check_parameters("zb-auto", devices=4, microbatches=8)
+
+
+def test_one_f_one_b_columns_are_every_devices_order():
+    """The 1F1B generator builds all devices' orders at once (numpy over the grid);
+    each device's is device_order's, and the table is the one the per-device orders
+    lay out."""
+    from tabsched.layout import from_order
+    from tabsched.schedules.one_f_one_b import device_order, order_columns
+    from tabsched.table import KINDS
+    for p in range(1, 9):
+        for n in range(1, 14):
+            device, position, kind, stage, microbatch = order_columns(p, n)
+            orders = []
+            for r in range(p):
+                kinds, mbs = device_order(min(p - r - 1, n), n)
+                mine = device == r
+                assert np.array_equal(kind[mine], kinds) and np.array_equal(microbatch[mine], mbs)
+                assert np.array_equal(position[mine], np.arange(2 * n))
+                assert np.all(stage[mine] == r)
+                orders.append([f"{r}{KINDS[k]}{m}" for k, m in zip(kinds, mbs)])
+            table = generate("1f1b", devices=p, microbatches=n)
+            assert table == from_order(orders, num_stages=p, num_microbatches=n,
+                                       family="1f1b", params={"devices": p, "microbatches": n})

@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tabsched import InvalidScheduleError, Op, Overlap, ScheduleTable
 from tabsched.table import parse_cell
@@ -139,3 +141,21 @@ def test_first_bad_cell_comes_before_a_later_microbatch_out_of_range():
                                                    r"of range"):
         ScheduleTable([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F2", "1B1", "1F1"]],
                       num_microbatches=2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(cells=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 9)), min_size=1,
+                      max_size=30, unique=True),
+       lengths=st.lists(st.integers(0, 12), min_size=4, max_size=4))
+def test_row_lengths_reach_past_every_rows_last_slot(cells, lengths):
+    """A row is as long as asked, or as its last slot needs: the largest slot of each
+    device plus one (np.maximum.at), found on the sorted arrays."""
+    device = np.array([d for d, _ in cells], dtype=np.int32)
+    slot = np.array([s for _, s in cells], dtype=np.int32)
+    table = ScheduleTable.from_arrays(device, slot, np.zeros(len(cells), np.int8),
+                                      np.zeros(len(cells), np.int32),
+                                      np.arange(len(cells), dtype=np.int32), lengths,
+                                      validate=False)
+    expected = np.array(lengths, dtype=np.int32)
+    np.maximum.at(expected, device, slot + 1)
+    assert np.array_equal(table.row_lengths, expected)

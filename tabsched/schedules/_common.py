@@ -10,7 +10,9 @@ MICROBATCHES = "microbatches per iteration (the papers' M or N)"
 
 
 class OrderBuilder:
-    """Collects per-device operation orders, then lays them out.
+    """Collects per-device operation orders, then lays them out (when the table's
+    slots are first read: ``layout.lay_out(lazy=True)``; a generator's orders do not
+    deadlock, which the tests check family by family).
 
     ``add(device, kind, stage, microbatch)`` appends one operation to the
     device's order; ``add_overlap(device, parts)`` appends parts run as one step.
@@ -36,14 +38,15 @@ class OrderBuilder:
     def table(self, **metadata):
         ops = np.array(self._ops, dtype=np.int64).reshape(-1, 5)
         return from_order_arrays(*(np.ascontiguousarray(column) for column in ops.T),
-                                 num_devices=self.num_devices, **metadata)
+                                 num_devices=self.num_devices, lazy=True, **metadata)
 
 
 def table_from_columns(columns, num_devices, **metadata):
-    """Lay out orders given as numpy columns (device, position, kind, stage, microbatch)."""
+    """Lay out orders given as numpy columns (device, position, kind, stage, microbatch),
+    the layout made when the table's slots are first read (``lay_out(lazy=True)``)."""
     device, position, kind, stage, microbatch = (
         np.concatenate(column, dtype=dtype, casting="same_kind") if len(column)
         else np.zeros(0, dtype=dtype)
         for column, dtype in zip(columns, (np.int32, np.int32, np.int8, np.int32, np.int32)))
     return from_order_arrays(device, position, kind, stage, microbatch,
-                                           num_devices=num_devices, **metadata)
+                             num_devices=num_devices, lazy=True, **metadata)

@@ -8,7 +8,8 @@ warm-up at N, and so do we.
 
 import numpy as np
 
-from tabsched.schedules._common import DEVICES, MICROBATCHES, table_from_columns
+from tabsched.layout import from_order_arrays
+from tabsched.schedules._common import DEVICES, MICROBATCHES
 from tabsched.schedules._registry import Family, Parameter, register
 from tabsched.table import BACKWARD, FORWARD
 
@@ -32,16 +33,36 @@ def validate(devices, microbatches):
     return devices
 
 
+def order_columns(devices, microbatches):
+    """Every device's :func:`device_order` at once, as the order's columns ``(device,
+    position, kind, stage, microbatch)``: step ``i`` of device ``r`` (warm-up ``w``) is
+    ``F(i)`` while ``i < w``, then ``F(w + j/2)`` and ``B(j/2)`` by turns (``j = i -
+    w``), then ``B(i - n)`` from ``i = 2n - w``. Numpy over the (devices x steps) grid,
+    no loop per device."""
+    p, n = devices, microbatches
+    step = np.arange(2 * n, dtype=np.int32)[None, :]
+    warmup = np.minimum(np.arange(p - 1, -1, -1, dtype=np.int32), n)[:, None]
+    paired = step - warmup                      # j, in the steady pairs
+    backward = paired & 1                       # 1 at the pairs' backwards
+    in_cooldown = step >= 2 * n - warmup
+    kind = np.where(step < warmup, 0, np.where(in_cooldown, 1, backward)).astype(np.int8)
+    # FORWARD and BACKWARD are 0 and 1 (checked below)
+    microbatch = np.where(step < warmup, step,
+                          np.where(in_cooldown, step - n, (paired >> 1) + warmup * (1 - backward)))
+    device = np.repeat(np.arange(p, dtype=np.int32), 2 * n)
+    return (device, np.tile(step[0], p), kind.ravel(), device,
+            microbatch.astype(np.int32, copy=False).ravel())
+
+
+assert (FORWARD, BACKWARD) == (0, 1)
+
+
 def build(devices, microbatches):
     p, n = devices, microbatches
-    columns = ([], [], [], [], [])
-    for r in range(p):
-        kinds, mbs = device_order(min(p - r - 1, n), n)
-        values = (np.full(2 * n, r), np.arange(2 * n), kinds, np.full(2 * n, r), mbs)
-        for column, value in zip(columns, values):
-            column.append(value)
-    return table_from_columns(columns, p, num_stages=p, num_microbatches=n,
-                              family="1f1b", params={"devices": p, "microbatches": n})
+    # the columns in their dtypes already (table_from_columns would copy them)
+    return from_order_arrays(*order_columns(p, n), num_devices=p, lazy=True, num_stages=p,
+                             num_microbatches=n, family="1f1b",
+                             params={"devices": p, "microbatches": n})
 
 
 FAMILY = register(Family(
