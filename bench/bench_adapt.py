@@ -18,6 +18,7 @@ recomputation, an 80 GB budget, a 3x slower link 3-4 and noise CV 0.1, 256
 samples per candidate: time, rounds, candidates and the gains.
 
     python bench/bench_adapt.py [--samples 1000] [--contention link] [--skip-reference]
+        [--search-devices 64 --search-microbatches 256]
 """
 
 import argparse
@@ -50,6 +51,10 @@ def main():
     parser.add_argument("--contention", choices=["none", "link"], default="link")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--skip-search", action="store_true")
+    parser.add_argument("--search-devices", type=int, default=8,
+                        help="the search's pipeline depth (issue 24's case: 64)")
+    parser.add_argument("--search-microbatches", type=int, default=32,
+                        help="the search's microbatches (issue 24's case: 256)")
     args = parser.parse_args()
 
     table = tabsched.generate("1f1b", devices=args.devices, microbatches=args.microbatches)
@@ -134,13 +139,15 @@ def main():
 
     if args.skip_search:
         return
-    start = tabsched.generate("1f1b", devices=8, microbatches=32)
+    start = tabsched.generate("1f1b", devices=args.search_devices,
+                              microbatches=args.search_microbatches)
     search_costs = tabsched.ModelCosts("paper-128l", "slow_nw_mid_cp", recompute="full")
     search_variation = SlowLink((3, 4), 3.0) + Noise(0.1)
     seconds, found = timed(lambda: adapt(start, search_costs, search_variation, "80GB",
                                          samples=256, seed=0))
     evaluated = sum(candidate.evaluated for candidate in found.log)
-    print("Search: 1F1B S=8 M=32, paper-128l on slow_nw_mid_cp, recompute full, 80 GB, "
+    print(f"Search: 1F1B S={args.search_devices} M={args.search_microbatches}, paper-128l on "
+          "slow_nw_mid_cp, recompute full, 80 GB, "
           "link 3-4 3x slower, noise CV 0.1, 256 samples per candidate")
     print(f"  {seconds:.1f} s: {found.rounds} rounds, {len(found.log)} candidates "
           f"({evaluated} evaluated), feasible {found.feasible}")
