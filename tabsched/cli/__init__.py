@@ -34,6 +34,7 @@ COMMANDS = {
     "execution": ("execution", "execution_command"),
     "plan": ("plan", "plan_command"),
     "system": ("system", "system_group"),
+    "whatif": ("whatif", "whatif_command"),
 }
 
 
