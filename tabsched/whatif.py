@@ -213,10 +213,15 @@ def _check_version(document, file):
 
 
 def _rank_events(document, file):
-    """``(ops, sends, receives)`` of one rank's file: ops as ``(start, end, label)`` in start
+    """``(ops, sends, receives, timeline)`` of one rank's file (checked by kineto first): ops as ``(start, end, label)`` in start
     order; sends as ``{(direction, stage, microbatch): [end]}``; receives as
     ``{(direction, stage, microbatch): [(action start, arrival)]}``."""
-    events = kineto._events(document, file)
+    # add_file checked every event of this document already (kineto._events): read the
+    # raw list without a second check, which is most of a large trace's reading time
+    raw = document.get("traceEvents") if isinstance(document, dict) else document
+    events = [(index, (event.get("pid", 0), event.get("tid", 0)), event["name"],
+               event.get("cat", ""), float(event["ts"]), float(event["ts"]) + float(event["dur"]))
+              for index, event in enumerate(raw) if event.get("ph") == "X"]
     gpu = any(category == "gpu_user_annotation" and name.startswith("PP:")
               for _, _, name, category, _, _ in events)
     wanted = "gpu_user_annotation" if gpu else "user_annotation"
@@ -288,10 +293,12 @@ def read_step(path, *, max_bytes=kineto.DEFAULT_MAX_BYTES):
     from tabsched.table import ScheduleTable
     files = kineto.trace_files(path)
     rows, iterations, sends, receives, timelines = {}, {}, defaultdict(list), {}, set()
+    reading = kineto._Reading()          # the durations, from the same parse of each file
     for position, file in enumerate(files):
         document = kineto._load(file, max_bytes)
         _check_version(document, file)
         rank = _rank_of(document, file, position)
+        reading.add_file(document, file)            # checks every event, or raises
         ops, rank_sends, rank_receives, timeline = _rank_events(document, file)
         del document
         if not ops:
@@ -352,7 +359,7 @@ def read_step(path, *, max_bytes=kineto.DEFAULT_MAX_BYTES):
                 if before and after and after[0] < arrival and begin < before[-1]:
                     transfers.append(max(arrival - max(before[-1], after[0]), 0.0)
                                      / _PER_SECOND)
-    profile = kineto.read_kineto(path, max_bytes=max_bytes)
+    profile = kineto._finished(reading, files)
     return TracedStep(table=table, iterations=[value / _PER_SECOND for value in measured],
                       profile=profile, transfers=transfers, files=tuple(files),
                       timeline="gpu" if "gpu" in timelines else "cpu")

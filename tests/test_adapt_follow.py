@@ -76,7 +76,7 @@ def test_bad_entries_are_one_line_each_and_the_loop_goes_on(tmp_path):
     (job / "new" / "rank0.json").write_text(json.dumps(dict(document, schemaVersion=9)))
     lines = []
     result = follow(job, TABLE, poll=0.01, timeout=3, log=tmp_path / "l.jsonl",
-                    report=lines.append, samples=8)
+                    report=lines.append, samples=8, settle=0.2)
     assert [os.path.basename(entry) for entry in result.processed] == ["step0"]
     reasons = {os.path.basename(entry): reason for entry, reason in result.skipped.items()}
     assert set(reasons) == {"cut.json", "other", "new"}

@@ -32,7 +32,7 @@ seconds you measured instead when you know them.
 
 Bad input never stops the loop: an entry that does not read (a file the job is still
 writing, a rank's file missing) is retried on the next poll and, if it fails again
-unchanged, skipped with one line naming it and what is missing; an entry of another
+unchanged (for ``settle`` seconds), skipped with one line naming it and what is missing; an entry of another
 table, from an unknown framework version or whose ranks disagree is skipped with its
 line; a directory that disappears is said once, and polling goes on until it is back,
 ``max_files`` entries were processed or ``timeout`` passed. The log (``log``) is JSON
@@ -139,7 +139,8 @@ def _signature(path):
 
 def follow(directory, table, *, memory_budget=None, threshold=0.02, horizon=100,
            switch_cost=None, poll=1.0, max_files=None, timeout=None, window=8, retune=0.05,
-           samples=32, seed=0, max_rounds=6, log=None, report=None, sleep=time.sleep):
+           samples=32, seed=0, max_rounds=6, settle=2.0, log=None, report=None,
+           sleep=time.sleep):
     """Follow the traces a job writes into ``directory``; re-plan and report switches.
 
     Parameters
@@ -168,6 +169,10 @@ def follow(directory, table, *, memory_budget=None, threshold=0.02, horizon=100,
         Search again when a fitted stage cost moved by more than this (relative).
     samples, seed, max_rounds :
         Of each search.
+    settle : float
+        Seconds an entry that does not read must stay unchanged (size and modification
+        time) before it is skipped: a writer that stalls for less (a busy machine) is
+        waited for, one that stopped is not.
     log : str or path, optional
         JSON lines: one per switch and per skipped entry.
     report : callable, optional
@@ -192,7 +197,8 @@ def follow(directory, table, *, memory_budget=None, threshold=0.02, horizon=100,
                                ("samples", samples, 1), ("max_rounds", max_rounds, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise InvalidParameterError(f"{name} must be an integer >= {least}, not {value!r}")
-    for name, value in (("threshold", threshold), ("poll", poll), ("retune", retune)):
+    for name, value in (("threshold", threshold), ("poll", poll), ("retune", retune),
+                        ("settle", settle)):
         if not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
             raise InvalidParameterError(f"{name} must be a number >= 0, not {value!r}")
     if switch_cost is not None and (not np.isfinite(switch_cost) or switch_cost < 0):
@@ -200,7 +206,7 @@ def follow(directory, table, *, memory_budget=None, threshold=0.02, horizon=100,
     say = report or (lambda line: None)
     expected = _orders(table)
     result = FollowResult()
-    seen, pending = set(), {}            # pending: entry -> signature at its first failure
+    seen, pending = set(), {}   # pending: entry -> (signature, since) of a failed read
     stage_means = defaultdict(lambda: deque(maxlen=window))     # (kind, stage) -> per step
     labels = defaultdict(lambda: deque(maxlen=window))          # label -> measurements
     transfers = deque(maxlen=window * 64)
@@ -245,11 +251,12 @@ def follow(directory, table, *, memory_budget=None, threshold=0.02, horizon=100,
                 try:
                     step = read_step(entry)
                 except TabschedError as error:
-                    signature = _signature(entry)
-                    if entry in pending and pending[entry] == signature:
-                        skip(entry, str(error))          # failed twice, unchanged: give up
+                    signature, now = _signature(entry), time.monotonic()
+                    if entry in pending and pending[entry][0] == signature:
+                        if now - pending[entry][1] >= settle:
+                            skip(entry, str(error))      # failed again, unchanged: give up
                     else:
-                        pending[entry] = signature       # the job may still be writing it
+                        pending[entry] = (signature, now)   # the job may still be writing it
                     continue
                 pending.pop(entry, None)
                 if _orders(step.table) != expected:
