@@ -120,8 +120,8 @@ def test_a_directory_that_disappears_is_said_once_and_waited_for(tmp_path):
             shutil.rmtree(job)
         if len(polls) == 4:
             _steps(job, slow_from=99, count=2)
-    result = follow(job, TABLE, poll=0.01, max_files=2, timeout=10, sleep=sleep, report=lines.append,
-                    samples=8)
+    result = follow(job, TABLE, poll=0.01, max_files=2, timeout=10, sleep=sleep,
+                    report=lines.append, samples=8)
     gone = [line for line in lines if "cannot list" in line]
     assert len(gone) == 1 and str(job) in gone[0]
     assert any(line.endswith(": back") for line in lines)

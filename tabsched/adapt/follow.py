@@ -32,9 +32,9 @@ seconds you measured instead when you know them.
 
 Bad input never stops the loop: an entry that does not read (a file the job is still
 writing, a rank's file missing) is retried on the next poll and, if it fails again
-unchanged (for ``settle`` seconds), skipped with one line naming it and what is missing; an entry of another
-table, from an unknown framework version or whose ranks disagree is skipped with its
-line; a directory that disappears is said once, and polling goes on until it is back,
+unchanged (for ``settle`` seconds), skipped with one line naming it and what is
+missing; an entry of another table, from an unknown framework version or whose ranks
+disagree is skipped with its line; a directory that disappears is said once, and polling goes on until it is back,
 ``max_files`` entries were processed or ``timeout`` passed. The log (``log``) is JSON
 lines, each written whole by one ``write`` on a file opened for appending and flushed,
 so a stop (Ctrl-C, SIGTERM) between or during steps never leaves half a line.
