@@ -162,6 +162,8 @@ def test_cli_follow(cli, cli_error, tmp_path):
                                                     f"directory"
     assert cli_error("adapt", "1f1b", "-p", "2", "-m", "8", "--follow", str(job),
                      "--horizon", "0") == "--horizon must be >= 1, not 0"
+    assert cli_error("adapt", "1f1b", "-p", "2", "-m", "8", "--follow", str(job), "--model",
+                     "llama3-8b").startswith("--model does not go with --follow DIR")
     assert cli_error("adapt", "1f1b", "-p", "2", "-m", "8", "--memory-budget", "4",
                      "--max-files", "2") == "--max-files goes with --follow DIR"
 

@@ -81,6 +81,13 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
     if follow_dir is not None:
+        ignored = [flag for flag, value in (
+            ("--model", model), ("--system", system), ("--out", out_path),
+            ("--html", html_path), ("--f", forward), ("--b", backward), ("--comm", comm),
+            ("--replay", variation_params.get("replay"))) if value is not None]
+        if ignored:
+            raise click.ClickException(f"{ignored[0]} does not go with --follow DIR: the costs "
+                                       f"and their variation are fitted to the traces")
         return _follow(schedule, schedule_params, follow_dir, follow_log, memory_budget,
                        threshold, horizon, switch_cost, max_files, timeout, poll,
                        variation_params, quiet)
