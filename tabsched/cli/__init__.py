@@ -35,6 +35,7 @@ COMMANDS = {
     "plan": ("plan", "plan_command"),
     "system": ("system", "system_group"),
     "profile": ("profile", "profile_command"),
+    "whatif": ("whatif", "whatif_command"),
 }
 
 

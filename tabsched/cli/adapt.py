@@ -42,11 +42,30 @@ from tabsched.formats.table_json import write_json
               help="List every candidate the search tried (in JSON: search.log).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @html_option("the start and the adapted table's runs, side by side, and the transforms")
+@click.option("--follow", "follow_dir", metavar="DIR",
+              help="Follow a running job of SCHEDULE: each new entry of DIR (a step's trace "
+                   "file, or a folder of per-rank traces) refits the costs, re-plans, and "
+                   "says when a changed table pays for its switch; Ctrl-C stops.")
+@click.option("--follow-log", metavar="FILE.jsonl",
+              help="With --follow: append each switch and skipped entry as a JSON line.")
+@click.option("--threshold", type=float, default=0.02, show_default=True,
+              help="With --follow: least net saving reported, a fraction of the horizon's time.")
+@click.option("--horizon", type=int, default=100, show_default=True,
+              help="With --follow: steps a saving is counted over.")
+@click.option("--switch-cost", type=float, metavar="SECONDS",
+              help="With --follow: what a switch costs (default one iteration of the current "
+                   "table, an assumption: see tabsched.adapt.follow).")
+@click.option("--max-files", type=int, help="With --follow: stop after this many entries.")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="With --follow: stop after this long.")
+@click.option("--poll", type=float, default=1.0, show_default=True,
+              help="With --follow: seconds between looks at DIR.")
 @translate_errors
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, quiet, show_log, as_json, html_path, **parallel):
+                  out_path, quiet, show_log, as_json, html_path, follow_dir, follow_log,
+                  threshold, horizon, switch_cost, max_files, timeout, poll, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -61,6 +80,21 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     it. With --strict, exit 3 when nothing fits the budget.
     """
     from tabsched.adapt import SplitMicrobatches, adapt, default_moves
+    if follow_dir is not None:
+        ignored = [flag for flag, value in (
+            ("--model", model), ("--system", system), ("--out", out_path),
+            ("--html", html_path), ("--f", forward), ("--b", backward), ("--comm", comm),
+            ("--replay", variation_params.get("replay"))) if value is not None]
+        if ignored:
+            raise click.ClickException(f"{ignored[0]} does not go with --follow DIR: the costs "
+                                       f"and their variation are fitted to the traces")
+        return _follow(schedule, schedule_params, follow_dir, follow_log, memory_budget,
+                       threshold, horizon, switch_cost, max_files, timeout, poll,
+                       variation_params, quiet)
+    for name, value in (("--follow-log", follow_log), ("--switch-cost", switch_cost),
+                        ("--max-files", max_files), ("--timeout", timeout)):
+        if value is not None:
+            raise click.ClickException(f"{name} goes with --follow DIR")
     if out_path:
         if os.path.splitext(out_path)[1].lower() != ".json":
             raise click.ClickException(
@@ -136,6 +170,49 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
         if strict:
             raise OverBudget(f"no table within the memory budget "
                              f"{format_memory(found.budget, found.memory_unit)} (--strict)")
+
+
+def _follow(schedule, schedule_params, directory, log, memory_budget, threshold, horizon,
+            switch_cost, max_files, timeout, poll, variation_params, quiet):
+    """``adapt --follow``: the loop of :func:`tabsched.adapt.follow.follow`, its lines on
+    stdout (skips on stderr), stopped cleanly by Ctrl-C or SIGTERM."""
+    from tabsched.adapt.follow import follow
+    from tabsched.cli import Terminated
+    for name, value, least in (("--horizon", horizon, 1), ("--max-files", max_files, 1)):
+        if value is not None and value < least:
+            raise click.ClickException(f"{name} must be >= {least}, not {value}")
+    for name, value in (("--threshold", threshold), ("--poll", poll), ("--timeout", timeout),
+                        ("--switch-cost", switch_cost)):
+        if value is not None and not value >= 0:
+            raise click.ClickException(f"{name} must be >= 0, not {value}")
+    if not os.path.isdir(directory):
+        raise click.ClickException(f"--follow {directory}: not a directory")
+    if log is not None:
+        check_output_path(log)
+    table = load_schedule(schedule, **schedule_params)
+    budget = None
+    if memory_budget is not None:
+        try:
+            budget = float(memory_budget)
+        except ValueError:
+            raise click.ClickException(f"--memory-budget {memory_budget}: with --follow, give "
+                                       f"a number of stage activations (the fitted costs "
+                                       f"know no bytes)") from None
+
+    def report(line):
+        click.echo(line, err=line.startswith("skipped "))
+    try:
+        result = follow(directory, table, memory_budget=budget, threshold=threshold,
+                        horizon=horizon, switch_cost=switch_cost, poll=poll,
+                        max_files=max_files, timeout=timeout, log=log,
+                        samples=min(variation_params.get("samples") or 32, 64),
+                        seed=variation_params.get("seed") or 0, report=report)
+    except Terminated:
+        click.echo("stopped by a signal; the log holds every line whole", err=True)
+        return
+    click.echo(f"followed {len(result.processed)} entries ({len(result.skipped)} skipped, "
+               f"{result.searches} searches, {len(result.switches)} switches reported); "
+               f"stopped: {result.stopped}")
 
 
 def _with_factor(move, factor):
