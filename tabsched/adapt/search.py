@@ -55,7 +55,7 @@ from tabsched.memory import checked_budget
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
 from tabsched.layout import lay_out
-from tabsched.table import BACKWARD, INPUT_GRAD, WEIGHT_GRAD, ScheduleTable
+from tabsched.table import BACKWARD, WEIGHT_GRAD, ScheduleTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -289,8 +289,8 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
     Splits stop at ``min_microbatch_size`` and merges at ``max_microbatch_size``
     (relative sizes, 1.0 = the model's microbatch), so the table stays finite.
     With ``sequence_slices`` (slice counts ``k``), each sequence cut into ``k``
-    slices (:class:`~tabsched.adapt.sequence.SplitSequence`) on a table not sliced yet,
-    without split backwards or overlapped cells.
+    slices (:class:`~tabsched.adapt.sequence.SplitSequence`, at Seq1F1B's lead and at
+    the row's) on a table not sliced yet.
     """
     P = table.num_devices
     moves = []
@@ -318,12 +318,9 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
     pairs = sizes[:len(sizes) // 2 * 2].reshape(-1, 2).sum(axis=1)
     if len(pairs) and pairs.max() <= max_microbatch_size:
         moves.append(MergeMicrobatches("all", 2))
-    if sequence_slices and table.sequence_slices is None and not np.any(
-            (table.kind == INPUT_GRAD) | (table.kind == WEIGHT_GRAD)):
-        solo = table.cell_starts()
-        if np.all(solo & np.append(solo[1:], True)):
-            moves.extend(SplitSequence(k, lead) for k in sequence_slices if k > 1
-                         for lead in ("seq1f1b", "kept"))
+    if table.sequence_slices is None:
+        moves.extend(SplitSequence(k, lead) for k in sequence_slices if k > 1
+                     for lead in ("seq1f1b", "kept"))
     return moves
 
 

@@ -41,14 +41,14 @@ import numpy as np
 from tabsched.adapt.transforms import (MemoryEffect, Transform, activations, cell_positions,
                                        check_int, ordered_table)
 from tabsched.exceptions import InvalidParameterError
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import FORWARD, WEIGHT_GRAD
 
 __all__ = ["SplitSequence", "LEADS"]
 
 #: How far a device's forward slices run ahead of its backward slices: ``seq1f1b`` a lead
 #: of ``L - 1 + k`` slices where the unsliced row led by ``L`` microbatches (Seq1F1B's
-#: warm-up, the least memory), ``kept`` ``L k - 1`` slices (about the unsliced row's lead:
-#: its memory, at slice grain).
+#: warm-up, the least memory), ``kept`` ``max(L - 1 + k, (L - 1) k + 1)`` slices (the
+#: unsliced row's lead at slice grain: about its memory; ``L`` for ``k = 1``).
 LEADS = ("seq1f1b", "kept")
 
 
@@ -63,7 +63,7 @@ class SplitSequence(Transform):
     up with ``p - d - 1 + k - 1`` forward slices, then alternates at slice grain), with
     forward slices at most one microbatch ahead of where the unsliced row ran them, and
     never before their own sequence's forwards on the device. ``k = 1`` is the table
-    itself. With ``lead="kept"`` the lead is ``L k - 1`` slices instead.
+    itself. With ``lead="kept"`` the lead is ``max(L - 1 + k, (L - 1) k + 1)`` slices.
 
     Memory: every slice a device holds at any moment belongs to a microbatch the
     unsliced row held at the matching moment or to the one after it, and a microbatch's
@@ -87,8 +87,8 @@ class SplitSequence(Transform):
     ------
     InvalidParameterError
         For ``k`` that is not an integer >= 1, that does not divide the sequence, a
-        cost model without a sequence, a table with overlapped cells or split
-        backwards (slice first, then split backwards), or one sliced already.
+        cost model without a sequence, a table with overlapped cells, or one sliced
+        already.
     """
 
     name = "split-sequence"
@@ -119,9 +119,6 @@ class SplitSequence(Transform):
         if not np.all(solo & np.append(solo[1:], True)):
             raise InvalidParameterError(f"{self.describe()}: the table has overlapped cells; "
                                         f"slicing them is not supported")
-        if np.any((table.kind == INPUT_GRAD) | (table.kind == WEIGHT_GRAD)):
-            raise InvalidParameterError(f"{self.describe()}: the table splits backwards into "
-                                        f"I and W; slice sequences first, then split them")
 
     def apply(self, table, costs=None):
         self._check(table, costs)
@@ -145,20 +142,35 @@ class SplitSequence(Transform):
             total = int(is_f.sum())
             done = 0                                       # backward slices before
             floor = 0
-            for j, op in enumerate(ops[~is_f].tolist()):
-                f_j = int(f_before[~is_f][j])
+            weight = table.kind[ops] == WEIGHT_GRAD
+            # a W needs only its own I: its slices go after the device's last backward
+            # slices before it (reverse slice order, as the I's)
+            anchor_of = {}
+            backward_ops = ops[~is_f & ~weight]
+            for j, op in enumerate(backward_ops.tolist()):
+                f_j = int(f_before[~is_f & ~weight][j])
                 own = f_index.get((int(table.stage[op]), int(table.microbatch[op])), -1) + 1
-                lead = f_j - j - 1 + k if self.lead == "seq1f1b" else (f_j - j) * k - 1
+                lead = f_j - j - 1 + k                 # Seq1F1B's: L - 1 + k slices
+                if self.lead == "kept":                # (L - 1) k + 1: the row's, at slice grain
+                    lead = max(lead, (f_j - j - 1) * k + 1)
                 ahead = min(f_j + 1, total) * k      # one microbatch ahead at most
                 for r in range(k):
                     target = min(max(done + r + lead, own * k), ahead)
                     floor = max(floor, target)
                     primary[op * k + r] = 2 * floor - 1
+                anchor_of[op] = 2 * floor - 1
                 done += k
             for n, op in enumerate(ops[is_f].tolist()):
                 primary[op * k: op * k + k] = 2 * (n * k + np.arange(k))
+            last = -1
+            for row, op in enumerate(ops.tolist()):
+                if op in anchor_of:
+                    last = anchor_of[op]
+                elif table.kind[op] == WEIGHT_GRAD:
+                    # after its own I's slices, and after the forwards it followed
+                    primary[op * k: op * k + k] = max(last, 2 * int(f_before[row]) * k - 1)
         kind = table.kind[source]
-        backward = kind == BACKWARD
+        backward = kind != FORWARD
         slice_index = np.where(backward, k - 1 - part, part)
         microbatch = table.microbatch[source].astype(np.int64) * k + slice_index
         # equal primaries (backward slices placed after the same forward slice) keep the
