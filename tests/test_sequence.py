@@ -211,3 +211,26 @@ def test_seq1f1b_direction_on_a_long_sequence():
     assert fast.peak_memory <= base.peak_memory
     small = evaluate(SplitSequence(2).apply(table, costs), costs)
     assert (small.peak_memory - persistent) <= 0.6 * (base.peak_memory - persistent)
+
+
+EVAL = ("eval", "1f1b", "-p", "4", "-m", "8", "--model", LONG, "--system", "dgx-h100",
+        "-t", "8", "--sequence-parallel", "--attention", "flash")
+
+
+def test_cli_eval_slices_and_counts_each_sequence_once(cli):
+    code, out, err = cli(*EVAL, "--json")
+    assert code == 0, err
+    whole = json.loads(out)
+    code, out, err = cli(*EVAL, "--sequence-slices", "4", "--slice-lead", "kept", "--json")
+    assert code == 0, err
+    sliced = json.loads(out)
+    assert sliced["throughput"]["tokens"] == whole["throughput"]["tokens"]
+    assert sliced["makespan"] < whole["makespan"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--sequence-slices", "0"), "--sequence-slices 0: expected an integer >= 1"),
+    (("--sequence-slices", "5"), "--sequence-slices 5: does not divide model"),
+    (("--sequence-slices", "2", "--level", "formula"), "--sequence-slices: --level formula")])
+def test_cli_eval_refuses_bad_slices_in_one_line(cli_error, extra, message):
+    assert cli_error(*EVAL, *extra).startswith(message)
