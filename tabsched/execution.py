@@ -425,6 +425,7 @@ class Execution:
 
     @property
     def flash(self) -> bool:
+        """Whether attention runs as one fused FlashAttention kernel (``attention == "flash"``)."""
         return self.attention == "flash"
 
     @property

@@ -305,6 +305,7 @@ class LoweredSchedule:
 
     @property
     def num_nodes(self):
+        """Nodes of the lowered graph: operations, transfers and the other node kinds."""
         return len(self.indptr) - 1
 
     # ------------------------------------------------------------ node kinds
@@ -410,6 +411,7 @@ class LoweredSchedule:
 
     @property
     def num_edges(self):
+        """Dependency edges of the lowered graph."""
         return len(self.successors)
 
     @property

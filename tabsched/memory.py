@@ -45,6 +45,7 @@ class MemoryViolation:
 
     @property
     def over(self):
+        """By how much the device's memory exceeds its budget (bytes, positive)."""
         return self.memory - self.budget
 
 

@@ -70,6 +70,7 @@ class DeviceStats:
 
     @property
     def peak_total_memory(self):
+        """The activation peak plus the memory held for the whole iteration (bytes)."""
         return self.peak_memory + self.persistent_memory
 
 
@@ -90,6 +91,7 @@ class PathStep:
 
     @property
     def is_transfer(self):
+        """Whether this step of the critical path is a transfer rather than an operation."""
         return self.kind == "transfer"
 
 
@@ -239,6 +241,7 @@ class Result:
 
     @property
     def total_compute(self):
+        """The sum over devices of their busy time (compute only, no idle time)."""
         return float(sum(device.busy for device in self.devices))
 
     # ------------------------------------------------------------------ notebooks

@@ -601,6 +601,7 @@ class SweepResult(list):
         return [row for row in self if row["status"] == "ok"]
 
     def to_csv(self):
+        """The rows as CSV text (the columns of ``tabsched sweep -o``)."""
         return rows_to_csv(self)
 
     def to_dataframe(self):

@@ -256,10 +256,12 @@ class ScheduleTable:
     # ------------------------------------------------------------------ views
     @property
     def num_devices(self):
+        """Rows of the table: the pipeline's devices."""
         return len(self.row_lengths)
 
     @property
     def num_microbatches(self):
+        """Microbatches of one iteration (split ones counted apiece)."""
         return len(self.microbatch_sizes)
 
     @property
@@ -269,6 +271,7 @@ class ScheduleTable:
 
     @property
     def num_ops(self):
+        """Operations in the table (every F, B, I and W of every stage and microbatch)."""
         return len(self.device)
 
     def __len__(self):

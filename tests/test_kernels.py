@@ -72,6 +72,43 @@ def test_input_and_weight_grad_mirror_the_forward():
         ["mlp_up_wgrad", "qkv_wgrad"]
 
 
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_bias_gradients_reduce_each_products_output_gradient_over_the_tokens(
+        sequence_parallel):
+    """Megatron-LM's four biases per layer: QKV's and the MLP's first product's over all
+    of the rank's tokens (their outputs are split over the tensor ranks), the row-parallel
+    products' over the tokens the bias-dropout-add sees (``s/t`` with sequence
+    parallelism). Without biases, none."""
+    t = 4
+    parallel = Parallelism(tensor_parallel=t, sequence_parallel=sequence_parallel)
+    weight = {kernel.name: kernel for kernel in layer_kernels(small(), parallel)["W"]}
+    sn = 16 / t if sequence_parallel else 16
+    assert weight["qkv_bias_grad"].read == (0.0, 2 * 16 * 192 / t)
+    assert weight["mlp_up_bias_grad"].read == (0.0, 2 * 16 * 256 / t)
+    assert weight["out_proj_bias_grad"].read == (0.0, 2 * sn * 64)
+    assert weight["mlp_down_bias_grad"].read == (0.0, 2 * sn * 64)
+    assert all(weight[name].cls == VECTOR and weight[name].flops == (0.0, 0.0)
+               for name in weight if name.endswith("_bias_grad"))
+    unbiased = layer_kernels(small(bias=False), parallel)["W"]
+    assert [kernel.name for kernel in unbiased] == \
+        [name for name in weight if not name.endswith("_bias_grad")]
+
+
+def test_norm_backward_makes_two_passes_then_adds_the_residuals_gradient():
+    """Per norm of a layer: the scale's gradient pass reads dy and x, the input's pass
+    reads them again and writes dx, the residual's add reads two gradients and writes one
+    (``layer_norm_cuda_kernel.cu``); the final norm has no residual to add."""
+    backward = {kernel.name: kernel for kernel in layer_kernels(small())["I"]}
+    for norm in ("layernorm1", "layernorm2"):
+        parts = [backward[f"{norm}{part}"]
+                 for part in ("_bwd_weight", "_bwd", "_residual_grad")]
+        assert sum(kernel.read[1] for kernel in parts) == 6 * 2048
+        assert sum(kernel.written[1] for kernel in parts) == 2 * 2048
+    final = [kernel.name for kernel in output_kernels(small())["I"]
+             if kernel.name.startswith("final_")]
+    assert final == ["final_layernorm_bwd_weight", "final_layernorm_bwd"]
+
 @pytest.mark.parametrize("recompute,names", [
     ("none", []),
     ("selective", ["recompute_scores", "recompute_softmax", "recompute_attention_dropout",

@@ -32,18 +32,20 @@ def test_the_eight_runs_of_table5():
 
 def test_table5_errors_are_what_tabsched_reaches(study):
     """Asserted at the errors reached on the dgx-a100 rebuilt from measurements, the sends
-    as Megatron-LM 2022 posted them (megatron-batched): mean 4.26%, max 8.14%, mean signed
-    -2.16% (the previous description, one flat matrix efficiency: 3.41%, 7.31%, +1.98%).
-    The target (mean <= 3%, max <= 5%, signed within +-1.5%) is not met, nor is the
-    best-known model's mean (3.65%); its max (8.87%) is. The report says where the rest
-    comes from: the 22B layer's backward (Table 4)."""
-    assert study.mean_error <= 0.0428 and study.max_error <= 0.0815
-    assert abs(study.signed_error) <= 0.022
+    as Megatron-LM 2022 posted them (megatron-batched), the backward with the biases'
+    gradients and the norms' two passes: mean 3.88%, max 7.51%, mean signed -1.26% (before
+    those kernels: 4.26%, 8.14%, -2.16%; the first description, one flat matrix
+    efficiency: 3.41%, 7.31%, +1.98%). The signed target (within +-1.5%) is met; the mean
+    (<= 3%) and max (<= 5%) are not, nor is the best-known model's mean (3.65%); its max
+    (8.87%) is. The report says where the rest comes from: the 22B layer's backward
+    (Table 4) and the 1T's last stage."""
+    assert study.mean_error <= 0.0390 and study.max_error <= 0.0755
+    assert abs(study.signed_error) <= TARGET["signed"]
     assert study.max_error < BEST_KNOWN["max"]
     assert not (study.mean_error <= TARGET["mean"] and study.max_error <= TARGET["max"])
     assert study.verdict == "not reproduced"
     for row in study.rows:
-        assert abs(row["error"]) < 0.082, row["model"]
+        assert abs(row["error"]) < 0.076, row["model"]
     # full recomputation costs more than selective + sequence parallelism, as measured
     by_model = {}
     for row in study.rows:
@@ -55,15 +57,15 @@ def test_table5_errors_are_what_tabsched_reaches(study):
 
 def test_one_layer_of_the_22b_model_is_korthikanti_table4(study):
     """Table 4 (measured, one layer, five configurations) is independent of Table 5: each
-    forward within 5%, each backward within 12% (fast: the report's finding), forward +
-    backward within 8%, full recomputation's extra forward and the sequence-parallel
+    forward within 5%, each backward within 8% (fast: the report's finding), forward +
+    backward within 7%, full recomputation's extra forward and the sequence-parallel
     forward's saving in the measured direction."""
     assert [(recompute, sp) for recompute, sp, *_ in study.layer_times] == \
         [(recompute, sp) for recompute, sp, _, _ in TABLE4]
     for recompute, sp, forward, predicted_f, backward, predicted_b in study.layer_times:
         assert predicted_f == pytest.approx(forward, rel=0.05), (recompute, sp)
-        assert backward * 0.88 < predicted_b < backward, (recompute, sp)
-        assert predicted_f + predicted_b == pytest.approx(forward + backward, rel=0.08)
+        assert backward * 0.92 < predicted_b < backward, (recompute, sp)
+        assert predicted_f + predicted_b == pytest.approx(forward + backward, rel=0.07)
     times = {(recompute, sp): (f, b) for recompute, sp, _, f, _, b in study.layer_times}
     assert times[("none", True)][0] < times[("none", False)][0]          # SP: 7.2 < 7.7 ms
     assert times[("full", False)][1] - times[("none", False)][1] == pytest.approx(

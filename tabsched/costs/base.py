@@ -170,6 +170,7 @@ class CostModel:
     # The lowering options, read from the execution.
     @property
     def contention(self):
+        """The link-contention model in force: the execution's, ``"none"`` when it names none."""
         return self.execution.contention or "none"
 
     @property
@@ -179,6 +180,7 @@ class CostModel:
 
     @property
     def blocking_sends(self):
+        """Whether a pipeline send holds its sender until it is received (``p2p == "blocking"``)."""
         return self.p2p == "blocking"
 
     @property
@@ -193,6 +195,7 @@ class CostModel:
 
     @property
     def optimizer_step(self):
+        """Whether an iteration ends with the optimizer step (the execution asks for it)."""
         return self.execution.needs_optimizer_step
 
     @property
@@ -213,6 +216,7 @@ class CostModel:
         return changed
 
     def op_durations(self, table):
+        """Each operation's duration, in the table's operation order (a subclass prices them)."""
         raise NotImplementedError
 
     def node_prices(self, lowered, kind):
@@ -247,6 +251,8 @@ class CostModel:
         return np.zeros(len(table))
 
     def persistent_memory(self, table):
+        """Memory each device holds for the whole iteration (weights, gradients, optimizer state);
+        none here."""
         return np.zeros(table.num_devices)
 
     def shard_sizes(self, table):
@@ -398,11 +404,14 @@ class UnitCosts(CostModel):
                 self.sync, self.optimizer, self.execution)
 
     def op_durations(self, table):
+        """Each operation's slot length by kind (F, B, I, W), times its microbatch's relative
+        size."""
         refuse_slices(self, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return self.lengths[table.kind] * sizes[table.microbatch]
 
     def describe(self):
+        """The lengths (and the overlap and input-grad release when set), JSON-ready."""
         info = {"model": "UnitCosts", **dict(zip("FBIW", self.lengths.tolist()))}
         if self.overlap != 1.0:
             info["overlap"] = self.overlap
@@ -500,6 +509,8 @@ class StageCosts(CostModel):
             self.execution)
 
     def op_durations(self, table):
+        """Each operation's duration from its stage and kind, times its microbatch's relative
+        size."""
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)
                              for name in ("forward", "backward", "input_grad", "weight_grad")])
         refuse_slices(self, table)
@@ -507,6 +518,7 @@ class StageCosts(CostModel):
         return per_kind[table.kind, table.stage] * sizes[table.microbatch]
 
     def transfer_costs(self, table, transfers):
+        """Each transfer's duration: the one ``comm`` for all, or ``comm[source, destination]``."""
         if isinstance(self.comm, float):
             durations = np.full(len(transfers), self.comm)
         else:
@@ -518,12 +530,15 @@ class StageCosts(CostModel):
         return durations, np.zeros(len(transfers))
 
     def activation_sizes(self, table):
+        """Activation bytes each forward leaves until its backward: its stage's, times its
+        microbatch's size."""
         refuse_slices(self, table)
         per_stage = _stage_values("activation", self.activation, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return per_stage[table.stage] * sizes[table.microbatch]
 
     def describe(self):
+        """The per-stage durations, the communication costs and the contention model, JSON-ready."""
         def plain(value):
             return value.tolist() if isinstance(value, np.ndarray) else value
         return {"model": "StageCosts", "F": plain(self.forward), "B": plain(self.backward),

@@ -34,8 +34,7 @@ norms, its projection of two hidden states to one, one layer and the output agai
 
 from tabsched.costs.kernels import (MATRIX, VECTOR, Kernel, _backward_combine, _collective,
                                     _combine, _input_gather, _matrix, _prefixed, _rows, _shape,
-                                    _vector,
-                                    _weights, _wgrad, layer_kernels)
+                                    _vector, _weights, _wgrad, layer_kernels, norm_backward)
 
 __all__ = ["embedding_kernels", "output_kernels"]
 
@@ -90,7 +89,7 @@ def output_kernels(model, parallel=None):
                 _matrix("logits_dgrad", 2 * s * V * h / t, d * V * h / t, d * s * V / t,
                         d * s * h, d, [_rows(s, h, V / t)]),
                 _backward_combine(x, "logits_wgrad"),
-                _vector(f"final_{norm}_bwd", 3 * d * sn * h, d * sn * h)]
+                *norm_backward(x, f"final_{norm}", residual=False)]
     params = V * h / t
     weight = [Kernel("logits_wgrad", MATRIX, (0.0, 2 * s * params),
                      (g * params, d * s * (h + V / t)), (g * params, 0.0), outputs=(params, 0.0),
@@ -121,7 +120,8 @@ def _with_mtp(model, parallel, x, norm, head):
                       _matrix("proj_dgrad", 2 * s * 2 * h * h / t, d * 2 * h * h / t,
                               d * s * h, d * s * 2 * h, d, [_rows(s, 2 * h, h / t)]),
                       _backward_combine(x, "proj_wgrad"),
-                      _vector(f"{norm}_inputs_bwd", 6 * d * sn * h, 2 * d * sn * h)]
+                      # the two norms' backwards (two passes each, no residual)
+                      _vector(f"{norm}_inputs_bwd", 8 * d * sn * h, 2 * d * sn * h)]
         proj_wgrad = _wgrad(x, "proj_wgrad", 2 * h, h, 2 * h, h / t)
         module = {"F": inputs + layer["F"] + head["F"],
                   "I": head["I"] + layer["I"] + inputs_bwd,

@@ -261,7 +261,7 @@ def moe_input_grad(x, norm_name, build):
                 vector("router_topk_bwd", 8 * sn * E, 4 * sn * E),
                 matrix("router_dgrad", 2 * sn * E * h, d * h * E, 4 * sn * E, d * sn * h, d,
                        [build["rows"](sn, h, E)]),
-                vector(f"{norm_name}2_bwd", 3 * d * sn * h, d * sn * h)]
+                *build["norm_backward"](x, f"{norm_name}2")]
     return kernels
 
 

@@ -46,14 +46,16 @@ Input-grad ``I`` (the same kernels backwards)
     ``scores_bwd`` (dQ and dK, ``4*s*s*h/t``); flash: ``flash_attention_bwd``
     (``8*s*s*h/t``, as eager; FlashAttention's backward also recomputes the
     scores, which this count leaves out, as the FLOPs are kept the same);
-    the norms' backward (reads the gradient, the input and the residual
-    gradient it adds, writes one gradient), and the collectives that mirror
+    the norms' backward (two passes over the gradient and the input, then the
+    residual's gradient added: :func:`norm_backward`), and the collectives that mirror
     the forward's: an ``all_reduce`` after each column-parallel product
     (``all_gather`` before each row-parallel product and ``reduce_scatter``
     after each column-parallel one with sequence parallelism).
 Weight-grad ``W``
     each matrix product's weight gradient (the same FLOPs; reads its input and
-    output gradient, reads and writes the accumulated gradient ``g*P``).
+    output gradient, reads and writes the accumulated gradient ``g*P``); with
+    ``bias``, each bias's gradient, a sum of its product's output gradient over
+    the tokens (``*_bias_grad``).
 Recompute forward (run before ``I``)
     ``selective``: the attention core of the forward again (eager only: a
     fused FlashAttention recomputes inside its own backward); ``full``: the
@@ -104,7 +106,7 @@ from tabsched.costs.latent import (latent_forward, latent_input_grad, latent_wei
 from tabsched.costs.placement import GROUPS
 from tabsched.execution import Execution
 
-__all__ = ["Kernel", "KernelTable", "layer_kernels",
+__all__ = ["Kernel", "KernelTable", "layer_kernels", "norm_backward",
            "CLASSES", "MATRIX", "VECTOR", "COLLECTIVE", "PHASES"]
 
 MATRIX, VECTOR, COLLECTIVE = "matrix", "vector", "collective"
@@ -228,7 +230,7 @@ def _shape(model, parallel, dense=False):
         h=float(model.hidden), s=tokens, S=float(model.keys), d=float(model.dtype_bytes),
         g=float(model.grad_bytes), t=float(t), hk=float(model.kv_width), f=float(model.ffn),
         k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
-        m=1.0 if model.dropout else 0.0,
+        m=1.0 if model.dropout else 0.0, bias=model.bias,
         sn=tokens / t if parallel.sequence_parallel else tokens,
         sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8,
         cp=parallel.context_exchange, wq=wq, wk=wk, wv=wv, wo=wo, mla=None,
@@ -451,7 +453,7 @@ def _input_grad(x, norm_name):
         kernels = moe_input_grad(x, norm_name, _BUILD)
     else:
         kernels = [dropout_bwd, *_mlp_bwd(x, x["f"], "mlp"),
-                   _vector(f"{norm_name}2_bwd", 3 * d * sn * h, d * sn * h)]
+                   *norm_backward(x, f"{norm_name}2")]
     kernels += [dropout_bwd, *gather,
                 _matrix("out_proj_dgrad", 2 * s * h * wo / t, d * wo * h / t, d * s * h,
                         d * s * wo / t, d, [_rows(s, wo / t, h)])]
@@ -486,7 +488,42 @@ def _input_grad(x, norm_name):
                     _matrix("qkv_dgrad", 2 * s * qkv * h / t, d * h * qkv / t,
                             d * s * qkv / t, d * s * h, d, [_rows(s, h, qkv / t)]),
                     _backward_combine(x, "qkv_wgrad")]
-    return kernels + [_vector(f"{norm_name}1_bwd", 3 * d * sn * h, d * sn * h)]
+    return kernels + norm_backward(x, f"{norm_name}1")
+
+
+def norm_backward(x, name, residual=True):
+    """The backward of a norm over ``sn`` tokens of width ``h`` whose input is also a
+    residual branch's (``residual``), as the fused kernels Megatron-LM and PyTorch run it.
+
+    Megatron-LM's ``fused_kernels/layer_norm_cuda_kernel.cu`` (apex's, as in the 2022
+    runs; PyTorch's own ``layer_norm_kernel.cu`` is built the same way) makes two passes
+    over the output gradient and the input: ``cuComputePartGradGammaBeta`` (then a small
+    reduction of its partial sums) for the scale's and shift's gradients, and
+    ``cuComputeGradInput`` for the input's. The norm's input is also the residual
+    stream, so autograd adds its two gradients (the residual's and the norm's) in a third
+    kernel. Per token: ``{name}_bwd_weight`` reads ``dy`` and ``x``; ``{name}_bwd``
+    reads them again and writes ``dx``; ``{name}_residual_grad`` reads ``dx`` and the
+    residual's gradient and writes their sum. The partial sums (``16 x h`` floats) are
+    left out. Transformer Engine's fused norm backward makes one pass; it is not told
+    apart here."""
+    d, sn, h = x["d"], x["sn"], x["h"]
+    kernels = [_vector(f"{name}_bwd_weight", 2 * d * sn * h, 0.0),
+               _vector(f"{name}_bwd", 2 * d * sn * h, d * sn * h)]
+    if residual:
+        kernels.append(_vector(f"{name}_residual_grad", 2 * d * sn * h, d * sn * h))
+    return kernels
+
+
+def _bias_grad(x, name, width, tokens):
+    """A bias's gradient: the sum over the rank's ``tokens`` of its product's output
+    gradient, ``width`` wide (Megatron-LM: ``grad_output.sum(dim=0)`` in
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward`` for a column-parallel
+    product's own bias; autograd's reduction of the broadcast bias of the fused bias-GeLU
+    and bias-dropout-add for the biases Megatron-LM adds there, ``skip_bias_add``). Reads
+    the gradient once; the ``width`` sums written are left out. None without biases."""
+    if not x["bias"]:
+        return []
+    return [_vector(f"{name}_bias_grad", x["d"] * tokens * width, 0.0)]
 
 
 def _context_exchange(x, phase, after=False):
@@ -551,10 +588,13 @@ def _weight_grad(x):
     else:
         kernels = _mlp_wgrad(x, f, "mlp")
     kernels.append(_wgrad(x, "out_proj_wgrad", x["wo"], h, x["wo"] / t, h))
+    # the row-parallel product's bias is added after its reduction, on the rank's sn tokens
+    kernels += _bias_grad(x, "out_proj", h, x["sn"])
     if x["mla"] is not None:
         return kernels + latent_weight_grad(x, _BUILD)
     qkv = x["wq"] + 2 * hk
-    return kernels + [_wgrad(x, "qkv_wgrad", h, qkv, h, qkv / t)]
+    return kernels + [_wgrad(x, "qkv_wgrad", h, qkv, h, qkv / t),
+                      *_bias_grad(x, "qkv", qkv / t, x["s"])]
 
 
 def _wgrad(x, name, rows, cols, inputs, grads, split=True):
@@ -574,7 +614,9 @@ def _mlp_wgrad(x, f, prefix):
     """The weight gradients of :func:`_mlp`: its down product's, then its up product's."""
     h, k, t = x["h"], x["k"], x["t"]
     return [_wgrad(x, f"{prefix}_down_wgrad", f, h, f / t, h),
-            _wgrad(x, f"{prefix}_up_wgrad", h, k * f, h, k * f / t)]
+            *_bias_grad(x, f"{prefix}_down", h, x["sn"]),
+            _wgrad(x, f"{prefix}_up_wgrad", h, k * f, h, k * f / t),
+            *_bias_grad(x, f"{prefix}_up", k * f / t, x["s"])]
 
 
 def layer_kernels(model, parallel=None, dense=False):
@@ -663,6 +705,7 @@ def _in_fp8(x, kernels, phase):
 #: The builders :mod:`tabsched.costs.experts` and :mod:`tabsched.costs.latent` make their
 #: kernels with, so that every kernel is made one way.
 _BUILD = {"matrix": _matrix, "vector": _vector, "collective": _collective, "rows": _rows,
+          "norm_backward": norm_backward,
           "kernel": _kernel, "mlp": _mlp, "mlp_bwd": _mlp_bwd, "mlp_wgrad": _mlp_wgrad,
           "wgrad": _wgrad}
 

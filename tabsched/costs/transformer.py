@@ -130,7 +130,7 @@ NORMS = ("layernorm", "rmsnorm")
 #: Bytes per element of the dtypes a model may name.
 DTYPES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 _REQUIRED = ("layers", "hidden", "heads", "sequence", "vocab")
-_OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "norm", "tied_embeddings", "dtype",
+_OPTIONAL = ("kv_heads", "ffn", "gated_ffn", "dropout", "bias", "norm", "tied_embeddings", "dtype",
              "microbatch_size", "recompute", "grad_bytes", "optimizer_bytes", "bytes_per_param",
              "name", "head_dim", *EXPERT_FIELDS, *LATENT_FIELDS)
 _SERIAL = Execution()
@@ -209,6 +209,11 @@ class TransformerModel:
         A gated MLP (SwiGLU: three matrices) instead of two matrices.
     dropout : bool
         Dropout after attention scores, attention and MLP (1-byte masks).
+    bias : bool
+        The linear layers have biases (Megatron-LM's default ``add_bias_linear``, GPT-2/3;
+        Llama, Mixtral, DeepSeek and Qwen3 have none). Their parameters are left out of
+        the counts (O(h)), but their gradients are not free: each is a reduction over the
+        tokens of its product's output gradient (:mod:`tabsched.costs.kernels`).
     norm : {"layernorm", "rmsnorm"}
     tied_embeddings : bool
         The output layer shares the embedding's weights (GPT): with the two
@@ -242,6 +247,7 @@ class TransformerModel:
     ffn: int | None = None
     gated_ffn: bool = False
     dropout: bool = True
+    bias: bool = True
     norm: str = "layernorm"
     tied_embeddings: bool = True
     dtype: object = "bf16"
@@ -287,7 +293,7 @@ class TransformerModel:
         if self.heads % self.kv_heads:
             raise InvalidParameterError(f"heads {self.heads} is not divisible by kv_heads "
                                         f"{self.kv_heads}")
-        for key in ("gated_ffn", "dropout", "tied_embeddings"):
+        for key in ("gated_ffn", "dropout", "bias", "tied_embeddings"):
             if not isinstance(getattr(self, key), (bool, np.bool_)):
                 raise InvalidParameterError(f"{key} must be true or false, not "
                                             f"{_presets.shown_value(getattr(self, key))}")
@@ -392,10 +398,13 @@ class TransformerModel:
 
     @property
     def embedding_parameters(self):
+        """Parameters of the input embedding (``vocab * hidden``), on the first stage."""
         return self.vocab * self.hidden
 
     @property
     def output_parameters(self):
+        """Parameters of the output layer (``vocab * hidden``), on the last stage (the embedding's
+        when tied)."""
         return self.vocab * self.hidden
 
     @property
@@ -699,7 +708,7 @@ class TransformerModel:
         """Key numbers, JSON-ready."""
         return {"name": self.name, "layers": self.layers, "hidden": self.hidden,
                 "heads": self.heads, "kv_heads": self.kv_heads, "ffn": self.ffn,
-                "gated_ffn": self.gated_ffn, "norm": self.norm,
+                "gated_ffn": self.gated_ffn, "bias": self.bias, "norm": self.norm,
                 "tied_embeddings": self.tied_embeddings,
                 "sequence": self.sequence, "vocab": self.vocab, "dtype": self.dtype,
                 "microbatch_size": self.microbatch_size, "recompute": self.recompute,
@@ -725,7 +734,7 @@ def load_model(reference: str | os.PathLike[str] | TransformerModel) -> Transfor
     """A :class:`TransformerModel` from a preset name or a TOML file with the same keys.
 
     Keys: ``layers``, ``hidden``, ``heads``, ``sequence``, ``vocab`` (required);
-    ``kv_heads``, ``ffn``, ``gated_ffn``, ``dropout``, ``norm``,
+    ``kv_heads``, ``ffn``, ``gated_ffn``, ``dropout``, ``bias``, ``norm``,
     ``tied_embeddings``, ``dtype``, ``microbatch_size``, ``recompute``,
     ``grad_bytes``, ``optimizer_bytes``, ``bytes_per_param``, ``description``.
 

@@ -92,22 +92,27 @@ class PlanRow:
 
     @property
     def execution(self):
+        """The :class:`~tabsched.Execution` of this row (parallel degrees, recompute, ZeRO ...)."""
         return self.configuration.execution
 
     @property
     def layout(self):
+        """The pipeline layout of this row: family, depth, parameters and layer split."""
         return self.configuration.layout
 
     @property
     def family(self):
+        """The schedule family's name."""
         return self.layout.family
 
     @property
     def params(self):
+        """The family's parameters (a copy)."""
         return dict(self.layout.params)
 
     @property
     def peak_memory_max(self):
+        """The peak memory of the fullest device (bytes)."""
         return max(self.peak_memory)
 
     def label(self):
@@ -115,6 +120,8 @@ class PlanRow:
         return self.configuration.describe()
 
     def to_dict(self):
+        """The row as ``plan --json`` writes it: rank, configuration, times, throughput and
+        memory."""
         run = self.execution
         flops = self.throughput
         return {"rank": self.rank, "tied": self.tied, "family": self.family,
@@ -185,6 +192,7 @@ class PlanResult:
 
     @property
     def best(self):
+        """The first row of the ranking (fastest that fits), or ``None`` when nothing fits."""
         return self.rows[0] if self.rows else None
 
     @property
@@ -217,6 +225,7 @@ class PlanResult:
         return lines
 
     def to_dict(self):
+        """The search's inputs, counts, rows, explanation and notes, JSON-ready (``plan --json``)."""
         return {"model": self.model, "system": self.system, "gpus": self.gpus,
                 "global_batch": self.global_batch, "memory_budget_bytes": self.memory_budget,
                 "tie_band": self.tie_band, "pruning": list(self.pruning),
