@@ -108,6 +108,11 @@ class ScheduleTable:
         Stages whose gradients are synchronised after their last backward
         (PyTorch's ``REDUCE_GRAD``); :func:`tabsched.evaluate` adds these syncs
         unless told otherwise. Default ``None``: the table says nothing.
+    sequence_slices : sequence of (int, int), optional
+        Per microbatch, ``(slice, count)``: the microbatch is slice ``slice`` of a
+        sequence cut into ``count`` slices (Seq1F1B; :class:`tabsched.adapt.SplitSequence`),
+        the ``count`` slices consecutive microbatches of one size. Default ``None``:
+        every microbatch holds whole sequences.
 
     Raises
     ------
@@ -117,24 +122,26 @@ class ScheduleTable:
 
     __slots__ = ("device", "_slot", "kind", "stage", "microbatch", "_row_lengths",
                  "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
-                 "grad_sync", "_rows", "_lowering", "_order", "_place")
+                 "grad_sync", "sequence_slices", "_rows", "_lowering", "_order", "_place")
     #: What a table is made of and pickles as (a pending layout is made first).
     _STATE = ("device", "slot", "kind", "stage", "microbatch", "row_lengths", "num_stages",
-              "microbatch_sizes", "stage_layers", "family", "params", "grad_sync", "_rows")
+              "microbatch_sizes", "stage_layers", "family", "params", "grad_sync",
+              "sequence_slices", "_rows")
 
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
                  microbatch_sizes=None, stage_layers=None, family=None, params=None,
-                 grad_sync=None):
+                 grad_sync=None, sequence_slices=None):
         devices, slots, kinds, stages, microbatches, lengths = cell_columns(rows)
         self._init(devices, slots, kinds, stages, microbatches, lengths, num_stages,
-                   num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync)
+                   num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync,
+                   sequence_slices=sequence_slices)
         self.validate()
 
     @classmethod
     def from_arrays(cls, device, slot, kind, stage, microbatch, row_lengths, *,
                     num_stages=None, num_microbatches=None, microbatch_sizes=None,
                     stage_layers=None, family=None, params=None, grad_sync=None,
-                    validate=True):
+                    sequence_slices=None, validate=True):
         """Build a table from per-operation arrays (any order; sorted here).
 
         ``kind`` holds codes (0=F, 1=B, 2=I, 3=W); operations sharing a device
@@ -143,14 +150,14 @@ class ScheduleTable:
         table = cls.__new__(cls)
         table._init(device, slot, kind, stage, microbatch, row_lengths, num_stages,
                     num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync,
-                    bounded=validate)
+                    bounded=validate, sequence_slices=sequence_slices)
         if validate:
             table.validate()
         return table
 
     def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
               num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None,
-              bounded=True):
+              bounded=True, sequence_slices=None):
         device, slot, stage, microbatch = (_int32_array(values, name) for values, name in (
             (device, "device"), (slot, "slot"), (stage, "stage"), (microbatch, "microbatch")))
         kind = np.asarray(kind, dtype=np.int8).ravel()
@@ -230,6 +237,7 @@ class ScheduleTable:
         if problem:
             raise InvalidScheduleError(f"{problem[0]}: {problem[1]}")
         self.grad_sync = grad_sync
+        self.sequence_slices = _slice_list(sequence_slices, microbatch_sizes)
         self.num_stages = num_stages
         self.microbatch_sizes = microbatch_sizes
         self.stage_layers = stage_layers
@@ -344,6 +352,8 @@ class ScheduleTable:
                     "params": dict(self.params)}
         if self.grad_sync is not None:
             metadata["grad_sync"] = self.grad_sync
+        if self.sequence_slices is not None:
+            metadata["sequence_slices"] = self.sequence_slices
         return metadata
 
     def _with_slots(self, slot, row_lengths):
@@ -492,13 +502,13 @@ class ScheduleTable:
         A (stage, microbatch) with no operation at all is reported last.
         """
         if certainly_valid(self):
-            return self
+            return _check_slice_order(self)
         problems = _find_problems(self, place)
         if problems:
             raise InvalidScheduleError(min(problems)[1])
         if len(self.device) == 0 and (self.num_stages or self.num_microbatches):
             raise InvalidScheduleError("the table has no operations")
-        return self
+        return _check_slice_order(self)
 
 
 def certainly_valid(table):
@@ -594,6 +604,77 @@ def _sizes(values):
     if any(not math.isfinite(size) or size <= 0 for size in sizes):
         raise InvalidScheduleError("microbatch_sizes must be positive finite numbers")
     return sizes
+
+
+def _slice_list(values, microbatch_sizes):
+    """``sequence_slices`` as a tuple of ``(index, count)`` per microbatch, or None.
+
+    A microbatch cut into ``k`` sequence slices is ``k`` consecutive microbatches with
+    slices ``0 .. k-1`` of one size; an unsliced microbatch is ``(0, 1)``. A table of
+    unsliced microbatches only holds None, so that slicing by 1 is the table itself.
+    """
+    if values is None:
+        return None
+    try:
+        pairs = tuple((int(index), int(count)) for index, count in values)
+        if any(isinstance(v, (bool, float, str)) for pair in values for v in pair):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise InvalidScheduleError(f"sequence_slices must be a list of [slice, count] pairs, "
+                                   f"one per microbatch, not {shown_repr(values)}") from None
+    if len(pairs) != len(microbatch_sizes):
+        raise InvalidScheduleError(f"sequence_slices has {len(pairs)} entries for "
+                                   f"{len(microbatch_sizes)} microbatches")
+    m = 0
+    while m < len(pairs):
+        count = pairs[m][1]
+        group = pairs[m:m + count]
+        if count < 1 or len(group) != count or \
+                any(pair != (i, count) for i, pair in enumerate(group)):
+            raise InvalidScheduleError(
+                f"sequence_slices: microbatch {m} starts a sequence of {count} slices, so "
+                f"microbatches {m}..{m + count - 1} must be its slices 0..{count - 1} "
+                f"(found {[list(pair) for pair in group]})")
+        if len(set(microbatch_sizes[m:m + count])) != 1:
+            raise InvalidScheduleError(f"sequence_slices: the slices of microbatches "
+                                       f"{m}..{m + count - 1} have different sizes")
+        m += count
+    return None if all(count == 1 for _, count in pairs) else pairs
+
+
+def _check_slice_order(table):
+    """Refuse a sliced table whose rows break the slices' dependencies.
+
+    Seq1F1B (Sun et al. 2024, arXiv 2406.03488, section 3.1): slice ``i``'s forward on a
+    stage attends to the keys and values that slices ``0 .. i-1`` left on that stage, and
+    its backward needs the key and value gradients of the later slices' attention over
+    them. So every slice of one sequence runs each stage on one device, the forwards in
+    slice order and the backwards (``B``, or ``I``) in reverse slice order; the device's
+    row order is then the dependency, and the lowering needs no other edge.
+    """
+    slices = table.sequence_slices
+    if slices is None:
+        return table
+    index = np.array([pair[0] for pair in slices], dtype=np.int64)
+    first = np.arange(len(slices)) - index          # the sequence's slice 0
+    position = np.arange(len(table))                 # rows are sorted by device and slot
+    for kinds, step, what in (((FORWARD,), 1, "forwards in slice order"),
+                              ((BACKWARD, INPUT_GRAD), -1, "backwards in reverse order")):
+        chosen = np.flatnonzero(np.isin(table.kind, kinds))
+        m = table.microbatch[chosen]
+        key = first[m] * max(table.num_stages, 1) + table.stage[chosen]
+        order = np.lexsort((index[m] * step, key))
+        chosen, key = chosen[order], key[order]
+        same = key[1:] == key[:-1]
+        bad = same & ((table.device[chosen[1:]] != table.device[chosen[:-1]])
+                      | (position[chosen[1:]] < position[chosen[:-1]]))
+        if np.any(bad):
+            k = int(chosen[1:][np.argmax(bad)])
+            raise InvalidScheduleError(
+                f"device {int(table.device[k])}, slot {int(table.slot[k])}: {table.op(k)} is a "
+                f"sequence slice; each stage runs a sequence's slices on one device, "
+                f"{what} (Seq1F1B's key-value dependencies)")
+    return table
 
 
 def _layer_counts(values):

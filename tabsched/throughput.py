@@ -143,13 +143,17 @@ def iteration_work(costs, table) -> tuple:
     ``table`` under ``costs`` (a ModelCosts): what :func:`throughput` divides by the time.
 
     The global batch is the table's samples on each of the execution's
-    ``data_parallel`` replicas.
+    ``data_parallel`` replicas (a sequence cut into slices counted once).
     """
     if not counts_flops(costs):
         raise InvalidParameterError("throughput needs model costs (a model on a system): "
                                     "slot-length costs do no FLOPs")
     model, run = costs.model, costs.execution
-    samples = float(np.sum(costs.microbatch_samples(table))) * run.data_parallel
+    per_microbatch = np.asarray(costs.microbatch_samples(table), dtype=np.float64)
+    if table.sequence_slices is not None:   # a sequence's k slices hold its samples once
+        per_microbatch = per_microbatch / np.array(
+            [count for _, count in table.sequence_slices], dtype=np.float64)
+    samples = float(np.sum(per_microbatch)) * run.data_parallel
     model_flops, hardware_flops = sample_flops(model)
     return (samples, samples * model.sequence, int(run.ranks_per_stage * table.num_devices),
             model_flops * samples, hardware_flops * samples)

@@ -22,7 +22,8 @@ that removes them within each device's memory.
   :class:`MemoryEffect`): :class:`SplitMicrobatches`, :class:`SplitPhases`
   and :class:`MergeMicrobatches` (:mod:`~tabsched.adapt.microbatches`),
   :class:`Warmup` (:mod:`~tabsched.adapt.warmup`), :class:`SplitBackward`
-  (W in idle slots, :mod:`~tabsched.adapt.split_backward`).
+  (W in idle slots, :mod:`~tabsched.adapt.split_backward`), :class:`SplitSequence`
+  (sequence slices, Seq1F1B: :mod:`~tabsched.adapt.sequence`).
 * :mod:`~tabsched.adapt.references` -- :func:`reference_tables`: every
   family at the start's devices and microbatches (``zb-auto`` built for the
   same costs and budget), what the search is measured against.
@@ -51,6 +52,7 @@ from tabsched.adapt.online import OnlineIteration, OnlineResult, adapt_online
 from tabsched.adapt.references import reference_tables
 from tabsched.adapt.search import AdaptResult, Candidate, TableReport, adapt, default_moves
 from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
+from tabsched.adapt.sequence import SplitSequence
 from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
 from tabsched.adapt.transforms import MemoryEffect, Transform
 from tabsched.adapt.warmup import Warmup, warmup_depths
@@ -63,7 +65,7 @@ __all__ = [
     "estimate_variation",
     "monte_carlo", "MonteCarloResult", "DeviceRuntime",
     "Transform", "MemoryEffect", "SplitMicrobatches", "MergeMicrobatches", "SplitBackward",
-    "Warmup", "SplitPhases", "deferred_weight_grads", "warmup_depths",
+    "Warmup", "SplitPhases", "SplitSequence", "deferred_weight_grads", "warmup_depths",
     "adapt", "AdaptResult", "Candidate", "TableReport", "default_moves", "reference_tables",
     "adapt_online", "OnlineResult", "OnlineIteration",
 ]

@@ -89,6 +89,7 @@ class SplitMicrobatches(Transform):
 
     def _selected(self, table, costs):
         selected = _check_microbatches(table, self.microbatches, self.describe())
+        _refuse_slices(table, selected, self.describe())
         if costs is not None and hasattr(costs, "microbatch_samples"):
             samples = costs.microbatch_samples(table)
             for m in selected.tolist():
@@ -134,7 +135,26 @@ def _split(table, selected, parts, transform):
     position = cell_positions(table)
     return ordered_table(table, transform, table.device[source], position[source], part,
                   table.kind[source], table.stage[source],
-                  new_first[table.microbatch[source]] + part, sizes)
+                  new_first[table.microbatch[source]] + part, sizes,
+                  _carried_slices(table, np.repeat(np.arange(M), count)))
+
+
+def _carried_slices(table, source):
+    """The sequence slices of new microbatches made from ``source`` (one old microbatch
+    each, never a slice: :func:`_refuse_slices` has checked)."""
+    if table.sequence_slices is None:
+        return None
+    return tuple(table.sequence_slices[m] for m in np.asarray(source).tolist())
+
+
+def _refuse_slices(table, chosen, what):
+    """Refuse splitting or merging a microbatch that is a sequence slice."""
+    if table.sequence_slices is None:
+        return
+    for m in np.asarray(chosen).tolist():
+        if table.sequence_slices[m][1] > 1:
+            raise InvalidParameterError(f"{what}: microbatch {m} is a sequence slice; split "
+                                        f"or merge microbatches before slicing sequences")
 
 
 class SplitPhases(Transform):
@@ -244,6 +264,7 @@ class MergeMicrobatches(Transform):
 
     def _checked(self, table):
         group = self.groups(table)
+        _refuse_slices(table, np.flatnonzero(group >= 0), self.describe())
         op_group = group[table.microbatch]
         member = op_group >= 0
         solo = table.cell_starts()
@@ -300,7 +321,8 @@ class MergeMicrobatches(Transform):
         index = np.flatnonzero(keep)
         return ordered_table(table, self, table.device[index], position[index],
                       np.zeros(len(index)), table.kind[index], table.stage[index],
-                      new_id[table.microbatch[index]], sizes)
+                      new_id[table.microbatch[index]], sizes,
+                      _carried_slices(table, np.flatnonzero(leader)))
 
     def memory_effect(self, table, costs=None):
         group = self._checked(table)

@@ -45,6 +45,7 @@ import numpy as np
 from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.references import ALL, reference_tables
 from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
+from tabsched.adapt.sequence import SplitSequence
 from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
 from tabsched.adapt.transforms import Transform, cell_positions
 from tabsched.adapt.warmup import Warmup
@@ -273,7 +274,8 @@ class AdaptResult:
         return data
 
 
-def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0):
+def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
+                  sequence_slices=()):
     """The neighbourhood of ``table``: the transforms the search tries from it.
 
     * warm-up one deeper on devices ``0..d`` and one shallower on ``d..P-1``,
@@ -286,6 +288,9 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0):
 
     Splits stop at ``min_microbatch_size`` and merges at ``max_microbatch_size``
     (relative sizes, 1.0 = the model's microbatch), so the table stays finite.
+    With ``sequence_slices`` (slice counts ``k``), each sequence cut into ``k``
+    slices (:class:`~tabsched.adapt.sequence.SplitSequence`, at Seq1F1B's lead and at
+    the row's) on a table not sliced yet.
     """
     P = table.num_devices
     moves = []
@@ -313,6 +318,9 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0):
     pairs = sizes[:len(sizes) // 2 * 2].reshape(-1, 2).sum(axis=1)
     if len(pairs) and pairs.max() <= max_microbatch_size:
         moves.append(MergeMicrobatches("all", 2))
+    if table.sequence_slices is None:
+        moves.extend(SplitSequence(k, lead) for k in sequence_slices if k > 1
+                     for lead in ("seq1f1b", "kept"))
     return moves
 
 

@@ -49,6 +49,9 @@ Transforms
         :class:`SplitMicrobatches` on the first microbatches to enter the
         pipeline and the last to leave it only: fine grain where it fills and
         drains, coarse grain in the steady state.
+    :class:`~tabsched.adapt.sequence.SplitSequence`
+        Each sequence cut into ``k`` slices (Seq1F1B): forwards in slice order,
+        backwards in reverse, interleaved at slice grain. Peak: never higher.
 
 >>> from tabsched.adapt import SplitMicrobatches, Warmup
 >>> from tabsched.schedules import generate
@@ -140,10 +143,15 @@ def _laid_out(*columns, **metadata):
     return lay_out(order_table(*columns, **metadata))
 
 
-def ordered_table(table, transform, device, primary, secondary, kind, stage, microbatch, sizes):
+def ordered_table(table, transform, device, primary, secondary, kind, stage, microbatch, sizes,
+                  slices=None):
     """The table ``transform`` makes from ``table``, laid out from new row orders:
     operations sort by (device, primary, secondary), and operations with equal keys on
-    one device share a cell (an overlap)."""
+    one device share a cell (an overlap). ``slices``: the new microbatches' sequence
+    slices (``ScheduleTable.sequence_slices``); by default ``table``'s when the
+    microbatches are the same ones."""
+    if slices is None and len(sizes) == table.num_microbatches:
+        slices = table.sequence_slices
     device = np.asarray(device, dtype=np.int64)
     primary = np.asarray(primary, dtype=np.int64)
     secondary = np.asarray(secondary, dtype=np.int64)
@@ -159,7 +167,8 @@ def ordered_table(table, transform, device, primary, secondary, kind, stage, mic
     return build(
         device, position, np.asarray(kind)[order], np.asarray(stage)[order],
         np.asarray(microbatch)[order], num_devices=table.num_devices,
-        microbatch_sizes=tuple(float(size) for size in sizes), **_derived(table, transform))
+        microbatch_sizes=tuple(float(size) for size in sizes), sequence_slices=slices,
+        **_derived(table, transform))
 
 
 def activations(table, costs):

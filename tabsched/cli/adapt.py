@@ -33,6 +33,10 @@ from tabsched.formats.table_json import write_json
 @click.option("--split-factor", type=int,
               help="Parts the search splits a microbatch into; must divide its samples "
                    "(default 2, tried where it divides).")
+@click.option("--sequence-slices", "sequence_slices", metavar="K[,K...]",
+              help="Also try cutting each sequence into K slices (Seq1F1B: forwards in slice "
+                   "order, backwards reversed); K must divide the model's sequence. Needs "
+                   "--model and --system.")
 @click.option("--max-rounds", type=int, default=24, show_default=True,
               help="Greedy steps at most.")
 @click.option("--out", "-o", "out_path", metavar="TABLE.json",
@@ -63,9 +67,10 @@ from tabsched.formats.table_json import write_json
 @translate_errors
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
-                  grad_sync, optimizer, variation_params, objective, split_factor, max_rounds,
-                  out_path, quiet, show_log, as_json, html_path, follow_dir, follow_log,
-                  threshold, horizon, switch_cost, max_files, timeout, poll, **parallel):
+                  grad_sync, optimizer, variation_params, objective, split_factor,
+                  sequence_slices, max_rounds, out_path, quiet, show_log, as_json, html_path,
+                  follow_dir, follow_log, threshold, horizon, switch_cost, max_files, timeout,
+                  poll, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -84,7 +89,8 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
         ignored = [flag for flag, value in (
             ("--model", model), ("--system", system), ("--out", out_path),
             ("--html", html_path), ("--f", forward), ("--b", backward), ("--comm", comm),
-            ("--replay", variation_params.get("replay"))) if value is not None]
+            ("--replay", variation_params.get("replay")),
+            ("--sequence-slices", sequence_slices)) if value is not None]
         if ignored:
             raise click.ClickException(f"{ignored[0]} does not go with --follow DIR: the costs "
                                        f"and their variation are fitted to the traces")
@@ -131,11 +137,13 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if split_factor is not None:  # a factor the user chose must fit: say so up front
         SplitMicrobatches("all", split_factor).apply(table, costs)
     split_factor = 2 if split_factor is None else split_factor
+    slice_counts = _slice_counts(sequence_slices, costs, modelled)
     variation = build_variation(table, costs=costs, **variation_params)
     budget = memory_budget_value(memory_budget, costs)
 
     def moves(current):
-        return [_with_factor(move, split_factor) for move in default_moves(current)]
+        return [_with_factor(move, split_factor)
+                for move in default_moves(current, sequence_slices=slice_counts)]
 
     found = adapt(table, costs, variation, budget, objective=objective,
                   samples=variation_params["samples"], seed=variation_params["seed"],
@@ -213,6 +221,23 @@ def _follow(schedule, schedule_params, directory, log, memory_budget, threshold,
     click.echo(f"followed {len(result.processed)} entries ({len(result.skipped)} skipped, "
                f"{result.searches} searches, {len(result.switches)} switches reported); "
                f"stopped: {result.stopped}")
+
+
+def _slice_counts(text, costs, modelled):
+    """``--sequence-slices`` as slice counts, each checked against the model's sequence."""
+    if text is None:
+        return ()
+    from tabsched.cli.build import int_list
+    counts = int_list("--sequence-slices", text)
+    if not modelled:
+        raise click.ClickException("--sequence-slices: slices need a model with a sequence "
+                                   "(give --model and --system)")
+    sequence = costs.model.sequence
+    for count in counts:
+        if sequence % count:
+            raise click.ClickException(f"--sequence-slices {count}: does not divide model "
+                                       f"{costs.model.name}'s sequence {sequence}")
+    return tuple(counts)
 
 
 def _with_factor(move, factor):

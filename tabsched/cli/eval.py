@@ -21,11 +21,19 @@ from tabsched.formulas import formula_level
                    "communication; simulation: needs --comm or --model/--system. Default: "
                    "table, or simulation with --comm or --model/--system.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--sequence-slices", "sequence_slices", type=int, metavar="K",
+              help="Cut each sequence into K slices first (Seq1F1B: forwards in slice order, "
+                   "backwards reversed, rows interleaved at slice grain); K must divide the "
+                   "model's sequence. Needs --model and --system.")
+@click.option("--slice-lead", type=click.Choice(["seq1f1b", "kept"]), default="seq1f1b",
+              show_default=True,
+              help="--sequence-slices: Seq1F1B's short warm-up (least memory) or the "
+                   "unsliced row's lead at slice grain.")
 @variation_options(default_samples=None)
 @html_option("the evaluated run")
 @translate_errors
-def eval_command(schedule, schedule_params, evaluation, level, as_json, variation_params,
-                 html_path):
+def eval_command(schedule, schedule_params, evaluation, level, as_json, sequence_slices,
+                 slice_lead, variation_params, html_path):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
@@ -44,6 +52,8 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
                                            variation_params["replay"]))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
                                                       level)
+    if sequence_slices is not None:
+        table = _sliced(table, torch_schedule, costs, sequence_slices, slice_lead, level)
     if level == "formula" and (any(variation_params[name] for name in
                                    ("cv", "transfer_cv", "stragglers", "slow_links", "replay",
                                     "replay_partial"))
@@ -85,3 +95,23 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, variatio
             result.check_memory()
         except MemoryBudgetError as error:
             raise OverBudget(str(error)) from None
+
+
+def _sliced(table, torch_schedule, costs, slices, lead, level):
+    """``table`` with its sequences cut into ``slices`` (``--sequence-slices``)."""
+    from tabsched.adapt import SplitSequence
+    if slices < 1:
+        raise click.ClickException(f"--sequence-slices {slices}: expected an integer >= 1")
+    if not hasattr(costs, "slice_view"):
+        raise click.ClickException("--sequence-slices: slices need a model with a sequence "
+                                   "(give --model and --system)")
+    if torch_schedule is not None:
+        raise click.ClickException("--sequence-slices: a PyTorch compute_comms schedule runs "
+                                   "its own sends; slice a compute_only table")
+    if level == "formula":
+        raise click.ClickException("--sequence-slices: --level formula has no closed form "
+                                   "for sliced tables; use --level simulation")
+    if costs.model.sequence % slices:
+        raise click.ClickException(f"--sequence-slices {slices}: does not divide model "
+                                   f"{costs.model.name}'s sequence {costs.model.sequence}")
+    return SplitSequence(slices, lead).apply(table, costs)

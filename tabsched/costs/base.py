@@ -72,6 +72,19 @@ def _fraction(name, value):
     return value
 
 
+def refuse_slices(costs, table):
+    """Refuse a table of sequence slices under a cost model that has no sequence.
+
+    A slice's price depends on its tokens and on the keys its causal attention meets
+    (:meth:`tabsched.costs.ModelCosts.slice_view`); slot lengths and per-stage seconds
+    know neither, so they would price every slice as a whole microbatch.
+    """
+    if table.sequence_slices is not None:
+        raise InvalidParameterError(
+            f"sequence slices need a model with a sequence (ModelCosts: --model and "
+            f"--system); {type(costs).__name__} has none")
+
+
 def _per_stage(name, value):
     """A scalar or a 1-D array of non-negative numbers (checked against stages later)."""
     if isinstance(value, numbers.Number):
@@ -230,6 +243,7 @@ class CostModel:
 
     def activation_sizes(self, table):
         """Activation memory of each operation's (stage, microbatch)."""
+        refuse_slices(self, table)
         return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
 
     def transient_sizes(self, table):
@@ -392,6 +406,7 @@ class UnitCosts(CostModel):
     def op_durations(self, table):
         """Each operation's slot length by kind (F, B, I, W), times its microbatch's relative
         size."""
+        refuse_slices(self, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return self.lengths[table.kind] * sizes[table.microbatch]
 
@@ -498,6 +513,7 @@ class StageCosts(CostModel):
         size."""
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)
                              for name in ("forward", "backward", "input_grad", "weight_grad")])
+        refuse_slices(self, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return per_kind[table.kind, table.stage] * sizes[table.microbatch]
 
@@ -516,6 +532,7 @@ class StageCosts(CostModel):
     def activation_sizes(self, table):
         """Activation bytes each forward leaves until its backward: its stage's, times its
         microbatch's size."""
+        refuse_slices(self, table)
         per_stage = _stage_values("activation", self.activation, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return per_stage[table.stage] * sizes[table.microbatch]

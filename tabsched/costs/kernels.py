@@ -227,14 +227,17 @@ def _shape(model, parallel, dense=False):
     tokens = float(model.sequence) / parallel.context_parallel      # a context rank's
     wq, wk, wv, wo = (float(width) for width in latent_widths(model))
     x = dict(
-        h=float(model.hidden), s=tokens, S=float(model.sequence), d=float(model.dtype_bytes),
+        h=float(model.hidden), s=tokens, S=float(model.keys), d=float(model.dtype_bytes),
         g=float(model.grad_bytes), t=float(t), hk=float(model.kv_width), f=float(model.ffn),
         k=2.0 if model.gated_ffn else 1.0, a=float(model.heads), V=float(model.vocab),
         m=1.0 if model.dropout else 0.0, bias=model.bias,
         sn=tokens / t if parallel.sequence_parallel else tokens,
         sp=parallel.sequence_parallel, flash=parallel.flash, fp8=parallel.fp8,
         cp=parallel.context_exchange, wq=wq, wk=wk, wv=wv, wo=wo, mla=None,
-        moe=bool(model.experts) and not dense)
+        moe=bool(model.experts) and not dense,
+        # a sequence slice's keys (TransformerModel.sliced): its queries meet more tokens
+        # than its own; None for a whole sequence (one context rank's keys are its own)
+        kv=None if model.attention_keys is None else float(model.attention_keys))
     if model.kv_lora_rank is not None:
         x["mla"] = dict(qr=float(model.q_lora_rank or 0), kvr=float(model.kv_lora_rank),
                         dr=float(model.qk_rope_head_dim),
@@ -371,6 +374,8 @@ def attention_forward(x):
                 _matrix("flash_attention", 2 * s * S * (wq + wo) / t, 0.0, reads,
                         d * s * wo / t, d),
                 *_context_exchange(x, "F", after=True)]
+    if x["kv"] is not None:
+        return _slice_attention_forward(x)
     scores = d * a * s * s / t
     heads = a / t                        # the rank's query heads
     kernels = [_matrix("scores", 2 * s * s * wq / t, 0.0, d * s * (wq + wk) / t, scores, d,
@@ -382,6 +387,52 @@ def attention_forward(x):
                            scores + d * s * wv / t, d * s * wo / t, d,
                            [_heads(heads, s, wo / a, s)]))
     return kernels
+
+
+def _slice_attention_forward(x):
+    """The eager attention core of a sequence slice: ``s`` queries over ``kv`` keys.
+
+    The same kernels as :func:`attention_forward` with the score matrix ``s x kv``
+    (Seq1F1B, Sun et al. 2024, section 3.2: slice ``i`` of ``k`` has ``s/k`` queries
+    and the ``(i+1) s/k`` keys and values of slices ``0 .. i``, read from the key-value
+    cache the earlier slices left); with ``kv == s`` the counts are the whole sequence's.
+    """
+    s, kv, d, t, m, a = x["s"], x["kv"], x["d"], x["t"], x["m"], x["a"]
+    wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
+    scores = d * a * s * kv / t
+    heads = a / t
+    kernels = [_matrix("scores", 2 * s * kv * wq / t, 0.0, d * (s * wq + kv * wk) / t, scores,
+                       d, [_heads(heads, s, kv, wq / a)]),
+               _vector("softmax", scores, scores)]
+    if m:
+        kernels.append(_vector("attention_dropout", scores, scores + m * a * s * kv / t))
+    kernels.append(_matrix("attention_over_values", 2 * s * kv * wo / t, 0.0,
+                           scores + d * kv * wv / t, d * s * wo / t, d,
+                           [_heads(heads, s, wo / a, kv)]))
+    return kernels
+
+
+def _slice_attention_backward(x):
+    """The eager attention core's data gradients for a sequence slice (``s`` queries over
+    ``kv`` keys): :func:`_input_grad`'s products with the score matrix ``s x kv``; the
+    key and value gradients cover all ``kv`` keys (they flow back into the earlier
+    slices' cache, Seq1F1B section 3.1)."""
+    s, kv, d, t, m, a = x["s"], x["kv"], x["d"], x["t"], x["m"], x["a"]
+    wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
+    scores = d * a * s * kv / t
+    heads = a / t
+    # dP = dO @ V^T (s x kv over a head's width), dV = P^T @ dO (kv x width over s)
+    kernels = [_matrix("attention_over_values_bwd", 4 * s * kv * wo / t, 0.0,
+                       d * (s * wo + kv * wv) / t + scores, scores + d * kv * wv / t, d,
+                       [_heads(heads, s, kv, wo / a), _heads(heads, kv, wo / a, s)])]
+    if m:
+        kernels.append(_vector("attention_dropout_bwd", scores + m * a * s * kv / t, scores))
+    return kernels + [
+        _vector("softmax_bwd", 2 * scores, scores),
+        # dQ = dS @ K (s x width over kv), dK = dS^T @ Q (kv x width over s)
+        _matrix("scores_bwd", 4 * s * kv * wq / t, 0.0, scores + d * (s * wq + kv * wk) / t,
+                d * (s * wq + kv * wk) / t, d,
+                [_heads(heads, s, wq / a, kv), _heads(heads, kv, wq / a, s)])]
 
 
 def _input_grad(x, norm_name):
@@ -414,6 +465,8 @@ def _input_grad(x, norm_name):
                             d * (s * (wq + 2 * wo) + keys * (wk + wv)) / t,
                             d * (s * wq + keys * (wk + wv)) / t, d),
                     *_context_exchange(x, "I", after=True)]
+    elif x["kv"] is not None:
+        kernels += _slice_attention_backward(x)
     else:
         scores = d * a * s * s / t
         heads = a / t

@@ -16,6 +16,7 @@ execution it was built from, so no answer can outlive a change.
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.compose import Prices
 from tabsched.costs.base import CostModel, _non_negative
 from tabsched.costs.collectives import group_time
@@ -224,7 +225,7 @@ max_connections
                              table.microbatch_sizes)
         run = self.execution
         if run.global_batch is not None:
-            held = float(shape[3][shape[4]].sum())
+            held = float((shape[3][shape[4]] / _slice_counts(table)).sum())
             share = run.global_batch // run.data_parallel
             if held != share:
                 raise InvalidParameterError(
@@ -232,6 +233,40 @@ max_connections
                     f"per pipeline, but the execution's global_batch {run.global_batch} over "
                     f"data_parallel {run.data_parallel} asks for {share}")
         return shape
+
+    # ---------------------------------------------------------- sequence slices
+    def slice_view(self, index, count):
+        """This cost model pricing slice ``index`` of sequences cut into ``count``: the
+        same system and execution with the model's view of a slice
+        (:meth:`TransformerModel.sliced`: ``s/k`` tokens whose attention meets
+        ``(i+1) s/k`` keys). ``self`` for slice 0 of 1."""
+        if count == 1:
+            return self
+        return _slice_view(self, int(index), int(count))
+
+    def _per_slice(self, table, answer, microbatch):
+        """``answer(costs)`` (an array, or a tuple of arrays, one entry per element of
+        ``microbatch``) for a table of sequence slices: each entry as the view of its
+        microbatch's slice prices it (:meth:`slice_view`); ``answer(self)`` for a table
+        of whole sequences."""
+        if table.sequence_slices is None:
+            return answer(self)
+        spec = np.asarray(table.sequence_slices, dtype=np.int64)[np.asarray(microbatch)]
+        pairs, which = np.unique(spec, axis=0, return_inverse=True) if len(spec) else \
+            (np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.intp))
+        which = which.ravel()
+        result = None
+        for row, (index, count) in enumerate(pairs.tolist()):
+            got = answer(self.slice_view(index, count))
+            parts = got if isinstance(got, tuple) else (got,)
+            if result is None:
+                result = tuple(np.array(part, dtype=np.float64) for part in parts)
+            mask = which == row
+            for into, part in zip(result, parts):
+                into[mask] = np.asarray(part)[mask]
+        if result is None:
+            return answer(self)
+        return result if isinstance(got, tuple) else result[0]
 
     def _per_stage(self, per_part, layers, first, last):
         """``(kinds, stages, sizes)`` from ``{part: (kinds, sizes)}`` arrays."""
@@ -261,13 +296,22 @@ max_connections
 
     # --------------------------------------------------------------- cost model
     def op_work(self, table):
-        """``(flops, nbytes)`` of every operation of ``table`` (float arrays, per tensor rank)."""
+        """``(flops, nbytes)`` of every operation of ``table`` (float arrays, per tensor rank;
+        a sequence slice's as its view counts them, :meth:`slice_view`)."""
+        return self._per_slice(table, lambda costs: costs._op_work(table), table.microbatch)
+
+    def _op_work(self, table):
         flops, nbytes, inverse = self._stage_work(table)
         index = (table.kind, table.stage, inverse[table.microbatch])
         return flops[index], nbytes[index]
 
     def op_durations(self, table):
-        """Seconds of every operation: the sum of its kernels' rooflines and collectives."""
+        """Seconds of every operation: the sum of its kernels' rooflines and collectives
+        (a sequence slice's kernels those of its view, :meth:`slice_view`)."""
+        return self._per_slice(table, lambda costs: costs._op_durations(table),
+                               table.microbatch)
+
+    def _op_durations(self, table):
         layers, first, last, unique, inverse = self._shape(table)
         durations = self._per_stage(self.part_times(unique), layers, first, last)
         return durations[table.kind, table.stage, inverse[table.microbatch]]
@@ -307,6 +351,11 @@ max_connections
         return latency, volume
 
     def _transfer_parts(self, table, transfers):
+        # a slice sends its s/k tokens' activation (or gradient)
+        return self._per_slice(table, lambda costs: costs._whole_transfer_parts(
+            table, transfers), transfers.microbatch)
+
+    def _whole_transfer_parts(self, table, transfers):
         _, _, _, unique, inverse = self._shape(table)
         per_microbatch = self.model.transfer_bytes(unique, self.execution)[inverse]
         gather = self.receive_gather_seconds(unique)[inverse]
@@ -332,7 +381,8 @@ max_connections
         ``transfer_costs``. The lowering composes them (``stacked_node_durations``).
         """
         cost_models = list(cost_models)
-        if any(type(costs) is not ModelCosts for costs in cost_models):   # a subclass's own
+        if any(type(costs) is not ModelCosts for costs in cost_models) or \
+                lowered.table.sequence_slices is not None:   # a subclass's own; slices' views
             return super().stacked_prices(lowered, cost_models)
         groups = {}
         for row, costs in enumerate(cost_models):
@@ -439,7 +489,19 @@ max_connections
                                      self.system), dtype=np.float64) * np.ones(samples.shape)
 
     def activation_sizes(self, table):
-        """Bytes each operation's (stage, microbatch) holds from its F to its backward."""
+        """Bytes each operation's (stage, microbatch) holds from its F to its backward.
+
+        A sequence slice holds its view's (:meth:`slice_view`): the per-token activations
+        of its ``s/k`` tokens (``1/k`` of the microbatch's) and, without FlashAttention,
+        its ``s/k x (i+1) s/k`` scores. Its keys and values are part of what it holds
+        until its own backward, which runs after every later slice's (the table's
+        order, Seq1F1B): so the key-value cache that later slices attend to is held
+        until their backwards are done, and counted once.
+        """
+        return self._per_slice(table, lambda costs: costs._activation_sizes(table),
+                               table.microbatch)
+
+    def _activation_sizes(self, table):
         layers, first, last, unique, inverse = self._shape(table)
         model, parallel = self.model, self.execution
         per_part = {"layer": model.layer_activation(unique, parallel=parallel),
@@ -453,7 +515,12 @@ max_connections
         return per_stage[table.stage, inverse[table.microbatch]]
 
     def transient_sizes(self, table):
-        """Bytes each operation holds only while it runs: one layer's backward working memory."""
+        """Bytes each operation holds only while it runs: one layer's backward working memory
+        (a sequence slice's at its view's shape)."""
+        return self._per_slice(table, lambda costs: costs._transient_sizes(table),
+                               table.microbatch)
+
+    def _transient_sizes(self, table):
         layers, _, _, unique, inverse = self._shape(table)
         per_size = self.model.layer_transient(unique, self.execution)
         backward = (table.kind == BACKWARD) | (table.kind == INPUT_GRAD)
@@ -605,6 +672,25 @@ max_connections
         if self.overlap_factor is not None and self.overlap_factor != 1.0:
             info["overlap"] = self.overlap_factor
         return info
+
+
+def _slice_counts(table):
+    """Each microbatch's slice count (1 for whole sequences): a slice holds its sequence's
+    samples, so a sequence's samples are counted once over its slices."""
+    if table.sequence_slices is None:
+        return np.ones(table.num_microbatches)
+    return np.array([count for _, count in table.sequence_slices], dtype=np.float64)
+
+
+@memo(limit=256)
+def _slice_view(costs, index, count):
+    """:meth:`ModelCosts.slice_view`, remembered per cost model and slice."""
+    if costs.execution.context_parallel > 1:
+        raise InvalidParameterError(
+            f"sequence slices: context_parallel {costs.execution.context_parallel} cuts the "
+            f"sequence already; slicing it too is not priced (use context_parallel 1)")
+    return type(costs)(costs.model.sliced(index, count), costs.system, costs.asked,
+                       overlap=costs.overlap_factor)
 
 
 def _stage_sum(model, per_part, layers, first, last):

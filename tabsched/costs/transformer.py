@@ -232,6 +232,10 @@ class TransformerModel:
         Persistent bytes per parameter; default dtype + grad_bytes +
         optimizer_bytes.
     name, description : str
+    attention_keys : int, optional
+        Keys each query of the sequence attends to; default the whole sequence. Set
+        by :meth:`sliced` for a sequence slice (Seq1F1B), whose ``s/k`` queries meet
+        ``(i+1) s/k`` keys.
     """
 
     layers: int
@@ -268,6 +272,7 @@ class TransformerModel:
     qk_rope_head_dim: int | None = None
     v_head_dim: int | None = None
     head_dim: int | None = None
+    attention_keys: int | None = None
 
     def __post_init__(self):
         def set_(key, value):
@@ -316,6 +321,39 @@ class TransformerModel:
         _presets.text("name", self.name, MAX_NAME)
         _presets.text("description", self.description, MAX_DESCRIPTION)
         check_experts(self, set_)
+        if self.attention_keys is not None:
+            set_("attention_keys", _presets.integer("attention_keys", self.attention_keys, 1,
+                                                    MAX_SEQUENCE))
+
+    @property
+    def keys(self):
+        """Keys each query attends to: ``attention_keys``, or the whole ``sequence``."""
+        return self.sequence if self.attention_keys is None else self.attention_keys
+
+    def sliced(self, index, count):
+        """This model as one sequence slice prices it: slice ``index`` of ``count``.
+
+        Seq1F1B (Sun et al. 2024, arXiv 2406.03488, section 3.2): slice ``i`` runs the
+        linear layers (QKV, output projection, MLP), the norms, the embedding and the
+        output layer on its ``s/k`` tokens, and its causal attention lets its ``s/k``
+        queries meet the keys of slices ``0 .. i``: ``(i+1) s/k`` keys. So the view is
+        the model on ``sequence = s/k`` with ``attention_keys = (i+1) s/k``; ``count``
+        must divide the sequence. Slice ``0`` of ``1`` is the model itself.
+        """
+        if count == 1 and index == 0:
+            return self
+        if self.sequence % count:
+            raise InvalidParameterError(
+                f"sequence slices: {count} does not divide model {self.name}'s sequence "
+                f"{self.sequence} (a slice must hold whole tokens)")
+        if self.attention_keys is not None:
+            raise InvalidParameterError("sequence slices: the model is a slice already")
+        if self.mtp_layers or self.kv_lora_rank is not None:
+            raise InvalidParameterError(
+                f"sequence slices: model {self.name}'s multi-token prediction or latent "
+                f"attention is not priced per slice")
+        tokens = self.sequence // count
+        return self.replace(sequence=tokens, attention_keys=(index + 1) * tokens)
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
@@ -457,7 +495,7 @@ class TransformerModel:
         if parallel.flash:
             return 0 * samples
         d, mask = self.dtype_bytes, int(self.dropout)
-        score = (d + mask * (d + 1)) * self.heads * self.sequence * self.sequence * samples
+        score = (d + mask * (d + 1)) * self.heads * self.sequence * self.keys * samples
         return score // parallel.tensor_parallel if isinstance(score, int) and \
             score % parallel.tensor_parallel == 0 else score / parallel.tensor_parallel
 
@@ -601,7 +639,7 @@ class TransformerModel:
             width = max(width, moe_transient_width(self))
         largest = d * tokens * width / t
         if not parallel.flash:
-            largest = np.maximum(largest, 2.0 * d * self.heads * s * s * b / t)
+            largest = np.maximum(largest, 2.0 * d * self.heads * s * self.keys * b / t)
         buffer = 2.0 * d * tokens * h + largest
         recomputed = (np.asarray(self.layer_activation(b, "none", parallel=parallel), float)
                       - np.asarray(self.layer_activation(b, parallel=parallel), float))

@@ -59,6 +59,9 @@ def csv_loss(table):
         listed = ",".join(map(str, layers[:8]))
         lost.append(f"the layers of each stage ({listed}{',...' if len(layers) > 8 else ''}; a "
                     f"CSV reads back an even split)")
+    if table.sequence_slices is not None:
+        lost.append("the sequence slices (a CSV reads back every microbatch as whole "
+                    "sequences)")
     return lost
 
 

@@ -37,7 +37,7 @@ JSON_VERSION = 1
 #: much deeper is not a table, and Python's parser would recurse on it.
 MAX_JSON_DEPTH = 32
 _JSON_KEYS = ("format", "version", "family", "params", "num_stages", "microbatch_sizes",
-              "stage_layers", "rows", "grad_sync")
+              "stage_layers", "rows", "grad_sync", "sequence_slices")
 _MAX_NAME = 200
 
 
@@ -59,6 +59,8 @@ def to_json(table: ScheduleTable, *, indent: int | None = None) -> str:
     }
     if table.grad_sync is not None:  # only tables that say which stages sync carry the key
         data["grad_sync"] = list(table.grad_sync)
+    if table.sequence_slices is not None:   # only sliced tables carry the key
+        data["sequence_slices"] = [list(pair) for pair in table.sequence_slices]
     return json.dumps(data, indent=indent)
 
 
@@ -203,6 +205,14 @@ def _check_document(data, source):
             fail("grad_sync", f"must be a list of stages (integers >= 0), not "
                               f"{shown_repr(grad_sync)}")
         metadata["grad_sync"] = grad_sync
+    slices = data.get("sequence_slices")
+    if slices is not None:
+        if not isinstance(slices, list) or not all(
+                isinstance(pair, list) and len(pair) == 2 and _is_int(pair[0]) and
+                _is_int(pair[1]) and 0 <= pair[0] < pair[1] for pair in slices):
+            fail("sequence_slices", f"must be a list of [slice, count] pairs (0 <= slice < "
+                                    f"count), not {shown_repr(slices)}")
+        metadata["sequence_slices"] = slices
     return rows, metadata
 
 
