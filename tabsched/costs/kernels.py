@@ -364,7 +364,7 @@ def attention_forward(x):
     Widths over all heads: ``wq`` of the queries and keys' scores, ``wk`` and ``wv`` of
     the keys and values read, ``wo`` of the output (``h``, ``hk``, ``hk``, ``h`` for
     grouped-query attention; :func:`tabsched.costs.latent.latent_widths`)."""
-    s, d, t, m, a = x["s"], x["d"], x["t"], x["m"], x["a"]
+    s, d, t = x["s"], x["d"], x["t"]
     wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
     if x["flash"]:
         S = x["S"]      # the keys a rank's queries meet: the whole sequence over its ring
@@ -374,30 +374,20 @@ def attention_forward(x):
                 _matrix("flash_attention", 2 * s * S * (wq + wo) / t, 0.0, reads,
                         d * s * wo / t, d),
                 *_context_exchange(x, "F", after=True)]
-    if x["kv"] is not None:
-        return _slice_attention_forward(x)
-    scores = d * a * s * s / t
-    heads = a / t                        # the rank's query heads
-    kernels = [_matrix("scores", 2 * s * s * wq / t, 0.0, d * s * (wq + wk) / t, scores, d,
-                       [_heads(heads, s, s, wq / a)]),
-               _vector("softmax", scores, scores)]
-    if m:
-        kernels.append(_vector("attention_dropout", scores, scores + m * a * s * s / t))
-    kernels.append(_matrix("attention_over_values", 2 * s * s * wo / t, 0.0,
-                           scores + d * s * wv / t, d * s * wo / t, d,
-                           [_heads(heads, s, wo / a, s)]))
-    return kernels
+    return _slice_attention_forward(x)
 
 
 def _slice_attention_forward(x):
-    """The eager attention core of a sequence slice: ``s`` queries over ``kv`` keys.
+    """The eager attention core: ``s`` queries over ``kv`` keys (a sequence slice's) or,
+    unsliced, over all ``s``.
 
-    The same kernels as :func:`attention_forward` with the score matrix ``s x kv``
-    (Seq1F1B, Sun et al. 2024, section 3.2: slice ``i`` of ``k`` has ``s/k`` queries
+    The scores, the softmax, the dropout and the product with the values, over a score
+    matrix ``s x kv`` (Seq1F1B, Sun et al. 2024, section 3.2: slice ``i`` of ``k`` has ``s/k`` queries
     and the ``(i+1) s/k`` keys and values of slices ``0 .. i``, read from the key-value
     cache the earlier slices left); with ``kv == s`` the counts are the whole sequence's.
     """
-    s, kv, d, t, m, a = x["s"], x["kv"], x["d"], x["t"], x["m"], x["a"]
+    s, d, t, m, a = x["s"], x["d"], x["t"], x["m"], x["a"]
+    kv = s if x["kv"] is None else x["kv"]
     wq, wk, wv, wo = x["wq"], x["wk"], x["wv"], x["wo"]
     scores = d * a * s * kv / t
     heads = a / t
