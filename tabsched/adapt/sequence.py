@@ -32,8 +32,8 @@ Data model
 >>> sliced = SplitSequence(2).apply(table, costs)
 >>> sliced.sequence_slices
 ((0, 2), (1, 2), (0, 2), (1, 2))
->>> [str(op) for op in sliced.orders()[1]]
-['1F0', '1F1', '1B1', '1B0', '1F2', '1F3', '1B3', '1B2']
+>>> [str(op) for op in sliced.orders()[1]]      # a lead of k slices, then one B, one F
+['1F0', '1F1', '1B1', '1F2', '1B0', '1F3', '1B3', '1B2']
 """
 
 import numpy as np
