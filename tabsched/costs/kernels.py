@@ -30,7 +30,8 @@ scale-mask-softmax, fused bias-dropout-add; Shoeybi et al. 2019, Fig. 3)
     ``softmax`` (reads and writes the scores), ``attention_dropout`` (reads
     them, writes them and a mask), ``attention_over_values`` (``2*s*s*h/t``;
     reads the probabilities and V, writes ``d*s*h/t``), or ``flash_attention``
-    (``4*s*s*h/t``; reads Q, K, V, writes ``d*s*h/t``: no ``s*s`` traffic);
+    (``4*s*s*h/t`` times the causal mask's share of tiles, :func:`causal_share`; reads
+    Q, K, V, writes ``d*s*h/t``: no ``s*s`` traffic);
     ``out_proj`` (``2*s*h*h/t``; writes the partial sums ``d*s*h``); the tensor
     ``all_reduce`` (``reduce_scatter`` with sequence parallelism) of
     ``d*s*h``; ``bias_dropout_add`` (reads the branch and the residual, writes
@@ -44,8 +45,9 @@ Input-grad ``I`` (the same kernels backwards)
     attention: ``attention_over_values_bwd`` (dP and dV, ``4*s*s*h/t``),
     ``attention_dropout_bwd``, ``softmax_bwd`` (reads dP and the probabilities),
     ``scores_bwd`` (dQ and dK, ``4*s*s*h/t``); flash: ``flash_attention_bwd``
-    (``8*s*s*h/t``, as eager; FlashAttention's backward also recomputes the
-    scores, which this count leaves out, as the FLOPs are kept the same);
+    (``10*s*s*h/t`` times the causal share: FlashAttention's backward recomputes
+    the scores ``Q K^T`` and then runs dV, dP, dQ and dK, five products where the
+    forward has two; Dao 2023, section 3.1.2, Algorithm 2);
     the norms' backward (two passes over the gradient and the input, then the
     residual's gradient added: :func:`norm_backward`), and the collectives that mirror
     the forward's: an ``all_reduce`` after each column-parallel product
@@ -62,8 +64,8 @@ Recompute forward (run before ``I``)
     whole forward, collectives included.
 Context parallelism (``Execution.context_parallel`` *cp*, fused attention only)
     ``s`` is a context rank's ``sequence / cp`` tokens in every kernel; the fused
-    attention's queries meet all ``S = sequence`` keys (``4*s*S*h/t`` FLOPs: with causal
-    load balancing each rank does ``1/cp`` of the whole), and the keys and values come
+    attention's queries meet all ``S = sequence`` keys (``4*s*S*h/t`` FLOPs times the
+    causal share: with causal load balancing each rank does ``1/cp`` of the whole), and the keys and values come
     over the context group (``_context_exchange``: ``cp_kv_ring`` beside the attention,
     ``cp_kv_all_gather`` before it, or Ulysses' ``cp_a2a_in`` and ``cp_a2a_out``).
 FP8 (``Execution.fp8``: Transformer Engine's recipes, Micikevicius et al. 2022)
@@ -95,6 +97,7 @@ and O(h) parameters are left out.
 """
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -371,10 +374,43 @@ def attention_forward(x):
         reads = (d * s * (wq + wk + wv) / t if x["cp"] == "a2a"
                  else d * (s * wq + S * (wk + wv)) / t)
         return [*_context_exchange(x, "F"),
-                _matrix("flash_attention", 2 * s * S * (wq + wo) / t, 0.0, reads,
-                        d * s * wo / t, d),
+                _matrix("flash_attention", 2 * s * S * (wq + wo) * causal_share(x) / t, 0.0,
+                        reads, d * s * wo / t, d),
                 *_context_exchange(x, "F", after=True)]
     return _slice_attention_forward(x)
+
+
+#: Key columns per tile of a fused attention kernel: FlashAttention-2 runs blocks of 128
+#: query rows by 64 or 128 key columns, FlashAttention-3 and cuDNN's fused attention 128 by
+#: 128 for head widths up to 128 (Dao 2023, "FlashAttention-2", section 3.1 and its block-
+#: size choice; Shah et al. 2024, "FlashAttention-3", section 4). The causal mask skips
+#: every tile wholly above the diagonal and computes the ones it crosses in full.
+FLASH_TILE = 128.0
+
+
+def causal_share(x):
+    """The share of the ``s x S`` score square a fused causal attention kernel computes.
+
+    Tiles of :data:`FLASH_TILE` keys wholly above the diagonal are skipped (Dao 2023,
+    section 3.1.1, "Causal masking": 1.7-1.8x faster than without the mask). A whole
+    sequence of ``N`` tiles computes ``N (N + 1) / 2`` of ``N^2``; a context rank with
+    Megatron-LM's causal load balancing (two chunks of the sequence, one from each end)
+    does ``1/cp`` of that, the same share of its ``s x S``. A sequence slice's ``s``
+    queries sit at the end of its ``kv`` keys: the ``kv - s`` earlier keys in full, the
+    last ``s`` as a triangle (Seq1F1B, Sun et al. 2024, section 3.2).
+
+    >>> round(causal_share({"s": 2048.0, "S": 2048.0, "kv": None}), 4)   # 16 tiles: 17/32
+    0.5312
+    >>> causal_share({"s": 1024.0, "S": 2048.0, "kv": 2048.0})  # slice 2 of 2: (64 + 36)/128
+    0.78125
+    """
+    tile = FLASH_TILE
+    if x["kv"] is None:
+        n = math.ceil(x["S"] / tile)
+        return (n + 1) / (2 * n)
+    queries, keys = math.ceil(x["s"] / tile), math.ceil(x["kv"] / tile)
+    queries = min(queries, keys)
+    return (queries * (keys - queries) + queries * (queries + 1) / 2) / (queries * keys)
 
 
 def _slice_attention_forward(x):
@@ -451,7 +487,8 @@ def _input_grad(x, norm_name):
         S = x["S"]
         keys = s if x["cp"] == "a2a" else S     # Ulysses: S tokens of a cp-th of the heads
         kernels += [*_context_exchange(x, "I"),
-                    _matrix("flash_attention_bwd", 4 * s * S * (wq + wo) / t, 0.0,
+                    _matrix("flash_attention_bwd",
+                            2 * s * S * (3 * wq + 2 * wo) * causal_share(x) / t, 0.0,
                             d * (s * (wq + 2 * wo) + keys * (wk + wv)) / t,
                             d * (s * wq + keys * (wk + wv)) / t, d),
                     *_context_exchange(x, "I", after=True)]
