@@ -29,7 +29,7 @@ HOSTILE = st.one_of(
     st.sampled_from([None, -1, 0, -1e300, 1e300, float("nan"), float("inf"), True, "",
                      "PP:", "PP:9F9", "PP:0F", "PP:0X0", "PP:-1F0", "PP:0F99999999999999999",
                      "\ud800", "recv", "kernel", [], {}, [1, 2], {"stream": "x"},
-                     {"correlation": None}, 2 ** 70]),
+                     {"correlation": None}, 2 ** 70, 10 ** 400, -10 ** 400]),
     st.integers(), st.floats(allow_nan=True), st.text(max_size=6))
 FIELDS = ["name", "ts", "dur", "ph", "cat", "tid", "pid", "args"]
 

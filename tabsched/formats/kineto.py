@@ -227,7 +227,10 @@ def _number(event, key, where):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidParameterError(f"{where}: {key!r} must be a number, not "
                                     f"{_short(json.dumps(value))}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:       # an integer no double holds
+        value = math.inf
     if not math.isfinite(value):
         raise InvalidParameterError(f"{where}: {key!r} must be finite, not {value}")
     return value
@@ -245,37 +248,67 @@ def _events(document, source):
         raise InvalidParameterError(f"{source}: not a profiler trace: expected a JSON object "
                                     f"with traceEvents")
     checked = []
+    append, isfinite = checked.append, math.isfinite
+    numbers, identities = (int, float), (int, str)
     for index, event in enumerate(events):
-        where = f"{source}: event {index}"
-        if not isinstance(event, dict):
-            raise InvalidParameterError(f"{where}: not an object")
-        phase = event.get("ph")
-        if not isinstance(phase, str):
-            raise InvalidParameterError(f"{where}: 'ph' must be a string, not "
-                                        f"{_short(json.dumps(phase))}")
-        if phase != "X":
-            continue
-        name = event.get("name")
-        if not isinstance(name, str):
-            raise InvalidParameterError(f"{where}: 'name' must be a string, not "
-                                        f"{_short(json.dumps(name))}")
-        category = event.get("cat", "")
-        if not isinstance(category, str):
-            raise InvalidParameterError(f"{where} ({_short(name)}): 'cat' must be a string")
-        start = _number(event, "ts", f"{where} ({_short(name)})")
-        duration = _number(event, "dur", f"{where} ({_short(name)})")
-        if duration < 0:
-            raise InvalidParameterError(f"{where} ({_short(name)}): 'dur' must be >= 0, "
-                                        f"not {duration:g}")
-        thread = []
-        for key in ("pid", "tid"):
-            value = event.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise InvalidParameterError(f"{where} ({_short(name)}): {key!r} must be an "
-                                            f"integer or a string")
-            thread.append(value)
-        checked.append((index, tuple(thread), name, category, start, start + duration))
+        # the common event checked inline, its messages built only for the one that fails
+        # (:func:`_checked_event` says what is wrong): a trace has 10^5-10^6 events
+        if type(event) is dict:
+            phase = event.get("ph")
+            if phase != "X" and type(phase) is str:
+                continue
+            name, category = event.get("name"), event.get("cat", "")
+            start, duration = event.get("ts"), event.get("dur")
+            pid, tid = event.get("pid", 0), event.get("tid", 0)
+            if (phase == "X" and type(name) is str and type(category) is str
+                    and type(start) in numbers and type(duration) in numbers
+                    and type(pid) in identities and type(tid) in identities):
+                try:
+                    start, duration = float(start), float(duration)
+                except OverflowError:       # an integer past the doubles: said below
+                    pass
+                else:
+                    if duration >= 0 and isfinite(start) and isfinite(duration):
+                        append((index, (pid, tid), name, category, start, start + duration))
+                        continue
+        found = _checked_event(event, index, source)
+        if found is not None:
+            append(found)
     return checked
+
+
+def _checked_event(event, index, source):
+    """One event checked with a message naming what is wrong: the complete event's
+    ``(index, thread, name, cat, ts, end)``, None for another phase."""
+    where = f"{source}: event {index}"
+    if not isinstance(event, dict):
+        raise InvalidParameterError(f"{where}: not an object")
+    phase = event.get("ph")
+    if not isinstance(phase, str):
+        raise InvalidParameterError(f"{where}: 'ph' must be a string, not "
+                                    f"{_short(json.dumps(phase))}")
+    if phase != "X":
+        return None
+    name = event.get("name")
+    if not isinstance(name, str):
+        raise InvalidParameterError(f"{where}: 'name' must be a string, not "
+                                    f"{_short(json.dumps(name))}")
+    category = event.get("cat", "")
+    if not isinstance(category, str):
+        raise InvalidParameterError(f"{where} ({_short(name)}): 'cat' must be a string")
+    start = _number(event, "ts", f"{where} ({_short(name)})")
+    duration = _number(event, "dur", f"{where} ({_short(name)})")
+    if duration < 0:
+        raise InvalidParameterError(f"{where} ({_short(name)}): 'dur' must be >= 0, "
+                                    f"not {duration:g}")
+    thread = []
+    for key in ("pid", "tid"):
+        value = event.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise InvalidParameterError(f"{where} ({_short(name)}): {key!r} must be an "
+                                        f"integer or a string")
+        thread.append(value)
+    return (index, tuple(thread), name, category, start, start + duration)
 
 
 def _parse_label(text, where):

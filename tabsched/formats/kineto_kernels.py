@@ -194,8 +194,11 @@ class KernelProfile:
 
 
 def _number(value, where, key):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value):
+    try:        # an integer past the doubles (JSON allows any digits) is not finite either
+        finite = math.isfinite(value)
+    except (TypeError, OverflowError):
+        finite = False
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not finite:
         raise InvalidParameterError(f"{where}: {key!r} must be a finite number, not "
                                     f"{_short(value)}")
     return float(value)
