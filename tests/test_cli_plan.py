@@ -131,6 +131,11 @@ def test_a_post_validation_base_reaches_the_rows_and_their_eval_command(cli, tmp
     (("--gpus", "8", "--global-batch", "16", "--families", "lf1b"),
      "unknown schedule family 'lf1b'"),
     (("--gpus", "8", "--global-batch", "16", "-o", "/nonexistent/plan.csv"), "/nonexistent"),
+    # counts the search factors are bounded before it factors them (it hung on these)
+    (("--gpus", "9" * 400, "--global-batch", "8"),
+     "must be an integer from 1 to 16777216, not <an integer of 400 digits>"),
+    (("--gpus", "16", "--global-batch", "9" * 30),
+     "must be an integer from 1 to 16777216, not " + "9" * 30),
 ])
 def test_bad_input_is_one_line(cli_error, argv, message):
     assert message in cli_error("plan", "llama3-8b", "dgx-h100", *argv)

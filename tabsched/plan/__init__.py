@@ -41,7 +41,8 @@ import time
 
 from tabsched.costs.units import format_quantity
 from tabsched.exceptions import InvalidParameterError, MemoryBudgetError
-from tabsched.execution import RECOMPUTE_MODES, ZERO_STAGES, Execution
+from tabsched._untrusted import shown_value
+from tabsched.execution import MAX_SAMPLES, RECOMPUTE_MODES, ZERO_STAGES, Execution
 from tabsched.plan.result import Evaluated, PlanResult, PlanRow
 
 __all__ = ["plan", "PlanResult", "PlanRow", "Evaluated", "Configuration", "Layout", "Split",
@@ -63,9 +64,19 @@ def __getattr__(name):
     return value
 
 
-def _positive(name, value, low=1):
+#: Most GPUs a plan searches: 2**24, a thousand times the largest published training runs
+#: (Llama 3 405B: 16,384 H100s; Dubey et al. 2024, section 3.3), so that factoring the
+#: count into t x cp x p x d stays instant.
+MAX_GPUS = 2**24
+
+def _positive(name, value, low=1, high=None):
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise InvalidParameterError(f"{name} must be an integer >= {low}, not {value!r}")
+        raise InvalidParameterError(f"{name} must be an integer >= {low}, not "
+                                    f"{shown_value(value)}")
+    if high is not None and value > high:
+        # the search factors both (their divisors by trial division up to the square root)
+        raise InvalidParameterError(f"{name} must be an integer from {low} to {high}, not "
+                                    f"{shown_value(value)}")
     return value
 
 
@@ -185,8 +196,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     model_name = model if isinstance(model, str) else getattr(model, "name", "model")
     system_name = system if isinstance(system, str) else getattr(system, "name", "system")
     model, system = load_model(model), load_system(system)
-    gpus = _positive("gpus", gpus)
-    global_batch = _positive("global_batch", global_batch)
+    gpus = _positive("gpus", gpus, high=MAX_GPUS)
+    global_batch = _positive("global_batch", global_batch, high=MAX_SAMPLES)
     top = _positive("top", top)
     max_chunks = _positive("max_chunks", max_chunks)
     uneven = _positive("uneven", uneven, 0)
