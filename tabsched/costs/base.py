@@ -229,6 +229,18 @@ class CostModel:
         empty = np.zeros(len(transfers))
         return empty, empty.copy()
 
+    @property
+    def free_transfers(self):
+        """Whether every transfer these costs price lasts exactly 0, whatever the table:
+        then a lowering for them may join the ends of a dependency across devices with
+        a direct edge instead of a transfer node (``lower(free_transfers=True)``). True
+        for a class that keeps this class's free transfers (neither
+        :meth:`transfer_costs` nor :meth:`node_durations` replaced); a subclass that
+        prices transfers says for itself."""
+        cls = type(self)
+        return (cls.transfer_costs is CostModel.transfer_costs
+                and cls.node_durations is CostModel.node_durations)
+
     def transfer_parts(self, table, transfers):
         """``(latency, volume)`` per transfer: ``latency + volume`` is its duration.
 
@@ -516,6 +528,16 @@ class StageCosts(CostModel):
         refuse_slices(self, table)
         sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
         return per_kind[table.kind, table.stage] * sizes[table.microbatch]
+
+    @property
+    def free_transfers(self):
+        """A single ``comm`` of 0 (a matrix, even of zeros, is checked against the
+        table's devices when priced, so it does not count), unless a subclass prices
+        transfers its own way."""
+        cls = type(self)
+        return (isinstance(self.comm, float) and self.comm == 0.0
+                and cls.transfer_costs is StageCosts.transfer_costs
+                and cls.node_durations is CostModel.node_durations)
 
     def transfer_costs(self, table, transfers):
         """Each transfer's duration: the one ``comm`` for all, or ``comm[source, destination]``."""
