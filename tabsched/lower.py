@@ -614,9 +614,14 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     device = table.device
 
     fresh = table.cell_starts()
-    cell_of_op = (np.cumsum(fresh, dtype=INDEX) - 1).astype(INDEX)
-    num_cells = int(fresh.sum())
-    cell_device = device[fresh].astype(INDEX)
+    num_cells = int(np.count_nonzero(fresh))
+    if num_cells == len(table):     # a cell per operation (no overlapped cell)
+        cell_of_op = np.arange(num_cells, dtype=INDEX)
+        cell_device = device.astype(INDEX)
+    else:
+        cell_of_op = np.cumsum(fresh, dtype=INDEX)
+        cell_of_op -= 1
+        cell_device = device[fresh].astype(INDEX)
 
     # Dependencies between operations (producer, consumer), group by group:
     # activation, own forward, input gradient, weight grad after I (_build).

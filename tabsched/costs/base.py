@@ -109,6 +109,16 @@ def _stage_values(name, value, table):
     return value
 
 
+def microbatch_scaled(values, table):
+    """``values`` (float64, one per operation, a new array) times each operation's
+    microbatch's relative size: ``values`` itself when every size is 1 (``x * 1.0`` is
+    ``x``), with no gather of the sizes."""
+    sizes = table.microbatch_sizes
+    if isinstance(sizes, tuple) and sizes.count(1.0) == len(sizes):
+        return values
+    return values * np.asarray(sizes, dtype=np.float64)[table.microbatch]
+
+
 class CostModel:
     """Base class of the cost models; see the module docstring.
 
@@ -256,7 +266,7 @@ class CostModel:
     def activation_sizes(self, table):
         """Activation memory of each operation's (stage, microbatch)."""
         refuse_slices(self, table)
-        return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
+        return microbatch_scaled(np.ones(len(table)), table)
 
     def transient_sizes(self, table):
         """Memory each operation holds from its start to its end only (default none)."""
@@ -419,8 +429,7 @@ class UnitCosts(CostModel):
         """Each operation's slot length by kind (F, B, I, W), times its microbatch's relative
         size."""
         refuse_slices(self, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return self.lengths[table.kind] * sizes[table.microbatch]
+        return microbatch_scaled(self.lengths[table.kind], table)
 
     def describe(self):
         """The lengths (and the overlap and input-grad release when set), JSON-ready."""
@@ -526,8 +535,7 @@ class StageCosts(CostModel):
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)
                              for name in ("forward", "backward", "input_grad", "weight_grad")])
         refuse_slices(self, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return per_kind[table.kind, table.stage] * sizes[table.microbatch]
+        return microbatch_scaled(per_kind[table.kind, table.stage], table)
 
     @property
     def free_transfers(self):
@@ -556,8 +564,7 @@ class StageCosts(CostModel):
         microbatch's size."""
         refuse_slices(self, table)
         per_stage = _stage_values("activation", self.activation, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return per_stage[table.stage] * sizes[table.microbatch]
+        return microbatch_scaled(per_stage[table.stage], table)
 
     def describe(self):
         """The per-stage durations, the communication costs and the contention model, JSON-ready."""
