@@ -977,6 +977,68 @@ cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device
     return FILL_NO_MEMORY if failed else placed
 
 
+# ------------------------------------------------------------ generators
+@boundscheck(False)
+@wraparound(False)
+def one_f_one_b_order(index_t devices, index_t microbatches, index_t[::1] device not None,
+                      index_t[::1] position not None, int8_t[::1] kind not None,
+                      index_t[::1] microbatch not None):
+    """Every device's 1F1B order (Megatron's) as the order's columns, device by device.
+
+    Step ``i`` of device ``d`` (warm-up ``w = min(devices - d - 1, microbatches)``,
+    ``n = microbatches``) is ``F(i)`` while ``i < w``, then ``F(w + j/2)`` and
+    ``B(j/2)`` by turns (``j = i - w``), then ``B(i - n)`` from ``i = 2n - w``; its
+    stage is its device (a stage per device).
+
+    Parameters
+    ----------
+    devices, microbatches : int
+    device, position : int32 arrays (2 x devices x microbatches,)
+    kind : int8 array (same length)
+    microbatch : int32 array (same length)
+        Outputs: the device, the step, the kind (0 F, 1 B) and the microbatch of each
+        operation, in device order, then step order.
+
+    Returns
+    -------
+    int
+        A status: OK, or BAD_SHAPE when a size is negative or an array's length is
+        not ``2 x devices x microbatches``.
+    """
+    cdef Py_ssize_t steps = 2 * <Py_ssize_t>microbatches
+    cdef Py_ssize_t total = steps * devices
+    cdef Py_ssize_t i, k = 0
+    cdef index_t d, w, j
+    if (devices < 0 or microbatches < 0 or device.shape[0] != total
+            or position.shape[0] != total or kind.shape[0] != total
+            or microbatch.shape[0] != total):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for d in range(devices):
+            w = devices - d - 1
+            if w > microbatches:
+                w = microbatches
+            for i in range(steps):
+                device[k] = d
+                position[k] = <index_t>i
+                if i < w:                               # warm-up
+                    kind[k] = KIND_F
+                    microbatch[k] = <index_t>i
+                elif i >= steps - w:                    # cool-down
+                    kind[k] = KIND_B
+                    microbatch[k] = <index_t>(i - microbatches)
+                else:                                   # the F/B pairs
+                    j = <index_t>(i - w)
+                    if j & 1:
+                        kind[k] = KIND_B
+                        microbatch[k] = j >> 1
+                    else:
+                        kind[k] = KIND_F
+                        microbatch[k] = w + (j >> 1)
+                k += 1
+    return STATUS_OK
+
+
 # ------------------------------------------------------------- validity
 @boundscheck(False)
 @wraparound(False)

@@ -649,6 +649,26 @@ def fill_idle(length, cell_device, filler, dep_indptr, dep_producer, dep_wait, r
     return len(flat)
 
 
+def one_f_one_b_order(devices, microbatches, device, position, kind, microbatch):
+    """Twin of ``_build.one_f_one_b_order``: each device's order from its definition,
+    warm-up forwards, the F/B pairs, the cool-down backwards."""
+    total = 2 * devices * microbatches
+    if (devices < 0 or microbatches < 0
+            or any(len(column) != total for column in (device, position, kind, microbatch))):
+        return BAD_SHAPE
+    k = 0
+    for d in range(devices):
+        w = min(devices - d - 1, microbatches)
+        steady = microbatches - w
+        order = ([(0, m) for m in range(w)]
+                 + [op for m in range(steady) for op in ((0, w + m), (1, m))]
+                 + [(1, m) for m in range(steady, microbatches)])
+        for i, (code, m) in enumerate(order):
+            device[k], position[k], kind[k], microbatch[k] = d, i, code, m
+            k += 1
+    return OK
+
+
 def table_is_valid(device, kind, stage, microbatch, num_stages, num_microbatches, seen, home):
     """Twin of ``tabsched._build.table_is_valid``."""
     S, M = num_stages, num_microbatches

@@ -438,3 +438,37 @@ def test_zb_heuristic_run_refuses_disagreeing_shapes():
     status = _build.zb_heuristic_run(duration, send_forward, send_backward, activation,
                                      release, room, 1e-9, 5, True, True, True, *orders)
     assert status == _build.BAD_SHAPE
+
+
+@given(devices=st.integers(0, 12), microbatches=st.integers(0, 20))
+def test_one_f_one_b_order_is_its_twins_and_megatrons(devices, microbatches):
+    """The 1F1B generator's columns, written in one compiled pass, are its plain twin's,
+    and each device's are ``device_order`` of its warm-up (Megatron's order)."""
+    from tabsched.schedules.one_f_one_b import device_order
+    total = 2 * devices * microbatches
+    columns = []
+    for module in (_build, _reference):
+        written = [np.full(total, -9, I32), np.full(total, -9, I32),
+                   np.full(total, -9, np.int8), np.full(total, -9, I32)]
+        assert module.one_f_one_b_order(devices, microbatches, *written) == _build.OK
+        columns.append(written)
+    for mine, theirs in zip(*columns):
+        np.testing.assert_array_equal(mine, theirs)
+    device, position, kind, microbatch = columns[0]
+    steps = 2 * microbatches
+    for d in range(devices):
+        kinds, mbs = device_order(min(devices - d - 1, microbatches), microbatches)
+        row = slice(d * steps, (d + 1) * steps)
+        assert (device[row] == d).all() and position[row].tolist() == list(range(steps))
+        assert kind[row].tolist() == kinds.tolist() and microbatch[row].tolist() == mbs.tolist()
+
+
+def test_one_f_one_b_order_checks_its_shapes():
+    for module in (_build, _reference):
+        def status(devices, microbatches, total):
+            return module.one_f_one_b_order(devices, microbatches, np.empty(total, I32),
+                                            np.empty(total, I32), np.empty(total, np.int8),
+                                            np.empty(total, I32))
+        assert status(2, 3, 12) == _build.OK
+        assert status(2, 3, 11) == _build.BAD_SHAPE
+        assert status(-1, 3, 0) == _build.BAD_SHAPE
