@@ -335,7 +335,12 @@ class LoweredSchedule:
 
     def deadlock_error(self, remaining):
         """The :class:`DeadlockError` naming one cycle among the nodes ``remaining``
-        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`)."""
+        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`); for a
+        :attr:`direct` lowering, the one its lowering with transfer nodes gives (the
+        same cycle, named by those nodes)."""
+        if self.direct:
+            full = self.with_transfers()
+            return full.deadlock_error(full.unfinished)
         return deadlock_error(self, remaining)
 
     @property
@@ -623,13 +628,16 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         cell_of_op -= 1
         cell_device = device[fresh].astype(INDEX)
 
+    if (free_transfers and plain and contention == "none"
+            and not len(sync_nodes(table, grad_sync, cell_of_op, num_cells)[0])):
+        # free transfers: no transfer node, each dependency an edge between cells
+        direct = _lower_direct(table, cell_of_op, cell_device)
+        if direct is not None:
+            return direct
+
     # Dependencies between operations (producer, consumer), group by group:
     # activation, own forward, input gradient, weight grad after I (_build).
     producers, consumers, gradient, crossing = dependencies(table)
-    direct = bool(free_transfers) and plain and contention == "none" and not len(
-        sync_nodes(table, grad_sync, cell_of_op, num_cells)[0])
-    if direct:      # free transfers: no transfer node, each dependency an edge
-        crossing = np.zeros(len(crossing), dtype=bool)
     tr_producer = producers[crossing]
     tr_consumer = consumers[crossing]
     tr_gradient = gradient[crossing]
@@ -722,8 +730,41 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                            resources=resources, num_resources=num_resources,
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage, sharding=shard,
-                           extra_transfer_edges=transfer_after is not None or bool(scheduled),
-                           direct=direct)
+                           extra_transfer_edges=transfer_after is not None or bool(scheduled))
+
+
+def _lower_direct(table, cell_of_op, cell_device):
+    """The plain lowering of ``table`` with a direct edge for each dependency (free
+    transfers: :attr:`LoweredSchedule.direct`), written by ``_build.direct_csr`` from
+    the table's columns; None when its ids might not fit int32 (``lower``'s general
+    path then says so)."""
+    num_ops, num_cells = len(table), len(cell_device)
+    S, M = table.num_stages, table.num_microbatches
+    row_edges = num_cells - 1 - int(np.count_nonzero(np.diff(cell_device))) if num_cells \
+        else 0
+    capacity = row_edges + 2 * num_ops      # an operation feeds at most two others
+    if max(capacity, S * M) > MAX_IDS:
+        return None
+    indptr = np.empty(num_cells + 1, dtype=INDEX)
+    successors = np.empty(capacity, dtype=INDEX)
+    count = _build.direct_csr(table.kind, table.stage, table.microbatch, cell_of_op,
+                              cell_device, S, M, *(np.empty(S * M, dtype=INDEX)
+                                                   for _ in range(3)), indptr, successors)
+    if count < 0:
+        raise TabschedError("internal error: lowering met a dependency the table lacks "
+                            "(tables validate when built; please report this)")
+    kind_bounds = np.full(len(KINDS) + 1, num_cells, dtype=INDEX)
+    kind_bounds[CELL] = 0
+    nothing = np.empty(0, dtype=INDEX)
+    return LoweredSchedule(table=table, kind_bounds=kind_bounds, cell_of_op=cell_of_op,
+                           cell_device=cell_device, indptr=indptr,
+                           successors=successors[:count],
+                           resources=np.empty((num_cells, 0), dtype=INDEX), num_resources=0,
+                           transfers=Transfers(table=table, producer=nothing,
+                                               consumer=nothing,
+                                               gradient=np.empty(0, dtype=bool)),
+                           contention="none", sync_stage=np.empty(0, dtype=INDEX),
+                           direct=True)
 
 
 def offer_lowering(table, lowered):

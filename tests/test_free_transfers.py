@@ -126,3 +126,15 @@ def test_a_direct_result_pickles_and_makes_its_transfers_after():
     copy = pickle.loads(pickle.dumps(result))
     assert "_cells" in copy.__dict__
     assert copy.critical_path == result.critical_path and copy.links == result.links
+
+
+def test_a_deadlock_is_named_as_with_transfer_nodes():
+    from tabsched import DeadlockError, ScheduleTable
+    rows = [["0F0", "0B0", "0F1", "0B1"], ["1F1", "1F0", "1B0", "1B1"]]
+    errors = []
+    for evaluate in (tabsched.evaluate, with_transfer_nodes):
+        with pytest.raises(DeadlockError) as error:
+            evaluate(ScheduleTable(rows), UnitCosts())
+        errors.append(error.value)
+    assert str(errors[0]) == str(errors[1]) and errors[0].cycle == errors[1].cycle
+    assert errors[0].nodes == errors[1].nodes
