@@ -13,6 +13,7 @@ import tabsched
 from tabsched import InvalidParameterError, StageCosts, UnitCosts, generate
 from tabsched._testing import random_table
 from tabsched.costs.base import CostModel
+from tabsched.formats.perfetto import chrome_trace
 from tabsched.lower import lower
 from tabsched.nodes import CELL, TRANSFER
 
@@ -26,7 +27,7 @@ def with_transfer_nodes(table, costs, **options):
         return tabsched.evaluate(table, costs, **options)
 
 
-def assert_same_results(direct, full):
+def assert_same_results(direct, full, trace=True):
     assert "_cells" in direct.__dict__ and "_cells" not in full.__dict__
     assert direct.makespan == full.makespan and direct.bubble_ratio == full.bubble_ratio
     assert direct.devices == full.devices and direct.formula == full.formula
@@ -48,6 +49,9 @@ def assert_same_results(direct, full):
     for name in ("kind_bounds", "cell_of_op", "indptr", "successors"):
         assert np.array_equal(getattr(direct._lowered, name), getattr(full._lowered, name))
     assert direct.steady_period == full.steady_period
+    assert direct.to_dict(ops=True) == full.to_dict(ops=True)
+    if trace:       # transfers drawn, path marked
+        assert chrome_trace(direct) == chrome_trace(full)
 
 
 COSTS = st.one_of(
@@ -75,7 +79,8 @@ def test_a_random_tables_result_is_the_one_with_transfer_nodes(seed, costs):
     microbatches; zero-length cells (ties everywhere) among the costs."""
     table = random_table(seed)
     full = with_transfer_nodes(table, costs)   # takes the lowering its layout offered
-    assert_same_results(tabsched.evaluate(table, costs), full)
+    # (no trace: chrome_trace fails on a device that holds no memory, as it did before)
+    assert_same_results(tabsched.evaluate(table, costs), full, trace=False)
 
 
 def test_the_direct_lowering_has_no_transfer_node_and_the_same_cells():
