@@ -196,6 +196,173 @@ cdef inline bint _put(Out *out, index_t source, Py_ssize_t k, int g,
 
 @boundscheck(False)
 @wraparound(False)
+def direct_csr(const int8_t[::1] kind not None, const index_t[::1] stage not None,
+               const index_t[::1] microbatch not None, const index_t[::1] cell_of_op not None,
+               const index_t[::1] cell_device not None, index_t num_stages,
+               index_t num_microbatches, index_t[::1] forward_of not None,
+               index_t[::1] backward_of not None, index_t[::1] weight_of not None,
+               index_t[::1] indptr not None, index_t[::1] successors not None):
+    """The CSR of a plain lowering whose dependencies across devices are direct edges
+    (free transfers: no transfer node), from the table's columns, with no list of
+    dependencies in between: :func:`plain_csr` of :func:`dependencies` with nothing
+    crossing, every node's successors the same, in the same order for a cell of one
+    operation.
+
+    Each cell's successors: its next cell on its device (row order), then each data
+    dependency its operations produce, group by group (activation ``F(s,m) ->
+    F(s+1,m)``, own forward ``F(s,m) -> B/I(s,m)``, input gradient ``B/I(s,m) ->
+    B/I(s-1,m)``, ``I(s,m) -> W(s,m)``), within a group in the order of the cell's
+    operations (:func:`plain_csr` orders a group by the consumer: the two differ only
+    in a cell of several operations). Written from the producers' side, each cell's
+    list as it comes, the indegrees' count-then-fill pass is not needed; that every
+    consumer found its producer is checked by counting the dependencies from the
+    consumers' side.
+
+    Parameters
+    ----------
+    kind, stage, microbatch : int8 / int32 arrays (operations,)
+        The table's columns.
+    cell_of_op : int32 array (operations,)
+        Each operation's cell: 0, then each the previous one's or the next.
+    cell_device : int32 array (cells,)
+    num_stages, num_microbatches : int
+    forward_of, backward_of, weight_of : int32 scratch, shape (stages * microbatches,)
+    indptr : int32 array, shape (cells + 1,)
+    successors : int32 array, at least as long as the edges
+        Outputs: the CSR, in ``successors[:count]``.
+
+    Returns
+    -------
+    int
+        ``count``, the number of edges; MISSING if a consumer's producer is not in the
+        table; -1 - STATUS for bad shapes (``successors`` too short) or ids.
+    """
+    cdef Py_ssize_t ops = kind.shape[0]
+    cdef Py_ssize_t pairs = <Py_ssize_t>num_stages * num_microbatches
+    cdef index_t count
+    if (num_stages < 0 or num_microbatches < 0 or stage.shape[0] != ops
+            or microbatch.shape[0] != ops or cell_of_op.shape[0] != ops
+            or forward_of.shape[0] != pairs or backward_of.shape[0] != pairs
+            or weight_of.shape[0] != pairs or indptr.shape[0] != cell_device.shape[0] + 1):
+        return -1 - STATUS_BAD_SHAPE
+    with nogil:
+        count = _direct_csr(kind, stage, microbatch, cell_of_op, cell_device, num_stages,
+                            num_microbatches, forward_of, backward_of, weight_of, indptr,
+                            successors)
+    return count
+
+
+cdef index_t _direct_csr(const int8_t[::1] kind, const index_t[::1] stage,
+                         const index_t[::1] microbatch, const index_t[::1] cell_of_op,
+                         const index_t[::1] cell_device, index_t S, index_t M,
+                         index_t[::1] forward_of, index_t[::1] backward_of,
+                         index_t[::1] weight_of, index_t[::1] indptr,
+                         index_t[::1] successors) noexcept nogil:
+    cdef Py_ssize_t ops = kind.shape[0]
+    cdef Py_ssize_t pairs = forward_of.shape[0]
+    cdef index_t cells = cell_device.shape[0]
+    cdef Py_ssize_t k, q, first, pair, deps = 0, rows = 0, e = 0
+    cdef index_t c, previous = -1, target, g
+    cdef int8_t code
+    for pair in range(pairs):
+        forward_of[pair] = NO_NODE
+        backward_of[pair] = NO_NODE
+        weight_of[pair] = NO_NODE
+    # the lookups, the cells' ids, and the dependencies counted from the consumers' side
+    for k in range(ops):
+        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
+                or kind[k] < KIND_F or kind[k] > KIND_W):
+            return -1 - STATUS_BAD_INDEX
+        c = cell_of_op[k]
+        if c < 0 or c >= cells or (c != previous and c != previous + 1):
+            return -1 - STATUS_BAD_INDEX
+        previous = c
+        pair = <Py_ssize_t>stage[k] * M + microbatch[k]
+        code = kind[k]
+        if code == KIND_F:
+            forward_of[pair] = <index_t>k
+            if stage[k] != 0:
+                deps += 1
+        elif code == KIND_B or code == KIND_I:
+            backward_of[pair] = <index_t>k
+            deps += 1 if stage[k] == S - 1 else 2
+        else:
+            weight_of[pair] = <index_t>k
+            deps += 1
+    if previous != cells - 1:                   # a cell with no operation
+        return -1 - STATUS_BAD_SHAPE
+    for c in range(cells - 1):
+        if cell_device[c + 1] == cell_device[c]:
+            rows += 1
+    if successors.shape[0] < rows + deps or rows + deps > 2147483646:   # int32 ids
+        return -1 - STATUS_BAD_SHAPE
+    k = 0
+    for c in range(cells):
+        indptr[c] = <index_t>e
+        if c + 1 < cells and cell_device[c + 1] == cell_device[c]:
+            successors[e] = c + 1
+            e += 1
+        first = k
+        while k < ops and cell_of_op[k] == c:
+            k += 1
+        if k == first + 1:                      # one operation: its groups in order
+            code = kind[first]
+            pair = <Py_ssize_t>stage[first] * M + microbatch[first]
+            if code == KIND_F:
+                if stage[first] != S - 1:
+                    target = forward_of[pair + M]
+                    if target != NO_NODE:
+                        if e == rows + deps:
+                            return MISSING_PRODUCER
+                        successors[e] = cell_of_op[target]
+                        e += 1
+                target = backward_of[pair]
+            elif code == KIND_W:
+                continue
+            else:
+                if stage[first] != 0:
+                    target = backward_of[pair - M]
+                    if target != NO_NODE:
+                        if e == rows + deps:
+                            return MISSING_PRODUCER
+                        successors[e] = cell_of_op[target]
+                        e += 1
+                target = weight_of[pair] if code == KIND_I else NO_NODE
+            if target != NO_NODE:
+                if e == rows + deps:
+                    return MISSING_PRODUCER
+                successors[e] = cell_of_op[target]
+                e += 1
+            continue
+        for g in range(GROUPS):
+            for q in range(first, k):
+                code = kind[q]
+                pair = <Py_ssize_t>stage[q] * M + microbatch[q]
+                target = NO_NODE
+                if g == GROUP_ACTIVATION:
+                    if code == KIND_F and stage[q] != S - 1:
+                        target = forward_of[pair + M]
+                elif g == GROUP_OWN_FORWARD:
+                    if code == KIND_F:
+                        target = backward_of[pair]
+                elif g == GROUP_INPUT_GRADIENT:
+                    if (code == KIND_B or code == KIND_I) and stage[q] != 0:
+                        target = backward_of[pair - M]
+                elif code == KIND_I:
+                    target = weight_of[pair]
+                if target != NO_NODE:
+                    if e == rows + deps:        # more than the consumers counted
+                        return MISSING_PRODUCER
+                    successors[e] = cell_of_op[target]
+                    e += 1
+    indptr[cells] = <index_t>e
+    if e != rows + deps:                        # a consumer whose producer is missing
+        return MISSING_PRODUCER
+    return <index_t>e
+
+
+@boundscheck(False)
+@wraparound(False)
 def csr(const index_t[::1] sources not None, const index_t[::1] targets not None,
         index_t[::1] indptr not None, index_t[::1] successors not None):
     """A CSR from an edge list, each node's successors in the order of the list.
@@ -975,6 +1142,68 @@ cdef index_t _fill_idle(const time_t[::1] length, const index_t[::1] cell_device
     free(events.seq)
     free(events.device)
     return FILL_NO_MEMORY if failed else placed
+
+
+# ------------------------------------------------------------ generators
+@boundscheck(False)
+@wraparound(False)
+def one_f_one_b_order(index_t devices, index_t microbatches, index_t[::1] device not None,
+                      index_t[::1] position not None, int8_t[::1] kind not None,
+                      index_t[::1] microbatch not None):
+    """Every device's 1F1B order (Megatron's) as the order's columns, device by device.
+
+    Step ``i`` of device ``d`` (warm-up ``w = min(devices - d - 1, microbatches)``,
+    ``n = microbatches``) is ``F(i)`` while ``i < w``, then ``F(w + j/2)`` and
+    ``B(j/2)`` by turns (``j = i - w``), then ``B(i - n)`` from ``i = 2n - w``; its
+    stage is its device (a stage per device).
+
+    Parameters
+    ----------
+    devices, microbatches : int
+    device, position : int32 arrays (2 x devices x microbatches,)
+    kind : int8 array (same length)
+    microbatch : int32 array (same length)
+        Outputs: the device, the step, the kind (0 F, 1 B) and the microbatch of each
+        operation, in device order, then step order.
+
+    Returns
+    -------
+    int
+        A status: OK, or BAD_SHAPE when a size is negative or an array's length is
+        not ``2 x devices x microbatches``.
+    """
+    cdef Py_ssize_t steps = 2 * <Py_ssize_t>microbatches
+    cdef Py_ssize_t total = steps * devices
+    cdef Py_ssize_t i, k = 0
+    cdef index_t d, w, j
+    if (devices < 0 or microbatches < 0 or device.shape[0] != total
+            or position.shape[0] != total or kind.shape[0] != total
+            or microbatch.shape[0] != total):
+        return STATUS_BAD_SHAPE
+    with nogil:
+        for d in range(devices):
+            w = devices - d - 1
+            if w > microbatches:
+                w = microbatches
+            for i in range(steps):
+                device[k] = d
+                position[k] = <index_t>i
+                if i < w:                               # warm-up
+                    kind[k] = KIND_F
+                    microbatch[k] = <index_t>i
+                elif i >= steps - w:                    # cool-down
+                    kind[k] = KIND_B
+                    microbatch[k] = <index_t>(i - microbatches)
+                else:                                   # the F/B pairs
+                    j = <index_t>(i - w)
+                    if j & 1:
+                        kind[k] = KIND_B
+                        microbatch[k] = j >> 1
+                    else:
+                        kind[k] = KIND_F
+                        microbatch[k] = w + (j >> 1)
+                k += 1
+    return STATUS_OK
 
 
 # ------------------------------------------------------------- validity

@@ -509,6 +509,62 @@ def plain_csr(cell_device, cell_of_op, producer, consumer, crossing, indptr, suc
                successors)
 
 
+def direct_csr(kind, stage, microbatch, cell_of_op, cell_device, num_stages,
+               num_microbatches, forward_of, backward_of, weight_of, indptr, successors):
+    """Twin of ``tabsched._build.direct_csr`` (the scratch arrays are not used): each
+    cell's row edge, then its operations' consumers group by group."""
+    ops, S, M, cells = len(kind), num_stages, num_microbatches, len(cell_device)
+    if (S < 0 or M < 0 or any(len(column) != ops for column in (stage, microbatch,
+                                                                 cell_of_op))
+            or any(len(lookup) != S * M for lookup in (forward_of, backward_of, weight_of))
+            or len(indptr) != cells + 1):
+        return -1 - BAD_SHAPE
+    kinds, stages, mbs = ([int(value) for value in column]
+                          for column in (kind, stage, microbatch))
+    cell = [int(c) for c in cell_of_op]
+    if any(not (0 <= s < S and 0 <= m < M and 0 <= code <= 3)
+           for code, s, m in zip(kinds, stages, mbs)):
+        return -1 - BAD_INDEX
+    if any(not 0 <= c < cells for c in cell) or any(
+            now not in (before, before + 1) for before, now in zip([-1] + cell, cell)):
+        return -1 - BAD_INDEX
+    if (cell[-1] if cell else -1) != cells - 1:
+        return -1 - BAD_SHAPE
+    forward = {(s, m): k for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)) if code == 0}
+    backward = {(s, m): k for k, (code, s, m) in enumerate(zip(kinds, stages, mbs))
+                if code in (1, 2)}
+    weight = {(s, m): k for k, (code, s, m) in enumerate(zip(kinds, stages, mbs)) if code == 3}
+    # the dependencies, counted from the consumers' side (as dependencies() finds them)
+    deps = sum((code == 0 and s > 0) + (code in (1, 2)) * (1 + (s < S - 1)) + (code == 3)
+               for code, s, m in zip(kinds, stages, mbs))
+    rows = sum(cell_device[c + 1] == cell_device[c] for c in range(cells - 1))
+    if len(successors) < rows + deps:
+        return -1 - BAD_SHAPE
+    consumers = [  # the consumer of operation (code, s, m) in each group, or None
+        lambda code, s, m: forward.get((s + 1, m)) if code == 0 and s < S - 1 else None,
+        lambda code, s, m: backward.get((s, m)) if code == 0 else None,
+        lambda code, s, m: backward.get((s - 1, m)) if code in (1, 2) and s > 0 else None,
+        lambda code, s, m: weight.get((s, m)) if code == 2 else None,
+    ]
+    lists = []
+    for c in range(cells):
+        edges = [c + 1] if c + 1 < cells and cell_device[c + 1] == cell_device[c] else []
+        members = [k for k in range(ops) if cell[k] == c]
+        for consumer in consumers:
+            for k in members:
+                target = consumer(kinds[k], stages[k], mbs[k])
+                if target is not None:
+                    edges.append(cell[target])
+        lists.append(edges)
+    count = sum(len(edges) for edges in lists)
+    if count != rows + deps:
+        return -1      # MISSING: a consumer's producer is not in the table
+    indptr[0] = 0
+    indptr[1:] = np.cumsum([len(edges) for edges in lists])
+    successors[:count] = [u for edges in lists for u in edges]
+    return count
+
+
 def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activation,
                      transient, release, peaks):
     """Twin of ``tabsched._build.activation_peaks``: each device's events (a start and an
@@ -647,6 +703,26 @@ def fill_idle(length, cell_device, filler, dep_indptr, dep_producer, dep_wait, r
     rows[:len(flat)] = flat
     row_count[:] = [len(row) for row in placed_rows]
     return len(flat)
+
+
+def one_f_one_b_order(devices, microbatches, device, position, kind, microbatch):
+    """Twin of ``_build.one_f_one_b_order``: each device's order from its definition,
+    warm-up forwards, the F/B pairs, the cool-down backwards."""
+    total = 2 * devices * microbatches
+    if (devices < 0 or microbatches < 0
+            or any(len(column) != total for column in (device, position, kind, microbatch))):
+        return BAD_SHAPE
+    k = 0
+    for d in range(devices):
+        w = min(devices - d - 1, microbatches)
+        steady = microbatches - w
+        order = ([(0, m) for m in range(w)]
+                 + [op for m in range(steady) for op in ((0, w + m), (1, m))]
+                 + [(1, m) for m in range(steady, microbatches)])
+        for i, (code, m) in enumerate(order):
+            device[k], position[k], kind[k], microbatch[k] = d, i, code, m
+            k += 1
+    return OK
 
 
 def table_is_valid(device, kind, stage, microbatch, num_stages, num_microbatches, seen, home):

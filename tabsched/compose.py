@@ -79,6 +79,8 @@ def cell_durations(cell_of_op, num_cells, op_durations, overlap=1.0):
     cell of several (``cell_of_op``: the cell of each operation, cells in table order;
     ``overlap`` one factor, or one per cell of several, in order: a cost model's
     :meth:`~tabsched.costs.base.CostModel.overlap_factors`)."""
+    if num_cells == len(cell_of_op):    # a cell per operation: each sum is 0.0 + it
+        return np.add(np.asarray(op_durations, dtype=np.float64), 0.0)
     cells = np.bincount(cell_of_op, weights=op_durations, minlength=num_cells)
     factors = np.asarray(overlap, dtype=np.float64)
     if (factors.ndim and factors.size) or (not factors.ndim and factors != 1.0):

@@ -52,20 +52,23 @@ def run_as(costs, execution):
 
 
 def lower_for(table, costs, *, contention=None, grad_sync=None, optimizer=None,
-              transfer_after=None, shard_windows=None):
+              transfer_after=None, shard_windows=None, free_transfers=False):
     """``table`` lowered the way ``costs`` runs it, unless an argument says otherwise.
 
     The cost model's execution gives the contention mode, devices per node, blocking
     sends, the optimizer step and the sharding nodes (ZeRO-2/3); the gradient sync is the execution's when it names
     one, else the table's own (PyTorch's REDUCE_GRAD) if it has one, else every stage
     when the data-parallel reduction overlaps the backwards, else none.
+    ``free_transfers``: ``lower``'s, where ``costs`` price every transfer at 0
+    (``costs.free_transfers``).
     """
     return lower(table, contention=costs.contention if contention is None else contention,
                  devices_per_node=costs.devices_per_node, p2p=costs.p2p,
                  grad_sync=_default_grad_sync(table, costs) if grad_sync is None else grad_sync,
                  optimizer=costs.optimizer_step if optimizer is None else optimizer,
                  transfer_after=transfer_after, sharding=costs.sharding,
-                 shard_windows=shard_windows)
+                 shard_windows=shard_windows,
+                 free_transfers=free_transfers and costs.free_transfers)
 
 
 def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
@@ -128,9 +131,11 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
                                     f"{type(formula).__name__}")
     if memory_budget is not None:
         memory_budget = checked_budget(memory_budget, costs.memory_unit)
+    # free transfers (UnitCosts): a direct edge each, no node; the Result lowers the
+    # table with them when asked about them
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after,
-                        shard_windows=shard_windows)
+                        shard_windows=shard_windows, free_transfers=True)
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
     start, _ = engine.run(lowered, durations)

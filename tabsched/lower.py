@@ -9,7 +9,8 @@ Edges (CSR, ``indptr`` / ``successors``)
     * ``F(s, m)`` -> ``F(s+1, m)`` (activation);
     * ``F(s, m)`` -> ``B/I(s, m)``; ``B/I(s+1, m)`` -> ``B/I(s, m)`` (gradient);
       ``I(s, m)`` -> ``W(s, m)``;
-    * a dependency across devices goes producer -> transfer -> consumer;
+    * a dependency across devices goes producer -> transfer -> consumer (with
+      ``free_transfers``, in a plain lowering: producer -> consumer, see below);
     * ``p2p="blocking"``: a transfer also precedes the sender's next cell; the
       runtimes' modes add the edges of their calls (:mod:`tabsched.p2p`);
     * ``transfer_after``: extra edges into transfer nodes, for schedules that
@@ -22,6 +23,16 @@ Tail (optional)
 Sharding (optional)
     ``sharding``: ZeRO-2/3's UNSHARD, RESHARD and REDUCE_GRAD nodes and their
     edges, built by :mod:`tabsched.sharding`.
+Free transfers (``free_transfers=True``)
+    When every transfer lasts 0 (the cost model says so: ``CostModel.free_transfers``)
+    and nothing but its producer comes before one (contention ``none``, ``p2p``
+    ``free``, no ``transfer_after``, no tail, no sharding: the plain lowering), a
+    transfer node only passes its producer's end on to its consumer. Such a
+    lowering (``direct``) joins the two with a direct edge and has no transfer
+    node: the same starts of every cell, to the bit, with half the nodes (1F1B).
+    What is said about the transfers (which there are, their starts, the critical
+    path through them) comes from :meth:`LoweredSchedule.with_transfers`, the same
+    table lowered with them, made when asked for (:class:`tabsched.result.Result`).
 Node kinds (:mod:`tabsched.nodes`)
     Node ids run kind by kind: cells, then transfers, then syncs, then optimizer
     steps, then the sharding nodes, each kind one range (``nodes(kind)``, ``node_kind``, ``node_device``;
@@ -161,6 +172,10 @@ class LoweredSchedule:
     #: True when ``transfer_after`` added edges into transfer nodes: a transfer may
     #: then become ready after its producer ends.
     extra_transfer_edges: bool = False
+    #: True when the dependencies across devices are direct edges between cells (free
+    #: transfers, not nodes: ``transfers`` is empty; see the module docstring);
+    #: :meth:`with_transfers` gives the lowering with their nodes.
+    direct: bool = False
     #: Kahn's order of the nodes: ``topo_order[i]`` is the node at position ``i``
     #: (read-only int32); None when the row orders deadlock.
     topo_order: np.ndarray | None = None
@@ -293,6 +308,26 @@ class LoweredSchedule:
                                    resources=np.empty((n, 0), dtype=INDEX), num_resources=0,
                                    topo_pred_indptr=pred_indptr, topo_predecessors=predecessors)
 
+    def with_transfers(self):
+        """This lowering with a node per transfer: ``self`` unless it is :attr:`direct`,
+        else the same table lowered without ``free_transfers`` (a new lowering each
+        call; its cells are these, the same ids)."""
+        if not self.direct:
+            return self
+        return lower(self.table, contention=self.contention)
+
+    def transfer_starts(self, start, durations, full):
+        """Every node's start over ``full`` (:meth:`with_transfers`) from one sample's
+        ``start`` and ``durations`` over this :attr:`direct` lowering: the cells' as
+        here, each transfer's its producer's end (``start + duration``, as a run of
+        ``full`` adds them: a transfer's one predecessor is its producer)."""
+        node_start = np.empty(full.num_nodes)
+        cells = self.nodes(CELL)
+        node_start[cells] = start[cells]
+        sender = full.cell_of_op[full.transfers.producer]
+        node_start[full.nodes(TRANSFER)] = start[sender] + durations[sender]
+        return node_start
+
     def check_acyclic(self):
         """Raise the DeadlockError of a table whose row orders contradict its dependencies."""
         if self.unfinished is not None:
@@ -300,7 +335,12 @@ class LoweredSchedule:
 
     def deadlock_error(self, remaining):
         """The :class:`DeadlockError` naming one cycle among the nodes ``remaining``
-        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`)."""
+        marks (> 0) as never run (:func:`tabsched.deadlock.deadlock_error`); for a
+        :attr:`direct` lowering, the one its lowering with transfer nodes gives (the
+        same cycle, named by those nodes)."""
+        if self.direct:
+            full = self.with_transfers()
+            return full.deadlock_error(full.unfinished)
         return deadlock_error(self, remaining)
 
     @property
@@ -507,7 +547,8 @@ def lower(table: ScheduleTable, *, contention: str = "none",
           devices_per_node: int | None = None, blocking_sends: bool = False,
           grad_sync: object = None, optimizer: bool = False,
           transfer_after: tuple | None = None, p2p: str | None = None,
-          sharding: tuple | None = None, shard_windows: tuple | None = None) -> LoweredSchedule:
+          sharding: tuple | None = None, shard_windows: tuple | None = None,
+          free_transfers: bool = False) -> LoweredSchedule:
     """Lower ``table`` to a :class:`LoweredSchedule`.
 
     Parameters
@@ -540,6 +581,11 @@ def lower(table: ScheduleTable, *, contention: str = "none",
         ZeRO-3's windows as a file gives them (operation indices; ``issue`` the
         operation after which the all-gather starts, ``-1``: at once), instead of
         those :mod:`tabsched.sharding` finds.
+    free_transfers : bool
+        Every transfer lasts 0 under the costs this lowering is for: a plain lowering
+        (contention ``none``, ``p2p`` ``free``, none of the options above adding a
+        node or an edge) then joins a dependency across devices with a direct edge
+        (:attr:`LoweredSchedule.direct`); otherwise it is ignored.
     """
     check_table(table)
     p2p = resolve_mode(p2p, blocking_sends)
@@ -553,7 +599,8 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                                     f"{shown_repr(optimizer)}")
     if contention == "nic" and (devices_per_node is None or devices_per_node < 1):
         raise InvalidParameterError("contention 'nic' needs devices_per_node >= 1")
-    if p2p == "free" and not optimizer and transfer_after is None and sharding is None:
+    plain = p2p == "free" and not optimizer and transfer_after is None and sharding is None
+    if plain:
         offered = _take_offered(table, grad_sync)
         if offered is not None:
             if contention == "none":
@@ -572,9 +619,21 @@ def lower(table: ScheduleTable, *, contention: str = "none",
     device = table.device
 
     fresh = table.cell_starts()
-    cell_of_op = (np.cumsum(fresh, dtype=INDEX) - 1).astype(INDEX)
-    num_cells = int(fresh.sum())
-    cell_device = device[fresh].astype(INDEX)
+    num_cells = int(np.count_nonzero(fresh))
+    if num_cells == len(table):     # a cell per operation (no overlapped cell)
+        cell_of_op = np.arange(num_cells, dtype=INDEX)
+        cell_device = device.astype(INDEX)
+    else:
+        cell_of_op = np.cumsum(fresh, dtype=INDEX)
+        cell_of_op -= 1
+        cell_device = device[fresh].astype(INDEX)
+
+    if (free_transfers and plain and contention == "none"
+            and not len(sync_nodes(table, grad_sync, cell_of_op, num_cells)[0])):
+        # free transfers: no transfer node, each dependency an edge between cells
+        direct = _lower_direct(table, cell_of_op, cell_device)
+        if direct is not None:
+            return direct
 
     # Dependencies between operations (producer, consumer), group by group:
     # activation, own forward, input gradient, weight grad after I (_build).
@@ -672,6 +731,40 @@ def lower(table: ScheduleTable, *, contention: str = "none",
                            transfers=transfers, contention=contention,
                            sync_stage=sync_stage, sharding=shard,
                            extra_transfer_edges=transfer_after is not None or bool(scheduled))
+
+
+def _lower_direct(table, cell_of_op, cell_device):
+    """The plain lowering of ``table`` with a direct edge for each dependency (free
+    transfers: :attr:`LoweredSchedule.direct`), written by ``_build.direct_csr`` from
+    the table's columns; None when its ids might not fit int32 (``lower``'s general
+    path then says so)."""
+    num_ops, num_cells = len(table), len(cell_device)
+    S, M = table.num_stages, table.num_microbatches
+    row_edges = num_cells - 1 - int(np.count_nonzero(np.diff(cell_device))) if num_cells \
+        else 0
+    capacity = row_edges + 2 * num_ops      # an operation feeds at most two others
+    if max(capacity, S * M) > MAX_IDS:
+        return None
+    indptr = np.empty(num_cells + 1, dtype=INDEX)
+    successors = np.empty(capacity, dtype=INDEX)
+    count = _build.direct_csr(table.kind, table.stage, table.microbatch, cell_of_op,
+                              cell_device, S, M, *(np.empty(S * M, dtype=INDEX)
+                                                   for _ in range(3)), indptr, successors)
+    if count < 0:
+        raise TabschedError("internal error: lowering met a dependency the table lacks "
+                            "(tables validate when built; please report this)")
+    kind_bounds = np.full(len(KINDS) + 1, num_cells, dtype=INDEX)
+    kind_bounds[CELL] = 0
+    nothing = np.empty(0, dtype=INDEX)
+    return LoweredSchedule(table=table, kind_bounds=kind_bounds, cell_of_op=cell_of_op,
+                           cell_device=cell_device, indptr=indptr,
+                           successors=successors[:count],
+                           resources=np.empty((num_cells, 0), dtype=INDEX), num_resources=0,
+                           transfers=Transfers(table=table, producer=nothing,
+                                               consumer=nothing,
+                                               gradient=np.empty(0, dtype=bool)),
+                           contention="none", sync_stage=np.empty(0, dtype=INDEX),
+                           direct=True)
 
 
 def offer_lowering(table, lowered):

@@ -73,8 +73,7 @@ def memory_events(kind, activation, transient, release, start, end):
 def activation_peaks(result):
     """Each device's activation peak: the largest value of its memory timeline (or 0),
     computed without building the timelines (``_build.activation_peaks``)."""
-    peaks = device_peaks(result.table, result._cost_model, result._lowered, result._node_start,
-                   result._node_durations)
+    peaks = device_peaks(result.table, result._cost_model, *result._cell_run())
     if peaks is not None:
         return peaks
     return [max(0.0, float(values.max())) if len(values) else 0.0

@@ -182,15 +182,55 @@ class Result:
     #: Memory of one device in ``memory_unit`` (None: the costs know no device).
     memory_capacity: float | None = None
 
+    def __post_init__(self):
+        # A run of a direct lowering (free transfers, no transfer node: LoweredSchedule.
+        # direct) is kept as the cells' run; _lowered, _node_start and _node_durations
+        # (with the transfer nodes) are made when first read (__getattr__), so that
+        # everything said about transfers and node ids is the lowering's with them.
+        lowered = self._lowered
+        if lowered is not None and getattr(lowered, "direct", False):
+            self.__dict__["_cells"] = (lowered, self._node_start, self._node_durations)
+            for name in _WITH_TRANSFERS:
+                del self.__dict__[name]
+            self._binding = None    # a binding is of the lowering with transfers
+
+    def __getattr__(self, name):
+        # only for attributes not found: those of the run with transfers, before made
+        if name in _WITH_TRANSFERS and "_cells" in self.__dict__:
+            self._with_transfers()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _with_transfers(self):
+        """The run over the lowering with a node per transfer, from the direct one's: the
+        same cells and starts, each transfer starting as its producer ends and lasting
+        0 (the costs' durations of that lowering)."""
+        lowered, start, durations = self.__dict__["_cells"]
+        full = lowered.with_transfers()
+        full_durations = np.asarray(self._cost_model.node_durations(full), dtype=np.float64)
+        self.__dict__.update(_lowered=full, _node_durations=full_durations,
+                             _node_start=lowered.transfer_starts(start, durations, full))
+        del self.__dict__["_cells"]
+
+    def _cell_run(self):
+        """``(lowering, node_start, node_durations)`` good for the cells (their ids are
+        the same with or without transfer nodes): the direct run's while the one with
+        transfers is not made."""
+        kept = self.__dict__.get("_cells")
+        return kept if kept is not None else (self._lowered, self._node_start,
+                                              self._node_durations)
+
     # ------------------------------------------------------------ derived views
     @cached_property
     def op_start(self):
-        return self._node_start[self._lowered.cell_of_op]
+        lowered, start, _ = self._cell_run()
+        return start[lowered.cell_of_op]
 
     @cached_property
     def op_end(self):
-        cells = self._lowered.cell_of_op
-        return self._node_start[cells] + self._node_durations[cells]
+        lowered, start, durations = self._cell_run()
+        cells = lowered.cell_of_op
+        return start[cells] + durations[cells]
 
 
     @cached_property
@@ -384,15 +424,16 @@ class Result:
     def _device_timeline(self, device, activation, transient=None):
         table = self.table
         lo, hi = np.searchsorted(table.device, np.array([device, device + 1], dtype=INDEX))
-        cells = self._lowered.cell_of_op[lo:hi]
-        start = self._node_start[cells]
+        lowered, node_start, node_durations = self._cell_run()
+        cells = lowered.cell_of_op[lo:hi]
+        start = node_start[cells]
         times, deltas = memory_events(table.kind[lo:hi], activation[lo:hi],
                                       None if transient is None else transient[lo:hi],
                                       self._cost_model.input_grad_release, start,
-                                      start + self._node_durations[cells])
+                                      start + node_durations[cells])
         keep = deltas != 0
         times, deltas = times[keep], deltas[keep]
-        if self._lowered.sharding is not None:     # ZeRO-2/3: gathered stages, gradients
+        if lowered.sharding is not None:     # ZeRO-2/3: gathered stages, gradients
             gathered, gradients = self._cost_model.shard_sizes(table)
             more = shard_memory_events(self._lowered, device, self._node_start,
                                        self._node_durations, gathered, gradients)
@@ -472,6 +513,15 @@ class Result:
                             "start": float(self.op_start[k]), "end": float(self.op_end[k])}
                            for k in range(len(table))]
         return data
+
+
+#: The fields of a Result's run that a direct lowering's makes when first read.
+_WITH_TRANSFERS = ("_lowered", "_node_start", "_node_durations")
+# no class-level default (dataclass leaves None there): a Result holding a direct run
+# has no such attribute until made, so reading one reaches __getattr__
+for _name in _WITH_TRANSFERS:
+    delattr(Result, _name)
+del _name
 
 
 def _named(costs, key):

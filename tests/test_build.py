@@ -438,3 +438,115 @@ def test_zb_heuristic_run_refuses_disagreeing_shapes():
     status = _build.zb_heuristic_run(duration, send_forward, send_backward, activation,
                                      release, room, 1e-9, 5, True, True, True, *orders)
     assert status == _build.BAD_SHAPE
+
+
+@given(devices=st.integers(0, 12), microbatches=st.integers(0, 20))
+def test_one_f_one_b_order_is_its_twins_and_megatrons(devices, microbatches):
+    """The 1F1B generator's columns, written in one compiled pass, are its plain twin's,
+    and each device's are ``device_order`` of its warm-up (Megatron's order)."""
+    from tabsched.schedules.one_f_one_b import device_order
+    total = 2 * devices * microbatches
+    columns = []
+    for module in (_build, _reference):
+        written = [np.full(total, -9, I32), np.full(total, -9, I32),
+                   np.full(total, -9, np.int8), np.full(total, -9, I32)]
+        assert module.one_f_one_b_order(devices, microbatches, *written) == _build.OK
+        columns.append(written)
+    for mine, theirs in zip(*columns):
+        np.testing.assert_array_equal(mine, theirs)
+    device, position, kind, microbatch = columns[0]
+    steps = 2 * microbatches
+    for d in range(devices):
+        kinds, mbs = device_order(min(devices - d - 1, microbatches), microbatches)
+        row = slice(d * steps, (d + 1) * steps)
+        assert (device[row] == d).all() and position[row].tolist() == list(range(steps))
+        assert kind[row].tolist() == kinds.tolist() and microbatch[row].tolist() == mbs.tolist()
+
+
+def test_one_f_one_b_order_checks_its_shapes():
+    for module in (_build, _reference):
+        def status(devices, microbatches, total):
+            return module.one_f_one_b_order(devices, microbatches, np.empty(total, I32),
+                                            np.empty(total, I32), np.empty(total, np.int8),
+                                            np.empty(total, I32))
+        assert status(2, 3, 12) == _build.OK
+        assert status(2, 3, 11) == _build.BAD_SHAPE
+        assert status(-1, 3, 0) == _build.BAD_SHAPE
+
+
+def direct_csr_both(table, cell_of_op=None, cell_device=None, spare=0):
+    """``direct_csr`` of ``table`` by both modules: [(count, indptr, successors[:count])]."""
+    fresh = table.cell_starts()
+    cell_of_op = (np.cumsum(fresh, dtype=I32) - 1) if cell_of_op is None else cell_of_op
+    cell_device = table.device[fresh].astype(I32) if cell_device is None else cell_device
+    S, M, ops = table.num_stages, table.num_microbatches, len(table)
+    outputs = []
+    for module in (_build, _reference):
+        indptr = np.full(len(cell_device) + 1, -9, I32)
+        successors = np.full(len(cell_device) + 2 * ops + spare, -9, I32)
+        count = module.direct_csr(table.kind, table.stage, table.microbatch, cell_of_op,
+                                  cell_device, S, M, np.zeros(S * M, I32), np.zeros(S * M, I32),
+                                  np.zeros(S * M, I32), indptr, successors)
+        outputs.append((count, indptr, successors[:max(count, 0)]))
+    return outputs
+
+
+@given(seed=st.integers(0, 2**32 - 1))
+def test_direct_csr_is_its_twins_and_the_plain_csr_with_nothing_crossing(seed):
+    """The direct lowering's CSR, written from the table's columns, is its twin's; every
+    cell's successors are those ``plain_csr`` writes from ``dependencies`` when no
+    dependency crosses (in the same order where a cell holds one operation)."""
+    table = random_table(seed)
+    (count, indptr, successors), theirs = direct_csr_both(table)
+    assert count >= 0
+    for mine, twin in zip((count, indptr, successors), theirs):
+        np.testing.assert_array_equal(mine, twin)
+    _, (cell_device, cell_of_op, producers, consumers, crossing) = edge_list_csr(table)
+    plain_indptr = np.empty(len(cell_device) + 1, I32)
+    plain = np.empty(count, I32)
+    assert _build.plain_csr(cell_device, cell_of_op, producers, consumers,
+                            np.zeros_like(crossing), plain_indptr, plain) == _build.OK
+    np.testing.assert_array_equal(indptr, plain_indptr)
+    one_op = np.bincount(cell_of_op, minlength=len(cell_device)) == 1
+    for c in range(len(cell_device)):
+        row, their_row = successors[indptr[c]:indptr[c + 1]], plain[indptr[c]:indptr[c + 1]]
+        if one_op[c]:
+            np.testing.assert_array_equal(row, their_row)
+        else:
+            assert sorted(row.tolist()) == sorted(their_row.tolist())
+
+
+def test_direct_csr_checks_ids_shapes_and_missing_producers():
+    from tabsched import generate
+    table = generate("1f1b", devices=3, microbatches=4)
+    ops = len(table)
+    cells = np.arange(ops, dtype=I32)
+    # 3 rows of 7 edges; activations 2 x 4, own forwards 12, input gradients 2 x 4
+    assert [result[0] for result in direct_csr_both(table)] == [21 + 28, 21 + 28]
+    skipped = cells.copy()
+    skipped[5:] += 1                 # a cell id skipped
+    assert {result[0] for result in direct_csr_both(table, skipped, np.r_[table.device,
+                                                                          [2]].astype(I32))} \
+        == {-1 - _build.BAD_INDEX}
+    assert {result[0] for result in direct_csr_both(
+        table, cells, np.r_[table.device, [2]].astype(I32))} == {-1 - _build.BAD_SHAPE}
+    # a backward without its forward: its producer is missing
+    forward = np.flatnonzero(table.kind == 0)[-1]
+    keep = np.arange(ops) != forward
+    lacking = tabsched_table(table, keep)
+    assert {result[0] for result in direct_csr_both(lacking)} == {_build.MISSING}
+    for module in (_build, _reference):
+        short = module.direct_csr(table.kind, table.stage, table.microbatch, cells,
+                                  table.device.astype(I32), 3, 4, *(np.zeros(12, I32),) * 3,
+                                  np.empty(ops + 1, I32), np.empty(41, I32))
+        assert short == -1 - _build.BAD_SHAPE
+
+
+def tabsched_table(table, keep):
+    """``table``'s operations where ``keep``, unvalidated (a table lacking one)."""
+    from tabsched import ScheduleTable
+    return ScheduleTable.from_arrays(table.device[keep], table.slot[keep], table.kind[keep],
+                                     table.stage[keep], table.microbatch[keep],
+                                     table.row_lengths, validate=False,
+                                     num_stages=table.num_stages,
+                                     num_microbatches=table.num_microbatches)

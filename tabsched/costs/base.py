@@ -109,6 +109,16 @@ def _stage_values(name, value, table):
     return value
 
 
+def microbatch_scaled(values, table):
+    """``values`` (float64, one per operation, a new array) times each operation's
+    microbatch's relative size: ``values`` itself when every size is 1 (``x * 1.0`` is
+    ``x``), with no gather of the sizes."""
+    sizes = table.microbatch_sizes
+    if isinstance(sizes, tuple) and sizes.count(1.0) == len(sizes):
+        return values
+    return values * np.asarray(sizes, dtype=np.float64)[table.microbatch]
+
+
 class CostModel:
     """Base class of the cost models; see the module docstring.
 
@@ -229,6 +239,18 @@ class CostModel:
         empty = np.zeros(len(transfers))
         return empty, empty.copy()
 
+    @property
+    def free_transfers(self):
+        """Whether every transfer these costs price lasts exactly 0, whatever the table:
+        then a lowering for them may join the ends of a dependency across devices with
+        a direct edge instead of a transfer node (``lower(free_transfers=True)``). True
+        for a class that keeps this class's free transfers (neither
+        :meth:`transfer_costs` nor :meth:`node_durations` replaced); a subclass that
+        prices transfers says for itself."""
+        cls = type(self)
+        return (cls.transfer_costs is CostModel.transfer_costs
+                and cls.node_durations is CostModel.node_durations)
+
     def transfer_parts(self, table, transfers):
         """``(latency, volume)`` per transfer: ``latency + volume`` is its duration.
 
@@ -244,7 +266,7 @@ class CostModel:
     def activation_sizes(self, table):
         """Activation memory of each operation's (stage, microbatch)."""
         refuse_slices(self, table)
-        return np.asarray(table.microbatch_sizes, dtype=np.float64)[table.microbatch]
+        return microbatch_scaled(np.ones(len(table)), table)
 
     def transient_sizes(self, table):
         """Memory each operation holds from its start to its end only (default none)."""
@@ -407,8 +429,7 @@ class UnitCosts(CostModel):
         """Each operation's slot length by kind (F, B, I, W), times its microbatch's relative
         size."""
         refuse_slices(self, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return self.lengths[table.kind] * sizes[table.microbatch]
+        return microbatch_scaled(self.lengths[table.kind], table)
 
     def describe(self):
         """The lengths (and the overlap and input-grad release when set), JSON-ready."""
@@ -514,8 +535,17 @@ class StageCosts(CostModel):
         per_kind = np.stack([_stage_values(name, getattr(self, name), table)
                              for name in ("forward", "backward", "input_grad", "weight_grad")])
         refuse_slices(self, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return per_kind[table.kind, table.stage] * sizes[table.microbatch]
+        return microbatch_scaled(per_kind[table.kind, table.stage], table)
+
+    @property
+    def free_transfers(self):
+        """A single ``comm`` of 0 (a matrix, even of zeros, is checked against the
+        table's devices when priced, so it does not count), unless a subclass prices
+        transfers its own way."""
+        cls = type(self)
+        return (isinstance(self.comm, float) and self.comm == 0.0
+                and cls.transfer_costs is StageCosts.transfer_costs
+                and cls.node_durations is CostModel.node_durations)
 
     def transfer_costs(self, table, transfers):
         """Each transfer's duration: the one ``comm`` for all, or ``comm[source, destination]``."""
@@ -534,8 +564,7 @@ class StageCosts(CostModel):
         microbatch's size."""
         refuse_slices(self, table)
         per_stage = _stage_values("activation", self.activation, table)
-        sizes = np.asarray(table.microbatch_sizes, dtype=np.float64)
-        return per_stage[table.stage] * sizes[table.microbatch]
+        return microbatch_scaled(per_stage[table.stage], table)
 
     def describe(self):
         """The per-stage durations, the communication costs and the contention model, JSON-ready."""

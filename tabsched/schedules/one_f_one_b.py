@@ -8,6 +8,8 @@ warm-up at N, and so do we.
 
 import numpy as np
 
+from tabsched import _build
+from tabsched.exceptions import TabschedError
 from tabsched.layout import from_order_arrays
 from tabsched.schedules._common import DEVICES, MICROBATCHES
 from tabsched.schedules._registry import Family, Parameter, register
@@ -37,21 +39,18 @@ def order_columns(devices, microbatches):
     """Every device's :func:`device_order` at once, as the order's columns ``(device,
     position, kind, stage, microbatch)``: step ``i`` of device ``r`` (warm-up ``w``) is
     ``F(i)`` while ``i < w``, then ``F(w + j/2)`` and ``B(j/2)`` by turns (``j = i -
-    w``), then ``B(i - n)`` from ``i = 2n - w``. Numpy over the (devices x steps) grid,
-    no loop per device."""
-    p, n = devices, microbatches
-    step = np.arange(2 * n, dtype=np.int32)[None, :]
-    warmup = np.minimum(np.arange(p - 1, -1, -1, dtype=np.int32), n)[:, None]
-    paired = step - warmup                      # j, in the steady pairs
-    backward = paired & 1                       # 1 at the pairs' backwards
-    in_cooldown = step >= 2 * n - warmup
-    kind = np.where(step < warmup, 0, np.where(in_cooldown, 1, backward)).astype(np.int8)
-    # FORWARD and BACKWARD are 0 and 1 (checked below)
-    microbatch = np.where(step < warmup, step,
-                          np.where(in_cooldown, step - n, (paired >> 1) + warmup * (1 - backward)))
-    device = np.repeat(np.arange(p, dtype=np.int32), 2 * n)
-    return (device, np.tile(step[0], p), kind.ravel(), device,
-            microbatch.astype(np.int32, copy=False).ravel())
+    w``), then ``B(i - n)`` from ``i = 2n - w``. Written by ``_build.one_f_one_b_order``
+    in one pass, no loop per device here and no temporary; the stage column is the
+    device column (a stage per device)."""
+    total = 2 * devices * microbatches
+    device, position, microbatch = (np.empty(total, dtype=np.int32) for _ in range(3))
+    kind = np.empty(total, dtype=np.int8)
+    status = _build.one_f_one_b_order(devices, microbatches, device, position, kind,
+                                      microbatch)
+    if status != _build.OK:
+        raise TabschedError(f"internal error: the 1F1B order returned status {status} "
+                            f"(please report this)")
+    return device, position, kind, device, microbatch
 
 
 assert (FORWARD, BACKWARD) == (0, 1)
