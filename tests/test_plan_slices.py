@@ -1,6 +1,9 @@
 """tabsched.plan with sequence slices: the bounds stay below the simulation, pruning keeps
 the exhaustive answer, slicing never worsens the best, and the CLI refuses bad input."""
 
+import json
+import shlex
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -184,3 +187,59 @@ def test_context_parallel_splits_run_whole_sequences():
 def test_bad_slicing_arguments(kwargs, message):
     with pytest.raises(InvalidParameterError, match=message):
         plan(MODEL, SYSTEM, 4, 8, **kwargs)
+
+
+CLI = (LONG, "dgx-h100", "--gpus", "8", "--global-batch", "16", "-p", "8", "--recompute",
+       "none", "--families", "1f1b,zb-h1", "--execution",
+       "examples/executions/flash-attention.toml")
+
+
+def test_the_cli_shows_the_slices_and_reproduces_the_best(cli):
+    code, out, err = cli("plan", *CLI, "--sequence-slices", "2,4", "--top", "3", "-q")
+    assert code == 0, err
+    lines = out.splitlines()
+    header = lines[1].split()
+    assert "slices" in header
+    column = header.index("slices")
+    assert lines[2].split()[column] in ("2", "4")
+    code, out, err = cli("plan", *CLI, "--sequence-slices", "2,4", "--top", "2", "-q",
+                         "--json")
+    data = json.loads(out)
+    assert data["sequence_slices"] == [2, 4]
+    for row in data["rows"]:
+        assert row["sequence_slices"] in (2, 4) and row["slice_lead"] in ("seq1f1b", "kept")
+        code, evaluated, err = cli(*shlex.split(row["eval_command"])[1:], "--json")
+        assert code == 0, err
+        assert json.loads(evaluated)["makespan"] == row["iteration_s"]
+
+
+def test_the_cli_csv_has_the_slice_columns(cli, tmp_path):
+    import csv
+    path = tmp_path / "plan.csv"
+    code, _, err = cli("plan", *CLI, "--sequence-slices", "4", "--slice-lead", "seq1f1b",
+                       "--top", "1", "-q", "-o", str(path))
+    assert code == 0, err
+    with open(path, newline="") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["sequence_slices"], row["slice_lead"]) == ("4", "seq1f1b")
+
+
+def test_without_slices_the_report_has_no_slices_column(cli):
+    code, out, _ = cli("plan", "llama3-8b", "dgx-h100", "--gpus", "8", "--global-batch",
+                       "16", "-t", "2", "--families", "1f1b", "--top", "1", "-q")
+    assert code == 0 and "slices" not in out.splitlines()[1].split()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--sequence-slices", "0"), "--sequence-slices '0': expected positive integers"),
+    (("--sequence-slices", "abc"), "--sequence-slices 'abc': expected integers"),
+    (("--sequence-slices", "3"), "--sequence-slices 3: does not divide model llama3-8b-32k's "
+                                 "sequence 32768"),
+    (("--sequence-slices", "2", "--families", "1f1b,dualpipev"),
+     "--sequence-slices 2: family dualpipev runs overlapped cells"),
+    (("--sequence-slices", "2", "--families", "zbv-auto"),
+     "--sequence-slices 2: family zbv-auto builds its table for whole sequences"),
+])
+def test_bad_slices_are_one_line(cli_error, argv, message):
+    assert message in cli_error("plan", LONG, "dgx-h100", "--gpus", "8", "--global-batch",
+                                "16", *argv)
