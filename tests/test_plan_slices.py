@@ -243,3 +243,11 @@ def test_without_slices_the_report_has_no_slices_column(cli):
 def test_bad_slices_are_one_line(cli_error, argv, message):
     assert message in cli_error("plan", LONG, "dgx-h100", "--gpus", "8", "--global-batch",
                                 "16", *argv)
+
+
+def test_processes_give_the_serial_answer_with_slices():
+    """Sliced layouts travel to worker processes and come back with the serial ranking."""
+    options = dict(families=["1f1b", "zb-h1"], tensor_parallel=[1], recompute=["none"],
+                   execution=FLASH, sequence_slices=[2, 4], top=5)
+    serial = plan(MODEL, SYSTEM, 4, 8, **options)
+    assert _ranking(plan(MODEL, SYSTEM, 4, 8, jobs=2, **options)) == _ranking(serial)

@@ -5,7 +5,8 @@ global batch (samples per iteration over all replicas, Megatron-LM's meaning): t
 split ``t x p x d`` (tensor degree dividing the heads, the key/value heads and the
 MLP inside a node; pipeline depth; data degree), the schedule family and its model
 chunks, the microbatch size, the layer split (even, or lighter first and last
-stages), recompute, sequence parallelism and ZeRO-1, each evaluated by the
+stages), recompute, sequence parallelism and ZeRO-1 and, with ``sequence_slices``,
+each sequence cut into slices (Seq1F1B, beside whole sequences), each evaluated by the
 execution simulation (:class:`~tabsched.costs.ModelCosts` on the family's table).
 
 It is fast because it prunes, not because it skips:
