@@ -251,3 +251,31 @@ def test_processes_give_the_serial_answer_with_slices():
                    execution=FLASH, sequence_slices=[2, 4], top=5)
     serial = plan(MODEL, SYSTEM, 4, 8, **options)
     assert _ranking(plan(MODEL, SYSTEM, 4, 8, jobs=2, **options)) == _ranking(serial)
+
+
+@settings(max_examples=20, deadline=None)
+@given(family=st.sampled_from(SLICING), devices=st.sampled_from([2, 3, 4]),
+       microbatches=st.sampled_from([1, 2, 4, 6, 8]), slices=st.sampled_from([2, 4]))
+def test_where_the_leads_agree_they_give_one_table(family, devices, microbatches, slices):
+    """``leads_agree``, which lets the plan search the kept lead once where it is Seq1F1B's,
+    is never wrong: both leads then give the same rows."""
+    from tabsched.adapt.sequence import SplitSequence, leads_agree
+    from tabsched.schedules import generate
+    params = family_variants(get_family(family), 2)[0]
+    if stage_count(family, params, devices) is None or \
+            family_accepts(family, params, devices, microbatches) is not None:
+        return
+    table = generate(family, devices=devices, microbatches=microbatches, **dict(params))
+    if leads_agree(table):
+        costs = ModelCosts(MODEL, SYSTEM)
+        short, kept = (SplitSequence(slices, lead).apply(table, costs)
+                       for lead in ("seq1f1b", "kept"))
+        assert [[str(op) for op in row] for row in short.orders()] == \
+            [[str(op) for op in row] for row in kept.orders()]
+
+
+def test_the_kept_lead_is_searched_once_where_it_is_seq1f1bs():
+    result = plan(MODEL, SYSTEM, 2, 8, sequence_slices=[2], families=["1f1b"],
+                  tensor_parallel=[1], recompute=["none"], execution=FLASH, top=100)
+    assert {row.layout.lead for row in result.rows if row.layout.slices > 1} == {"seq1f1b"}
+    assert any("kept lead" in reason for reason in result.counts.refused)

@@ -281,6 +281,11 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     key = f"{layout.family}'s constraints at this depth and microbatch count"
                     counts.refused[key] = counts.refused.get(key, 0) + len(zeros)
                     refusals.record(key, 10, 0, f"{split}: {reason}")
+                elif layout.lead == "kept" and (layout.slices, "seq1f1b") in slicings and \
+                        _leads_agree(layout.whole, m):
+                    accepted[k] = False     # the same table as at Seq1F1B's lead
+                    key = "the kept lead is Seq1F1B's at these sizes (searched once)"
+                    counts.refused[key] = counts.refused.get(key, 0) + len(zeros)
             if not accepted.any():
                 continue
             arrays = _layout_arrays(layout.whole, run_groups.cost_models[0])
@@ -319,6 +324,13 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                       joined("zero", np.int64), joined("time", np.float64),
                       joined("memory", np.float64), joined("persistent", np.float64), counts,
                       refusals)
+
+
+@memo(limit=4096)
+def _leads_agree(layout, microbatches):
+    """Whether both leads slice this layout's table at ``microbatches`` into one table."""
+    from tabsched.adapt.sequence import leads_agree
+    return leads_agree(fixed_table_of(layout, microbatches))
 
 
 def _layout_zeros(zeros, arrays, split, layout, groups, counts, refusals):
