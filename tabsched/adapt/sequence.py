@@ -43,7 +43,7 @@ from tabsched.adapt.transforms import (MemoryEffect, Transform, activations, cel
 from tabsched.exceptions import InvalidParameterError
 from tabsched.table import FORWARD, WEIGHT_GRAD
 
-__all__ = ["SplitSequence", "LEADS"]
+__all__ = ["SplitSequence", "LEADS", "leads_agree"]
 
 #: How far a device's forward slices run ahead of its backward slices: ``seq1f1b`` a lead
 #: of ``L - 1 + k`` slices where the unsliced row led by ``L`` microbatches (Seq1F1B's
@@ -200,3 +200,28 @@ class SplitSequence(Transform):
 
     def to_dict(self):
         return {"transform": self.name, "slices": self.slices, "lead": self.lead}
+
+
+def leads_agree(table):
+    """Whether :class:`SplitSequence`'s two leads cut ``table`` into the same rows, at
+    every slice count: where every backward (``B`` or ``I``) of every device runs with a
+    lead ``L`` of at most two microbatches, ``max(L - 1 + k, (L - 1) k + 1) = L - 1 + k``,
+    so ``kept`` places every slice where ``seq1f1b`` does (the plan then searches one).
+
+    >>> from tabsched.schedules import generate
+    >>> leads_agree(generate("1f1b", devices=2, microbatches=4))
+    True
+    >>> leads_agree(generate("1f1b", devices=4, microbatches=8))
+    False
+    """
+    position = cell_positions(table)
+    forward = table.kind == FORWARD
+    chained = ~forward & (table.kind != WEIGHT_GRAD)
+    for d in range(table.num_devices):
+        ops = np.flatnonzero(table.device == d)
+        ops = ops[np.argsort(position[ops], kind="stable")]
+        is_f = forward[ops]
+        f_before = (np.cumsum(is_f) - is_f)[chained[ops]]
+        if len(f_before) and (f_before - np.arange(len(f_before))).max() > 2:
+            return False
+    return True

@@ -69,6 +69,15 @@ def _zero_stages(text):
 @click.option("--cross-node-tensor", "--cross-node", "cross_node", is_flag=True,
               help="Also consider tensor groups larger than a node (whole nodes; their "
                    "collectives run on the network).")
+@click.option("--sequence-slices", "slice_counts", metavar="K[,K...]",
+              help="Also search each configuration with every sequence cut into K slices "
+                   "(Seq1F1B), beside whole sequences; K must divide the model's sequence, "
+                   "and named families must slice (not zb-auto, zbv-auto, dualpipe, "
+                   "dualpipev).")
+@click.option("--slice-lead", "slice_leads", type=click.Choice(["both", "seq1f1b", "kept"]),
+              default="both", show_default=True,
+              help="--sequence-slices: the leads to search: Seq1F1B's short warm-up (least "
+                   "memory), the unsliced row's lead at slice grain, or both.")
 @click.option("--memory-budget", metavar="SIZE",
               help="A device's memory, e.g. 80GB (default 'capacity': the system's "
                    "memory_capacity).")
@@ -95,7 +104,8 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
                  pipeline_degrees, context_degrees, expert_degrees, microbatch_sizes,
                  recompute_modes,
                  max_chunks, zero, sequence_parallel_choice, uneven, cross_node,
-                 memory_budget, execution, tie_band, exhaustive, top, explain, as_json,
+                 slice_counts, slice_leads, memory_budget, execution, tie_band, exhaustive,
+                 top, explain, as_json,
                  out, save_executions, jobs, dask, quiet, html_path):
     """Search the executions of MODEL on --gpus GPUs of SYSTEM for the fastest that fits.
 
@@ -117,8 +127,11 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
         check_output_folder(save_executions)
     if top < 1:
         raise click.ClickException(f"--top must be >= 1, not {top}")
+    family_names = name_list(families) or None if families else None
     options = dict(
-        families=name_list(families) or None if families else None,
+        families=family_names,
+        sequence_slices=_slice_counts(slice_counts, model, family_names),
+        slice_leads=("seq1f1b", "kept") if slice_leads == "both" else (slice_leads,),
         tensor_parallel=int_list("--tensor-parallel", tensor_degrees) if tensor_degrees
         else None,
         pipeline_parallel=int_list("--pipeline-parallel", pipeline_degrees) if
@@ -163,17 +176,33 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
     click.echo(_text(result, explain))
 
 
+def _slice_counts(text, model, families):
+    """``--sequence-slices`` as slice counts, checked against the model and the families
+    (one line naming the option when they cannot be searched)."""
+    if text is None:
+        return None
+    from tabsched.costs.transformer import load_model
+    from tabsched.plan import _family_specs, slicing_problem
+    counts = int_list("--sequence-slices", text)
+    specs = _family_specs(families) if families else None
+    problem = slicing_problem(load_model(model), counts, specs)
+    if problem is not None:
+        raise click.ClickException(f"--sequence-slices {problem}")
+    return counts
+
+
 def _text(result, explain):
     """The human report: the setting, the ranked rows, what was counted, the best's
     commands, and (``explain``) why it wins."""
     context = any(row.execution.context_parallel > 1 for row in result.rows)
     expert = any(row.execution.expert_parallel > 1 for row in result.rows)
+    sliced = bool(result.sequence_slices)
     lines = [f"{result.model} on {result.gpus} GPUs of {result.system}, global batch "
              f"{result.global_batch}, memory budget "
              f"{format_memory(result.memory_budget, 'bytes')}"]
     header = ["rank", "family", "t", *(["cp"] if context else []), "p", "d",
               *(["ep"] if expert else []), "b", "m",
-              "recompute", "sp", "zero",
+              "recompute", "sp", "zero", *(["slices"] if sliced else []),
               "iteration", "period", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "HFU", "peak mem", "bubble",
               "exposed comm"]
     body = []
@@ -189,6 +218,7 @@ def _text(result, explain):
                      str(run.microbatch_size),
                      str(row.configuration.microbatches), run.recompute,
                      "yes" if run.sequence_parallel else "-", str(run.zero_stage),
+                     *([_slices_cell(row.layout)] if sliced else []),
                      format_time(row.iteration_s, "s"), format_time(row.steady_period_s, "s"),
                      f"{flops.tokens_per_s_per_gpu:.0f}",
                      f"{flops.model_flops_per_gpu / 1e12:.1f}", f"{flops.mfu:.1%}",
@@ -221,3 +251,10 @@ def _text(result, explain):
     if explain:
         lines.extend(f"explain: {line}" for line in result.explain())
     return "\n".join(lines)
+
+
+def _slices_cell(layout):
+    """The ``slices`` column: ``-`` for whole sequences, ``k`` at Seq1F1B's lead, ``k kept``."""
+    if layout.slices == 1:
+        return "-"
+    return str(layout.slices) + ("" if layout.lead == "seq1f1b" else " kept")

@@ -5,7 +5,8 @@ global batch (samples per iteration over all replicas, Megatron-LM's meaning): t
 split ``t x p x d`` (tensor degree dividing the heads, the key/value heads and the
 MLP inside a node; pipeline depth; data degree), the schedule family and its model
 chunks, the microbatch size, the layer split (even, or lighter first and last
-stages), recompute, sequence parallelism and ZeRO-1, each evaluated by the
+stages), recompute, sequence parallelism and ZeRO-1 and, with ``sequence_slices``,
+each sequence cut into slices (Seq1F1B, beside whole sequences), each evaluated by the
 execution simulation (:class:`~tabsched.costs.ModelCosts` on the family's table).
 
 It is fast because it prunes, not because it skips:
@@ -45,7 +46,8 @@ from tabsched._untrusted import shown_value
 from tabsched.execution import MAX_SAMPLES, RECOMPUTE_MODES, ZERO_STAGES, Execution
 from tabsched.plan.result import Evaluated, PlanResult, PlanRow
 
-__all__ = ["plan", "PlanResult", "PlanRow", "Evaluated", "Configuration", "Layout", "Split",
+__all__ = ["plan", "slicing_problem", "PlanResult", "PlanRow", "Evaluated", "Configuration",
+           "Layout", "Split",
            "TIE_BAND", "PRUNING_RULES", "DEFAULT_MAX_CHUNKS", "DEFAULT_UNEVEN"]
 
 #: The names of the rooms, imported when first asked for (``import tabsched`` imports
@@ -108,7 +110,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
          max_chunks: int | None = None, zero_stages=(0, 1), sequence_parallel=(False, True),
          uneven: int | None = None, cross_node: bool = False, memory_budget=None,
          execution: Execution | None = None, top: int = 10, tie_band: float | None = None,
-         prune=True, jobs: int = 1, dask=None, executor=None, progress=None) -> PlanResult:
+         prune=True, jobs: int = 1, dask=None, executor=None, progress=None,
+         sequence_slices=None, slice_leads=("seq1f1b", "kept")) -> PlanResult:
     """Search the executions of ``model`` on ``gpus`` devices of ``system``.
 
     Parameters
@@ -169,6 +172,19 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
         ``executor``: any ``concurrent.futures.Executor`` instead.
     progress : callable, optional
         ``progress(configurations done, total, simulated)``.
+    sequence_slices : list of int, optional
+        Also search every configuration with each sequence cut into ``k`` slices
+        (Seq1F1B: :class:`tabsched.adapt.SplitSequence`), at each lead of
+        ``slice_leads``, beside whole sequences (which stay in the space, ``k = 1``).
+        Each ``k`` must divide the model's sequence; named families must be ones that
+        slice (not cost-driven, no overlapped cells: not zb-auto, zbv-auto, dualpipe,
+        dualpipev); with every family (the default) those run whole sequences only,
+        as do splits with context parallelism. Sliced candidates are bounded by what
+        their slices cost and hold (:mod:`tabsched.plan.bounds`) and simulated with
+        the slices' costs and memory.
+    slice_leads : tuple of str
+        The leads of ``SplitSequence`` to search (default both: ``seq1f1b``, the least
+        memory; ``kept``, the unsliced row's lead at slice grain).
 
     Returns
     -------
@@ -240,11 +256,13 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
             f"zero stages {', '.join(map(str, zero_stages))} with context parallelism "
             f"{', '.join(map(str, contexts))} are not priced yet (FSDP would shard over the "
             f"data and context ranks together): give zero stages 0 or 1")
+    specs = _family_specs(families)
+    slicings = _slicings(model, sequence_slices, slice_leads, specs, families is not None)
     tensor = _degrees("tensor_parallel", tensor_parallel)
     pipeline = _degrees("pipeline_parallel", pipeline_parallel)
     sizes = _degrees("microbatch_sizes", microbatch_sizes)
     variants = []
-    for family, fixed in _family_specs(families):
+    for family, fixed in specs:
         variants += [(family, params) for params in
                      family_variants(get_family(family), max_chunks, fixed)]
     valid, refused_splits = splits(model, system, gpus, global_batch, tensor=tensor,
@@ -261,7 +279,7 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     found = candidates(model, system, gpus, global_batch, valid, variants, base,
                        microbatch_sizes=sizes, recompute=recompute,
                        sequence_parallel=tuple(sequence_parallel), zero=zero_stages,
-                       uneven=uneven, counts=counts)
+                       uneven=uneven, counts=counts, slicings=slicings)
     if not len(found):
         refusals = found.refusals
         raise InvalidParameterError(
@@ -287,7 +305,57 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                       rows=rows, evaluated=evaluated, counts=found.counts,
                       explanation=explain(rows, entries[0][2], found, outcomes, budget,
                                           tie_band),
-                      seconds=time.perf_counter() - began, pruning=rules)
+                      seconds=time.perf_counter() - began, pruning=rules,
+                      sequence_slices=tuple(sorted({k for k, _ in slicings})))
+
+
+def slicing_problem(model, counts, families=None):
+    """Why ``counts`` sequence slices cannot be searched for ``model`` (a loaded
+    :class:`~tabsched.costs.transformer.TransformerModel`) with ``families``
+    (``[(family, params)]`` named, or None for every family), as ``"K: reason"``; or
+    None. What ``sequence_slices`` and ``tabsched plan --sequence-slices`` refuse."""
+    from tabsched.plan.space import DEFAULT_MAX_CHUNKS, family_variants, slicing_refusal
+    from tabsched.schedules import get_family
+    for count in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            return f"{count!r}: expected an integer >= 1"
+    for count in counts:
+        if count == 1:
+            continue
+        if model.sequence % count:
+            return (f"{count}: does not divide model {model.name}'s sequence "
+                    f"{model.sequence} (a slice must hold whole tokens)")
+        try:
+            model.sliced(count - 1, count)
+        except InvalidParameterError as error:
+            return f"{count}: {error}"
+    if families is not None and any(count > 1 for count in counts):
+        for family, fixed in families:
+            for params in family_variants(get_family(family), DEFAULT_MAX_CHUNKS, fixed):
+                refusal = slicing_refusal(family, params)
+                if refusal is not None:
+                    return f"{max(counts)}: family {refusal}; leave it out of the families"
+    return None
+
+
+def _slicings(model, sequence_slices, leads, specs, named):
+    """``((slices, lead), ...)`` to search beside whole sequences, checked."""
+    from tabsched.adapt.sequence import LEADS
+    if sequence_slices is None:
+        return ()
+    counts = _choices("sequence_slices", sequence_slices)
+    problem = slicing_problem(model, counts, specs if named else None)
+    if problem is not None:
+        raise InvalidParameterError(f"sequence_slices {problem}")
+    leads = _choices("slice_leads", leads)
+    for lead in leads:
+        if lead not in LEADS:
+            raise InvalidParameterError(f"slice_leads {lead!r} is not one of "
+                                        f"{', '.join(LEADS)}")
+    if not leads:
+        raise InvalidParameterError("slice_leads is empty")
+    return tuple((k, lead) for k in sorted(set(counts)) if k > 1
+                 for lead in LEADS if lead in leads)
 
 
 def _split_text(gpus, contexts):

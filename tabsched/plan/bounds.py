@@ -75,6 +75,20 @@ plus its persistent bytes. A configuration whose bound exceeds the budget on som
 device cannot fit: its simulated peak is at least the bound.
 ``tests/test_plan_bounds.py`` checks the formula counts against the table level and
 both bounds against simulated tables of every family on random configurations.
+
+Sequence slices
+---------------
+A sliced layout (``k`` slices per microbatch, :class:`tabsched.adapt.SplitSequence`)
+runs each microbatch's operations as ``k`` operations, slice ``i`` priced by its view
+(``s/k`` tokens, attention over ``(i+1) s/k`` keys). The time proof holds operation by
+operation, so it holds with ``busy_d`` and ``backward_d`` summed over every slice
+(:meth:`RunGroups.over_slices`: ``parts``) and each chain term (``a_s``, ``c_s``,
+``e_s``: one operation per stage) at the cheapest slice (``least``). For memory, the
+backward of slice ``k-1`` of a microbatch on a stage runs before those of slices
+``0 .. k-2`` (reverse slice order) and after all their forwards (slice order, one
+device), so while it runs the stage holds every slice's activation whole: the bound
+takes the slices' activations summed, and the least working memory of any slice.
+The formula counts and warm-up forwards state unsliced orders and are left out.
 """
 
 from __future__ import annotations
@@ -201,6 +215,32 @@ class RunGroups:
         #: (:func:`pair_floor`).
         self.pair_floor = np.array([pair_floor(costs) for costs in self.cost_models],
                                    dtype=np.float64)
+        #: What the chains of :func:`time_bounds` take per part (``G x 4``): None, the
+        #: parts themselves; for sequence slices the least any slice costs.
+        self.least = None
+
+    @classmethod
+    def over_slices(cls, groups, slices):
+        """The run groups of ``groups`` with every sequence cut into ``slices`` slices:
+        per microbatch, what its ``k`` slices cost together (``parts``, the busy time) and
+        hold together (``activation``), and the least any one slice costs (``least``, the
+        chains) and needs while its backward runs (``transient``); each slice priced by its
+        view (:meth:`~tabsched.costs.ModelCosts.slice_view`). See :func:`memory_bounds`
+        for why the slices' activations are held together."""
+        views = [cls([costs.slice_view(index, slices) for costs in groups.cost_models],
+                     groups.microbatches) for index in range(slices)]
+        sliced = cls.__new__(cls)
+        sliced.cost_models = groups.cost_models
+        sliced.microbatches = groups.microbatches
+        sliced.parts = {part: sum(view.parts[part] for view in views) for part in groups.parts}
+        sliced.least = {part: np.minimum.reduce([view.parts[part] for view in views])
+                        for part in groups.parts}
+        sliced.activation = {part: sum(view.activation[part] for view in views)
+                             for part in groups.activation}
+        sliced.transient = np.minimum.reduce([view.transient for view in views])
+        sliced.release = np.minimum.reduce([view.release for view in views])
+        sliced.pair_floor = np.minimum.reduce([view.pair_floor for view in views])
+        return sliced
 
     def __len__(self):
         return len(self.cost_models)
@@ -325,6 +365,8 @@ def time_bounds(arrays, groups, overlap=None, step=None):
     :func:`pair_floor` where the layout has overlapped cells). See the module docstring
     for the proof."""
     durations = _per_stage(arrays, groups.parts)        # G x 4 x S
+    # the chains: one operation of each stage (with sequence slices, the cheapest slice's)
+    least = durations if groups.least is None else _per_stage(arrays, groups.least)
     work = arrays.work                                  # 4 x D x S
     if overlap is None:
         overlap = groups.pair_floor if arrays.overlapped else 1.0
@@ -333,6 +375,7 @@ def time_bounds(arrays, groups, overlap=None, step=None):
     scale = np.minimum(1.0, np.asarray(overlap, dtype=np.float64))
     if np.any(scale < 1.0):
         durations = durations * (scale[:, None, None] if scale.ndim else scale)
+        least = least * (scale[:, None, None] if scale.ndim else scale)
     M = groups.microbatches[:, None]
     forward = durations[:, FORWARD]
     runs = work.sum(axis=1) > 0                                          # 4 x S
@@ -345,13 +388,14 @@ def time_bounds(arrays, groups, overlap=None, step=None):
     backwards = work[BACKWARD] + work[INPUT_GRAD]                        # D x S
     backward_work = M * (backward @ backwards.T)                         # G x D
     busy = M * (forward @ work[FORWARD].T) + backward_work
-    chain = np.minimum(np.where(runs[BACKWARD], durations[:, BACKWARD], np.inf),
-                       np.where(runs[INPUT_GRAD], durations[:, INPUT_GRAD], np.inf))
+    chain = np.minimum(np.where(runs[BACKWARD], least[:, BACKWARD], np.inf),
+                       np.where(runs[INPUT_GRAD], least[:, INPUT_GRAD], np.inf))
     chain = np.where(np.isfinite(chain), chain, 0.0)
-    before = np.cumsum(forward, axis=1) - forward                       # a_s
+    forward_chain = least[:, FORWARD]
+    before = np.cumsum(forward_chain, axis=1) - forward_chain           # a_s
     first_start = _masked(before, arrays.holds, np.min, np.inf)
     after = chain.sum(axis=1)[:, None] - np.cumsum(chain, axis=1)        # sum over s' > s
-    backward_start = forward.sum(axis=1)[:, None] + after               # c_s
+    backward_start = forward_chain.sum(axis=1)[:, None] + after         # c_s
     first_backward = _masked(backward_start, arrays.holds, np.min, np.inf)
     tail = _masked(np.cumsum(chain, axis=1) - chain, arrays.holds, np.min, np.inf)
     tail = np.where(work[WEIGHT_GRAD].sum(axis=1)[None, :] > 0, 0.0, tail)

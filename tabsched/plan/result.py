@@ -44,7 +44,7 @@ ROW_COLUMNS = ("rank", "tied", "family", "params", "tensor_parallel", "pipeline_
                "hardware_tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes",
                "memory_budget_bytes", "bubble_ratio", "exposed_communication",
                "eval_command", "megatron", "torchtitan", "steady_period_s",
-               "context_parallel")
+               "context_parallel", "sequence_slices", "slice_lead")
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,7 @@ class PlanRow:
                 "stage_layers": (list(self.layout.stage_layers)
                                  if self.layout.stage_layers is not None else None),
                 "stages": self.layout.stages, "operations": self.operations,
+                "sequence_slices": self.layout.slices, "slice_lead": self.layout.lead,
                 "iteration_s": self.iteration_s, "steady_period_s": self.steady_period_s,
                 "lower_bound_s": self.lower_bound_s,
                 "tokens_per_s_per_gpu": flops.tokens_per_s_per_gpu,
@@ -187,6 +188,8 @@ class PlanResult:
     seconds: float = 0.0
     pruning: tuple = ()
     notes: list = field(default_factory=list)
+    #: The sequence slice counts searched beside whole sequences (``sequence_slices=``).
+    sequence_slices: tuple = ()
     #: The columns of :meth:`to_csv` and :meth:`to_dataframe`.
     columns = ROW_COLUMNS
 
@@ -230,6 +233,7 @@ class PlanResult:
                 "global_batch": self.global_batch, "memory_budget_bytes": self.memory_budget,
                 "tie_band": self.tie_band, "pruning": list(self.pruning),
                 "seconds": self.seconds, "counts": self.counts.to_dict(),
+                "sequence_slices": list(self.sequence_slices),
                 "rows": [row.to_dict() for row in self.rows],
                 "explanation": list(self.explanation), "notes": list(self.notes)}
 

@@ -20,7 +20,7 @@ from tabsched.evaluate import evaluate_summaries
 from tabsched.exceptions import TabschedError
 from tabsched.execution import RECOMPUTE_MODES, Execution
 from tabsched.plan.result import PlanRow
-from tabsched.plan.search import cost_driven_table, fixed_table_of, run_costs
+from tabsched.plan.search import cost_driven_table, fixed_table_of, run_costs, sliced_table_of
 from tabsched.throughput import throughput
 
 __all__ = ["build_rows", "eval_command", "free_network", "explain"]
@@ -45,6 +45,8 @@ def table_for(configuration, costs, budget):
     layout = configuration.layout
     if layout.cost_driven:
         return cost_driven_table(layout, configuration.microbatches, costs, budget)
+    if layout.slices > 1:
+        return sliced_table_of(layout, configuration.microbatches, costs)
     return fixed_table_of(layout, configuration.microbatches)
 
 
@@ -72,6 +74,8 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append(f"{option} {value}" if option else f"--param {key}={value}")
     if layout.stage_layers is not None:
         parts.append("--stage-layers " + ",".join(map(str, layout.stage_layers)))
+    if layout.slices > 1:
+        parts.append(f"--sequence-slices {layout.slices} --slice-lead {layout.lead}")
     parts.append(f"--model {model} --system {system} -t {run.tensor_parallel}")
     if run.sequence_parallel:
         parts.append("--sequence-parallel")
@@ -153,8 +157,14 @@ def build_rows(entries, found, outcomes, model, system, budget, *, top, tie_band
         summary, free_summary = (evaluate_summaries(table, [costs], formula=False,
                                                     steady=True)[0],
                                  evaluate_summaries(table, [free], formula=False)[0])
-        megatron, megatron_refusal = _megatron(table, run, model.layers)
-        torchtitan, torchtitan_refusal = _torchtitan(table, run, model.sequence)
+        if configuration.layout.slices > 1:     # neither framework runs sequence slices
+            megatron = torchtitan = None
+            megatron_refusal = torchtitan_refusal = (
+                f"runs no sequence slices (Seq1F1B's {configuration.layout.slices} slices "
+                f"per sequence need its own pipeline code)")
+        else:
+            megatron, megatron_refusal = _megatron(table, run, model.layers)
+            torchtitan, torchtitan_refusal = _torchtitan(table, run, model.sequence)
         rows.append(PlanRow(
             rank=rank, tied=makespan <= best * (1.0 + tie_band), configuration=configuration,
             iteration_s=float(summary.makespan), steady_period_s=summary.steady_period,
@@ -185,8 +195,13 @@ def _differences(a, b):
              ("recompute", ra.recompute, rb.recompute),
              ("sequence parallel", ra.sequence_parallel, rb.sequence_parallel),
              ("ZeRO", ra.zero_stage, rb.zero_stage),
-             ("stage layers", a.layout.stage_layers or "even", b.layout.stage_layers or "even")]
+             ("stage layers", a.layout.stage_layers or "even", b.layout.stage_layers or "even"),
+             ("sequence slices", _slicing(a.layout), _slicing(b.layout))]
     return [f"{name} {x} vs {y}" for name, x, y in pairs if x != y]
+
+
+def _slicing(layout):
+    return "none" if layout.slices == 1 else f"{layout.slices} ({layout.lead} lead)"
 
 
 def explain(rows, winner_index, found, outcomes, budget, tie_band):

@@ -37,12 +37,13 @@ from tabsched.execution import RECOMPUTE_MODES, Execution
 from tabsched.plan.bounds import (LayoutArrays, RunGroups, bound_costs, formula_counts,
                                   memory_bounds, step_seconds, time_bounds)
 from tabsched.plan.space import (MAX_CONFIGURATIONS, Configuration, Layout, Refusals,
-                                 divisors, family_accepts, layer_splits, stage_count)
+                                 divisors, family_accepts, layer_splits, slicing_refusal,
+                                 stage_count)
 from tabsched.schedules import fixed_table, generate
 
 __all__ = ["TIE_BAND", "TASK_SECONDS", "Candidates", "Outcome", "PlanCounts", "candidates",
            "search", "simulate", "run_costs", "cost_driven_table", "fixed_table_of",
-           "PRUNING_RULES"]
+           "sliced_table_of", "PRUNING_RULES"]
 
 #: Configurations within this fraction of the best are tied: tabsched's mean |error|
 #: against the eight measured iterations of Korthikanti et al. 2022, Table 5, is 3.88%
@@ -151,11 +152,14 @@ def _recompute_order(recompute):
 def candidates(model, system, gpus, global_batch, valid_splits, variants, base, *,
                microbatch_sizes=None, recompute=RECOMPUTE_MODES, sequence_parallel=(False,
                                                                                     True),
-               zero=(0, 1), uneven=3, counts=None, refusals=None):
+               zero=(0, 1), uneven=3, counts=None, refusals=None, slicings=()):
     """The :class:`Candidates` of the space: ``valid_splits`` (from
     :func:`tabsched.plan.space.splits`) x microbatch sizes x ``variants`` (``(family,
     params)`` pairs) x layer splits x recompute x sequence parallelism x ZeRO stage
-    (``zero``; a replica alone, ``d = 1``, runs ZeRO-0 only)."""
+    (``zero``; a replica alone, ``d = 1``, runs ZeRO-0 only) x sequence slicing:
+    whole sequences and each ``(slices, lead)`` of ``slicings`` (a family that cannot
+    be sliced, :func:`~tabsched.plan.space.slicing_refusal`, and a split with context
+    parallelism run whole sequences only)."""
     counts = PlanCounts() if counts is None else counts
     refusals = Refusals() if refusals is None else refusals
     recompute = _recompute_order(recompute)
@@ -226,12 +230,22 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                                 f"evenly over {stages} stages, nor with the first and last "
                                 f"{uneven} or fewer layers lighter")
                 continue
+            refusal = None
+            if slicings:
+                refusal = (slicing_refusal(family, params) if split.context == 1 else
+                           "sequence slices with context parallelism (it cuts the sequence "
+                           "already)")
+                if refusal is not None:
+                    counts.refused[refusal] = counts.refused.get(refusal, 0) + \
+                        len(group_indices) * len(zeros) * len(options) * len(slicings)
+                    refusals.record(refusal, 8, 0, f"{split} {family}: {refusal}")
             for option in options:
-                layout = Layout(family, params, p, stages, option)
-                if layout not in layout_index:
-                    layout_index[layout] = len(layouts)
-                    layouts.append(layout)
-                at_p.append(layout_index[layout])
+                for slices, lead in ((1, None),) + (() if refusal else tuple(slicings)):
+                    layout = Layout(family, params, p, stages, option, slices, lead)
+                    if layout not in layout_index:
+                        layout_index[layout] = len(layouts)
+                        layouts.append(layout)
+                    at_p.append(layout_index[layout])
         if unfit:
             reason = "the execution does not fit the model"
             counts.refused[reason] = counts.refused.get(reason, 0) + unfit * len(zeros) * len(at_p)
@@ -248,6 +262,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
             continue
         run_groups = RunGroups([bound_costs(model, system, groups[g][0]) for g in group_indices],
                                [groups[g][1] for g in group_indices])
+        sliced_groups = {1: run_groups}     # slices -> the run groups' bound numbers
         # ZeRO-2/3 hold less still (their gathered parameters and unsharded gradients
         # come on top while a stage runs: left out, so the bound stays below the peak)
         replicas = [Execution(data_parallel=split.data, zero_stage=z,
@@ -266,22 +281,32 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     key = f"{layout.family}'s constraints at this depth and microbatch count"
                     counts.refused[key] = counts.refused.get(key, 0) + len(zeros)
                     refusals.record(key, 10, 0, f"{split}: {reason}")
+                elif layout.lead == "kept" and (layout.slices, "seq1f1b") in slicings and \
+                        _leads_agree(layout.whole, m):
+                    accepted[k] = False     # the same table as at Seq1F1B's lead
+                    key = "the kept lead is Seq1F1B's at these sizes (searched once)"
+                    counts.refused[key] = counts.refused.get(key, 0) + len(zeros)
             if not accepted.any():
                 continue
-            arrays = _layout_arrays(layout, run_groups.cost_models[0])
+            arrays = _layout_arrays(layout.whole, run_groups.cost_models[0])
             layout_zeros = _layout_zeros(zeros, arrays, split, layout, int(accepted.sum()),
                                          counts, refusals)
             if not layout_zeros:
                 continue
+            if layout.slices not in sliced_groups:
+                sliced_groups[layout.slices] = RunGroups.over_slices(run_groups, layout.slices)
+            bounded = sliced_groups[layout.slices]
             first = groups[group_indices[0]][0]
-            bounds = [time_bounds(arrays, run_groups, step=step_seconds(
-                          layout, run_costs(model, system, first.replace(zero_stage=stage))))
+            bounds = [time_bounds(arrays, bounded, step=step_seconds(
+                          layout.whole, run_costs(model, system, first.replace(zero_stage=stage))))
                       for stage in layout_zeros]
-            formula = _count_arrays(layout, microbatches)
+            # the formula counts and warm-up forwards state whole sequences' orders
+            formula = (_count_arrays(layout, microbatches) if layout.slices == 1 else
+                       (None, None, None))
             per_zero = persistent_bytes[[zeros.index(z) for z in layout_zeros]]
             dense, experts = arrays.device_rank_parameters()
             persistent = (per_zero[:, :1] * dense[None, :] + per_zero[:, 1:] * experts[None, :])
-            memory = memory_bounds(arrays, run_groups, formula, persistent)     # G x Z
+            memory = memory_bounds(arrays, bounded, formula, persistent)        # G x Z
             keep = np.flatnonzero(accepted)
             for z_index, stage in enumerate(layout_zeros):
                 columns["layout"].append(np.full(len(keep), index))
@@ -299,6 +324,13 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                       joined("zero", np.int64), joined("time", np.float64),
                       joined("memory", np.float64), joined("persistent", np.float64), counts,
                       refusals)
+
+
+@memo(limit=4096)
+def _leads_agree(layout, microbatches):
+    """Whether both leads slice this layout's table at ``microbatches`` into one table."""
+    from tabsched.adapt.sequence import leads_agree
+    return leads_agree(fixed_table_of(layout, microbatches))
 
 
 def _layout_zeros(zeros, arrays, split, layout, groups, counts, refusals):
@@ -392,8 +424,19 @@ def _simulate_job(model, system, budget, job):
                 continue
             outcomes.append(_outcome(summary))
         return outcomes
-    table = fixed_table_of(layout, job.microbatches)
+    table = (fixed_table_of(layout, job.microbatches) if layout.slices == 1 else
+             sliced_table_of(layout, job.microbatches, models[0]))
     return [_outcome(summary) for summary in evaluate_summaries(table, models, formula=False)]
+
+
+@memo(limit=64)
+def sliced_table_of(layout, microbatches, costs):
+    """A sliced layout's table: the family's cut into ``layout.slices`` sequence slices
+    at ``layout.lead`` (:class:`tabsched.adapt.SplitSequence`; ``costs`` only checks
+    that the model's sequence can be cut so: the rows do not depend on it)."""
+    from tabsched.adapt.sequence import SplitSequence
+    return SplitSequence(layout.slices, layout.lead).apply(
+        fixed_table_of(layout.whole, microbatches), costs)
 
 
 def fixed_table_of(layout, microbatches):
@@ -414,7 +457,7 @@ def _outcome(summary):
 def _job_seconds(job):
     """What a job costs to run, roughly (only to size parallel tasks)."""
     layout = job.layout
-    ops = 3.0 * layout.stages * job.microbatches
+    ops = 3.0 * layout.stages * job.microbatches * layout.slices
     models = len(job.executions)
     if layout.cost_driven:
         return models * 10 * ops * (_SECONDS_PER_OP + _SECONDS_PER_OP_AND_MODEL)

@@ -46,7 +46,8 @@ from tabsched.schedules import check_parameters, generate, get_family
 from tabsched.table import FORWARD
 
 __all__ = ["Split", "Layout", "Configuration", "Refusals", "layer_splits", "splits",
-           "family_variants", "layout_of", "probe_table", "DEFAULT_MAX_CHUNKS", "DEFAULT_UNEVEN",
+           "family_variants", "layout_of", "probe_table", "slicing_refusal",
+           "DEFAULT_MAX_CHUNKS", "DEFAULT_UNEVEN",
            "MAX_CONFIGURATIONS"]
 
 #: Model chunks per device searched for the multi-chunk families unless told: Megatron-LM
@@ -103,6 +104,17 @@ class Layout:
     devices: int
     stages: int
     stage_layers: tuple | None = None
+    #: Sequence slices per microbatch (1: whole sequences); a sliced layout's table is
+    #: the family's cut by :class:`tabsched.adapt.SplitSequence` at ``lead``.
+    slices: int = 1
+    lead: str | None = None
+
+    @property
+    def whole(self):
+        """This layout with whole sequences: the family's own table, its placement."""
+        if self.slices == 1:
+            return self
+        return Layout(self.family, self.params, self.devices, self.stages, self.stage_layers)
 
     @property
     def label(self):
@@ -148,7 +160,7 @@ class Configuration:
         return (self.layout.family, self.layout.params, run.tensor_parallel,
                 self.layout.devices, run.data_parallel, run.microbatch_size,
                 RECOMPUTE_MODES.index(run.recompute), run.sequence_parallel, run.zero_stage,
-                self.layout.stage_layers or ())
+                self.layout.stage_layers or (), self.layout.slices, self.layout.lead or "")
 
     def describe(self):
         """``zbv t=8 p=16 d=8 b=1 recompute=selective sp zero1``, one line."""
@@ -163,6 +175,9 @@ class Configuration:
         if self.layout.stage_layers is not None:
             layers = self.layout.stage_layers
             parts.append(f"layers={layers[0]},{layers[1]}..{layers[-1]}")
+        if self.layout.slices > 1:
+            parts.append(f"slices={self.layout.slices}"
+                         + ("" if self.layout.lead == "seq1f1b" else f",lead={self.layout.lead}"))
         return " ".join(parts)
 
 
@@ -422,7 +437,10 @@ def family_accepts(family, params, devices, microbatches):
 def probe_table(layout):
     """The family's own table for this layout at its smallest valid microbatch count
     (a cost-driven family's fixed-pattern sibling's), with the layout's layer split:
-    what the stage placement and each device's parameters are read from."""
+    what the stage placement and each device's parameters are read from (a sliced
+    layout's: its whole sequences', the same placement)."""
+    if layout.slices > 1:
+        return probe_table(layout.whole)
     name = _PLACED_AS.get(layout.family, layout.family)
     keep = {} if name != layout.family else dict(layout.params)
     probe = probe_microbatches(layout.family, layout.params, layout.devices)
@@ -443,6 +461,8 @@ def layout_of(layout):
     family accepts (``tests/test_plan_space.py`` checks both). A cost-driven family is
     placed as its fixed-pattern sibling (``zb-auto`` as ZB-H1, ``zbv-auto`` as ZB-V).
     """
+    if layout.slices > 1:     # per microbatch of whole sequences: the same work
+        return layout_of(layout.whole)
     table = probe_table(layout)
     probe = table.num_microbatches
     D, S = table.num_devices, table.num_stages
@@ -452,3 +472,31 @@ def layout_of(layout):
     holds.flags.writeable = False
     work.flags.writeable = False
     return holds, work
+
+
+@memo(limit=1024)
+def slicing_refusal(family, params):
+    """Why ``family`` with ``params`` cannot run sequence slices, or None.
+
+    :class:`tabsched.adapt.SplitSequence` cuts a fixed-pattern table's rows; a
+    cost-driven family (``zb-auto``, ``zbv-auto``) builds its table for the memory of
+    whole sequences, and a family with overlapped cells (DualPipe's fused pairs) has
+    cells the transform does not cut.
+
+    >>> slicing_refusal("1f1b", ()) is None
+    True
+    >>> slicing_refusal("zb-auto", ())
+    'zb-auto builds its table for whole sequences (cost-driven)'
+    """
+    if get_family(family).cost_driven:
+        return f"{family} builds its table for whole sequences (cost-driven)"
+    for devices in (2, 4, 3, 8):
+        stages = stage_count(family, params, devices)
+        if stages is None:
+            continue
+        table = probe_table(Layout(family, params, devices, stages))
+        starts = table.cell_starts()
+        if len(table) and not np.all(starts & np.append(starts[1:], True)):
+            return f"{family} runs overlapped cells, which slices do not cut"
+        return None
+    return None
