@@ -79,8 +79,7 @@ def test_a_random_tables_result_is_the_one_with_transfer_nodes(seed, costs):
     microbatches; zero-length cells (ties everywhere) among the costs."""
     table = random_table(seed)
     full = with_transfer_nodes(table, costs)   # takes the lowering its layout offered
-    # (no trace: chrome_trace fails on a device that holds no memory, as it did before)
-    assert_same_results(tabsched.evaluate(table, costs), full, trace=False)
+    assert_same_results(tabsched.evaluate(table, costs), full)
 
 
 def test_the_direct_lowering_has_no_transfer_node_and_the_same_cells():

@@ -104,6 +104,21 @@ def test_a_trace_in_slots_says_so_and_draws_a_slot_as_a_millisecond():
     assert trace["displayTimeUnit"] == "ms"
 
 
+@given(seed=st.integers(0, 2**31))
+def test_every_table_traces_with_a_memory_track_per_device(seed):
+    """Random tables (replicas, overlapped cells, devices that hold no activation): a
+    counter track per device, starting at 0; it failed on an empty memory timeline."""
+    from tabsched._testing import random_table
+    result = evaluate(random_table(seed), UnitCosts())
+    trace = json.loads(json.dumps(chrome_trace(result)))
+    counters = {event["name"] for event in trace["traceEvents"] if event["ph"] == "C"}
+    assert len(counters) == result.table.num_devices
+    for device, (times, _) in enumerate(result.memory_timeline()):
+        first = next(event for event in trace["traceEvents"] if event["ph"] == "C"
+                     and event["name"].startswith(f"device {device} memory"))
+        assert first["ts"] == 0.0 and first["args"]["activations"] == 0.0
+
+
 def test_a_trace_in_seconds_says_its_times_are_microseconds(result):
     trace = chrome_trace(result)
     other = trace["otherData"]

@@ -163,7 +163,10 @@ def _memory_counters(result, scale):
     events = []
     for device, (times, values) in enumerate(result.memory_timeline()):
         persistent = result.devices[device].persistent_memory
-        last_at_time = np.append(times[1:] != times[:-1], True) if len(times) else times
+        # a device that holds no activation (no operation, or none that keeps one) has an
+        # empty timeline: its track is the 0 it starts at
+        last_at_time = (np.append(times[1:] != times[:-1], True) if len(times)
+                        else np.zeros(0, dtype=bool))
         times = np.concatenate([[0.0], times[last_at_time]])
         values = np.concatenate([[0.0], values[last_at_time]])
         for time, value in zip(times.tolist(), values.tolist()):
