@@ -3,7 +3,7 @@ and by its twin, a hand-checked example, and the bounds the period obeys."""
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tabsched import (StageCosts, UnitCosts, _kernel, _reference, engine, evaluate, generate,
@@ -54,11 +54,15 @@ def test_unrolled_kernel_equals_reference(seed, contention, synchronized, optimi
 
 @given(seed=st.integers(0, 2**32 - 1), contention=st.sampled_from(CONTENTIONS),
        synchronized=st.booleans(), optimizer=st.booleans())
+@example(seed=22, contention="nic", synchronized=False, optimizer=False)
 def test_first_copy_is_one_iteration_and_copies_keep_dependency_order(
         seed, contention, synchronized, optimizer):
     """Copy 0 runs as the lowering alone (without the barrier, which only delays the
     steps), and every cross edge goes to a later copy: each copy starts after the
-    previous one's first node."""
+    previous one's first node. Under ``nic`` contention the next copy's transfers, once
+    the copies overlap, queue for the same ports as copy 0's later ones and may go
+    first (the event heap serves the port in the order transfers become ready): copy 0
+    is then only never earlier than alone (seed 22 delays six of its nodes)."""
     lowered = lower(random_table(seed), contention=contention, devices_per_node=2,
                     optimizer=optimizer)
     durations = random_durations(lowered, seed)
@@ -67,7 +71,9 @@ def test_first_copy_is_one_iteration_and_copies_keep_dependency_order(
     n = lowered.num_nodes
     start, _ = engine.run(unrolled, unrolled.durations(durations), method=unrolled.method)
     ends = start + unrolled.durations(durations)
-    if not (synchronized and optimizer):
+    if contention == "nic":
+        assert np.all(start[0, :n] >= alone[0])
+    elif not (synchronized and optimizer):
         np.testing.assert_array_equal(start[0, :n], alone[0])
     # a copy's cells start no earlier than the same cells of the previous copy end
     cells = lowered.nodes(0)
