@@ -148,14 +148,25 @@ def test_slicing_is_chosen_when_nothing_else_fits():
 
 
 def test_slicing_is_chosen_when_it_is_faster():
+    """Seq1F1B's comparison (Sun et al. 2024: sliced 1F1B against Megatron-LM's 1F1B,
+    1.14x): on 32 GPUs at 32K tokens sliced 1F1B is 1.14x 1F1B (3.71 s against 4.22 s).
+    Against the best of several families the gain is smaller (interleaved 1F1B 3.74 s
+    whole, 3.60 s sliced): with FlashAttention's causal tiles counted, slicing does not
+    change the attention's work, only the pipeline's grain and its memory."""
     options = dict(tensor_parallel=[4], pipeline_parallel=[8], recompute=["none"],
-                   sequence_parallel=[True], zero_stages=[0], max_chunks=2,
-                   families=["1f1b", "zb-h1", "interleaved-1f1b"], execution=FLASH)
-    whole = plan(LONG, "dgx-h100", 32, 16, **options)
-    sliced = plan(LONG, "dgx-h100", 32, 16, sequence_slices=[2, 4], **options)
+                   sequence_parallel=[True], zero_stages=[0], max_chunks=2, execution=FLASH)
+    whole = plan(LONG, "dgx-h100", 32, 16, families=["1f1b"], **options)
+    sliced = plan(LONG, "dgx-h100", 32, 16, families=["1f1b"], sequence_slices=[2, 4],
+                  **options)
     assert whole.best.layout.slices == 1
     assert sliced.best.layout.slices > 1
     assert sliced.best.iteration_s < whole.best.iteration_s / 1.1
+    families = ["1f1b", "zb-h1", "interleaved-1f1b"]
+    whole = plan(LONG, "dgx-h100", 32, 16, families=families, **options)
+    sliced = plan(LONG, "dgx-h100", 32, 16, families=families, sequence_slices=[2, 4],
+                  **options)
+    assert whole.best.layout.slices == 1 and sliced.best.layout.slices > 1
+    assert sliced.best.iteration_s < whole.best.iteration_s
 
 
 def test_the_default_families_leave_out_those_that_do_not_slice():
