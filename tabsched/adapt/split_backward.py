@@ -193,7 +193,7 @@ def _in_staged_order(rows):
     cell in the order the staged table numbers them."""
     expected = 0
     for row in rows:
-        if row != list(range(expected, expected + len(row))):
+        if not np.array_equal(row, np.arange(expected, expected + len(row))):
             return False
         expected += len(row)
     return True
@@ -264,7 +264,8 @@ def _data_dependencies(table):
 
 
 def _fill_idle(table, costs, chosen, max_deferred):
-    """Row orders (cell ids per device) with the chosen devices' W cells as fillers.
+    """Row orders (cell ids per device, int32 arrays) with the chosen devices' W cells as
+    fillers.
 
     A list-scheduling simulation at the cost model's durations, in time order:
     a device runs its next other cell as soon as its inputs have arrived; while
@@ -282,7 +283,9 @@ def _fill_idle(table, costs, chosen, max_deferred):
         raise TabschedError(f"internal error: W placement stopped before every cell ran "
                             f"({placed}; please report this)")
     bounds = np.concatenate([[0], np.cumsum(count)])
-    return [rows[bounds[d]:bounds[d + 1]].tolist() for d in range(table.num_devices)]
+    # int32 views, not lists: at 64 devices the lists cost as much as the placement's
+    # check of its own arrays, and their only readers take arrays
+    return [rows[bounds[d]:bounds[d + 1]] for d in range(table.num_devices)]
 
 
 def _fill_idle_arrays(table, costs, chosen, max_deferred):
