@@ -50,7 +50,7 @@ from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
 from tabsched.adapt.transforms import Transform, cell_positions
 from tabsched.adapt.warmup import Warmup
 from tabsched.adapt.variation import VariationContext, check_variation
-from tabsched.evaluate import checked_costs, evaluate
+from tabsched.evaluate import checked_costs, evaluate_lowered, lower_for
 from tabsched.memory import checked_budget
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
@@ -376,8 +376,10 @@ class _Evaluator:
             return float(makespans.mean())
         return float(np.percentile(makespans, 95))
 
-    def memory(self, table):
-        result = evaluate(table, self.costs, formula=False)
+    def memory(self, table, lowered):
+        """Memory of ``table`` (``lowered``: its lowering, by ``lower_for``) from its run at
+        the cost model's durations."""
+        result = evaluate_lowered(table, self.costs, lowered, formula=False)
         totals = [d.peak_total_memory for d in result.devices]
         peaks = np.array([d.peak_memory for d in result.devices])
         over = max(totals) - self.budget if self.budget is not None and totals else -np.inf
@@ -390,13 +392,21 @@ class _Evaluator:
 
     def measure(self, table, *, seed, samples):
         """Monte Carlo and memory of ``table`` on other samples (for the report)."""
-        result, totals, _, over = self.memory(table)
+        lowered = lower_for(table, self.costs)
+        chains = lowered.link_chains()   # one rewrite for the nominal run and Monte Carlo
+        result, totals, _, over = self.memory(table, lowered)
         context = VariationContext(result._lowered, self.costs, seed=seed,
                                    iteration=self.iteration)
-        return run_monte_carlo(context, self.variation, samples=samples), totals, over
+        runs = run_monte_carlo(context, self.variation, samples=samples)
+        del chains
+        return runs, totals, over
 
     def fill(self, candidate, table, *, screen=False):
-        result, totals, peaks, over = self.memory(table)
+        # the lowering's link chains (a rewrite of its DAG) are made once and held while
+        # the nominal run and the Monte Carlo passes use them: both ran them at 64 devices
+        lowered = lower_for(table, self.costs)
+        chains = lowered.link_chains()
+        result, totals, peaks, over = self.memory(table, lowered)
         candidate.table = table
         candidate.peak_memory = totals
         candidate.activation_peaks = peaks
@@ -405,6 +415,7 @@ class _Evaluator:
         candidate.context = VariationContext(result._lowered, self.costs, seed=self.seed,
                                              iteration=self.iteration)
         self.run(candidate, self.screen if screen else self.samples)
+        del chains
         return candidate
 
     def run(self, candidate, samples):
