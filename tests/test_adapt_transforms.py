@@ -150,3 +150,10 @@ def test_describe_microbatches_runs_and_singles():
     assert describe_microbatches([]) == ""
     assert describe_microbatches([3]) == "3"
     assert describe_microbatches([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+@given(values=st.lists(st.integers(-3, 40), max_size=200))
+def test_run_firsts_is_searchsorted_on_sorted_values(values):
+    from tabsched.adapt.transforms import run_firsts
+    ordered = np.sort(np.asarray(values, dtype=np.int64))
+    assert np.array_equal(run_firsts(ordered), np.searchsorted(ordered, ordered))

@@ -23,7 +23,8 @@ import numpy as np
 from tabsched import _build as _compiled
 from tabsched.adapt.transforms import (MemoryEffect, Transform, activations, cell_positions,
                                        check_int, describe_microbatches, largest_sum,
-                                       ordered_table, orders_are_wanted, orders_only)
+                                       ordered_table, orders_are_wanted, orders_only,
+                                       run_firsts)
 from tabsched.compose import cell_durations
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
@@ -206,7 +207,7 @@ def _from_rows(table, transform, staged, rows):
         if len(device) else np.zeros(0, dtype=np.int64)
     cell = np.cumsum(staged.cell_starts()) - 1
     rank = np.empty(int(cell[-1]) + 1 if len(cell) else 0, dtype=np.int64)
-    rank[order] = np.arange(len(order)) - np.searchsorted(device, device)
+    rank[order] = np.arange(len(order)) - run_firsts(device)
     return ordered_table(table, transform, staged.device, rank[cell], np.zeros(len(staged)),
                   staged.kind, staged.stage, staged.microbatch, staged.microbatch_sizes)
 

@@ -94,10 +94,28 @@ def describe_microbatches(microbatches):
     return ",".join(parts)
 
 
+def run_firsts(values):
+    """``np.searchsorted(values, values)`` for sorted ``values``: each entry's index of
+    the first entry equal to it, in one linear pass (the binary searches were a
+    millisecond a call at 64 devices, several calls a candidate).
+
+    >>> run_firsts(np.array([0, 0, 1, 3, 3, 3]))
+    array([0, 0, 2, 3, 3, 3])
+    """
+    count = len(values)
+    if count == 0:
+        return np.zeros(0, dtype=np.intp)
+    fresh = np.empty(count, dtype=bool)
+    fresh[0] = True
+    np.not_equal(values[1:], values[:-1], out=fresh[1:])
+    starts = np.flatnonzero(fresh)
+    return np.repeat(starts, np.diff(np.append(starts, count)))
+
+
 def cell_positions(table):
     """Each operation's cell position within its device's row order."""
     cell = np.cumsum(table.cell_starts()) - 1
-    first = np.searchsorted(table.device, table.device)
+    first = run_firsts(table.device)
     return (cell - cell[first]).astype(np.int64)
 
 
@@ -161,7 +179,7 @@ def ordered_table(table, transform, device, primary, secondary, kind, stage, mic
     fresh[1:] = ((device[1:] != device[:-1]) | (primary[1:] != primary[:-1])
                  | (secondary[1:] != secondary[:-1]))
     cell = np.cumsum(fresh) - 1
-    first = np.searchsorted(device, device)
+    first = run_firsts(device)
     position = cell - cell[first]
     build = order_table if _ORDERS_ONLY.get() else _laid_out
     return build(
