@@ -583,10 +583,14 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
     validation_samples = evaluator.samples if validation_samples is None else validation_samples
 
     units = []   # the sampled durations' unit: seconds when a replay brings them
+    measured = {}  # id of a table measured -> (table, its measure): the search returns
+    # a reference it started from as the adapted table, measured once for both rows
 
     def report(name, chosen, transforms):
-        runs, totals, over = evaluator.measure(chosen, seed=validation_seed,
-                                               samples=validation_samples)
+        if id(chosen) not in measured:
+            measured[id(chosen)] = chosen, evaluator.measure(chosen, seed=validation_seed,
+                                                             samples=validation_samples)
+        runs, totals, over = measured[id(chosen)][1]
         units.append(runs.time_unit)
         return TableReport(name=name, table=chosen, transforms=tuple(transforms),
                            mean=runs.mean, p50=runs.p50, p95=runs.p95, max=runs.max,
