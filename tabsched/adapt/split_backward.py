@@ -125,8 +125,9 @@ class SplitBackward(Transform):
             return list(self.max_deferred)
         from tabsched.evaluate import evaluate
         costs = UnitCosts() if costs is None else costs
-        staged = self._staged(table, self._chosen(table))
-        rows = _fill_idle(staged, costs, self._chosen(table), [0] * D)
+        chosen = self._chosen(table)
+        staged = self._staged(table, chosen)
+        rows = _fill_idle(staged, costs, chosen, [0] * D, base=_base(table, staged, costs, chosen))
         with orders_only():      # evaluation reads row orders, not slots
             filled = _from_rows(table, self, staged, rows)
         result = evaluate(filled, costs, formula=False)
@@ -143,7 +144,7 @@ class SplitBackward(Transform):
         chosen = self._chosen(table)
         caps = self.caps(table, costs)
         staged = self._staged(table, chosen)
-        rows = _fill_idle(staged, costs, chosen, caps)
+        rows = _fill_idle(staged, costs, chosen, caps, base=_base(table, staged, costs, chosen))
         if _in_staged_order(rows):
             # every device runs its cells as staged: ``_from_rows`` would rebuild the
             # staged orders column for column (and metadata), so they are the result.
@@ -264,7 +265,7 @@ def _data_dependencies(table):
     return producers, consumers, gradient
 
 
-def _fill_idle(table, costs, chosen, max_deferred):
+def _fill_idle(table, costs, chosen, max_deferred, base=None):
     """Row orders (cell ids per device, int32 arrays) with the chosen devices' W cells as
     fillers.
 
@@ -276,7 +277,7 @@ def _fill_idle(table, costs, chosen, max_deferred):
     transfer). The simulation is compiled (``tabsched._build.fill_idle``; its twin
     ``_reference.fill_idle`` is the test oracle); this prepares its arrays.
     """
-    arrays = _fill_idle_arrays(table, costs, chosen, max_deferred)
+    arrays = _fill_idle_arrays(table, costs, chosen, max_deferred, base)
     rows = np.empty(len(arrays[0]), dtype=np.int32)
     count = np.empty(table.num_devices, dtype=np.int32)
     placed = _compiled.fill_idle(*arrays, rows, count)
@@ -289,8 +290,31 @@ def _fill_idle(table, costs, chosen, max_deferred):
     return [rows[bounds[d]:bounds[d + 1]] for d in range(table.num_devices)]
 
 
-def _fill_idle_arrays(table, costs, chosen, max_deferred):
-    """The arguments of ``tabsched._build.fill_idle`` (before its outputs) for ``_fill_idle``."""
+#: ``(table, costs, base)``: the last ``_fill_idle_base`` shared by the moves on one
+#: table that split no ``B`` (their staged rows are the table's own, whichever devices
+#: they choose). The search tries split-backward on each device of one parent; at 64
+#: devices these arrays were half of each move's preparation.
+_SHARED = [None]
+
+
+def _base(table, staged, costs, chosen):
+    """``_fill_idle_base(staged, costs)``, made once for the moves on ``table`` whose
+    chosen devices run no ``B`` (``staged`` then has ``table``'s rows)."""
+    if np.any((table.kind == BACKWARD) & chosen[table.device]):
+        return _fill_idle_base(staged, costs)
+    kept = _SHARED[0]
+    if kept is not None and kept[0] is table and kept[1] is costs:
+        return kept[2]
+    base = _fill_idle_base(staged, costs)
+    _SHARED[0] = (table, costs, base)
+    return base
+
+
+def _fill_idle_base(table, costs):
+    """What ``_fill_idle_arrays`` reads of the staged ``table`` whichever devices are
+    chosen: each op's cell, the cells' lengths and devices, and each data
+    dependency's producer and consumer cells with the transfer time it waits
+    (read-only arrays)."""
     index = np.int32
     cell = np.cumsum(table.cell_starts()) - 1
     num_cells = int(cell[-1]) + 1 if len(cell) else 0
@@ -306,11 +330,24 @@ def _fill_idle_arrays(table, costs, chosen, max_deferred):
         sends = Transfers(table=table, producer=producers[crossing],
                           consumer=consumers[crossing], gradient=gradient[crossing])
         delay[crossing] = np.asarray(costs.transfer_costs(table, sends)[0], dtype=np.float64)
+    producer_cell = cell[producers].astype(index)
+    consumer_cell = cell[consumers].astype(index)
+    base = (cell, length, cell_device, producer_cell, consumer_cell, delay)
+    for array in base:
+        array.flags.writeable = False
+    return base
+
+
+def _fill_idle_arrays(table, costs, chosen, max_deferred, base=None):
+    """The arguments of ``tabsched._build.fill_idle`` (before its outputs) for ``_fill_idle``
+    (``base``: ``_fill_idle_base(table, costs)`` if the caller has it)."""
+    index = np.int32
+    cell, length, cell_device, producer_cell, consumer_cell, delay = \
+        _fill_idle_base(table, costs) if base is None else base
+    num_cells = len(length)
     filler = np.zeros(num_cells, dtype=np.int8)
     is_w = (table.kind == WEIGHT_GRAD) & chosen[table.device]
     filler[cell[is_w]] = 1
-    producer_cell = cell[producers].astype(index)
-    consumer_cell = cell[consumers].astype(index)
     into_filler = filler[consumer_cell].astype(bool)
     # dependencies of the main cells, and the W each I releases, in dependency order
     keep = ~into_filler
