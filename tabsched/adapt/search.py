@@ -35,8 +35,11 @@ Report
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -97,6 +100,7 @@ class Candidate:
     makespans: np.ndarray | None = field(default=None, repr=False)
     activation_peaks: np.ndarray | None = field(default=None, repr=False)
     context: object = field(default=None, repr=False)
+    pending: object = field(default=None, repr=False, compare=False)
 
     @property
     def samples(self):
@@ -401,7 +405,11 @@ class _Evaluator:
         del chains
         return runs, totals, over
 
-    def fill(self, candidate, table, *, screen=False):
+    def fill(self, candidate, table, *, screen=False, pool=None):
+        """Memory and Monte Carlo of ``candidate``'s ``table``. With ``pool`` (an executor
+        of one thread) the Monte Carlo runs there and ``candidate.pending`` is its future
+        (``settle`` waits for it): the kernel holds no GIL, so the next candidate is
+        prepared meanwhile on the other core."""
         # the lowering's link chains (a rewrite of its DAG) are made once and held while
         # the nominal run and the Monte Carlo passes use them: both ran them at 64 devices
         lowered = lower_for(table, self.costs)
@@ -414,12 +422,26 @@ class _Evaluator:
         candidate.excess = self.excess(totals)
         candidate.context = VariationContext(result._lowered, self.costs, seed=self.seed,
                                              iteration=self.iteration)
-        self.run(candidate, self.screen if screen else self.samples)
+        samples = self.screen if screen else self.samples
+        if pool is None:
+            self.run(candidate, samples)
+        else:
+            candidate.pending = pool.submit(self.run, candidate, samples, chains)
         del chains
         return candidate
 
-    def run(self, candidate, samples):
+    @staticmethod
+    def settle(candidate):
+        """Wait for ``candidate``'s Monte Carlo if it runs in a pool (its error raised here)."""
+        if candidate.pending is not None:
+            pending, candidate.pending = candidate.pending, None
+            pending.result()
+
+    def run(self, candidate, samples, chains=None):
+        """``samples`` Monte Carlo samples of ``candidate`` (``chains``: its lowering's link
+        chains, held for the passes by a caller that made them)."""
         runs = run_monte_carlo(candidate.context, self.variation, samples=samples)
+        del chains
         candidate.mean, candidate.p95 = runs.mean, runs.p95
         candidate.objective = runs.statistic(self.objective)
         candidate.makespans = runs.makespans
@@ -540,12 +562,20 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
     for rounds in range(1, max_rounds + 1):
         parent = current
         screened = []
-        for move in moves(parent.table):
-            candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True)
-            log.append(candidate)
-            if candidate.status == "evaluated":
-                screened.append((candidate, move))
-                _keep_finalists(screened)
+        with _screening_pool() as pool:
+            # each candidate's screening Monte Carlo runs in the pool while the next one
+            # is prepared (orders, layout, memory); taken in the moves' order, so the
+            # screened list and the contexts freed are those of one candidate at a time
+            previous = None
+            for move in moves(parent.table):
+                candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True,
+                                 pool=pool)
+                log.append(candidate)
+                if previous is not None:
+                    _screened(evaluator, screened, *previous)
+                previous = (candidate, move)
+            if previous is not None:
+                _screened(evaluator, screened, *previous)
         screened.sort(key=lambda pair: pair[0].score())
         finalists = [candidate for candidate, _ in screened[:FINALISTS]]
         for candidate in finalists:
@@ -653,8 +683,29 @@ def _better_reference(evaluator, built, errors, variation):
     return best
 
 
-def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
-    """Apply one move to the parent's table and evaluate the candidate."""
+def _screening_pool():
+    """An executor of one thread for the screening Monte Carlo where this process may use
+    two cores or more, else a context that gives None (every pass in this thread)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # not Linux
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return contextlib.nullcontext()
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabsched-screen")
+
+
+def _screened(evaluator, screened, candidate, move):
+    """Wait for ``candidate``'s screening; keep it among ``screened`` if it was evaluated."""
+    evaluator.settle(candidate)
+    if candidate.status == "evaluated":
+        screened.append((candidate, move))
+        _keep_finalists(screened)
+
+
+def _try(evaluator, parent, move, round_, index, seen, *, screen=False, pool=None):
+    """Apply one move to the parent's table and evaluate the candidate (its Monte Carlo
+    in ``pool`` if given: see ``_Evaluator.fill``)."""
     if not isinstance(move, Transform):
         raise InvalidParameterError(f"moves must give transforms, not {type(move).__name__}")
     transforms = parent.transforms + (move.describe(),)
@@ -676,7 +727,7 @@ def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
     except InvalidParameterError as error:
         candidate.status, candidate.reason = "not applicable", str(error)
         return candidate
-    evaluator.fill(candidate, table, screen=screen)
+    evaluator.fill(candidate, table, screen=screen, pool=pool)
     seen[key] = candidate
     broken = effect.check(parent.activation_peaks, candidate.activation_peaks)
     if broken:
