@@ -99,18 +99,19 @@ def test_rows_left_as_staged_give_the_table_the_rebuild_gives(family, monkeypatc
 @pytest.mark.parametrize("family", ["zb-h1", "zb-h2", "1f1b"])
 def test_moves_on_one_table_share_its_staged_arrays_and_give_the_same_tables(family,
                                                                              monkeypatch):
-    # the moves on one table whose devices run no B reuse one _fill_idle_base; made
-    # afresh for each move they give the same tables
+    # inside shared_staging the moves on one table whose devices run no B reuse one
+    # _fill_idle_base; made afresh for each move they give the same tables
     import importlib
     module = importlib.import_module("tabsched.adapt.split_backward")
     table = generate(family, devices=4, microbatches=12)
     costs = StageCosts([1.0, 1.4, 0.8, 1.1], comm=0.3)
     moves = [SplitBackward([device], cap) for device in range(4) for cap in (0, 1, None)]
     moves += [SplitBackward(max_deferred="cooldown"), SplitBackward([1, 2], "cooldown")]
-    module._SHARED[0] = None
-    shared = [move.apply(table, costs) for move in moves]
-    if family != "1f1b":
-        assert module._SHARED[0][0] is table
+    with module.shared_staging():
+        shared = [move.apply(table, costs) for move in moves]
+        kept = module._SHARED_STAGING.get()
+        assert kept.get("table") is (None if family == "1f1b" else table)
+    assert module._SHARED_STAGING.get() is None          # outside: nothing is kept
     with monkeypatch.context() as patch:
         patch.setattr(module, "_base", lambda table, staged, costs, chosen:
                       module._fill_idle_base(staged, costs))

@@ -49,7 +49,8 @@ from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.references import ALL, reference_tables
 from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
 from tabsched.adapt.sequence import SplitSequence
-from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
+from tabsched.adapt.split_backward import (SplitBackward, deferred_weight_grads,
+                                           shared_staging)
 from tabsched.adapt.transforms import Transform, cell_positions
 from tabsched.adapt.warmup import Warmup
 from tabsched.adapt.variation import VariationContext, check_variation
@@ -559,51 +560,52 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
         log.append(current)
         seen[_table_key(current.table)] = current
     rounds = 0
-    for rounds in range(1, max_rounds + 1):
-        parent = current
-        screened = []
-        with _screening_pool() as pool:
-            # each candidate's screening Monte Carlo runs in the pool while the next one
-            # is prepared (orders, layout, memory); taken in the moves' order, so the
-            # screened list and the contexts freed are those of one candidate at a time
-            previous = None
-            for move in moves(parent.table):
-                candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True,
-                                 pool=pool)
-                log.append(candidate)
+    with shared_staging():   # split-backward's moves on one parent share its staged arrays
+        for rounds in range(1, max_rounds + 1):
+            parent = current
+            screened = []
+            with _screening_pool() as pool:
+                # each candidate's screening Monte Carlo runs in the pool while the next one
+                # is prepared (orders, layout, memory); taken in the moves' order, so the
+                # screened list and the contexts freed are those of one candidate at a time
+                previous = None
+                for move in moves(parent.table):
+                    candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True,
+                                     pool=pool)
+                    log.append(candidate)
+                    if previous is not None:
+                        _screened(evaluator, screened, *previous)
+                    previous = (candidate, move)
                 if previous is not None:
                     _screened(evaluator, screened, *previous)
-                previous = (candidate, move)
-            if previous is not None:
-                _screened(evaluator, screened, *previous)
-        screened.sort(key=lambda pair: pair[0].score())
-        finalists = [candidate for candidate, _ in screened[:FINALISTS]]
-        for candidate in finalists:
-            evaluator.confirm(candidate)
-        best = min(finalists, key=Candidate.score, default=None)
-        if best is None or not _better(best, current, evaluator, significance):
-            break
-        current = best
-        # the round's other promising moves, one by one on top of the best
-        bar = evaluator.screened_score(parent)
-        for candidate, move in screened:
-            if candidate is best or evaluator.screened_score(candidate) >= bar:
-                continue
-            if move not in moves(current.table):  # e.g. a split now below the size limit
-                continue
-            stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
-            log.append(stacked)
-            if stacked.status != "evaluated" or \
-                    stacked.score() >= evaluator.screened_score(current):
-                continue
-            evaluator.confirm(stacked)
-            if _better(stacked, current, evaluator, significance):
-                current = stacked
-        for candidate in log:  # only the current table is measured again
-            if candidate is not current:
-                candidate.context = None
-        if progress is not None and rounds < max_rounds:
-            progress(rounds, max_rounds, len(log))
+            screened.sort(key=lambda pair: pair[0].score())
+            finalists = [candidate for candidate, _ in screened[:FINALISTS]]
+            for candidate in finalists:
+                evaluator.confirm(candidate)
+            best = min(finalists, key=Candidate.score, default=None)
+            if best is None or not _better(best, current, evaluator, significance):
+                break
+            current = best
+            # the round's other promising moves, one by one on top of the best
+            bar = evaluator.screened_score(parent)
+            for candidate, move in screened:
+                if candidate is best or evaluator.screened_score(candidate) >= bar:
+                    continue
+                if move not in moves(current.table):  # e.g. a split now below the size limit
+                    continue
+                stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
+                log.append(stacked)
+                if stacked.status != "evaluated" or \
+                        stacked.score() >= evaluator.screened_score(current):
+                    continue
+                evaluator.confirm(stacked)
+                if _better(stacked, current, evaluator, significance):
+                    current = stacked
+            for candidate in log:  # only the current table is measured again
+                if candidate is not current:
+                    candidate.context = None
+            if progress is not None and rounds < max_rounds:
+                progress(rounds, max_rounds, len(log))
     if progress is not None:   # the last round, or an early stop: the bar completes
         progress(max_rounds, max_rounds, len(log))
 

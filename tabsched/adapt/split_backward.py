@@ -18,6 +18,9 @@ Data model
 [0, 1, 2, 3]
 """
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from tabsched import _build as _compiled
@@ -290,23 +293,36 @@ def _fill_idle(table, costs, chosen, max_deferred, base=None):
     return [rows[bounds[d]:bounds[d + 1]] for d in range(table.num_devices)]
 
 
-#: ``(table, costs, base)``: the last ``_fill_idle_base`` shared by the moves on one
-#: table that split no ``B`` (their staged rows are the table's own, whichever devices
-#: they choose). The search tries split-backward on each device of one parent; at 64
-#: devices these arrays were half of each move's preparation.
-_SHARED = [None]
+#: Inside :func:`shared_staging`, a dict that holds the last ``_fill_idle_base`` made for
+#: moves on one table that split no ``B`` (its ``table``, ``costs`` and ``base``).
+_SHARED_STAGING = contextvars.ContextVar("tabsched_shared_staging", default=None)
+
+
+@contextlib.contextmanager
+def shared_staging():
+    """While inside, the split-backward moves on one table whose chosen devices run no
+    ``B`` (their staged rows are the table's own, whichever devices they choose) share
+    the staged arrays that do not depend on the devices. The search tries a split
+    backward on each device of one parent; at 64 devices these arrays were half of each
+    move's preparation."""
+    token = _SHARED_STAGING.set({})
+    try:
+        yield
+    finally:
+        _SHARED_STAGING.reset(token)
 
 
 def _base(table, staged, costs, chosen):
     """``_fill_idle_base(staged, costs)``, made once for the moves on ``table`` whose
-    chosen devices run no ``B`` (``staged`` then has ``table``'s rows)."""
-    if np.any((table.kind == BACKWARD) & chosen[table.device]):
+    chosen devices run no ``B`` (``staged`` then has ``table``'s rows) inside
+    :func:`shared_staging`."""
+    kept = _SHARED_STAGING.get()
+    if kept is None or np.any((table.kind == BACKWARD) & chosen[table.device]):
         return _fill_idle_base(staged, costs)
-    kept = _SHARED[0]
-    if kept is not None and kept[0] is table and kept[1] is costs:
-        return kept[2]
+    if kept.get("table") is table and kept.get("costs") is costs:
+        return kept["base"]
     base = _fill_idle_base(staged, costs)
-    _SHARED[0] = (table, costs, base)
+    kept.update(table=table, costs=costs, base=base)
     return base
 
 
