@@ -16,6 +16,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 
 from tabsched._types cimport (
     index_t, time_t, NO_NODE, STATUS_OK, STATUS_BAD_SHAPE, STATUS_BAD_INDEX,
+    STATUS_DEADLOCK,
 )
 
 cdef enum:
@@ -36,6 +37,7 @@ cdef enum:
 OK = STATUS_OK
 BAD_SHAPE = STATUS_BAD_SHAPE
 BAD_INDEX = STATUS_BAD_INDEX
+DEADLOCK = STATUS_DEADLOCK
 ACTIVATION = GROUP_ACTIVATION
 OWN_FORWARD = GROUP_OWN_FORWARD
 INPUT_GRADIENT = GROUP_INPUT_GRADIENT
@@ -525,6 +527,111 @@ cdef index_t _plain_csr(const index_t[::1] cell_device, const index_t[::1] cell_
         cursor = indptr[v]
         indptr[v] = previous
         previous = cursor
+    return STATUS_OK
+
+
+# ------------------------------------------------------- V slot squeeze
+@boundscheck(False)
+@wraparound(False)
+def squeeze_slots(const index_t[::1] device not None, const index_t[::1] kind not None,
+                  const index_t[::1] microbatch not None,
+                  const index_t[::1] list_first not None, index_t num_kinds,
+                  index_t[::1] start not None, index_t[::1] missing not None):
+    """A V schedule's ops run in slot order, one slot each, as early as they may.
+
+    ``tabsched.schedules.v_shape.squeeze`` on flat arrays: op ``i`` of the slot
+    order is entry ``microbatch[i]`` of list ``kind[i]`` of device ``device[i]``,
+    stored at ``list_first[device * num_kinds + kind] + microbatch`` (the lists
+    one after the other, ``list_first`` their offsets, from 0 to the number of
+    ops). Kinds as ``v_shape`` numbers them: 0, 1 forwards of chunk 0, 1; 2, 3
+    input gradients of chunk 1, 0; 4 and up weight gradients. An op needs its
+    microbatch's op of the same kind on the device before (kinds 0, 2) or after
+    (1, 3), the previous kind of its microbatch on its device (kinds 1 to 3),
+    and the previous microbatch of its own list; it starts when its device is
+    free and every op it needs has ended.
+
+    Returns
+    -------
+    int
+        The number of ops, their starts in ``start`` (by stored position); or
+        ``-1 - DEADLOCK`` with ``missing[0]`` the stored position of an op needed
+        before it ran (or -1: an op it needs is not in the lists); or ``-1 -
+        BAD_SHAPE``, ``-1 - BAD_INDEX`` for bad arrays (or an op listed twice).
+    """
+    cdef Py_ssize_t ops = device.shape[0], i
+    cdef Py_ssize_t lists = list_first.shape[0] - 1
+    cdef index_t devices, d, k, m, ready, at, status = STATUS_OK
+    cdef index_t *end
+    cdef index_t *free_at
+    if (kind.shape[0] != ops or microbatch.shape[0] != ops or start.shape[0] != ops
+            or missing.shape[0] != 1 or num_kinds < 1 or lists < 0
+            or lists % num_kinds != 0):
+        return -1 - STATUS_BAD_SHAPE
+    devices = <index_t>(lists // num_kinds)
+    if list_first[0] != 0 or list_first[lists] != ops:
+        return -1 - STATUS_BAD_SHAPE
+    for i in range(lists):
+        if list_first[i + 1] < list_first[i]:
+            return -1 - STATUS_BAD_SHAPE
+    for i in range(ops):
+        if (<size_t>device[i] >= <size_t>devices or <size_t>kind[i] >= <size_t>num_kinds
+                or microbatch[i] < 0 or microbatch[i] >= list_first[device[i] * num_kinds
+                                                                   + kind[i] + 1]
+                - list_first[device[i] * num_kinds + kind[i]]):
+            return -1 - STATUS_BAD_INDEX
+    end = <index_t *>malloc(max(ops, 1) * sizeof(index_t))
+    free_at = <index_t *>calloc(max(devices, 1), sizeof(index_t))
+    if end == NULL or free_at == NULL:
+        free(end)
+        free(free_at)
+        raise MemoryError()
+    with nogil:
+        for i in range(ops):
+            end[i] = -1
+        missing[0] = -1
+        for i in range(ops):
+            d, k, m = device[i], kind[i], microbatch[i]
+            ready = free_at[d]
+            if (k == 0 or k == 2) and d > 0:
+                status = _squeeze_need(d - 1, k, m, num_kinds, list_first, end, &ready,
+                                       missing)
+            if status == STATUS_OK and (k == 1 or k == 3) and d + 1 < devices:
+                status = _squeeze_need(d + 1, k, m, num_kinds, list_first, end, &ready,
+                                       missing)
+            if status == STATUS_OK and 0 < k < 4:
+                status = _squeeze_need(d, k - 1, m, num_kinds, list_first, end, &ready,
+                                       missing)
+            if status == STATUS_OK and m > 0:
+                status = _squeeze_need(d, k, m - 1, num_kinds, list_first, end, &ready,
+                                       missing)
+            if status != STATUS_OK:
+                break
+            at = list_first[d * num_kinds + k] + m
+            if end[at] >= 0:             # listed twice in the slot order
+                status = STATUS_BAD_INDEX
+                break
+            end[at] = ready + 1
+            free_at[d] = ready + 1
+            start[at] = ready
+    free(end)
+    free(free_at)
+    return <index_t>ops if status == STATUS_OK else -1 - status
+
+
+cdef inline index_t _squeeze_need(index_t d, index_t k, index_t m, index_t num_kinds,
+                                  const index_t[::1] list_first, const index_t *end,
+                                  index_t *ready, index_t[::1] missing) noexcept nogil:
+    """Raise ``ready`` to the end of op (d, k, m); DEADLOCK if it has not run (or
+    is not in the lists)."""
+    cdef index_t at = list_first[d * num_kinds + k] + m
+    if m >= list_first[d * num_kinds + k + 1] - list_first[d * num_kinds + k]:
+        missing[0] = -1
+        return STATUS_DEADLOCK
+    if end[at] < 0:
+        missing[0] = at
+        return STATUS_DEADLOCK
+    if end[at] > ready[0]:
+        ready[0] = end[at]
     return STATUS_OK
 
 

@@ -599,6 +599,55 @@ def activation_peaks(device, kind, cell_of_op, node_start, node_durations, activ
     return OK
 
 
+def squeeze_slots(device, kind, microbatch, list_first, num_kinds, start, missing):
+    """Twin of ``tabsched._build.squeeze_slots``: the slot order's loop in plain Python."""
+    ops, lists = len(device), len(list_first) - 1
+    if (len(kind) != ops or len(microbatch) != ops or len(start) != ops or len(missing) != 1
+            or num_kinds < 1 or lists < 0 or lists % num_kinds):
+        return -1 - BAD_SHAPE
+    devices = lists // num_kinds
+    first = [int(x) for x in list_first]
+    if first[0] != 0 or first[lists] != ops or any(b < a for a, b in zip(first, first[1:])):
+        return -1 - BAD_SHAPE
+
+    def size(d, k):
+        return first[d * num_kinds + k + 1] - first[d * num_kinds + k]
+
+    steps = list(zip(*(np.asarray(column).tolist() for column in (device, kind, microbatch))))
+    if any(not (0 <= d < devices and 0 <= k < num_kinds and 0 <= m < size(d, k))
+           for d, k, m in steps):
+        return -1 - BAD_INDEX
+    end = [None] * ops
+    free_at = [0] * devices
+    missing[0] = -1
+    for d, k, m in steps:
+        needs = []
+        if k in (0, 2) and d > 0:
+            needs.append((d - 1, k, m))
+        if k in (1, 3) and d + 1 < devices:
+            needs.append((d + 1, k, m))
+        if 0 < k < 4:
+            needs.append((d, k - 1, m))
+        if m > 0:
+            needs.append((d, k, m - 1))
+        ready = free_at[d]
+        for need_d, need_k, need_m in needs:
+            if need_m >= size(need_d, need_k):
+                missing[0] = -1
+                return -1 - DEADLOCK
+            at = first[need_d * num_kinds + need_k] + need_m
+            if end[at] is None:
+                missing[0] = at
+                return -1 - DEADLOCK
+            ready = max(ready, end[at])
+        at = first[d * num_kinds + k] + m
+        if end[at] is not None:
+            return -1 - BAD_INDEX
+        end[at] = free_at[d] = ready + 1
+        start[at] = ready
+    return ops
+
+
 def slot_peak(kind_at, explicit_weights):
     """Twin of ``tabsched._build.slot_peak``: the running sums with numpy."""
     kind_at = np.asarray(kind_at, dtype=np.int64)

@@ -136,6 +136,15 @@ def evaluate(table: ScheduleTable, costs: CostModel | None = None, *,
     lowered = lower_for(table, costs, contention=contention, grad_sync=grad_sync,
                         optimizer=optimizer, transfer_after=transfer_after,
                         shard_windows=shard_windows, free_transfers=True)
+    return evaluate_lowered(table, costs, lowered, formula=formula,
+                            memory_budget=memory_budget)
+
+
+def evaluate_lowered(table, costs, lowered, *, formula=True, memory_budget=None):
+    """:func:`evaluate`'s result for ``table`` already lowered (``lowered``, by
+    :func:`lower_for`) under ``costs`` (checked, run as its execution) and a checked
+    ``memory_budget``: for a caller that holds the lowering's link chains across this
+    run and its own passes (the adaptive search), so that they are made once."""
     durations = checked_durations(costs, lowered, costs.node_durations(lowered))
     # the binding (for the critical path) is found when the path is first asked for
     start, _ = engine.run(lowered, durations)

@@ -206,3 +206,27 @@ def test_a_round_frees_the_dags_of_candidates_that_cannot_be_finalists():
         _keep_finalists(screened)
     kept = [at for at, (candidate, _) in enumerate(screened) if candidate.context is not None]
     assert FINALISTS == 3 and kept == [1, 3, 5]
+
+
+def test_screening_in_a_pool_gives_the_search_of_one_thread(monkeypatch):
+    """The screening Monte Carlo runs in a thread beside the next candidate's
+    preparation; the log, the decision and every number are those of one thread."""
+    import contextlib
+
+    from tabsched.adapt import search
+    table = generate("1f1b", devices=8, microbatches=32)
+    variation = SlowLink((3, 4), 3.0) + Noise(0.1)
+
+    def run():
+        found = adapt(table, SLOW_LINK_COSTS, variation, "80GB", samples=64, max_rounds=3)
+        return found.to_dict(log=True), found.table.rows
+
+    pooled = run()
+    with monkeypatch.context() as patch:
+        patch.setattr(search, "_screening_pool", contextlib.nullcontext)
+        alone = run()
+    for data, _ in (pooled, alone):
+        data["search"].pop("seconds")
+    assert pooled == alone
+    assert all(candidate["mean_makespan"] is not None for candidate in pooled[0]["search"]["log"]
+               if candidate["status"] in ("evaluated", "memory statement broken"))

@@ -2,7 +2,8 @@
 
 import pytest
 
-from tabsched import InvalidParameterError, ScheduleTable, UnitCosts, evaluate, generate
+from tabsched import (InvalidParameterError, ScheduleTable, StageCosts, UnitCosts, evaluate,
+                      generate)
 from tabsched.adapt import SplitBackward, deferred_weight_grads
 
 
@@ -93,3 +94,27 @@ def test_rows_left_as_staged_give_the_table_the_rebuild_gives(family, monkeypatc
             assert mine.rows == theirs.rows and mine.params == theirs.params
             assert mine.microbatch_sizes == theirs.microbatch_sizes
     assert shortcut > 0
+
+
+@pytest.mark.parametrize("family", ["zb-h1", "zb-h2", "1f1b"])
+def test_moves_on_one_table_share_its_staged_arrays_and_give_the_same_tables(family,
+                                                                             monkeypatch):
+    # inside shared_staging the moves on one table whose devices run no B reuse one
+    # _fill_idle_base; made afresh for each move they give the same tables
+    import importlib
+    module = importlib.import_module("tabsched.adapt.split_backward")
+    table = generate(family, devices=4, microbatches=12)
+    costs = StageCosts([1.0, 1.4, 0.8, 1.1], comm=0.3)
+    moves = [SplitBackward([device], cap) for device in range(4) for cap in (0, 1, None)]
+    moves += [SplitBackward(max_deferred="cooldown"), SplitBackward([1, 2], "cooldown")]
+    with module.shared_staging():
+        shared = [move.apply(table, costs) for move in moves]
+        kept = module._SHARED_STAGING.get()
+        assert kept.get("table") is (None if family == "1f1b" else table)
+    assert module._SHARED_STAGING.get() is None          # outside: nothing is kept
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "_base", lambda table, staged, costs, chosen:
+                      module._fill_idle_base(staged, costs))
+        fresh = [move.apply(table, costs) for move in moves]
+    for mine, theirs in zip(shared, fresh):
+        assert mine == theirs and mine.rows == theirs.rows and mine.params == theirs.params

@@ -150,3 +150,22 @@ def test_describe_microbatches_runs_and_singles():
     assert describe_microbatches([]) == ""
     assert describe_microbatches([3]) == "3"
     assert describe_microbatches([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+@given(values=st.lists(st.integers(-3, 40), max_size=200))
+def test_run_firsts_is_searchsorted_on_sorted_values(values):
+    from tabsched.adapt.transforms import run_firsts
+    ordered = np.sort(np.asarray(values, dtype=np.int64))
+    assert np.array_equal(run_firsts(ordered), np.searchsorted(ordered, ordered))
+
+
+@given(rows=st.lists(st.tuples(st.integers(0, 70), st.integers(-5, 3000), st.integers(0, 3)),
+                     max_size=200),
+       huge=st.booleans())
+def test_lexsort3_is_lexsort(rows, huge):
+    from tabsched.adapt.transforms import _lexsort3
+    columns = [np.array([row[k] for row in rows], dtype=np.int64) for k in range(3)]
+    if huge and rows:     # ranges too wide for one key: lexsort itself
+        columns[1][0] = 2**61
+    assert np.array_equal(_lexsort3(*columns),
+                          np.lexsort((columns[2], columns[1], columns[0])))

@@ -550,3 +550,70 @@ def tabsched_table(table, keep):
                                      table.row_lengths, validate=False,
                                      num_stages=table.num_stages,
                                      num_microbatches=table.num_microbatches)
+def squeeze_both(device, kind, microbatch, list_first, num_kinds):
+    answers = []
+    for module in (_build, _reference):
+        start = np.full(len(device), -7, I32)
+        missing = np.full(1, -7, I32)
+        status = module.squeeze_slots(np.asarray(device, I32), np.asarray(kind, I32),
+                                      np.asarray(microbatch, I32), np.asarray(list_first, I32),
+                                      num_kinds, start, missing)
+        answers.append((status, start.tolist(), missing.tolist()))
+    return answers
+
+
+@given(devices=st.integers(1, 4), num_kinds=st.integers(1, 6),
+       sizes=st.lists(st.integers(0, 4), min_size=24, max_size=24),
+       seed=st.integers(0, 2**32 - 1), shuffle=st.floats(0.0, 1.0), bad=st.booleans())
+def test_squeeze_slots_equals_reference(devices, num_kinds, sizes, seed, shuffle, bad):
+    # the lists' ops in an order that runs (microbatch, then kind, then device, as a
+    # slot order may), partly shuffled so that some op comes before one it needs
+    rng = np.random.default_rng(seed)
+    sizes = np.asarray(sizes[:devices * num_kinds])
+    first = np.r_[0, np.cumsum(sizes)]
+    ids = np.repeat(np.arange(len(sizes)), sizes)
+    device, kind = ids // num_kinds, ids % num_kinds
+    microbatch = np.arange(len(ids)) - first[ids]
+    order = np.lexsort((device, kind, microbatch))
+    swaps = int(shuffle * len(order))
+    for _ in range(swaps if shuffle > 0.5 else 0):
+        a, b = rng.integers(0, len(order), 2)
+        order[[a, b]] = order[[b, a]]
+    device, kind, microbatch = device[order], kind[order], microbatch[order]
+    if bad and len(order):
+        microbatch[rng.integers(0, len(order))] += rng.integers(1, 3) * rng.choice([-1, 1]) * 5
+    ours, theirs = squeeze_both(device, kind, microbatch, first, num_kinds)
+    assert ours == theirs
+
+
+def test_squeeze_slots_checks_its_arrays():
+    assert squeeze_both([0], [0], [0], [0, 1], 1)[0][0] == 1
+    assert squeeze_both([0], [0], [0], [0, 1], 2) == [(-1 - _build.BAD_SHAPE, [-7], [-7])] * 2
+    assert squeeze_both([1], [0], [0], [0, 1], 1) == [(-1 - _build.BAD_INDEX, [-7], [-7])] * 2
+    # an op listed twice, and one that needs an op the lists do not hold
+    assert squeeze_both([0, 0], [0, 0], [0, 0], [0, 2], 1)[0][0] == -1 - _build.BAD_INDEX
+    needs_missing = squeeze_both([0], [1], [0], [0, 0, 1], 2)
+    assert needs_missing[0] == needs_missing[1] == (-1 - _build.DEADLOCK, [-7], [-1])
+
+
+@given(variant=st.sampled_from(["v-half", "v-min"]), devices=st.integers(1, 6),
+       microbatches=st.integers(1, 10))
+def test_v_schedule_squeeze_equals_reference(variant, devices, microbatches):
+    from unittest import mock
+
+    from tabsched.schedules import v_shape
+    compiled = v_shape.v_schedule_slots(variant, devices, microbatches)
+    with mock.patch.object(v_shape, "squeeze_slots", _reference.squeeze_slots):
+        assert v_shape.v_schedule_slots(variant, devices, microbatches) == compiled
+
+
+def test_v_schedule_squeeze_names_the_op_that_runs_too_late():
+    import pytest
+
+    from tabsched.exceptions import TabschedError
+    from tabsched.schedules.v_shape import squeeze
+    # device 1's F0 in slot 0 needs device 0's, in slot 5
+    with pytest.raises(TabschedError, match=r"op \(0, 0, 0\) runs after an op that needs it"):
+        squeeze([[[5], [6], [7], [8]], [[0], [1], [2], [3]]])
+    assert squeeze([[[0], [3], [4], [7]], [[1], [2], [5], [6]]]) == \
+        [[[0], [3], [4], [7]], [[1], [2], [5], [6]]]

@@ -376,3 +376,61 @@ def test_the_column_builders_follow_the_authors_loops(devices):
             stages = zbv.v_stages(devices, r)
             assert [(op.kind, op.stage, op.microbatch) for op in table.rows[r] if op] == [
                 (kind, stages[chunk], m) for kind, chunk, m in _zbv_loop(devices, n, r)]
+
+
+def _reorder_op_by_op(slots, with_weights):
+    """V schedule reorder as the authors' loop runs it: every op in slot order, the
+    phase followed op by op (the oracle of v_shape.reorder, which marks the ops that
+    only hold their slots at once)."""
+    from tabsched._build import slot_peak
+    from tabsched.schedules import v_shape
+    slots = [v_shape.fill_weights(lists, split=False) if with_weights
+             else [list(t) for t in lists] for lists in slots]
+    microbatches = len(slots[0][v_shape.F0])
+    grids = [v_shape._kind_grid(lists) for lists in slots]
+    explicit = len(slots[0]) > 4
+    budget = max(slot_peak(grid, explicit) for grid in grids)
+    occupied = [set() for _ in slots]
+    phase = "warm-up"
+    for time, device, kind, microbatch in v_shape._in_slot_order(slots):
+        if phase == "warm-up" and kind == v_shape.I0 and device == 0:
+            phase = "steady"
+        if phase == "steady" or (phase == "warm-up" and not with_weights):
+            if phase == "steady" and kind == v_shape.F0 and microbatch == microbatches - 1:
+                phase = "cool-down"
+            occupied[device].add(time)
+            continue
+        earliest = v_shape._dependencies(slots, device, kind, microbatch, len(slots)) + 1
+        lists, grid = slots[device], grids[device]
+        for slot in range(earliest, time):
+            if slot not in occupied[device]:
+                grid[lists[kind][microbatch]] = v_shape.IDLE
+                grid[slot] = kind
+                lists[kind][microbatch] = slot
+                if slot_peak(grid, explicit) <= budget:
+                    break
+        else:
+            grid[lists[kind][microbatch]] = v_shape.IDLE
+            grid[time] = kind
+            lists[kind][microbatch] = time
+        occupied[device].add(lists[kind][microbatch])
+    if not with_weights:
+        slots = [v_shape.fill_weights(lists, split=False) for lists in slots]
+    return v_shape.squeeze(slots)
+
+
+@given(variant=st.sampled_from(["v-half", "v-min"]), devices=st.integers(1, 9),
+       microbatches=st.integers(1, 20))
+def test_v_reorder_equals_the_op_by_op_loop(variant, devices, microbatches):
+    from tabsched.schedules import v_shape
+    blocks = block_offsets(variant, devices)
+    slots = [[list(range(offset, offset + 6 * microbatches, 6)) for offset in offsets]
+             for offsets in blocks]
+    first = v_shape.reorder(slots, with_weights=True)
+    assert first == _reorder_op_by_op(slots, True)
+    first = [lists[:4] for lists in first]
+    assert v_shape.reorder(first, with_weights=False) == _reorder_op_by_op(first, False)
+    # the slot order's columns are the sorted tuples
+    time, device, kind, microbatch = v_shape._slot_order(first)[:4]
+    assert list(zip(time.tolist(), device.tolist(), kind.tolist(), microbatch.tolist())) \
+        == v_shape._in_slot_order(first)

@@ -35,8 +35,11 @@ Report
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,11 +49,12 @@ from tabsched.adapt.montecarlo import run_monte_carlo
 from tabsched.adapt.references import ALL, reference_tables
 from tabsched.adapt.microbatches import MergeMicrobatches, SplitMicrobatches, SplitPhases
 from tabsched.adapt.sequence import SplitSequence
-from tabsched.adapt.split_backward import SplitBackward, deferred_weight_grads
+from tabsched.adapt.split_backward import (SplitBackward, deferred_weight_grads,
+                                           shared_staging)
 from tabsched.adapt.transforms import Transform, cell_positions
 from tabsched.adapt.warmup import Warmup
 from tabsched.adapt.variation import VariationContext, check_variation
-from tabsched.evaluate import checked_costs, evaluate
+from tabsched.evaluate import checked_costs, evaluate_lowered, lower_for
 from tabsched.memory import checked_budget
 from tabsched.exceptions import (DeadlockError, InvalidParameterError, MemoryBudgetError,
                                  TabschedError)
@@ -97,6 +101,7 @@ class Candidate:
     makespans: np.ndarray | None = field(default=None, repr=False)
     activation_peaks: np.ndarray | None = field(default=None, repr=False)
     context: object = field(default=None, repr=False)
+    pending: object = field(default=None, repr=False, compare=False)
 
     @property
     def samples(self):
@@ -376,8 +381,10 @@ class _Evaluator:
             return float(makespans.mean())
         return float(np.percentile(makespans, 95))
 
-    def memory(self, table):
-        result = evaluate(table, self.costs, formula=False)
+    def memory(self, table, lowered):
+        """Memory of ``table`` (``lowered``: its lowering, by ``lower_for``) from its run at
+        the cost model's durations."""
+        result = evaluate_lowered(table, self.costs, lowered, formula=False)
         totals = [d.peak_total_memory for d in result.devices]
         peaks = np.array([d.peak_memory for d in result.devices])
         over = max(totals) - self.budget if self.budget is not None and totals else -np.inf
@@ -390,13 +397,25 @@ class _Evaluator:
 
     def measure(self, table, *, seed, samples):
         """Monte Carlo and memory of ``table`` on other samples (for the report)."""
-        result, totals, _, over = self.memory(table)
+        lowered = lower_for(table, self.costs)
+        chains = lowered.link_chains()   # one rewrite for the nominal run and Monte Carlo
+        result, totals, _, over = self.memory(table, lowered)
         context = VariationContext(result._lowered, self.costs, seed=seed,
                                    iteration=self.iteration)
-        return run_monte_carlo(context, self.variation, samples=samples), totals, over
+        runs = run_monte_carlo(context, self.variation, samples=samples)
+        del chains
+        return runs, totals, over
 
-    def fill(self, candidate, table, *, screen=False):
-        result, totals, peaks, over = self.memory(table)
+    def fill(self, candidate, table, *, screen=False, pool=None):
+        """Memory and Monte Carlo of ``candidate``'s ``table``. With ``pool`` (an executor
+        of one thread) the Monte Carlo runs there and ``candidate.pending`` is its future
+        (``settle`` waits for it): the kernel holds no GIL, so the next candidate is
+        prepared meanwhile on the other core."""
+        # the lowering's link chains (a rewrite of its DAG) are made once and held while
+        # the nominal run and the Monte Carlo passes use them: both ran them at 64 devices
+        lowered = lower_for(table, self.costs)
+        chains = lowered.link_chains()
+        result, totals, peaks, over = self.memory(table, lowered)
         candidate.table = table
         candidate.peak_memory = totals
         candidate.activation_peaks = peaks
@@ -404,11 +423,26 @@ class _Evaluator:
         candidate.excess = self.excess(totals)
         candidate.context = VariationContext(result._lowered, self.costs, seed=self.seed,
                                              iteration=self.iteration)
-        self.run(candidate, self.screen if screen else self.samples)
+        samples = self.screen if screen else self.samples
+        if pool is None:
+            self.run(candidate, samples)
+        else:
+            candidate.pending = pool.submit(self.run, candidate, samples, chains)
+        del chains
         return candidate
 
-    def run(self, candidate, samples):
+    @staticmethod
+    def settle(candidate):
+        """Wait for ``candidate``'s Monte Carlo if it runs in a pool (its error raised here)."""
+        if candidate.pending is not None:
+            pending, candidate.pending = candidate.pending, None
+            pending.result()
+
+    def run(self, candidate, samples, chains=None):
+        """``samples`` Monte Carlo samples of ``candidate`` (``chains``: its lowering's link
+        chains, held for the passes by a caller that made them)."""
         runs = run_monte_carlo(candidate.context, self.variation, samples=samples)
+        del chains
         candidate.mean, candidate.p95 = runs.mean, runs.p95
         candidate.objective = runs.statistic(self.objective)
         candidate.makespans = runs.makespans
@@ -526,43 +560,52 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
         log.append(current)
         seen[_table_key(current.table)] = current
     rounds = 0
-    for rounds in range(1, max_rounds + 1):
-        parent = current
-        screened = []
-        for move in moves(parent.table):
-            candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True)
-            log.append(candidate)
-            if candidate.status == "evaluated":
-                screened.append((candidate, move))
-                _keep_finalists(screened)
-        screened.sort(key=lambda pair: pair[0].score())
-        finalists = [candidate for candidate, _ in screened[:FINALISTS]]
-        for candidate in finalists:
-            evaluator.confirm(candidate)
-        best = min(finalists, key=Candidate.score, default=None)
-        if best is None or not _better(best, current, evaluator, significance):
-            break
-        current = best
-        # the round's other promising moves, one by one on top of the best
-        bar = evaluator.screened_score(parent)
-        for candidate, move in screened:
-            if candidate is best or evaluator.screened_score(candidate) >= bar:
-                continue
-            if move not in moves(current.table):  # e.g. a split now below the size limit
-                continue
-            stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
-            log.append(stacked)
-            if stacked.status != "evaluated" or \
-                    stacked.score() >= evaluator.screened_score(current):
-                continue
-            evaluator.confirm(stacked)
-            if _better(stacked, current, evaluator, significance):
-                current = stacked
-        for candidate in log:  # only the current table is measured again
-            if candidate is not current:
-                candidate.context = None
-        if progress is not None and rounds < max_rounds:
-            progress(rounds, max_rounds, len(log))
+    with shared_staging():   # split-backward's moves on one parent share its staged arrays
+        for rounds in range(1, max_rounds + 1):
+            parent = current
+            screened = []
+            with _screening_pool() as pool:
+                # each candidate's screening Monte Carlo runs in the pool while the next one
+                # is prepared (orders, layout, memory); taken in the moves' order, so the
+                # screened list and the contexts freed are those of one candidate at a time
+                previous = None
+                for move in moves(parent.table):
+                    candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True,
+                                     pool=pool)
+                    log.append(candidate)
+                    if previous is not None:
+                        _screened(evaluator, screened, *previous)
+                    previous = (candidate, move)
+                if previous is not None:
+                    _screened(evaluator, screened, *previous)
+            screened.sort(key=lambda pair: pair[0].score())
+            finalists = [candidate for candidate, _ in screened[:FINALISTS]]
+            for candidate in finalists:
+                evaluator.confirm(candidate)
+            best = min(finalists, key=Candidate.score, default=None)
+            if best is None or not _better(best, current, evaluator, significance):
+                break
+            current = best
+            # the round's other promising moves, one by one on top of the best
+            bar = evaluator.screened_score(parent)
+            for candidate, move in screened:
+                if candidate is best or evaluator.screened_score(candidate) >= bar:
+                    continue
+                if move not in moves(current.table):  # e.g. a split now below the size limit
+                    continue
+                stacked = _try(evaluator, current, move, rounds, len(log), seen, screen=True)
+                log.append(stacked)
+                if stacked.status != "evaluated" or \
+                        stacked.score() >= evaluator.screened_score(current):
+                    continue
+                evaluator.confirm(stacked)
+                if _better(stacked, current, evaluator, significance):
+                    current = stacked
+            for candidate in log:  # only the current table is measured again
+                if candidate is not current:
+                    candidate.context = None
+            if progress is not None and rounds < max_rounds:
+                progress(rounds, max_rounds, len(log))
     if progress is not None:   # the last round, or an early stop: the bar completes
         progress(max_rounds, max_rounds, len(log))
 
@@ -572,10 +615,14 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
     validation_samples = evaluator.samples if validation_samples is None else validation_samples
 
     units = []   # the sampled durations' unit: seconds when a replay brings them
+    measured = {}  # id of a table measured -> (table, its measure): the search returns
+    # a reference it started from as the adapted table, measured once for both rows
 
     def report(name, chosen, transforms):
-        runs, totals, over = evaluator.measure(chosen, seed=validation_seed,
-                                               samples=validation_samples)
+        if id(chosen) not in measured:
+            measured[id(chosen)] = chosen, evaluator.measure(chosen, seed=validation_seed,
+                                                             samples=validation_samples)
+        runs, totals, over = measured[id(chosen)][1]
         units.append(runs.time_unit)
         return TableReport(name=name, table=chosen, transforms=tuple(transforms),
                            mean=runs.mean, p50=runs.p50, p95=runs.p95, max=runs.max,
@@ -638,8 +685,29 @@ def _better_reference(evaluator, built, errors, variation):
     return best
 
 
-def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
-    """Apply one move to the parent's table and evaluate the candidate."""
+def _screening_pool():
+    """An executor of one thread for the screening Monte Carlo where this process may use
+    two cores or more, else a context that gives None (every pass in this thread)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):      # not Linux
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return contextlib.nullcontext()
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="tabsched-screen")
+
+
+def _screened(evaluator, screened, candidate, move):
+    """Wait for ``candidate``'s screening; keep it among ``screened`` if it was evaluated."""
+    evaluator.settle(candidate)
+    if candidate.status == "evaluated":
+        screened.append((candidate, move))
+        _keep_finalists(screened)
+
+
+def _try(evaluator, parent, move, round_, index, seen, *, screen=False, pool=None):
+    """Apply one move to the parent's table and evaluate the candidate (its Monte Carlo
+    in ``pool`` if given: see ``_Evaluator.fill``)."""
     if not isinstance(move, Transform):
         raise InvalidParameterError(f"moves must give transforms, not {type(move).__name__}")
     transforms = parent.transforms + (move.describe(),)
@@ -661,7 +729,7 @@ def _try(evaluator, parent, move, round_, index, seen, *, screen=False):
     except InvalidParameterError as error:
         candidate.status, candidate.reason = "not applicable", str(error)
         return candidate
-    evaluator.fill(candidate, table, screen=screen)
+    evaluator.fill(candidate, table, screen=screen, pool=pool)
     seen[key] = candidate
     broken = effect.check(parent.activation_peaks, candidate.activation_peaks)
     if broken:

@@ -18,12 +18,16 @@ Data model
 [0, 1, 2, 3]
 """
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from tabsched import _build as _compiled
 from tabsched.adapt.transforms import (MemoryEffect, Transform, activations, cell_positions,
                                        check_int, describe_microbatches, largest_sum,
-                                       ordered_table, orders_are_wanted, orders_only)
+                                       ordered_table, orders_are_wanted, orders_only,
+                                       run_firsts)
 from tabsched.compose import cell_durations
 from tabsched.costs import UnitCosts
 from tabsched.exceptions import InvalidParameterError, TabschedError
@@ -124,8 +128,9 @@ class SplitBackward(Transform):
             return list(self.max_deferred)
         from tabsched.evaluate import evaluate
         costs = UnitCosts() if costs is None else costs
-        staged = self._staged(table, self._chosen(table))
-        rows = _fill_idle(staged, costs, self._chosen(table), [0] * D)
+        chosen = self._chosen(table)
+        staged = self._staged(table, chosen)
+        rows = _fill_idle(staged, costs, chosen, [0] * D, base=_base(table, staged, costs, chosen))
         with orders_only():      # evaluation reads row orders, not slots
             filled = _from_rows(table, self, staged, rows)
         result = evaluate(filled, costs, formula=False)
@@ -142,7 +147,7 @@ class SplitBackward(Transform):
         chosen = self._chosen(table)
         caps = self.caps(table, costs)
         staged = self._staged(table, chosen)
-        rows = _fill_idle(staged, costs, chosen, caps)
+        rows = _fill_idle(staged, costs, chosen, caps, base=_base(table, staged, costs, chosen))
         if _in_staged_order(rows):
             # every device runs its cells as staged: ``_from_rows`` would rebuild the
             # staged orders column for column (and metadata), so they are the result.
@@ -193,7 +198,7 @@ def _in_staged_order(rows):
     cell in the order the staged table numbers them."""
     expected = 0
     for row in rows:
-        if row != list(range(expected, expected + len(row))):
+        if not np.array_equal(row, np.arange(expected, expected + len(row))):
             return False
         expected += len(row)
     return True
@@ -206,7 +211,7 @@ def _from_rows(table, transform, staged, rows):
         if len(device) else np.zeros(0, dtype=np.int64)
     cell = np.cumsum(staged.cell_starts()) - 1
     rank = np.empty(int(cell[-1]) + 1 if len(cell) else 0, dtype=np.int64)
-    rank[order] = np.arange(len(order)) - np.searchsorted(device, device)
+    rank[order] = np.arange(len(order)) - run_firsts(device)
     return ordered_table(table, transform, staged.device, rank[cell], np.zeros(len(staged)),
                   staged.kind, staged.stage, staged.microbatch, staged.microbatch_sizes)
 
@@ -263,8 +268,9 @@ def _data_dependencies(table):
     return producers, consumers, gradient
 
 
-def _fill_idle(table, costs, chosen, max_deferred):
-    """Row orders (cell ids per device) with the chosen devices' W cells as fillers.
+def _fill_idle(table, costs, chosen, max_deferred, base=None):
+    """Row orders (cell ids per device, int32 arrays) with the chosen devices' W cells as
+    fillers.
 
     A list-scheduling simulation at the cost model's durations, in time order:
     a device runs its next other cell as soon as its inputs have arrived; while
@@ -274,7 +280,7 @@ def _fill_idle(table, costs, chosen, max_deferred):
     transfer). The simulation is compiled (``tabsched._build.fill_idle``; its twin
     ``_reference.fill_idle`` is the test oracle); this prepares its arrays.
     """
-    arrays = _fill_idle_arrays(table, costs, chosen, max_deferred)
+    arrays = _fill_idle_arrays(table, costs, chosen, max_deferred, base)
     rows = np.empty(len(arrays[0]), dtype=np.int32)
     count = np.empty(table.num_devices, dtype=np.int32)
     placed = _compiled.fill_idle(*arrays, rows, count)
@@ -282,11 +288,49 @@ def _fill_idle(table, costs, chosen, max_deferred):
         raise TabschedError(f"internal error: W placement stopped before every cell ran "
                             f"({placed}; please report this)")
     bounds = np.concatenate([[0], np.cumsum(count)])
-    return [rows[bounds[d]:bounds[d + 1]].tolist() for d in range(table.num_devices)]
+    # int32 views, not lists: at 64 devices the lists cost as much as the placement's
+    # check of its own arrays, and their only readers take arrays
+    return [rows[bounds[d]:bounds[d + 1]] for d in range(table.num_devices)]
 
 
-def _fill_idle_arrays(table, costs, chosen, max_deferred):
-    """The arguments of ``tabsched._build.fill_idle`` (before its outputs) for ``_fill_idle``."""
+#: Inside :func:`shared_staging`, a dict that holds the last ``_fill_idle_base`` made for
+#: moves on one table that split no ``B`` (its ``table``, ``costs`` and ``base``).
+_SHARED_STAGING = contextvars.ContextVar("tabsched_shared_staging", default=None)
+
+
+@contextlib.contextmanager
+def shared_staging():
+    """While inside, the split-backward moves on one table whose chosen devices run no
+    ``B`` (their staged rows are the table's own, whichever devices they choose) share
+    the staged arrays that do not depend on the devices. The search tries a split
+    backward on each device of one parent; at 64 devices these arrays were half of each
+    move's preparation."""
+    token = _SHARED_STAGING.set({})
+    try:
+        yield
+    finally:
+        _SHARED_STAGING.reset(token)
+
+
+def _base(table, staged, costs, chosen):
+    """``_fill_idle_base(staged, costs)``, made once for the moves on ``table`` whose
+    chosen devices run no ``B`` (``staged`` then has ``table``'s rows) inside
+    :func:`shared_staging`."""
+    kept = _SHARED_STAGING.get()
+    if kept is None or np.any((table.kind == BACKWARD) & chosen[table.device]):
+        return _fill_idle_base(staged, costs)
+    if kept.get("table") is table and kept.get("costs") is costs:
+        return kept["base"]
+    base = _fill_idle_base(staged, costs)
+    kept.update(table=table, costs=costs, base=base)
+    return base
+
+
+def _fill_idle_base(table, costs):
+    """What ``_fill_idle_arrays`` reads of the staged ``table`` whichever devices are
+    chosen: each op's cell, the cells' lengths and devices, and each data
+    dependency's producer and consumer cells with the transfer time it waits
+    (read-only arrays)."""
     index = np.int32
     cell = np.cumsum(table.cell_starts()) - 1
     num_cells = int(cell[-1]) + 1 if len(cell) else 0
@@ -302,11 +346,24 @@ def _fill_idle_arrays(table, costs, chosen, max_deferred):
         sends = Transfers(table=table, producer=producers[crossing],
                           consumer=consumers[crossing], gradient=gradient[crossing])
         delay[crossing] = np.asarray(costs.transfer_costs(table, sends)[0], dtype=np.float64)
+    producer_cell = cell[producers].astype(index)
+    consumer_cell = cell[consumers].astype(index)
+    base = (cell, length, cell_device, producer_cell, consumer_cell, delay)
+    for array in base:
+        array.flags.writeable = False
+    return base
+
+
+def _fill_idle_arrays(table, costs, chosen, max_deferred, base=None):
+    """The arguments of ``tabsched._build.fill_idle`` (before its outputs) for ``_fill_idle``
+    (``base``: ``_fill_idle_base(table, costs)`` if the caller has it)."""
+    index = np.int32
+    cell, length, cell_device, producer_cell, consumer_cell, delay = \
+        _fill_idle_base(table, costs) if base is None else base
+    num_cells = len(length)
     filler = np.zeros(num_cells, dtype=np.int8)
     is_w = (table.kind == WEIGHT_GRAD) & chosen[table.device]
     filler[cell[is_w]] = 1
-    producer_cell = cell[producers].astype(index)
-    consumer_cell = cell[consumers].astype(index)
     into_filler = filler[consumer_cell].astype(bool)
     # dependencies of the main cells, and the W each I releases, in dependency order
     keep = ~into_filler

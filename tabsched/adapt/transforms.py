@@ -94,10 +94,50 @@ def describe_microbatches(microbatches):
     return ",".join(parts)
 
 
+def run_firsts(values):
+    """``np.searchsorted(values, values)`` for sorted ``values``: each entry's index of
+    the first entry equal to it, in one linear pass (the binary searches were a
+    millisecond a call at 64 devices, several calls a candidate).
+
+    >>> run_firsts(np.array([0, 0, 1, 3, 3, 3]))
+    array([0, 0, 2, 3, 3, 3])
+    """
+    count = len(values)
+    if count == 0:
+        return np.zeros(0, dtype=np.intp)
+    fresh = np.empty(count, dtype=bool)
+    fresh[0] = True
+    np.not_equal(values[1:], values[:-1], out=fresh[1:])
+    starts = np.flatnonzero(fresh)
+    return np.repeat(starts, np.diff(np.append(starts, count)))
+
+
+def _lexsort3(first, second, third):
+    """``np.lexsort((third, second, first))`` of int64 arrays: one stable argsort of a
+    combined key where the three ranges' product fits in 62 bits (the rows are mostly
+    in order already, which a stable sort of one key profits from: ten times faster
+    than lexsort's three passes at 64 devices), else lexsort itself."""
+    if len(first) == 0:
+        return np.zeros(0, dtype=np.intp)
+    keys = []
+    span = 1
+    for column in (third, second, first):
+        low = int(column.min())
+        width = int(column.max()) - low + 1
+        keys.append((column, low, span))
+        span *= width
+    if span >= 2**62:
+        return np.lexsort((third, second, first))
+    combined = np.zeros(len(first), dtype=np.int64)
+    for column, low, weight in keys:
+        combined += (column - low) * weight
+    return np.argsort(combined, kind="stable")
+
+
 def cell_positions(table):
     """Each operation's cell position within its device's row order."""
     cell = np.cumsum(table.cell_starts()) - 1
-    first = np.searchsorted(table.device, table.device)
+    first = run_firsts(table.device)
     return (cell - cell[first]).astype(np.int64)
 
 
@@ -155,13 +195,13 @@ def ordered_table(table, transform, device, primary, secondary, kind, stage, mic
     device = np.asarray(device, dtype=np.int64)
     primary = np.asarray(primary, dtype=np.int64)
     secondary = np.asarray(secondary, dtype=np.int64)
-    order = np.lexsort((secondary, primary, device))
+    order = _lexsort3(device, primary, secondary)
     device, primary, secondary = device[order], primary[order], secondary[order]
     fresh = np.ones(len(order), dtype=bool)
     fresh[1:] = ((device[1:] != device[:-1]) | (primary[1:] != primary[:-1])
                  | (secondary[1:] != secondary[:-1]))
     cell = np.cumsum(fresh) - 1
-    first = np.searchsorted(device, device)
+    first = run_firsts(device)
     position = cell - cell[first]
     build = order_table if _ORDERS_ONLY.get() else _laid_out
     return build(

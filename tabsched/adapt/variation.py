@@ -157,10 +157,18 @@ class VariationContext:
                                      costs.transfer_parts(table, lowered.transfers))
         #: The prices of the extra nodes (gradient syncs, optimizer steps) by kind.
         self.extra_prices = costs.extra_prices(lowered)
-        self.nominal = costs.node_durations(lowered, self.op_durations)
+        self._nominal = None
         self.num_ops = len(table)
         self.num_transfers = len(lowered.transfers)
         self._labels = None
+
+    @property
+    def nominal(self):
+        """The cost model's duration of every node, made when first asked for (few
+        models read it; the search makes a context for each of hundreds of candidates)."""
+        if self._nominal is None:
+            self._nominal = self.costs.node_durations(self.lowered, self.op_durations)
+        return self._nominal
 
     @property
     def seed(self):

@@ -38,9 +38,11 @@ whole-device activations, two chunks: ``(p+2)//2`` for V-Half and ``(p+4)//3``
 for V-Min.
 """
 
+import itertools
+
 import numpy as np
 
-from tabsched._build import slot_peak
+from tabsched._build import DEADLOCK, slot_peak, squeeze_slots
 from tabsched.exceptions import InvalidParameterError, TabschedError
 from tabsched.schedules._common import DEVICES, MICROBATCHES, OrderBuilder
 from tabsched.schedules._registry import Family, Parameter, register
@@ -151,35 +153,55 @@ def _in_slot_order(slots):
                   for microbatch, time in enumerate(times))
 
 
+def _slot_order(slots):
+    """Every op of one V schedule's slot lists as columns in slot order (by time, device,
+    kind, microbatch: what ``_in_slot_order`` lists), with where each list starts in
+    the lists laid one after the other: ``(time, device, kind, microbatch, order,
+    list_first, num_kinds)``, ``order`` the stored positions in slot order."""
+    num_kinds = max((len(lists) for lists in slots), default=0)
+    sizes = np.array([[len(lists[k]) if k < len(lists) else 0 for k in range(num_kinds)]
+                      for lists in slots], dtype=np.int64).reshape(-1)
+    total = int(sizes.sum())
+    list_first = np.zeros(len(sizes) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=list_first[1:])
+    times = np.fromiter(itertools.chain.from_iterable(
+        times for lists in slots for times in lists), dtype=np.int64, count=total)
+    ids = np.repeat(np.arange(len(sizes)), sizes)
+    device, kind = ids // max(num_kinds, 1), ids % max(num_kinds, 1)
+    microbatch = np.arange(total) - list_first[ids]
+    order = np.lexsort((microbatch, kind, device, times))
+    return (times[order], device[order], kind[order], microbatch[order], order, list_first,
+            num_kinds)
+
+
 def squeeze(slots):
-    """Run every device's ops in slot order, unit times, as early as dependencies allow."""
-    num_devices = len(slots)
-    device_free = [0] * num_devices
-    # the end of each op, None until it runs: device, kind, microbatch
-    end = [[[None] * len(times) for times in lists] for lists in slots]
-    squeezed = [[[0] * len(times) for times in lists] for lists in slots]
-    for _, device, kind, microbatch in _in_slot_order(slots):
-        ready = device_free[device]
-        needs = []
-        if kind in (F0, I1) and device > 0:
-            needs.append((device - 1, kind, microbatch))
-        if kind in (F1, I0) and device + 1 < num_devices:
-            needs.append((device + 1, kind, microbatch))
-        if F0 < kind < W_ANY:
-            needs.append((device, kind - 1, microbatch))
-        if microbatch > 0:
-            needs.append((device, kind, microbatch - 1))
-        for need_device, need_kind, need_microbatch in needs:
-            done = end[need_device][need_kind][need_microbatch]
-            if done is None:
-                raise TabschedError(f"internal error: V schedule op "
-                                    f"{(need_device, need_kind, need_microbatch)} runs after "
-                                    f"an op that needs it")
-            if done > ready:
-                ready = done
-        end[device][kind][microbatch] = device_free[device] = ready + 1
-        squeezed[device][kind][microbatch] = ready
-    return squeezed
+    """Run every device's ops in slot order, unit times, as early as dependencies allow.
+
+    The loop over the slot order is compiled (``tabsched._build.squeeze_slots``, its
+    twin ``tabsched._reference.squeeze_slots``): at 64 devices and 256 microbatches a
+    V schedule's two reorders squeeze about 160,000 ops each.
+    """
+    _, device, kind, microbatch, _, list_first, num_kinds = _slot_order(slots)
+    total = len(device)
+    if total == 0:
+        return [[[] for _ in lists] for lists in slots]
+    start = np.empty(total, dtype=np.int32)
+    missing = np.empty(1, dtype=np.int32)
+    status = squeeze_slots(device.astype(np.int32), kind.astype(np.int32),
+                           microbatch.astype(np.int32), list_first, num_kinds, start,
+                           missing)
+    if status == -1 - DEADLOCK and missing[0] >= 0:
+        at = int(missing[0])
+        lists = int(np.searchsorted(list_first, at, side="right")) - 1
+        need = (lists // num_kinds, lists % num_kinds, at - int(list_first[lists]))
+        raise TabschedError(f"internal error: V schedule op {need} runs after an op that "
+                            f"needs it")
+    if status != total:
+        raise TabschedError(f"internal error: V schedule squeeze stopped (status {status})")
+    starts = start.tolist()
+    first = list_first.tolist()
+    return [[starts[first[d * num_kinds + k]:first[d * num_kinds + k + 1]]
+             for k in range(len(lists))] for d, lists in enumerate(slots)]
 
 
 def reorder(slots, with_weights):
@@ -188,6 +210,12 @@ def reorder(slots, with_weights):
     ``with_weights``: W's are ops that can move (first pass) and the warm-up
     moves too; otherwise W's fill idle slots and only the cool-down moves.
     Returns five slot lists per device (W's not split by chunk).
+
+    In slot order the ops are a warm-up (up to device 0's first ``I0``), a steady
+    state (up to the first forward of the last microbatch on chunk 0) and a
+    cool-down: the ops of the steady state (and of the warm-up when it does not
+    move) only hold their slots, so they are marked held at once, and the loop
+    visits the ops that move, a fifth of them at 64 devices.
     """
     slots = [fill_weights(lists, split=False) if with_weights else [list(t) for t in lists]
              for lists in slots]
@@ -199,35 +227,70 @@ def reorder(slots, with_weights):
     explicit = len(slots[0]) > 4
     budget = max(slot_peak(grid, explicit) for grid in grids)
     occupied = [set() for _ in slots]
-    phase = "warm-up"
-    for time, device, kind, microbatch in _in_slot_order(slots):
-        if phase == "warm-up" and kind == I0 and device == 0:
-            phase = "steady"
-        if phase == "steady" or (phase == "warm-up" and not with_weights):
-            if phase == "steady" and kind == F0 and microbatch == microbatches - 1:
-                phase = "cool-down"
-            occupied[device].add(time)
-            continue
-        earliest = _dependencies(slots, device, kind, microbatch, num_devices) + 1
-        if earliest > time:
-            raise TabschedError(f"internal error: V schedule op {(device, kind, microbatch)} "
-                                f"at slot {time} depends on a later op")
-        lists, grid = slots[device], grids[device]
-        for slot in range(earliest, time):
-            if slot not in occupied[device]:
-                grid[lists[kind][microbatch]] = IDLE
-                grid[slot] = kind
-                lists[kind][microbatch] = slot
+    time, device, kind, microbatch, _, _, _ = _slot_order(slots)
+    total = len(time)
+    # the steady state: from device 0's first I0 to the first F0 of the last microbatch
+    # after it (both included); warm-up before, cool-down after
+    steady = np.flatnonzero((kind == I0) & (device == 0))
+    steady = int(steady[0]) if len(steady) else total
+    last = np.flatnonzero((kind[steady:] == F0) & (microbatch[steady:] == microbatches - 1))
+    cooldown = steady + int(last[0]) + 1 if len(last) else total
+    held = np.zeros(total, dtype=bool)
+    held[steady:cooldown] = True
+    if not with_weights:
+        held[:steady] = True
+    # the held ops in slot order before the first op that moves, then after the
+    # warm-up's moves (the steady state), each device's slots marked at once
+    moving = np.flatnonzero(~held)
+    warmup_moves = moving[moving < steady]
+    cooldown_moves = moving[moving >= cooldown]
+    columns = [column.tolist() for column in (time, device, kind, microbatch)]
+
+    def hold(first, stop):
+        part = slice(first, stop)
+        for d, times in _by_device(device[part], time[part], num_devices):
+            occupied[d].update(times)
+
+    def move(i):
+        time_, device_, kind_, microbatch_ = (column[i] for column in columns)
+        earliest = _dependencies(slots, device_, kind_, microbatch_, num_devices) + 1
+        if earliest > time_:
+            raise TabschedError(f"internal error: V schedule op "
+                                f"{(device_, kind_, microbatch_)} at slot {time_} depends on "
+                                f"a later op")
+        lists, grid = slots[device_], grids[device_]
+        for slot in range(earliest, time_):
+            if slot not in occupied[device_]:
+                grid[lists[kind_][microbatch_]] = IDLE
+                grid[slot] = kind_
+                lists[kind_][microbatch_] = slot
                 if slot_peak(grid, explicit) <= budget:
                     break
         else:
-            grid[lists[kind][microbatch]] = IDLE
-            grid[time] = kind
-            lists[kind][microbatch] = time
-        occupied[device].add(lists[kind][microbatch])
+            grid[lists[kind_][microbatch_]] = IDLE
+            grid[time_] = kind_
+            lists[kind_][microbatch_] = time_
+        occupied[device_].add(lists[kind_][microbatch_])
+
+    if not with_weights:
+        hold(0, steady)
+    for i in warmup_moves.tolist():
+        move(i)
+    hold(steady, cooldown)
+    for i in cooldown_moves.tolist():
+        move(i)
     if not with_weights:
         slots = [fill_weights(lists, split=False) for lists in slots]
     return squeeze(slots)
+
+
+def _by_device(device, values, num_devices):
+    """``(d, list of values on device d)`` for each device with some."""
+    order = np.argsort(device, kind="stable")
+    bounds = np.searchsorted(device[order], np.arange(num_devices + 1))
+    values = values[order].tolist()
+    return [(d, values[bounds[d]:bounds[d + 1]]) for d in range(num_devices)
+            if bounds[d + 1] > bounds[d]]
 
 
 def v_schedule_slots(variant, devices, microbatches):
