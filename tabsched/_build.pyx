@@ -104,6 +104,23 @@ def dependencies(const int8_t[::1] kind not None,
     return count
 
 
+cdef inline bint _bad_op(int8_t kind, index_t stage, index_t microbatch, index_t S,
+                         index_t M) noexcept nogil:
+    """An operation whose stage, microbatch or kind is outside the table's ranges."""
+    return (stage < 0 or stage >= S or microbatch < 0 or microbatch >= M
+            or kind < KIND_F or kind > KIND_W)
+
+
+cdef inline void _clear_lookups(index_t[::1] first, index_t[::1] second,
+                                index_t[::1] third) noexcept nogil:
+    """Every (stage, microbatch) lookup of three operation kinds set to 'none yet'."""
+    cdef Py_ssize_t pair
+    for pair in range(first.shape[0]):
+        first[pair] = NO_NODE
+        second[pair] = NO_NODE
+        third[pair] = NO_NODE
+
+
 cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
                            const index_t[::1] microbatch, const index_t[::1] device,
                            index_t S, index_t M,
@@ -119,13 +136,9 @@ cdef index_t _dependencies(const int8_t[::1] kind, const index_t[::1] stage,
     cdef int8_t code
     for g in range(GROUPS):
         cursor[g] = 0
-    for pair in range(pairs):
-        forward_of[pair] = NO_NODE
-        backward_of[pair] = NO_NODE
-        input_of[pair] = NO_NODE
+    _clear_lookups(forward_of, backward_of, input_of)
     for k in range(ops):
-        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
-                or kind[k] < KIND_F or kind[k] > KIND_W):
+        if _bad_op(kind[k], stage[k], microbatch[k], S, M):
             return -1 - STATUS_BAD_INDEX
         pair = <Py_ssize_t>stage[k] * M + microbatch[k]
         code = kind[k]
@@ -266,14 +279,10 @@ cdef index_t _direct_csr(const int8_t[::1] kind, const index_t[::1] stage,
     cdef Py_ssize_t k, q, first, pair, deps = 0, rows = 0, e = 0
     cdef index_t c, previous = -1, target, g
     cdef int8_t code
-    for pair in range(pairs):
-        forward_of[pair] = NO_NODE
-        backward_of[pair] = NO_NODE
-        weight_of[pair] = NO_NODE
+    _clear_lookups(forward_of, backward_of, weight_of)
     # the lookups, the cells' ids, and the dependencies counted from the consumers' side
     for k in range(ops):
-        if (stage[k] < 0 or stage[k] >= S or microbatch[k] < 0 or microbatch[k] >= M
-                or kind[k] < KIND_F or kind[k] > KIND_W):
+        if _bad_op(kind[k], stage[k], microbatch[k], S, M):
             return -1 - STATUS_BAD_INDEX
         c = cell_of_op[k]
         if c < 0 or c >= cells or (c != previous and c != previous + 1):

@@ -1,4 +1,5 @@
-"""Random valid tables and durations for property tests (not part of the API).
+"""Random valid tables and durations for property tests, and the command line's bad-input
+contract for fuzzing it (not part of the API).
 
 A random table is built the way a real one is: every (stage, microbatch) gets
 its operations on one device (a stage may live on several devices, one per
@@ -144,3 +145,29 @@ def kernel_scratch(module, graph, finish=0):
     n, resources = graph.num_nodes, graph.num_resources
     return module.Scratch(np.zeros(n, np.int32), np.zeros(n), np.zeros(n, np.int32),
                           np.zeros(resources), np.zeros(resources, np.int32), np.zeros(finish))
+
+
+def invoke_cli(argv):
+    """``(exit status, stdout + stderr)`` of the CLI's entry point on ``argv`` (each word
+    made a string); any exception but the exit it ends with propagates (it would be a
+    traceback): what the fuzzing tests run every mangled command line through."""
+    import contextlib
+    import io
+
+    from tabsched.cli import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main([str(word) for word in argv])
+        except SystemExit as exit_:
+            return exit_.code, out.getvalue()
+    raise AssertionError("the entry point returned without exiting")
+
+
+def one_error_line(text):
+    """The CLI's contract for bad input: no traceback and exactly one ``Error: `` line,
+    which is returned."""
+    assert "Traceback" not in text, text
+    lines = [line for line in text.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, text
+    return lines[0]

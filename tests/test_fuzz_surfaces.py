@@ -8,8 +8,6 @@ and GPU counts, so that an example takes milliseconds (the execution files, the
 nccl-tests reader and the MoE fields are fuzzed beside their own tests).
 """
 
-import contextlib
-import io
 import math
 import pathlib
 
@@ -18,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tabsched import InvalidParameterError, ModelCosts
-from tabsched.cli import main
+from tabsched._testing import invoke_cli, one_error_line
 from tabsched.costs.transformer import TransformerModel
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
@@ -29,26 +27,6 @@ TOKENS = st.one_of(st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e400", ""
                                     "\"", "2.5", "0x10", "99999999999999999999", "bf16",
                                     "fp8", "m", "seconds", "1e-30", "\u00e9", "\ud800"]),
                    st.text(max_size=8))
-
-
-def _invoke(argv):
-    """``(exit status, stdout + stderr)`` of the CLI's entry point on ``argv``; any
-    exception but the exit it ends with is a failure (it would be a traceback)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main([str(word) for word in argv])
-        except SystemExit as exit_:
-            return exit_.code, out.getvalue()
-    raise AssertionError("the entry point returned without exiting")
-
-
-def _one_line(text):
-    """The CLI's contract for bad input: ``Error: `` and one line, no traceback."""
-    assert "Traceback" not in text, text
-    lines = [line for line in text.splitlines() if line.startswith("Error: ")]
-    assert len(lines) == 1, text
-    return lines[0]
 
 
 # ------------------------------------------------------------------ GEMM sweep CSVs
@@ -87,14 +65,14 @@ def test_system_import_gemm_on_a_mangled_sweep_exits_cleanly(tmp_path_factory, e
     folder = tmp_path_factory.mktemp("import")
     path = _mangled(folder, edits)
     out = folder / "system.toml"
-    code, output = _invoke(["system", "import", "gemm", path, "--source", "fuzzed",
+    code, output = invoke_cli(["system", "import", "gemm", path, "--source", "fuzzed",
                             "--system", "dgx-a100", "-o", out])
     if code == 0:
         assert out.exists()
         return
     assert code == 1, output
     assert not out.exists()
-    _one_line(output)
+    one_error_line(output)
 
 
 # ------------------------------------------------------------------ plan's options
@@ -124,15 +102,15 @@ _PLAN_OPTIONS = {
        .flatmap(lambda keys: st.fixed_dictionaries({key: _PLAN_OPTIONS[key] for key in keys})),
        st.sampled_from(["paper-128l", "llama3-8b", "nomodel"]),
        st.sampled_from(["dgx-a100", "mid_nw_mid_cp", "nosystem"]))
-def test_plan_with_hostile_options_runs_or_is_one_line(options, model, system):
+def test_plan_with_hostile_options_runs_or_isone_error_line(options, model, system):
     argv = ["plan", model, system, "-q", "--families", "1f1b,zbv", "-n", "8",
             "--global-batch", "16", "--max-chunks", "2"]
     for option, value in options.items():
         argv += [option, value]
-    code, output = _invoke(argv)
+    code, output = invoke_cli(argv)
     assert code in (0, 1, 2, 3), output     # 2: click's usage error; 3: nothing fits, said so
     if code in (1, 3):
-        _one_line(output)
+        one_error_line(output)
 
 
 # ------------------------------------------------------------------ context parallelism
@@ -159,12 +137,12 @@ def test_hostile_context_parallel_settings_are_one_line_or_price(settings, atten
 
 @given(st.lists(st.tuples(st.sampled_from(["--context-parallel", "--cp-comm", "-t", "-d",
                                            "--sequence-parallel"]), TOKENS), max_size=3))
-def test_eval_with_hostile_context_parallel_options_runs_or_is_one_line(options):
+def test_eval_with_hostile_context_parallel_options_runs_or_isone_error_line(options):
     argv = ["eval", "1f1b", "-p", "2", "-m", "4", "--model", "llama3-8b", "--system",
             "dgx-h100", "--context-parallel", "2"]
     for option, value in options:
         argv += [option] if option == "--sequence-parallel" else [option, value]
-    code, output = _invoke(argv)
+    code, output = invoke_cli(argv)
     assert code in (0, 1, 2), output
     if code == 1:
-        _one_line(output)
+        one_error_line(output)

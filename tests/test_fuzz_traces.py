@@ -11,16 +11,14 @@ ends with exit 1 and one ``Error:`` line; never a traceback. The API raises tabs
 errors. Bounded: two ranks, a handful of operations, so that an example takes milliseconds.
 """
 
-import contextlib
 import gzip
-import io
 import json
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tabsched import StageCosts, generate
-from tabsched.cli import main
+from tabsched._testing import invoke_cli, one_error_line
 from tabsched.exceptions import TabschedError
 from tabsched.whatif import read_step, synthetic_trace
 
@@ -81,26 +79,13 @@ DAMAGE = st.one_of(st.just((None, b"", 0)),
                              st.integers(0, 10 ** 6)))
 
 
-def _invoke(argv):
-    """``(exit status, stdout + stderr)`` of the CLI on ``argv``; an exception other than
-    the exit it ends with fails the test (it would be a traceback)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main([str(word) for word in argv])
-        except SystemExit as exit_:
-            return exit_.code, out.getvalue()
-    raise AssertionError("the entry point returned without exiting")
-
-
 def _runs_or_one_line(argv):
-    code, text = _invoke(argv)
+    """The exit status of the CLI on ``argv``: 0, or 1 with one short ``Error:`` line."""
+    code, text = invoke_cli(argv)
     assert "Traceback" not in text, text
     assert code in (0, 1), (code, text)
     if code == 1:
-        errors = [line for line in text.splitlines() if line.startswith("Error: ")]
-        assert len(errors) == 1, text
-        assert len(errors[0]) < 400, errors[0]
+        assert len(one_error_line(text)) < 400, text
     return code
 
 
