@@ -563,7 +563,7 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
     with shared_staging():   # split-backward's moves on one parent share its staged arrays
         for rounds in range(1, max_rounds + 1):
             parent = current
-            screened = []
+            screened: list[tuple[Candidate, Transform]] = []
             with _screening_pool() as pool:
                 # each candidate's screening Monte Carlo runs in the pool while the next one
                 # is prepared (orders, layout, memory); taken in the moves' order, so the
