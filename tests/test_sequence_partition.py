@@ -15,6 +15,7 @@ from tabsched.costs.transformer import (SLICE_GRANULE, TransformerModel, load_mo
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 from tabsched.execution import Execution
 from tabsched.formats.table_json import from_json, to_json
+from tabsched.memory import activation_peaks
 from tabsched.schedules import generate
 from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
 
@@ -126,6 +127,9 @@ def test_compute_sliced_tables_keep_dependencies_and_memory(p, extra, k, family,
         assert np.all(start[mine][order][1:] >= end[mine][order][:-1] - eps)
     for _, values in result.memory_timeline():
         assert np.min(values, initial=0.0) >= -1e-6 * max(1.0, float(np.max(values)))
+    effect = SplitSequence(k, lead, "compute").memory_effect(table, costs)
+    assert effect.check(activation_peaks(evaluate(table, costs)),
+                        activation_peaks(result)) == []
 
 
 def test_compute_slices_hold_activations_by_their_own_tokens():
