@@ -240,3 +240,52 @@ def test_cli_adapt_tries_compute_slices(cli):
     tried = [text for entry in json.loads(out)["search"]["log"]
              for text in entry["transforms"]]
     assert any("partition=compute" in text for text in tried)
+
+
+PLAN_MODEL = TransformerModel(layers=24, hidden=1024, heads=16, sequence=2048, vocab=32000,
+                              ffn=4096, name="small")
+
+
+@settings(max_examples=4, deadline=None)
+@given(gpus=st.sampled_from([4, 8]), budget=st.sampled_from(["3GB", "8GB", "40GB"]),
+       slices=st.sampled_from([(2,), (4,), (2, 4)]))
+def test_compute_plans_prune_to_the_exhaustive_answer_below_their_bounds(gpus, budget,
+                                                                         slices):
+    from tabsched.exceptions import MemoryBudgetError
+    from tabsched.plan import plan
+    options = dict(families=["1f1b", "zb-h1"], memory_budget=budget, uneven=0, max_chunks=2,
+                   top=5, recompute=["none", "full"], execution=FLASH,
+                   sequence_slices=slices, slice_partition="compute")
+    try:
+        exhaustive = plan(PLAN_MODEL, "dgx-a100", gpus, 16, prune=False, **options)
+    except MemoryBudgetError:
+        return
+    for evaluated in exhaustive.evaluated:
+        if evaluated.makespan is not None:
+            assert evaluated.lower_bound <= evaluated.makespan * (1 + 1e-9)
+            assert evaluated.memory_bound <= evaluated.peak_memory * (1 + 1e-9)
+    pruned = plan(PLAN_MODEL, "dgx-a100", gpus, 16, **options)
+    assert [(row.configuration.describe(), row.iteration_s) for row in pruned.rows] == \
+        [(row.configuration.describe(), row.iteration_s) for row in exhaustive.rows]
+
+
+def test_cli_plan_searches_compute_slices_and_reproduces_them(cli, cli_error):
+    import shlex
+    argv = ("plan", LONG, "dgx-h100", "--gpus", "32", "--global-batch", "16", "-t", "4",
+            "-p", "8", "--recompute", "none", "--sequence-parallel", "on", "--zero", "0",
+            "--families", "1f1b", "--execution", "examples/executions/flash-attention.toml",
+            "--sequence-slices", "2", "--slice-partition", "compute", "--top", "2", "-q")
+    code, out, err = cli(*argv, "--json")
+    assert code == 0, err
+    rows = [row for row in json.loads(out)["rows"] if row["sequence_slices"] == 2]
+    assert rows and all(row["slice_partition"] == "compute" for row in rows)
+    for row in rows:
+        assert "--slice-partition compute" in row["eval_command"]
+        code, evaluated, err = cli(*shlex.split(row["eval_command"])[1:], "--json")
+        assert code == 0, err
+        assert json.loads(evaluated)["makespan"] == row["iteration_s"]
+    assert cli_error(*argv[:-7], "--slice-partition", "compute", "-q") == \
+        "--slice-partition goes with --sequence-slices"
+    assert cli_error(*argv[:-6], "512", "--slice-partition", "compute", "-q") == \
+        ("--sequence-slices 512: slice partition compute: model llama3-8b-32k's sequence "
+         "32768 cannot give each of 512 slices 128 tokens (a FlashAttention tile)")
