@@ -7,7 +7,9 @@ llama3-8b at a 32K context (examples/llama3-8b-32k.toml: no recomputation) on dg
 p=8 stages, t=4 with sequence parallelism, FlashAttention, 16 microbatches, and prints
 each table's iteration time, its ratio to 1F1B's, its peak memory and its peak
 activations (the peak less the weights, gradients and optimizer state), and theirs over
-1F1B's.
+1F1B's. Every slice count and lead is priced with equal slices and with Seq1F1B's
+computation-wise partition (section 3.3: equal FLOPs per slice, earlier slices longer;
+``partition=compute``).
 
     python bench/seq1f1b.py [--model FILE] [--devices P] [--tensor T] [--microbatches M]
 """
@@ -45,17 +47,19 @@ def main(argv=None):
     rows = [("1f1b", base)]
     for k in (2, 4, 8):
         for lead in ("seq1f1b", "kept"):
-            transform = SplitSequence(k, lead)
-            rows.append((transform.describe(), evaluate(transform.apply(table, costs), costs)))
+            for partition in ("even", "compute"):
+                transform = SplitSequence(k, lead, partition)
+                rows.append((transform.describe(),
+                             evaluate(transform.apply(table, costs), costs)))
     print(f"{costs.model.name} (sequence {costs.model.sequence}) on {costs.system.name}, "
           f"p={args.devices}, t={args.tensor}, {args.microbatches} microbatches; capacity "
           f"{costs.memory_capacity / 2**30:.1f} GiB")
-    print(f"{'table':32} {'iteration':>10} {'speed-up':>9} {'peak':>10} {'activations':>12} "
+    print(f"{'table':48} {'iteration':>10} {'speed-up':>9} {'peak':>10} {'activations':>12} "
           f"{'x 1f1b':>7}")
     base_activation = base.peak_memory - persistent
     for name, result in rows:
         activation = result.peak_memory - persistent
-        print(f"{name:32} {result.makespan:9.3f}s {base.makespan / result.makespan:8.2f}x "
+        print(f"{name:48} {result.makespan:9.3f}s {base.makespan / result.makespan:8.2f}x "
               f"{result.peak_memory / 2**30:7.1f}GiB {activation / 2**30:9.1f}GiB "
               f"{activation / base_activation:7.2f}")
     print("Seq1F1B (paper, Megatron-LM 1F1B baseline): 1.14x throughput, about 0.5x memory")

@@ -43,7 +43,12 @@ from tabsched.cells import (  # noqa: F401  (the cell grammar; these names were 
 from tabsched.exceptions import InvalidParameterError, InvalidScheduleError
 
 __all__ = ["Op", "Overlap", "ScheduleTable", "KINDS", "parse_cell", "shown", "shown_repr", "cut",
-           "MAX_ID", "certainly_valid"]
+           "MAX_ID", "certainly_valid", "SLICE_PARTITIONS"]
+
+#: How a table's sequences were cut into slices (``ScheduleTable.slice_partition``):
+#: ``even``, equal tokens; ``compute``, equal FLOPs (Seq1F1B's computation-wise
+#: partition; the bounds: :func:`tabsched.costs.transformer.slice_bounds`).
+SLICE_PARTITIONS = ("even", "compute")
 
 
 def cell_columns(rows, place="slot", idle_error=None):
@@ -113,6 +118,10 @@ class ScheduleTable:
         sequence cut into ``count`` slices (Seq1F1B; :class:`tabsched.adapt.SplitSequence`),
         the ``count`` slices consecutive microbatches of one size. Default ``None``:
         every microbatch holds whole sequences.
+    slice_partition : {"even", "compute"}, optional
+        How the sliced sequences were cut (:data:`SLICE_PARTITIONS`): ``even`` (the
+        default) equal tokens, ``compute`` equal FLOPs. A table of whole sequences
+        holds ``even``.
 
     Raises
     ------
@@ -122,26 +131,27 @@ class ScheduleTable:
 
     __slots__ = ("device", "_slot", "kind", "stage", "microbatch", "_row_lengths",
                  "num_stages", "microbatch_sizes", "stage_layers", "family", "params",
-                 "grad_sync", "sequence_slices", "_rows", "_lowering", "_order", "_place")
+                 "grad_sync", "sequence_slices", "slice_partition", "_rows", "_lowering", "_order",
+                 "_place")
     #: What a table is made of and pickles as (a pending layout is made first).
     _STATE = ("device", "slot", "kind", "stage", "microbatch", "row_lengths", "num_stages",
               "microbatch_sizes", "stage_layers", "family", "params", "grad_sync",
-              "sequence_slices", "_rows")
+              "sequence_slices", "slice_partition", "_rows")
 
     def __init__(self, rows, *, num_stages=None, num_microbatches=None,
                  microbatch_sizes=None, stage_layers=None, family=None, params=None,
-                 grad_sync=None, sequence_slices=None):
+                 grad_sync=None, sequence_slices=None, slice_partition=None):
         devices, slots, kinds, stages, microbatches, lengths = cell_columns(rows)
         self._init(devices, slots, kinds, stages, microbatches, lengths, num_stages,
                    num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync,
-                   sequence_slices=sequence_slices)
+                   sequence_slices=sequence_slices, slice_partition=slice_partition)
         self.validate()
 
     @classmethod
     def from_arrays(cls, device, slot, kind, stage, microbatch, row_lengths, *,
                     num_stages=None, num_microbatches=None, microbatch_sizes=None,
                     stage_layers=None, family=None, params=None, grad_sync=None,
-                    sequence_slices=None, validate=True):
+                    sequence_slices=None, slice_partition=None, validate=True):
         """Build a table from per-operation arrays (any order; sorted here).
 
         ``kind`` holds codes (0=F, 1=B, 2=I, 3=W); operations sharing a device
@@ -150,14 +160,15 @@ class ScheduleTable:
         table = cls.__new__(cls)
         table._init(device, slot, kind, stage, microbatch, row_lengths, num_stages,
                     num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync,
-                    bounded=validate, sequence_slices=sequence_slices)
+                    bounded=validate, sequence_slices=sequence_slices,
+                    slice_partition=slice_partition)
         if validate:
             table.validate()
         return table
 
     def _init(self, device, slot, kind, stage, microbatch, row_lengths, num_stages,
               num_microbatches, microbatch_sizes, stage_layers, family, params, grad_sync=None,
-              bounded=True, sequence_slices=None):
+              bounded=True, sequence_slices=None, slice_partition=None):
         device, slot, stage, microbatch = (_int32_array(values, name) for values, name in (
             (device, "device"), (slot, "slot"), (stage, "stage"), (microbatch, "microbatch")))
         kind = np.asarray(kind, dtype=np.int8).ravel()
@@ -238,6 +249,7 @@ class ScheduleTable:
             raise InvalidScheduleError(f"{problem[0]}: {problem[1]}")
         self.grad_sync = grad_sync
         self.sequence_slices = _slice_list(sequence_slices, microbatch_sizes)
+        self.slice_partition = _partition(slice_partition, self.sequence_slices)
         self.num_stages = num_stages
         self.microbatch_sizes = microbatch_sizes
         self.stage_layers = stage_layers
@@ -354,6 +366,8 @@ class ScheduleTable:
             metadata["grad_sync"] = self.grad_sync
         if self.sequence_slices is not None:
             metadata["sequence_slices"] = self.sequence_slices
+        if self.slice_partition != "even":
+            metadata["slice_partition"] = self.slice_partition
         return metadata
 
     def _with_slots(self, slot, row_lengths):
@@ -475,6 +489,7 @@ class ScheduleTable:
 
     def __setstate__(self, state):
         self._order = self._place = None
+        self.slice_partition = "even"        # a table pickled before partitions
         for name, value in state[1].items():
             setattr(self, name, value)
         self._lowering = None
@@ -640,6 +655,17 @@ def _slice_list(values, microbatch_sizes):
                                        f"{m}..{m + count - 1} have different sizes")
         m += count
     return None if all(count == 1 for _, count in pairs) else pairs
+
+
+def _partition(value, slices):
+    """``slice_partition`` checked: one of :data:`SLICE_PARTITIONS` (None: ``even``), and
+    ``even`` for a table of whole sequences, whose partition changes nothing."""
+    if value is None:
+        value = "even"
+    if not isinstance(value, str) or value not in SLICE_PARTITIONS:
+        raise InvalidScheduleError(f"slice_partition must be one of "
+                                   f"{', '.join(SLICE_PARTITIONS)}, not {shown_repr(value)}")
+    return "even" if slices is None else value
 
 
 def _check_slice_order(table):

@@ -163,7 +163,8 @@ REFUSED = [
     ("json", '{"rows": [["0F0", "0B0"]], "x": 1}', 't.json: unknown key "x"; valid keys: family, '
                                                    'format, grad_sync, microbatch_sizes, '
                                                    'num_stages, params, rows, '
-                                                   'sequence_slices, stage_layers, version'),
+                                                   'sequence_slices, slice_partition, '
+                                                   'stage_layers, version'),
     ("json", '{"rows": [["0F0", 3]]}', "t.json: device 0, slot 1: 3 is not a cell string"),
     ("json", '{"rows": [["0F0", "0Q0"]]}', f't.json: device 0, slot 1: "0Q0" is not an '
                                            f'operation ({EXPECTED})'),

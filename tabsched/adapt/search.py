@@ -280,7 +280,7 @@ class AdaptResult:
 
 
 def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
-                  sequence_slices=()):
+                  sequence_slices=(), slice_partition="even"):
     """The neighbourhood of ``table``: the transforms the search tries from it.
 
     * warm-up one deeper on devices ``0..d`` and one shallower on ``d..P-1``,
@@ -295,7 +295,8 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
     (relative sizes, 1.0 = the model's microbatch), so the table stays finite.
     With ``sequence_slices`` (slice counts ``k``), each sequence cut into ``k``
     slices (:class:`~tabsched.adapt.sequence.SplitSequence`, at Seq1F1B's lead and at
-    the row's) on a table not sliced yet.
+    the row's, cut by ``slice_partition``: ``even`` or ``compute``) on a table not
+    sliced yet.
     """
     P = table.num_devices
     moves = []
@@ -324,8 +325,8 @@ def default_moves(table, *, min_microbatch_size=0.25, max_microbatch_size=4.0,
     if len(pairs) and pairs.max() <= max_microbatch_size:
         moves.append(MergeMicrobatches("all", 2))
     if table.sequence_slices is None:
-        moves.extend(SplitSequence(k, lead) for k in sequence_slices if k > 1
-                     for lead in ("seq1f1b", "kept"))
+        moves.extend(SplitSequence(k, lead, slice_partition) for k in sequence_slices
+                     if k > 1 for lead in ("seq1f1b", "kept"))
     return moves
 
 

@@ -25,6 +25,12 @@ Data model
     :meth:`~tabsched.costs.ModelCosts.activation_sizes`). A model without a sequence
     (slot lengths) refuses slices.
 
+    Partition: slices are equal in tokens by default (``partition="even"``), so later
+    slices cost more (their attention meets more keys). ``partition="compute"`` cuts
+    by Seq1F1B's computation-wise partition (section 3.3): bounds giving each slice
+    the same FLOPs, earlier slices longer (:func:`tabsched.costs.transformer.slice_bounds`;
+    the table records it as ``slice_partition``).
+
 >>> from tabsched.costs import ModelCosts
 >>> from tabsched.schedules import generate
 >>> costs = ModelCosts("llama3-8b", "dgx-h100")
@@ -41,7 +47,8 @@ import numpy as np
 from tabsched.adapt.transforms import (MemoryEffect, Transform, activations, cell_positions,
                                        check_int, ordered_table)
 from tabsched.exceptions import InvalidParameterError
-from tabsched.table import FORWARD, WEIGHT_GRAD
+from tabsched.costs.transformer import slice_bounds
+from tabsched.table import FORWARD, SLICE_PARTITIONS, WEIGHT_GRAD
 
 __all__ = ["SplitSequence", "LEADS", "leads_agree"]
 
@@ -75,30 +82,38 @@ class SplitSequence(Transform):
     Parameters
     ----------
     slices : int
-        ``k >= 1``; it must divide the model's sequence.
+        ``k >= 1``; with ``even`` it must divide the model's sequence, with ``compute``
+        the sequence must hold ``k`` FlashAttention tiles (128 tokens).
     lead : {"seq1f1b", "kept"}
-        How far forward slices run ahead (:data:`LEADS`). Slices are equal in tokens,
-        so later slices cost more (their attention meets more keys); Seq1F1B evens
-        them by a computation-wise partition (section 3.3) that tabsched does not
-        model, and under ``seq1f1b``'s short lead the uneven slices can leave more
-        idle time than they remove; ``kept`` keeps the lead long enough to absorb them.
+        How far forward slices run ahead (:data:`LEADS`). Equal slices cost more the
+        later they are (their attention meets more keys), and under ``seq1f1b``'s short
+        lead the uneven slices can leave more idle time than they remove; ``kept``
+        keeps the lead long enough to absorb them.
+    partition : {"even", "compute"}
+        Equal tokens, or Seq1F1B's computation-wise partition (section 3.3): equal
+        FLOPs per slice (:func:`~tabsched.costs.transformer.slice_bounds`).
 
     Raises
     ------
     InvalidParameterError
-        For ``k`` that is not an integer >= 1, that does not divide the sequence, a
-        cost model without a sequence, a table with overlapped cells, or one sliced
+        For ``k`` that is not an integer >= 1, that does not divide the sequence (or,
+        with ``compute``, cannot give each slice a tile), an unknown partition, a cost
+        model without a sequence, a table with overlapped cells, or one sliced
         already.
     """
 
     name = "split-sequence"
 
-    def __init__(self, slices=2, lead="seq1f1b"):
+    def __init__(self, slices=2, lead="seq1f1b", partition="even"):
         self.slices = check_int("sequence slices", slices, 1)
         if lead not in LEADS:
             raise InvalidParameterError(f"split-sequence: lead must be one of "
                                         f"{', '.join(LEADS)}, not {lead!r}")
+        if not isinstance(partition, str) or partition not in SLICE_PARTITIONS:
+            raise InvalidParameterError(f"split-sequence: partition must be one of "
+                                        f"{', '.join(SLICE_PARTITIONS)}, not {partition!r}")
         self.lead = lead
+        self.partition = partition
 
     def _check(self, table, costs):
         if costs is None or not hasattr(costs, "slice_view"):
@@ -106,12 +121,13 @@ class SplitSequence(Transform):
                 f"{self.describe()}: sequence slices need a model with a sequence (ModelCosts: "
                 f"--model and --system), not {type(costs).__name__ if costs else 'slot lengths'}")
         sequence = costs.model.sequence
-        if sequence % self.slices:
+        if self.partition == "even" and sequence % self.slices:
             raise InvalidParameterError(
                 f"sequence slices {self.slices} do not divide model {costs.model.name}'s "
                 f"sequence {sequence} (a slice must hold whole tokens)")
         if self.slices > 1:
-            costs.slice_view(self.slices - 1, self.slices)       # what the view refuses
+            slice_bounds(costs.model, self.slices, self.partition)
+            costs.slice_view(self.slices - 1, self.slices, self.partition)   # what it refuses
         if table.sequence_slices is not None:
             raise InvalidParameterError(f"{self.describe()}: the table's sequences are "
                                         f"sliced already")
@@ -179,7 +195,8 @@ class SplitSequence(Transform):
         sizes = np.repeat(np.asarray(table.microbatch_sizes, dtype=np.float64), k)
         slices = None if k == 1 else tuple((i, k) for _ in range(M) for i in range(k))
         return ordered_table(table, self, table.device[source], primary, secondary, kind,
-                             table.stage[source], microbatch, sizes, slices)
+                             table.stage[source], microbatch, sizes, slices,
+                             self.partition if k > 1 else "even")
 
     def memory_effect(self, table, costs=None):
         self._check(table, costs)
@@ -196,10 +213,12 @@ class SplitSequence(Transform):
 
     def describe(self):
         lead = "" if self.lead == "seq1f1b" else f",lead={self.lead}"
-        return f"split-sequence(k={self.slices}{lead})"
+        partition = "" if self.partition == "even" else f",partition={self.partition}"
+        return f"split-sequence(k={self.slices}{lead}{partition})"
 
     def to_dict(self):
-        return {"transform": self.name, "slices": self.slices, "lead": self.lead}
+        return {"transform": self.name, "slices": self.slices, "lead": self.lead,
+                "partition": self.partition}
 
 
 def leads_agree(table):

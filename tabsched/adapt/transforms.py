@@ -184,14 +184,17 @@ def _laid_out(*columns, **metadata):
 
 
 def ordered_table(table, transform, device, primary, secondary, kind, stage, microbatch, sizes,
-                  slices=None):
+                  slices=None, partition=None):
     """The table ``transform`` makes from ``table``, laid out from new row orders:
     operations sort by (device, primary, secondary), and operations with equal keys on
     one device share a cell (an overlap). ``slices``: the new microbatches' sequence
     slices (``ScheduleTable.sequence_slices``); by default ``table``'s when the
-    microbatches are the same ones."""
+    microbatches are the same ones; ``partition`` how they were cut
+    (``ScheduleTable.slice_partition``), by default ``table``'s."""
     if slices is None and len(sizes) == table.num_microbatches:
         slices = table.sequence_slices
+    if partition is None:
+        partition = table.slice_partition
     device = np.asarray(device, dtype=np.int64)
     primary = np.asarray(primary, dtype=np.int64)
     secondary = np.asarray(secondary, dtype=np.int64)
@@ -208,6 +211,7 @@ def ordered_table(table, transform, device, primary, secondary, kind, stage, mic
         device, position, np.asarray(kind)[order], np.asarray(stage)[order],
         np.asarray(microbatch)[order], num_devices=table.num_devices,
         microbatch_sizes=tuple(float(size) for size in sizes), sequence_slices=slices,
+        slice_partition=partition if slices is not None else None,
         **_derived(table, transform))
 
 

@@ -37,6 +37,11 @@ from tabsched.formats.table_json import write_json
               help="Also try cutting each sequence into K slices (Seq1F1B: forwards in slice "
                    "order, backwards reversed); K must divide the model's sequence. Needs "
                    "--model and --system.")
+@click.option("--slice-partition", "slice_partition", metavar="even|compute",
+              default="even", show_default=True,
+              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
+                   "computation-wise partition (equal FLOPs: earlier slices longer, "
+                   "bounds in 128-token tiles).")
 @click.option("--max-rounds", type=int, default=24, show_default=True,
               help="Greedy steps at most.")
 @click.option("--out", "-o", "out_path", metavar="TABLE.json",
@@ -68,9 +73,9 @@ from tabsched.formats.table_json import write_json
 def adapt_command(schedule, schedule_params, forward, backward, input_grad, weight_grad, comm,
                   contention, model, system, microbatch_size, recompute, memory_budget, strict,
                   grad_sync, optimizer, variation_params, objective, split_factor,
-                  sequence_slices, max_rounds, out_path, quiet, show_log, as_json, html_path,
-                  follow_dir, follow_log, threshold, horizon, switch_cost, max_files, timeout,
-                  poll, **parallel):
+                  sequence_slices, slice_partition, max_rounds, out_path, quiet, show_log,
+                  as_json, html_path, follow_dir, follow_log, threshold, horizon, switch_cost,
+                  max_files, timeout, poll, **parallel):
     """Search granularity transforms of SCHEDULE for the fastest table in a memory budget.
 
     Transforms: deeper or shallower warm-up, split backward with W in idle
@@ -90,7 +95,9 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
             ("--model", model), ("--system", system), ("--out", out_path),
             ("--html", html_path), ("--f", forward), ("--b", backward), ("--comm", comm),
             ("--replay", variation_params.get("replay")),
-            ("--sequence-slices", sequence_slices)) if value is not None]
+            ("--sequence-slices", sequence_slices),
+            ("--slice-partition", None if slice_partition == "even" else slice_partition))
+            if value is not None]
         if ignored:
             raise click.ClickException(f"{ignored[0]} does not go with --follow DIR: the costs "
                                        f"and their variation are fitted to the traces")
@@ -137,13 +144,14 @@ def adapt_command(schedule, schedule_params, forward, backward, input_grad, weig
     if split_factor is not None:  # a factor the user chose must fit: say so up front
         SplitMicrobatches("all", split_factor).apply(table, costs)
     split_factor = 2 if split_factor is None else split_factor
-    slice_counts = _slice_counts(sequence_slices, costs, modelled)
+    slice_counts = _slice_counts(sequence_slices, costs, modelled, slice_partition)
     variation = build_variation(table, costs=costs, **variation_params)
     budget = memory_budget_value(memory_budget, costs)
 
     def moves(current):
         return [_with_factor(move, split_factor)
-                for move in default_moves(current, sequence_slices=slice_counts)]
+                for move in default_moves(current, sequence_slices=slice_counts,
+                                          slice_partition=slice_partition)]
 
     found = adapt(table, costs, variation, budget, objective=objective,
                   samples=variation_params["samples"], seed=variation_params["seed"],
@@ -223,8 +231,11 @@ def _follow(schedule, schedule_params, directory, log, memory_budget, threshold,
                f"stopped: {result.stopped}")
 
 
-def _slice_counts(text, costs, modelled):
-    """``--sequence-slices`` as slice counts, each checked against the model's sequence."""
+def _slice_counts(text, costs, modelled, partition="even"):
+    """``--sequence-slices`` as slice counts, each checked against the model's sequence
+    (cut by ``--slice-partition``)."""
+    from tabsched.cli.eval import check_partition, check_slices
+    check_partition(partition, text)
     if text is None:
         return ()
     from tabsched.cli.build import int_list
@@ -232,11 +243,8 @@ def _slice_counts(text, costs, modelled):
     if not modelled:
         raise click.ClickException("--sequence-slices: slices need a model with a sequence "
                                    "(give --model and --system)")
-    sequence = costs.model.sequence
     for count in counts:
-        if sequence % count:
-            raise click.ClickException(f"--sequence-slices {count}: does not divide model "
-                                       f"{costs.model.name}'s sequence {sequence}")
+        check_slices("--sequence-slices", count, costs, partition)
     return tuple(counts)
 
 

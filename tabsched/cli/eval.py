@@ -29,11 +29,16 @@ from tabsched.formulas import formula_level
               show_default=True,
               help="--sequence-slices: Seq1F1B's short warm-up (least memory) or the "
                    "unsliced row's lead at slice grain.")
+@click.option("--slice-partition", "slice_partition", metavar="even|compute",
+              default="even", show_default=True,
+              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
+                   "computation-wise partition (equal FLOPs: earlier slices longer, "
+                   "bounds in 128-token tiles).")
 @variation_options(default_samples=None)
 @html_option("the evaluated run")
 @translate_errors
 def eval_command(schedule, schedule_params, evaluation, level, as_json, sequence_slices,
-                 slice_lead, variation_params, html_path):
+                 slice_lead, slice_partition, variation_params, html_path):
     """Evaluate SCHEDULE and summarise time, idle and memory per device.
 
     With --model and --system, times are seconds and memory is bytes. The summary
@@ -52,8 +57,10 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, sequence
                                            variation_params["replay"]))
     table, torch_schedule, costs = prepare_evaluation(schedule, schedule_params, evaluation,
                                                       level)
+    check_partition(slice_partition, sequence_slices)
     if sequence_slices is not None:
-        table = _sliced(table, torch_schedule, costs, sequence_slices, slice_lead, level)
+        table = _sliced(table, torch_schedule, costs, sequence_slices, slice_lead, level,
+                        slice_partition)
     if level == "formula" and (any(variation_params[name] for name in
                                    ("cv", "transfer_cv", "stragglers", "slow_links", "replay",
                                     "replay_partial"))
@@ -97,8 +104,33 @@ def eval_command(schedule, schedule_params, evaluation, level, as_json, sequence
             raise OverBudget(str(error)) from None
 
 
-def _sliced(table, torch_schedule, costs, slices, lead, level):
-    """``table`` with its sequences cut into ``slices`` (``--sequence-slices``)."""
+def check_partition(partition, slices):
+    """``--slice-partition``: one of even, compute, and only beside ``--sequence-slices``."""
+    from tabsched.table import SLICE_PARTITIONS
+    if partition not in SLICE_PARTITIONS:
+        raise click.ClickException(f"--slice-partition {partition!r}: expected one of "
+                                   f"{', '.join(SLICE_PARTITIONS)}")
+    if partition != "even" and slices is None:
+        raise click.ClickException("--slice-partition goes with --sequence-slices")
+
+
+def check_slices(option, count, costs, partition):
+    """Refuse, naming ``option``, a slice count the partition cannot cut the model's
+    sequence into."""
+    from tabsched.costs.transformer import SLICE_GRANULE
+    sequence, name = costs.model.sequence, costs.model.name
+    if partition == "even" and sequence % count:
+        raise click.ClickException(f"{option} {count}: does not divide model {name}'s "
+                                   f"sequence {sequence}")
+    if partition == "compute" and count > 1 and sequence < count * SLICE_GRANULE:
+        raise click.ClickException(f"--slice-partition compute: model {name}'s sequence "
+                                   f"{sequence} cannot give each of {count} slices "
+                                   f"{SLICE_GRANULE} tokens")
+
+
+def _sliced(table, torch_schedule, costs, slices, lead, level, partition="even"):
+    """``table`` with its sequences cut into ``slices`` (``--sequence-slices``) by
+    ``partition`` (``--slice-partition``)."""
     from tabsched.adapt import SplitSequence
     if slices < 1:
         raise click.ClickException(f"--sequence-slices {slices}: expected an integer >= 1")
@@ -111,7 +143,5 @@ def _sliced(table, torch_schedule, costs, slices, lead, level):
     if level == "formula":
         raise click.ClickException("--sequence-slices: --level formula has no closed form "
                                    "for sliced tables; use --level simulation")
-    if costs.model.sequence % slices:
-        raise click.ClickException(f"--sequence-slices {slices}: does not divide model "
-                                   f"{costs.model.name}'s sequence {costs.model.sequence}")
-    return SplitSequence(slices, lead).apply(table, costs)
+    check_slices("--sequence-slices", slices, costs, partition)
+    return SplitSequence(slices, lead, partition).apply(table, costs)

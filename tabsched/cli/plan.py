@@ -78,6 +78,11 @@ def _zero_stages(text):
               default="both", show_default=True,
               help="--sequence-slices: the leads to search: Seq1F1B's short warm-up (least "
                    "memory), the unsliced row's lead at slice grain, or both.")
+@click.option("--slice-partition", "slice_partition", metavar="even|compute",
+              default="even", show_default=True,
+              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
+                   "computation-wise partition (equal FLOPs: earlier slices longer, "
+                   "bounds in 128-token tiles).")
 @click.option("--memory-budget", metavar="SIZE",
               help="A device's memory, e.g. 80GB (default 'capacity': the system's "
                    "memory_capacity).")
@@ -104,7 +109,7 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
                  pipeline_degrees, context_degrees, expert_degrees, microbatch_sizes,
                  recompute_modes,
                  max_chunks, zero, sequence_parallel_choice, uneven, cross_node,
-                 slice_counts, slice_leads, memory_budget, execution, tie_band, exhaustive,
+                 slice_counts, slice_leads, slice_partition, memory_budget, execution, tie_band, exhaustive,
                  top, explain, as_json,
                  out, save_executions, jobs, dask, quiet, html_path):
     """Search the executions of MODEL on --gpus GPUs of SYSTEM for the fastest that fits.
@@ -130,8 +135,9 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
     family_names = name_list(families) or None if families else None
     options = dict(
         families=family_names,
-        sequence_slices=_slice_counts(slice_counts, model, family_names),
+        sequence_slices=_slice_counts(slice_counts, model, family_names, slice_partition),
         slice_leads=("seq1f1b", "kept") if slice_leads == "both" else (slice_leads,),
+        slice_partition=slice_partition,
         tensor_parallel=int_list("--tensor-parallel", tensor_degrees) if tensor_degrees
         else None,
         pipeline_parallel=int_list("--pipeline-parallel", pipeline_degrees) if
@@ -176,16 +182,19 @@ def plan_command(model, system, gpus, global_batch, families, tensor_degrees,
     click.echo(_text(result, explain))
 
 
-def _slice_counts(text, model, families):
+def _slice_counts(text, model, families, partition="even"):
     """``--sequence-slices`` as slice counts, checked against the model and the families
-    (one line naming the option when they cannot be searched)."""
+    and cut by ``--slice-partition`` (one line naming the option when they cannot be
+    searched)."""
+    from tabsched.cli.eval import check_partition
+    check_partition(partition, text)
     if text is None:
         return None
     from tabsched.costs.transformer import load_model
     from tabsched.plan import _family_specs, slicing_problem
     counts = int_list("--sequence-slices", text)
     specs = _family_specs(families) if families else None
-    problem = slicing_problem(load_model(model), counts, specs)
+    problem = slicing_problem(load_model(model), counts, specs, partition)
     if problem is not None:
         raise click.ClickException(f"--sequence-slices {problem}")
     return counts

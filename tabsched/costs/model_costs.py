@@ -235,20 +235,21 @@ max_connections
         return shape
 
     # ---------------------------------------------------------- sequence slices
-    def slice_view(self, index, count):
-        """This cost model pricing slice ``index`` of sequences cut into ``count``: the
-        same system and execution with the model's view of a slice
-        (:meth:`TransformerModel.sliced`: ``s/k`` tokens whose attention meets
-        ``(i+1) s/k`` keys). ``self`` for slice 0 of 1."""
+    def slice_view(self, index, count, partition="even"):
+        """This cost model pricing slice ``index`` of sequences cut into ``count`` by
+        ``partition``: the same system and execution with the model's view of a slice
+        (:meth:`TransformerModel.sliced`: with ``even``, ``s/k`` tokens whose attention
+        meets ``(i+1) s/k`` keys; with ``compute``, the bounds of
+        :func:`~tabsched.costs.transformer.slice_bounds`). ``self`` for slice 0 of 1."""
         if count == 1:
             return self
-        return _slice_view(self, int(index), int(count))
+        return _slice_view(self, int(index), int(count), partition)
 
     def _per_slice(self, table, answer, microbatch):
         """``answer(costs)`` (an array, or a tuple of arrays, one entry per element of
         ``microbatch``) for a table of sequence slices: each entry as the view of its
-        microbatch's slice prices it (:meth:`slice_view`); ``answer(self)`` for a table
-        of whole sequences."""
+        microbatch's slice prices it (:meth:`slice_view`, cut by the table's
+        ``slice_partition``); ``answer(self)`` for a table of whole sequences."""
         if table.sequence_slices is None:
             return answer(self)
         spec = np.asarray(table.sequence_slices, dtype=np.int64)[np.asarray(microbatch)]
@@ -257,7 +258,7 @@ max_connections
         which = which.ravel()
         result = None
         for row, (index, count) in enumerate(pairs.tolist()):
-            got = answer(self.slice_view(index, count))
+            got = answer(self.slice_view(index, count, table.slice_partition))
             parts = got if isinstance(got, tuple) else (got,)
             if result is None:
                 result = tuple(np.array(part, dtype=np.float64) for part in parts)
@@ -492,8 +493,9 @@ max_connections
         """Bytes each operation's (stage, microbatch) holds from its F to its backward.
 
         A sequence slice holds its view's (:meth:`slice_view`): the per-token activations
-        of its ``s/k`` tokens (``1/k`` of the microbatch's) and, without FlashAttention,
-        its ``s/k x (i+1) s/k`` scores. Its keys and values are part of what it holds
+        of its tokens (``s/k``, ``1/k`` of the microbatch's, cut evenly; ``b_{i+1} - b_i``
+        by the ``compute`` partition) and, without FlashAttention, its scores over its
+        ``b_{i+1}`` keys. Its keys and values are part of what it holds
         until its own backward, which runs after every later slice's (the table's
         order, Seq1F1B): so the key-value cache that later slices attend to is held
         until their backwards are done, and counted once.
@@ -683,13 +685,13 @@ def _slice_counts(table):
 
 
 @memo(limit=256)
-def _slice_view(costs, index, count):
+def _slice_view(costs, index, count, partition="even"):
     """:meth:`ModelCosts.slice_view`, remembered per cost model and slice."""
     if costs.execution.context_parallel > 1:
         raise InvalidParameterError(
             f"sequence slices: context_parallel {costs.execution.context_parallel} cuts the "
             f"sequence already; slicing it too is not priced (use context_parallel 1)")
-    return type(costs)(costs.model.sliced(index, count), costs.system, costs.asked,
+    return type(costs)(costs.model.sliced(index, count, partition), costs.system, costs.asked,
                        overlap=costs.overlap_factor)
 
 

@@ -109,21 +109,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tabsched._memo import memo
 from tabsched.costs import _presets
 from tabsched.costs.experts import (EXPERT_FIELDS, check_experts,
                                     moe_parameter_parts, moe_token_activation,
                                     moe_transient_width, moe_weight_grad_kept)
 from tabsched.costs.ends import embedding_kernels, output_kernels
-from tabsched.costs.kernels import KernelTable, layer_kernels
+from tabsched.costs.kernels import FLASH_TILE, KernelTable, layer_kernels
 from tabsched.costs.latent import (LATENT_FIELDS, check_latent, latent_parameter_parts,
                                    latent_token_activation, latent_weight_grad_kept,
                                    latent_widths)
 from tabsched.exceptions import InvalidParameterError
 from tabsched.execution import Execution
-from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, WEIGHT_GRAD
+from tabsched.table import BACKWARD, FORWARD, INPUT_GRAD, SLICE_PARTITIONS, WEIGHT_GRAD
 
 __all__ = ["TransformerModel", "load_model", "model_presets", "RECOMPUTE_MODES", "DTYPES",
-           "NORMS"]
+           "NORMS", "PARTITIONS", "SLICE_GRANULE", "slice_bounds"]
 
 from tabsched.execution import RECOMPUTE_MODES  # noqa: E402  (one list, the execution's)
 NORMS = ("layernorm", "rmsnorm")
@@ -330,30 +331,29 @@ class TransformerModel:
         """Keys each query attends to: ``attention_keys``, or the whole ``sequence``."""
         return self.sequence if self.attention_keys is None else self.attention_keys
 
-    def sliced(self, index, count):
+    def sliced(self, index, count, partition="even"):
         """This model as one sequence slice prices it: slice ``index`` of ``count``.
 
         Seq1F1B (Sun et al. 2024, arXiv 2406.03488, section 3.2): slice ``i`` runs the
         linear layers (QKV, output projection, MLP), the norms, the embedding and the
-        output layer on its ``s/k`` tokens, and its causal attention lets its ``s/k``
-        queries meet the keys of slices ``0 .. i``: ``(i+1) s/k`` keys. So the view is
-        the model on ``sequence = s/k`` with ``attention_keys = (i+1) s/k``; ``count``
-        must divide the sequence. Slice ``0`` of ``1`` is the model itself.
+        output layer on its tokens, and its causal attention lets its queries meet the
+        keys of slices ``0 .. i``. With the token bounds ``b`` of :func:`slice_bounds`
+        (``partition``: ``"even"``, ``s/k`` tokens each, ``count`` must divide the
+        sequence; ``"compute"``, Seq1F1B's equal-FLOPs cut) the view is the model on
+        ``sequence = b[i+1] - b[i]`` with ``attention_keys = b[i+1]``. Slice ``0`` of
+        ``1`` is the model itself.
         """
         if count == 1 and index == 0:
             return self
-        if self.sequence % count:
-            raise InvalidParameterError(
-                f"sequence slices: {count} does not divide model {self.name}'s sequence "
-                f"{self.sequence} (a slice must hold whole tokens)")
         if self.attention_keys is not None:
             raise InvalidParameterError("sequence slices: the model is a slice already")
         if self.mtp_layers or self.kv_lora_rank is not None:
             raise InvalidParameterError(
                 f"sequence slices: model {self.name}'s multi-token prediction or latent "
                 f"attention is not priced per slice")
-        tokens = self.sequence // count
-        return self.replace(sequence=tokens, attention_keys=(index + 1) * tokens)
+        bounds = slice_bounds(self, count, partition)
+        return self.replace(sequence=bounds[index + 1] - bounds[index],
+                            attention_keys=bounds[index + 1])
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
@@ -753,3 +753,105 @@ def load_model(reference: str | os.PathLike[str] | TransformerModel) -> Transfor
 def model_presets() -> dict[str, TransformerModel]:
     """The model presets shipped with tabsched, ``{name: TransformerModel}``."""
     return {name: load_model(name) for name in _presets.preset_index()["model"]}
+
+
+#: How a sequence is cut into slices (:func:`slice_bounds`): ``even`` equal tokens,
+#: ``compute`` equal FLOPs (Seq1F1B's computation-wise partition).
+PARTITIONS = SLICE_PARTITIONS
+#: Tokens a ``compute`` slice bound is a multiple of: FlashAttention's tile of keys
+#: (:data:`tabsched.costs.kernels.FLASH_TILE`), so a slice holds whole tiles.
+SLICE_GRANULE = int(FLASH_TILE)
+
+
+def slice_bounds(model, count, partition="even"):
+    """Token bounds ``b_0 = 0 < b_1 < ... < b_k = s`` of ``count`` sequence slices:
+    slice ``i`` holds tokens ``b_i .. b_{i+1} - 1`` and its queries meet ``b_{i+1}`` keys.
+
+    ``even``: ``b_i = i s/k`` (``count`` must divide the sequence). ``compute``: Seq1F1B's
+    computation-wise partition (Sun et al. 2024, arXiv 2406.03488, section 3.3; its
+    code's ``split_solver.py`` solves one equation per slice): bounds that give every
+    slice the same FLOPs, the linear layers' in proportion to its tokens and the causal
+    attention's in proportion to the query-key pairs it computes, so earlier slices
+    hold more tokens. The FLOPs are the model's own kernels' (forward and backward of
+    every layer and the output layer, FlashAttention, one rank: tensor parallelism
+    divides all alike): ``L`` per token and ``P`` per query-key pair, where ``x`` tokens
+    from the start compute ``x*x/2 + x*t/2`` pairs with the causal mask's tiles of
+    ``t =`` :data:`SLICE_GRANULE` keys (:func:`~tabsched.costs.kernels.causal_share`).
+    Each bound solves ``L x + P (x^2/2 + t x/2) = i/k`` of the whole, and is then
+    rounded to a multiple of ``t`` tokens (where Seq1F1B's code rounds down to the
+    tensor ranks), at least one tile per slice: of the bounds rounded to the nearest,
+    down and up (and the even ones where they are multiples of ``t``), the ones whose
+    slices' FLOPs are closest (the least max/min). The sequence must hold ``count``
+    tiles; the last slice takes what is left.
+
+    >>> gpt = TransformerModel(layers=2, hidden=64, heads=4, sequence=1024, vocab=100)
+    >>> slice_bounds(gpt, 2)
+    (0, 512, 1024)
+    >>> slice_bounds(gpt, 2, "compute")        # attention dominates at h = 64
+    (0, 640, 1024)
+    """
+    if not isinstance(partition, str) or partition not in PARTITIONS:
+        raise InvalidParameterError(f"slice partition {_presets.shown_value(partition)} is "
+                                    f"not one of {', '.join(PARTITIONS)}")
+    count = _presets.integer("sequence slices", count, 1, MAX_SEQUENCE)
+    s = model.sequence
+    if count == 1:
+        return (0, s)
+    if partition == "even":
+        if s % count:
+            raise InvalidParameterError(
+                f"sequence slices: {count} does not divide model {model.name}'s sequence "
+                f"{s} (a slice must hold whole tokens)")
+        return tuple(i * (s // count) for i in range(count + 1))
+    if s < count * SLICE_GRANULE:
+        raise InvalidParameterError(
+            f"slice partition compute: model {model.name}'s sequence {s} cannot give each "
+            f"of {count} slices {SLICE_GRANULE} tokens (a FlashAttention tile)")
+    return _compute_bounds(model, count)
+
+
+def _slice_flops(model, tokens, keys):
+    """Forward and backward FLOPs of one sample of ``tokens`` queries over ``keys`` keys:
+    every layer (a MoE model's dense ones too) and the output layer, FlashAttention."""
+    view = model.replace(sequence=tokens, attention_keys=keys)
+    flash = Execution(attention="flash")
+    dense = view.dense_layers if view.experts else 0
+    total = 0.0
+    for part, copies in (("layer", view.layers - dense), ("dense_layer", dense),
+                         ("output", 1), ("embedding", 1)):
+        if copies:
+            flops, _ = view._work(part, 1, flash)
+            total += copies * float(flops[FORWARD, 0] + flops[BACKWARD, 0])
+    return total
+
+
+@memo(limit=64)
+def _compute_bounds(model, count):
+    """:func:`slice_bounds`' ``compute`` bounds (checked there), remembered per model."""
+    s, t = model.sequence, SLICE_GRANULE
+    one, two = _slice_flops(model, t, t), _slice_flops(model, t, 2 * t)
+    pair = (two - one) / (t * t)              # FLOPs per query-key pair
+    linear = (2 * one - two) / t              # FLOPs per token, less its diagonal tile's
+
+    def before(x):                            # FLOPs of the tokens before x
+        return linear * x + pair * (x * x / 2 + t * x / 2)
+
+    def spread(bounds):
+        work = np.diff([before(x) for x in bounds])
+        return float(work.max() / work.min())
+
+    a, b = pair / 2, linear + pair * t / 2
+    targets = [2 * c / (b + np.sqrt(b * b + 4 * a * c))           # a x^2 + b x = c
+               for c in (before(s) * i / count for i in range(1, count))]
+    top = (s - t) // t * t                    # the last bound leaves a tile at least
+    candidates = []
+    for rounding in (np.round, np.floor, np.ceil):
+        bounds, previous = [0], 0
+        for i, x in enumerate(targets, 1):
+            bound = max(int(rounding(x / t)) * t, previous + t)
+            previous = min(bound, top - (count - 1 - i) * t)
+            bounds.append(previous)
+        candidates.append(tuple(bounds) + (s,))
+    if s % count == 0 and (s // count) % t == 0:
+        candidates.append(tuple(i * (s // count) for i in range(count + 1)))
+    return min(candidates, key=spread)

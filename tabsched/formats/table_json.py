@@ -25,7 +25,7 @@ from tabsched.cells import cut, shown, shown_repr
 from tabsched.exceptions import InvalidScheduleError
 from tabsched.files import atomic_write, read_text
 from tabsched.formats.rows import apply_reduce_grad, parse_rows, refuse_unreadable, rows_to_table
-from tabsched.table import ScheduleTable, metadata_text_problem
+from tabsched.table import SLICE_PARTITIONS, ScheduleTable, metadata_text_problem
 
 __all__ = ["to_json", "from_json", "read_json", "write_json", "json_text", "JSON_FORMAT",
            "JSON_VERSION", "MAX_JSON_DEPTH"]
@@ -37,7 +37,7 @@ JSON_VERSION = 1
 #: much deeper is not a table, and Python's parser would recurse on it.
 MAX_JSON_DEPTH = 32
 _JSON_KEYS = ("format", "version", "family", "params", "num_stages", "microbatch_sizes",
-              "stage_layers", "rows", "grad_sync", "sequence_slices")
+              "stage_layers", "rows", "grad_sync", "sequence_slices", "slice_partition")
 _MAX_NAME = 200
 
 
@@ -61,6 +61,8 @@ def to_json(table: ScheduleTable, *, indent: int | None = None) -> str:
         data["grad_sync"] = list(table.grad_sync)
     if table.sequence_slices is not None:   # only sliced tables carry the key
         data["sequence_slices"] = [list(pair) for pair in table.sequence_slices]
+    if table.slice_partition != "even":     # only tables cut by FLOPs carry the key
+        data["slice_partition"] = table.slice_partition
     return json.dumps(data, indent=indent)
 
 
@@ -213,6 +215,12 @@ def _check_document(data, source):
             fail("sequence_slices", f"must be a list of [slice, count] pairs (0 <= slice < "
                                     f"count), not {shown_repr(slices)}")
         metadata["sequence_slices"] = slices
+    partition = data.get("slice_partition")
+    if partition is not None:
+        if partition not in SLICE_PARTITIONS:
+            fail("slice_partition", f"must be one of {', '.join(SLICE_PARTITIONS)}, not "
+                                    f"{shown_repr(partition)}")
+        metadata["slice_partition"] = partition
     return rows, metadata
 
 

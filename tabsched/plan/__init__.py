@@ -111,7 +111,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
          uneven: int | None = None, cross_node: bool = False, memory_budget=None,
          execution: Execution | None = None, top: int = 10, tie_band: float | None = None,
          prune=True, jobs: int = 1, dask=None, executor=None, progress=None,
-         sequence_slices=None, slice_leads=("seq1f1b", "kept")) -> PlanResult:
+         sequence_slices=None, slice_leads=("seq1f1b", "kept"),
+         slice_partition="even") -> PlanResult:
     """Search the executions of ``model`` on ``gpus`` devices of ``system``.
 
     Parameters
@@ -185,6 +186,10 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     slice_leads : tuple of str
         The leads of ``SplitSequence`` to search (default both: ``seq1f1b``, the least
         memory; ``kept``, the unsliced row's lead at slice grain).
+    slice_partition : {"even", "compute"}
+        How the sliced candidates' sequences are cut: equal tokens, or Seq1F1B's
+        computation-wise partition (equal FLOPs:
+        :func:`tabsched.costs.transformer.slice_bounds`).
 
     Returns
     -------
@@ -257,7 +262,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
             f"{', '.join(map(str, contexts))} are not priced yet (FSDP would shard over the "
             f"data and context ranks together): give zero stages 0 or 1")
     specs = _family_specs(families)
-    slicings = _slicings(model, sequence_slices, slice_leads, specs, families is not None)
+    slicings = _slicings(model, sequence_slices, slice_leads, specs, families is not None,
+                         slice_partition)
     tensor = _degrees("tensor_parallel", tensor_parallel)
     pipeline = _degrees("pipeline_parallel", pipeline_parallel)
     sizes = _degrees("microbatch_sizes", microbatch_sizes)
@@ -279,7 +285,8 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
     found = candidates(model, system, gpus, global_batch, valid, variants, base,
                        microbatch_sizes=sizes, recompute=recompute,
                        sequence_parallel=tuple(sequence_parallel), zero=zero_stages,
-                       uneven=uneven, counts=counts, slicings=slicings)
+                       uneven=uneven, counts=counts, slicings=slicings,
+                       slice_partition=slice_partition)
     if not len(found):
         refusals = found.refusals
         raise InvalidParameterError(
@@ -309,11 +316,12 @@ def plan(model, system, gpus: int, global_batch: int, *, families=None,
                       sequence_slices=tuple(sorted({k for k, _ in slicings})))
 
 
-def slicing_problem(model, counts, families=None):
+def slicing_problem(model, counts, families=None, partition="even"):
     """Why ``counts`` sequence slices cannot be searched for ``model`` (a loaded
     :class:`~tabsched.costs.transformer.TransformerModel`) with ``families``
-    (``[(family, params)]`` named, or None for every family), as ``"K: reason"``; or
-    None. What ``sequence_slices`` and ``tabsched plan --sequence-slices`` refuse."""
+    (``[(family, params)]`` named, or None for every family) cut by ``partition``, as
+    ``"K: reason"``; or None. What ``sequence_slices`` and ``tabsched plan
+    --sequence-slices`` refuse."""
     from tabsched.plan.space import DEFAULT_MAX_CHUNKS, family_variants, slicing_refusal
     from tabsched.schedules import get_family
     for count in counts:
@@ -322,11 +330,11 @@ def slicing_problem(model, counts, families=None):
     for count in counts:
         if count == 1:
             continue
-        if model.sequence % count:
+        if partition == "even" and model.sequence % count:
             return (f"{count}: does not divide model {model.name}'s sequence "
                     f"{model.sequence} (a slice must hold whole tokens)")
         try:
-            model.sliced(count - 1, count)
+            model.sliced(count - 1, count, partition)
         except InvalidParameterError as error:
             return f"{count}: {error}"
     if families is not None and any(count > 1 for count in counts):
@@ -338,13 +346,18 @@ def slicing_problem(model, counts, families=None):
     return None
 
 
-def _slicings(model, sequence_slices, leads, specs, named):
-    """``((slices, lead), ...)`` to search beside whole sequences, checked."""
+def _slicings(model, sequence_slices, leads, specs, named, partition="even"):
+    """``((slices, lead), ...)`` to search beside whole sequences, checked (cut by
+    ``partition``)."""
     from tabsched.adapt.sequence import LEADS
+    from tabsched.table import SLICE_PARTITIONS
+    if not isinstance(partition, str) or partition not in SLICE_PARTITIONS:
+        raise InvalidParameterError(f"slice_partition {partition!r} is not one of "
+                                    f"{', '.join(SLICE_PARTITIONS)}")
     if sequence_slices is None:
         return ()
     counts = _choices("sequence_slices", sequence_slices)
-    problem = slicing_problem(model, counts, specs if named else None)
+    problem = slicing_problem(model, counts, specs if named else None, partition)
     if problem is not None:
         raise InvalidParameterError(f"sequence_slices {problem}")
     leads = _choices("slice_leads", leads)

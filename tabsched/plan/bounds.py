@@ -220,14 +220,15 @@ class RunGroups:
         self.least = None
 
     @classmethod
-    def over_slices(cls, groups, slices):
+    def over_slices(cls, groups, slices, partition="even"):
         """The run groups of ``groups`` with every sequence cut into ``slices`` slices:
         per microbatch, what its ``k`` slices cost together (``parts``, the busy time) and
         hold together (``activation``), and the least any one slice costs (``least``, the
         chains) and needs while its backward runs (``transient``); each slice priced by its
         view (:meth:`~tabsched.costs.ModelCosts.slice_view`). See :func:`memory_bounds`
         for why the slices' activations are held together."""
-        views = [cls([costs.slice_view(index, slices) for costs in groups.cost_models],
+        views = [cls([costs.slice_view(index, slices, partition)
+                      for costs in groups.cost_models],
                      groups.microbatches) for index in range(slices)]
         sliced = cls.__new__(cls)
         sliced.cost_models = groups.cost_models

@@ -44,7 +44,7 @@ ROW_COLUMNS = ("rank", "tied", "family", "params", "tensor_parallel", "pipeline_
                "hardware_tflops_per_gpu", "mfu", "hfu", "peak_memory_bytes",
                "memory_budget_bytes", "bubble_ratio", "exposed_communication",
                "eval_command", "megatron", "torchtitan", "steady_period_s",
-               "context_parallel", "sequence_slices", "slice_lead")
+               "context_parallel", "sequence_slices", "slice_lead", "slice_partition")
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,7 @@ class PlanRow:
                                  if self.layout.stage_layers is not None else None),
                 "stages": self.layout.stages, "operations": self.operations,
                 "sequence_slices": self.layout.slices, "slice_lead": self.layout.lead,
+                "slice_partition": self.layout.partition,
                 "iteration_s": self.iteration_s, "steady_period_s": self.steady_period_s,
                 "lower_bound_s": self.lower_bound_s,
                 "tokens_per_s_per_gpu": flops.tokens_per_s_per_gpu,

@@ -76,6 +76,8 @@ def eval_command(configuration, model, system, budget, base=None, replicated=Fal
         parts.append("--stage-layers " + ",".join(map(str, layout.stage_layers)))
     if layout.slices > 1:
         parts.append(f"--sequence-slices {layout.slices} --slice-lead {layout.lead}")
+        if layout.partition != "even":
+            parts.append(f"--slice-partition {layout.partition}")
     parts.append(f"--model {model} --system {system} -t {run.tensor_parallel}")
     if run.sequence_parallel:
         parts.append("--sequence-parallel")
@@ -201,7 +203,10 @@ def _differences(a, b):
 
 
 def _slicing(layout):
-    return "none" if layout.slices == 1 else f"{layout.slices} ({layout.lead} lead)"
+    if layout.slices == 1:
+        return "none"
+    cut = "" if layout.partition == "even" else f", {layout.partition} partition"
+    return f"{layout.slices} ({layout.lead} lead{cut})"
 
 
 def explain(rows, winner_index, found, outcomes, budget, tie_band):

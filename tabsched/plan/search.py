@@ -152,14 +152,15 @@ def _recompute_order(recompute):
 def candidates(model, system, gpus, global_batch, valid_splits, variants, base, *,
                microbatch_sizes=None, recompute=RECOMPUTE_MODES, sequence_parallel=(False,
                                                                                     True),
-               zero=(0, 1), uneven=3, counts=None, refusals=None, slicings=()):
+               zero=(0, 1), uneven=3, counts=None, refusals=None, slicings=(),
+               slice_partition="even"):
     """The :class:`Candidates` of the space: ``valid_splits`` (from
     :func:`tabsched.plan.space.splits`) x microbatch sizes x ``variants`` (``(family,
     params)`` pairs) x layer splits x recompute x sequence parallelism x ZeRO stage
     (``zero``; a replica alone, ``d = 1``, runs ZeRO-0 only) x sequence slicing:
     whole sequences and each ``(slices, lead)`` of ``slicings`` (a family that cannot
     be sliced, :func:`~tabsched.plan.space.slicing_refusal`, and a split with context
-    parallelism run whole sequences only)."""
+    parallelism run whole sequences only), the slices cut by ``slice_partition``."""
     counts = PlanCounts() if counts is None else counts
     refusals = Refusals() if refusals is None else refusals
     recompute = _recompute_order(recompute)
@@ -241,7 +242,8 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                     refusals.record(refusal, 8, 0, f"{split} {family}: {refusal}")
             for option in options:
                 for slices, lead in ((1, None),) + (() if refusal else tuple(slicings)):
-                    layout = Layout(family, params, p, stages, option, slices, lead)
+                    layout = Layout(family, params, p, stages, option, slices, lead,
+                                    "even" if slices == 1 else slice_partition)
                     if layout not in layout_index:
                         layout_index[layout] = len(layouts)
                         layouts.append(layout)
@@ -262,7 +264,7 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
             continue
         run_groups = RunGroups([bound_costs(model, system, groups[g][0]) for g in group_indices],
                                [groups[g][1] for g in group_indices])
-        sliced_groups = {1: run_groups}     # slices -> the run groups' bound numbers
+        sliced_groups = {1: run_groups}     # (slices, partition) -> their bound numbers
         # ZeRO-2/3 hold less still (their gathered parameters and unsharded gradients
         # come on top while a stage runs: left out, so the bound stays below the peak)
         replicas = [Execution(data_parallel=split.data, zero_stage=z,
@@ -293,9 +295,11 @@ def candidates(model, system, gpus, global_batch, valid_splits, variants, base, 
                                          counts, refusals)
             if not layout_zeros:
                 continue
-            if layout.slices not in sliced_groups:
-                sliced_groups[layout.slices] = RunGroups.over_slices(run_groups, layout.slices)
-            bounded = sliced_groups[layout.slices]
+            cut = (layout.slices, layout.partition) if layout.slices > 1 else 1
+            if cut not in sliced_groups:
+                sliced_groups[cut] = RunGroups.over_slices(run_groups, layout.slices,
+                                                           layout.partition)
+            bounded = sliced_groups[cut]
             first = groups[group_indices[0]][0]
             bounds = [time_bounds(arrays, bounded, step=step_seconds(
                           layout.whole, run_costs(model, system, first.replace(zero_stage=stage))))
@@ -432,10 +436,11 @@ def _simulate_job(model, system, budget, job):
 @memo(limit=64)
 def sliced_table_of(layout, microbatches, costs):
     """A sliced layout's table: the family's cut into ``layout.slices`` sequence slices
-    at ``layout.lead`` (:class:`tabsched.adapt.SplitSequence`; ``costs`` only checks
-    that the model's sequence can be cut so: the rows do not depend on it)."""
+    at ``layout.lead`` by ``layout.partition`` (:class:`tabsched.adapt.SplitSequence`;
+    ``costs`` only checks that the model's sequence can be cut so: the rows do not
+    depend on it)."""
     from tabsched.adapt.sequence import SplitSequence
-    return SplitSequence(layout.slices, layout.lead).apply(
+    return SplitSequence(layout.slices, layout.lead, layout.partition).apply(
         fixed_table_of(layout.whole, microbatches), costs)
 
 

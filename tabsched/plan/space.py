@@ -105,9 +105,11 @@ class Layout:
     stages: int
     stage_layers: tuple | None = None
     #: Sequence slices per microbatch (1: whole sequences); a sliced layout's table is
-    #: the family's cut by :class:`tabsched.adapt.SplitSequence` at ``lead``.
+    #: the family's cut by :class:`tabsched.adapt.SplitSequence` at ``lead``, its
+    #: sequences cut by ``partition`` (``even`` tokens, or ``compute``: equal FLOPs).
     slices: int = 1
     lead: str | None = None
+    partition: str = "even"
 
     @property
     def whole(self):
@@ -160,7 +162,8 @@ class Configuration:
         return (self.layout.family, self.layout.params, run.tensor_parallel,
                 self.layout.devices, run.data_parallel, run.microbatch_size,
                 RECOMPUTE_MODES.index(run.recompute), run.sequence_parallel, run.zero_stage,
-                self.layout.stage_layers or (), self.layout.slices, self.layout.lead or "")
+                self.layout.stage_layers or (), self.layout.slices, self.layout.lead or "",
+                self.layout.partition)
 
     def describe(self):
         """``zbv t=8 p=16 d=8 b=1 recompute=selective sp zero1``, one line."""
@@ -177,7 +180,9 @@ class Configuration:
             parts.append(f"layers={layers[0]},{layers[1]}..{layers[-1]}")
         if self.layout.slices > 1:
             parts.append(f"slices={self.layout.slices}"
-                         + ("" if self.layout.lead == "seq1f1b" else f",lead={self.layout.lead}"))
+                         + ("" if self.layout.lead == "seq1f1b" else f",lead={self.layout.lead}")
+                         + ("" if self.layout.partition == "even"
+                            else f",partition={self.layout.partition}"))
         return " ".join(parts)
 
 
