@@ -35,15 +35,18 @@ def _slice_of(table, m):
     return table.sequence_slices[m] if table.sequence_slices else (0, 1)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(p=st.sampled_from([2, 4]), extra=st.integers(0, 4), k=st.sampled_from([2, 4, 8]),
        family=st.sampled_from(["1f1b", "gpipe", "zb-h1"]), lead=st.sampled_from(["seq1f1b", "kept"]),
-       attention=st.sampled_from(["eager", "flash"]))
+       attention=st.sampled_from(["eager", "flash"]),
+       partition=st.sampled_from(["even", "compute"]))
 def test_sliced_tables_keep_dependencies_devices_and_memory(p, extra, k, family, lead,
-                                                            attention):
+                                                            attention, partition):
+    """Equal slices and Seq1F1B's computation-wise ones (earlier slices longer) alike."""
     costs = COSTS[attention]
     table = generate(family, devices=p, microbatches=p + extra)
-    sliced = SplitSequence(k, lead).apply(table, costs)
+    sliced = SplitSequence(k, lead, partition).apply(table, costs)
+    assert sliced.slice_partition == partition
     result = evaluate(sliced, costs)
     start, end = np.asarray(result.op_start), np.asarray(result.op_end)
     where = {(int(sliced.kind[n]), int(sliced.stage[n]), int(sliced.microbatch[n])): n
@@ -73,7 +76,7 @@ def test_sliced_tables_keep_dependencies_devices_and_memory(p, extra, k, family,
         assert np.all(start[mine][order][1:] >= end[mine][order][:-1] - eps)
     for _, values in result.memory_timeline():
         assert np.min(values, initial=0.0) >= -1e-6 * max(1.0, float(np.max(values)))
-    effect = SplitSequence(k, lead).memory_effect(table, costs)
+    effect = SplitSequence(k, lead, partition).memory_effect(table, costs)
     assert effect.check(activation_peaks(evaluate(table, costs)),
                         activation_peaks(result)) == []
 
