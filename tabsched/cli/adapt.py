@@ -16,7 +16,7 @@ from tabsched.cli.format import (OverBudget, check_html_path, echo_json, format_
                                  write_html_report)
 from tabsched.cli.options import (SectionedCommand, complete_schedule, cost_options,
                                   html_option, model_options, schedule_options,
-                                  variation_options)
+                                  slice_partition_option, variation_options)
 from tabsched.files import check_output_path
 from tabsched.formats.grid import render_grid
 from tabsched.formats.table_json import write_json
@@ -37,11 +37,7 @@ from tabsched.formats.table_json import write_json
               help="Also try cutting each sequence into K slices (Seq1F1B: forwards in slice "
                    "order, backwards reversed); K must divide the model's sequence. Needs "
                    "--model and --system.")
-@click.option("--slice-partition", "slice_partition", metavar="even|compute",
-              default="even", show_default=True,
-              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
-                   "computation-wise partition (equal FLOPs: earlier slices longer, "
-                   "bounds in 128-token tiles).")
+@slice_partition_option
 @click.option("--max-rounds", type=int, default=24, show_default=True,
               help="Greedy steps at most.")
 @click.option("--out", "-o", "out_path", metavar="TABLE.json",

@@ -8,7 +8,7 @@ from tabsched.cli.format import (OverBudget, check_html_path, echo_json, formula
                                  monte_carlo_summary, summary, translate_errors,
                                  write_html_report)
 from tabsched.cli.options import (LEVELS, SectionedCommand, complete_schedule, evaluation_options,
-                                  html_option, variation_options)
+                                  html_option, slice_partition_option, variation_options)
 from tabsched.exceptions import MemoryBudgetError
 from tabsched.formulas import formula_level
 
@@ -29,11 +29,7 @@ from tabsched.formulas import formula_level
               show_default=True,
               help="--sequence-slices: Seq1F1B's short warm-up (least memory) or the "
                    "unsliced row's lead at slice grain.")
-@click.option("--slice-partition", "slice_partition", metavar="even|compute",
-              default="even", show_default=True,
-              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
-                   "computation-wise partition (equal FLOPs: earlier slices longer, "
-                   "bounds in 128-token tiles).")
+@slice_partition_option
 @variation_options(default_samples=None)
 @html_option("the evaluated run")
 @translate_errors

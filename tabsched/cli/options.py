@@ -550,6 +550,15 @@ def variation_options(default_samples):
     return decorator
 
 
+#: ``--slice-partition``, beside ``--sequence-slices`` on eval, adapt and plan; the command
+#: receives ``slice_partition`` (checked by ``tabsched.cli.eval.check_partition``).
+slice_partition_option = click.option(
+    "--slice-partition", "slice_partition", metavar="even|compute", default="even",
+    show_default=True,
+    help="--sequence-slices: equal tokens per slice, or Seq1F1B's computation-wise "
+         "partition (equal FLOPs: earlier slices longer, bounds in 128-token tiles).")
+
+
 def html_option(what):
     """``--html FILE``: also write the command's report as one self-contained HTML page
     (:func:`tabsched.report.html_report`); the command receives ``html_path``."""

@@ -8,7 +8,8 @@ from tabsched.cli.build import int_list, name_list
 from tabsched.cli.format import (OverBudget, check_html_path, echo_json, format_columns,
                                  format_memory, format_time, progress_reporter, translate_errors,
                                  write_html_report)
-from tabsched.cli.options import SectionedCommand, complete_preset, html_option
+from tabsched.cli.options import (SectionedCommand, complete_preset, html_option,
+                                  slice_partition_option)
 from tabsched.exceptions import MemoryBudgetError
 
 
@@ -78,11 +79,7 @@ def _zero_stages(text):
               default="both", show_default=True,
               help="--sequence-slices: the leads to search: Seq1F1B's short warm-up (least "
                    "memory), the unsliced row's lead at slice grain, or both.")
-@click.option("--slice-partition", "slice_partition", metavar="even|compute",
-              default="even", show_default=True,
-              help="--sequence-slices: equal tokens per slice, or Seq1F1B's "
-                   "computation-wise partition (equal FLOPs: earlier slices longer, "
-                   "bounds in 128-token tiles).")
+@slice_partition_option
 @click.option("--memory-budget", metavar="SIZE",
               help="A device's memory, e.g. 80GB (default 'capacity': the system's "
                    "memory_capacity).")
