@@ -146,7 +146,11 @@ class SplitSequence(Transform):
         source = np.repeat(np.arange(len(table)), k)
         part = np.tile(np.arange(k), len(table))
         forward = table.kind == FORWARD
+        stages_on = np.zeros(table.num_devices, dtype=np.int64)
+        pairs = np.unique(np.stack([device_of, table.stage.astype(np.int64)]), axis=1)
+        np.add.at(stages_on, pairs[0], 1)
         for d in range(table.num_devices):
+            one_stage = stages_on[d] == 1
             ops = np.flatnonzero(device_of == d)          # in row order (sorted by slot)
             ops = ops[np.argsort(position[ops], kind="stable")]
             is_f = forward[ops]
@@ -163,12 +167,21 @@ class SplitSequence(Transform):
             # slices before it (reverse slice order, as the I's)
             anchor_of = {}
             backward_ops = ops[~is_f & ~weight]
+            lead = None
             for j, op in enumerate(backward_ops.tolist()):
                 f_j = int(f_before[~is_f & ~weight][j])
                 own = f_index.get((int(table.stage[op]), int(table.microbatch[op])), -1) + 1
-                lead = f_j - j - 1 + k                 # Seq1F1B's: L - 1 + k slices
-                if self.lead == "kept":                # (L - 1) k + 1: the row's, at slice grain
-                    lead = max(lead, (f_j - j - 1) * k + 1)
+                if lead is None or f_j < total or not one_stage:
+                    # on a device of one stage, a lead that falls only because the row's
+                    # forwards ran out (1F1B's cool-down) is kept: its last microbatches'
+                    # later slices still come, and one backward slice follows each of them
+                    # (Seq1F1B's steady state; shrinking it ran two backward slices per
+                    # forward there and starved the stages below). Leads fall from each
+                    # device to the next, so the kept ones order every device alike; with
+                    # several stages a device (interleaved) keeps the row's own lead
+                    lead = f_j - j - 1 + k                 # Seq1F1B's: L - 1 + k slices
+                    if self.lead == "kept":                # (L - 1) k + 1: the row's, at slice grain
+                        lead = max(lead, (f_j - j - 1) * k + 1)
                 ahead = min(f_j + 1, total) * k      # one microbatch ahead at most
                 for r in range(k):
                     target = min(max(done + r + lead, own * k), ahead)
