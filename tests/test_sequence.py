@@ -104,6 +104,20 @@ def test_sliced_1f1b_alternates_one_forward_and_one_backward_slice(p, extra, k, 
         assert kinds == "F" * warm + "FB" * steady + "B" * (forwards - steady), (d, kinds)
 
 
+@pytest.mark.parametrize("family,params", [("interleaved-1f1b", {"chunks": 2}), ("bitpipe", {}),
+                                           ("chimera", {})])
+@pytest.mark.parametrize("lead", ["seq1f1b", "kept"])
+def test_devices_of_several_stages_keep_their_rows_lead(family, params, lead):
+    """Where a device holds several stages, the row's own lead orders its slices: keeping
+    a lead through the cool-down there (as one-stage devices do) ordered two devices'
+    slices against each other and deadlocked interleaved 1F1B at p = 8, m = 16."""
+    for microbatches in (8, 16):
+        table = generate(family, devices=8, microbatches=microbatches, **params)
+        for k in (2, 4):
+            sliced = SplitSequence(k, lead).apply(table, COSTS["flash"])
+            assert evaluate(sliced, COSTS["flash"]).makespan > 0
+
+
 @pytest.mark.parametrize("attention", ["eager", "flash"])
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_later_slices_never_cheaper_in_attention(attention, k):
