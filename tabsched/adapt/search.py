@@ -24,7 +24,10 @@ References
     every registry family at the start's devices and microbatches, multi-chunk
     ones at more chunks, ``zb-auto`` built for the same costs and budget) is
     measured on the search's samples; when the best one that fits beats the
-    start, the search starts from it (``AdaptResult.started_from``).
+    start, the search starts from it (``AdaptResult.started_from``). A start that
+    does not fit still has its own moves tried in the first round (one may fit and
+    beat the reference: a long sequence cut into slices); ``started_from`` is None
+    when the search went on from one of them.
 Report
     The chosen table and the references are evaluated again on fresh samples
     (``validation_seed``, default ``seed + 1``): the gains reported are not the
@@ -570,13 +573,20 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
                 # is prepared (orders, layout, memory); taken in the moves' order, so the
                 # screened list and the contexts freed are those of one candidate at a time
                 previous = None
-                for move in moves(parent.table):
-                    candidate = _try(evaluator, parent, move, rounds, len(log), seen, screen=True,
-                                     pool=pool)
-                    log.append(candidate)
-                    if previous is not None:
-                        _screened(evaluator, screened, *previous)
-                    previous = (candidate, move)
+                # a start that does not fit is left for a reference that does, but the
+                # first round also tries the start's own moves: one of them may fit and beat
+                # the reference (a long sequence cut into slices, where no whole-sequence
+                # table fits)
+                parents = [parent] + ([start] if rounds == 1 and started_from is not None
+                                      and start.over > 0 else [])
+                for origin in parents:
+                    for move in moves(origin.table):
+                        candidate = _try(evaluator, origin, move, rounds, len(log), seen,
+                                         screen=True, pool=pool)
+                        log.append(candidate)
+                        if previous is not None:
+                            _screened(evaluator, screened, *previous)
+                        previous = (candidate, move)
                 if previous is not None:
                     _screened(evaluator, screened, *previous)
             screened.sort(key=lambda pair: pair[0].score())
@@ -643,6 +653,8 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
             found[name] = report(name, reference, ())
         except TabschedError as error:
             errors[name] = str(error)
+    if started_from is not None and _root(log, current) == start.id:
+        started_from = None          # the search went on from the start's own moves
     chosen, feasible, returned = current.table, current.feasible, None
     fitting = [(found[name].statistic(objective), name) for name in found
                if found[name].feasible]
@@ -657,6 +669,15 @@ def adapt(table: ScheduleTable, costs: CostModel | None = None,
         time_unit=units[0], memory_unit=costs.memory_unit,
         variation=None if variation is None else variation.describe(),
         started_from=started_from, returned_reference=returned)
+
+
+def _root(log, candidate):
+    """The id of the first candidate of ``candidate``'s line: the start's, or the
+    reference's the search started from."""
+    by_id = {entry.id: entry for entry in log}
+    while candidate.parent >= 0 and candidate.parent in by_id:
+        candidate = by_id[candidate.parent]
+    return candidate.id
 
 
 def _better_reference(evaluator, built, errors, variation):
