@@ -71,6 +71,7 @@ def __getattr__(name):
 #: count into t x cp x p x d stays instant.
 MAX_GPUS = 2**24
 
+
 def _positive(name, value, low=1, high=None):
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise InvalidParameterError(f"{name} must be an integer >= {low}, not "
